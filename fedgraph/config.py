@@ -1,0 +1,176 @@
+"""Validated run configuration (pydantic), one model per method, shared pieces reused.
+
+Flower's run config is flat (``key = value`` with ``-`` in keys); :func:`parse_run_config`
+maps it onto these models and turns validation errors into :class:`ConfigError` messages that
+name the key and the allowed values.
+"""
+from __future__ import annotations
+
+import math
+from typing import Any, Literal, Optional
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+
+class ConfigError(ValueError):
+    """A run-config value is invalid; the message names the key and the allowed values."""
+
+
+def _floats(value: Any) -> list[float]:
+    if isinstance(value, str):
+        value = [v for v in value.replace(";", ",").split(",") if v.strip()]
+    if isinstance(value, (int, float)):
+        value = [value]
+    return [float(v) for v in value]
+
+
+class _Base(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class DataConfig(_Base):
+    """Which graph, how it is split into train/val/test, and how it is spread over clients."""
+
+    dataset: str = Field("cora", description="name understood by fedgraph.data.load_dataset")
+    data_root: str = Field("", description="dataset root; empty: $FEDGRAPH_DATA or the cache")
+    split: Literal["random-50-25-25", "random-75-10-15", "planetoid"] = "random-50-25-25"
+    partitioner: str = Field("users", description="random, louvain, label-skew, users")
+    num_clients: int = Field(10, ge=1, le=100_000)
+    alpha: float = Field(0.5, gt=0, description="Dirichlet concentration for label-skew")
+    min_class_size: int = Field(1000, ge=1, description="facebook100: smallest class kept")
+    seed: int = Field(0, ge=0)
+
+    @field_validator("dataset")
+    @classmethod
+    def _known(cls, v: str) -> str:
+        from .data import KNOWN_DATASETS
+
+        names = [k for k in KNOWN_DATASETS if ":" not in k]
+        if v.lower() not in names and not v.lower().startswith("facebook100:"):
+            raise ValueError(f"unknown dataset {v!r}; allowed: {', '.join(KNOWN_DATASETS)}")
+        return v.lower() if ":" not in v else v
+
+    @field_validator("partitioner")
+    @classmethod
+    def _partitioner(cls, v: str) -> str:
+        from .data import PARTITIONERS
+
+        if v not in PARTITIONERS:
+            raise ValueError(f"unknown partitioner {v!r}; allowed: {', '.join(sorted(PARTITIONERS))}")
+        return v
+
+
+class PPGNNConfig(DataConfig):
+    """PPGNN (personalized LDP on features, PPGNN paper) and its baselines BASE and LPGNN.
+
+    ``budgets`` is the budget set E (total epsilon-LDP per user, per level), ``level_shares``
+    the share of users at each level. ``mechanism`` ``ppm`` uses the levels; the uniform
+    baselines (``multi-bit``, ``one-bit``, ``laplace``, ``gaussian``) give every user
+    ``epsilon`` (default: the smallest level, as LPGNN would have to).
+    """
+
+    method: Literal["ppgnn"] = "ppgnn"
+    budgets: list[float] = Field(default_factory=lambda: [1.0, 2.0, 4.0])
+    level_shares: list[float] = Field(default_factory=list, description="empty: equal shares")
+    mechanism: str = "ppm"
+    gamma: float = Field(0.1, gt=0, lt=1, description="share of a user's budget spent on its level")
+    epsilon: Optional[float] = Field(None, description="uniform mechanisms: epsilon per user")
+    delta: float = Field(1e-5, gt=0, lt=1, description="gaussian mechanism only")
+    label_epsilon: float = Field(0.0, ge=0, description="> 0: randomized response on labels")
+    denoiser: Literal["flexprop", "kprop", "none"] = "flexprop"
+    steps: int = Field(16, ge=0, le=256, description="propagation steps K")
+    weights: Literal["level", "inverse-variance"] = "level"
+    standardize: bool = Field(True, description="standardize features after propagation")
+    backbone: Literal["gcn", "sage", "gat"] = "sage"
+    hidden: int = Field(16, ge=1)
+    dropout: float = Field(0.5, ge=0, lt=1)
+    epochs: int = Field(200, ge=1)
+    lr: float = Field(0.01, gt=0)
+    weight_decay: float = Field(1e-4, ge=0)
+    output_dir: str = Field("outputs", description="folder for the JSON report")
+    run_name: str = ""
+    timeout: float = Field(600.0, gt=0, description="seconds to wait for clients per phase")
+
+    @field_validator("budgets", "level_shares", mode="before")
+    @classmethod
+    def _parse_list(cls, v: Any) -> list[float]:
+        return _floats(v)
+
+    @field_validator("budgets")
+    @classmethod
+    def _budgets(cls, v: list[float]) -> list[float]:
+        if not v or any(not math.isfinite(b) or b <= 0 for b in v):
+            raise ValueError(f"every epsilon must be finite and > 0 (allowed: (0, inf)), got {v}")
+        if any(b2 <= b1 for b1, b2 in zip(v, v[1:])):
+            raise ValueError(f"levels must be strictly increasing, got {v}")
+        return v
+
+    @field_validator("epsilon", mode="before")
+    @classmethod
+    def _empty_is_none(cls, v: Any) -> Any:
+        return None if isinstance(v, str) and not v.strip() else v
+
+    @field_validator("epsilon")
+    @classmethod
+    def _epsilon(cls, v: Optional[float]) -> Optional[float]:
+        if v is not None and (not math.isfinite(v) or v <= 0):
+            raise ValueError(f"epsilon must be finite and > 0 (allowed: (0, inf)), got {v}")
+        return v
+
+    @field_validator("gamma", "label_epsilon", "lr", "delta", "alpha", mode="after")
+    @classmethod
+    def _finite(cls, v: float) -> float:
+        if not math.isfinite(v):
+            raise ValueError("must be a finite number")
+        return v
+
+    @field_validator("mechanism")
+    @classmethod
+    def _mechanism(cls, v: str) -> str:
+        from .mechanisms import FEATURE_MECHANISMS
+
+        if v not in FEATURE_MECHANISMS:
+            raise ValueError(f"unknown mechanism {v!r}; allowed: {', '.join(sorted(FEATURE_MECHANISMS))}")
+        return v
+
+    @model_validator(mode="after")
+    def _shares(self) -> "PPGNNConfig":
+        s = self.level_shares
+        if s:
+            if len(s) != len(self.budgets):
+                raise ValueError(f"level_shares needs one share per level ({len(self.budgets)}), got {len(s)}")
+            if any(x < 0 or not math.isfinite(x) for x in s) or abs(sum(s) - 1) > 1e-6:
+                raise ValueError(f"level_shares must be >= 0 and sum to 1, got {s}")
+        return self
+
+    @property
+    def shares(self) -> list[float]:
+        return self.level_shares or [1.0 / len(self.budgets)] * len(self.budgets)
+
+
+METHOD_CONFIGS: dict[str, type[_Base]] = {"ppgnn": PPGNNConfig}
+
+
+def parse_run_config(run_config: dict[str, Any]) -> _Base:
+    """Validate a flat Flower run config (keys with ``-`` or ``_``) into its method's model.
+
+    Raises:
+        ConfigError: unknown method or key, or a value out of range; the message names the key.
+    """
+    cfg = {str(k).replace("-", "_"): v for k, v in dict(run_config).items()}
+    method = str(cfg.get("method", "ppgnn"))
+    if method not in METHOD_CONFIGS:
+        raise ConfigError(f"method: unknown {method!r}; allowed: {', '.join(METHOD_CONFIGS)}")
+    model = METHOD_CONFIGS[method]
+    try:
+        return model(**cfg)
+    except ValidationError as err:
+        lines = []
+        for e in err.errors():
+            key = "-".join(str(p) for p in e["loc"]).replace("_", "-") or "config"
+            if e["type"] == "extra_forbidden":
+                allowed = ", ".join(k.replace("_", "-") for k in model.model_fields)
+                lines.append(f"{key}: unknown key; allowed keys: {allowed}")
+            else:
+                lines.append(f"{key}: {e['msg']} (got {e.get('input')!r})")
+        raise ConfigError("invalid run config:\n  " + "\n  ".join(lines)) from None

@@ -1,0 +1,464 @@
+r"""Loading the graphs used by the project by name.
+
+All loaders return a single :class:`torch_geometric.data.Data` object in one
+normalised form:
+
+* ``x``: ``float32`` tensor of shape ``[N, F]`` (features are never
+  normalised here: Planetoid features stay binary, one-hot stays one-hot),
+* ``y``: ``long`` tensor of shape ``[N]``,
+* ``edge_index``: ``long`` tensor of shape ``[2, E]``, undirected (every edge
+  stored in both directions), coalesced, without self loops,
+* ``feature_domain``: the *public* per-feature range ``(low, high)`` as a tuple
+  of floats, e.g. ``(0.0, 1.0)`` for bag-of-words / binary / one-hot features.
+  It is known a priori from the data format and never computed from the data
+  values, so it can be used to rescale features without leaking information.
+  ``None`` where no public bound is known (PubMed TF-IDF, LastFM Asia, Reddit,
+  and PyG's online 128-dimensional Facebook embedding),
+* ``name``: the canonical dataset name.
+
+Planetoid graphs additionally keep PyG's public split as ``train_mask``,
+``val_mask`` and ``test_mask`` and a copy of it as ``public_train_mask``,
+``public_val_mask`` and ``public_test_mask`` (used by
+:func:`fedgraph.data.splits.planetoid_split`).
+
+Data root
+---------
+The root folder is resolved as: the explicit ``root`` argument, else the
+environment variable ``FEDGRAPH_DATA``, else ``$XDG_CACHE_HOME/fedgraph`` (or
+``~/.cache/fedgraph``). The layout under the root is::
+
+    planetoid/{Cora,CiteSeer,PubMed}/raw/ind.<name>.*
+    musae/FacebookPagePage/raw/facebook.npz
+    facebook100/<College>.mat
+    lastfm/raw/lastfm_asia.npz
+    reddit/raw/reddit_data.npz, reddit_graph.npz
+
+PyG writes a ``processed/`` folder next to ``raw/``. When the dataset folder is
+not writable (read-only mount, or no write permission bits, which also covers
+running as root on a read-only-by-convention folder), the raw files are copied
+to ``<user cache>/fedgraph/processed-copies/<hash of source>/...`` and PyG is
+pointed at that copy.
+
+Downloads
+---------
+Raw files are checked *before* PyG is called, so PyG never tries to download
+(and hang) offline. If they are missing, :class:`FileNotFoundError` is raised
+unless ``download=True`` is passed, in which case PyG's own download is used
+(into the root if writable, else into the user cache). Cora is bundled with the
+package and is used when the root has no Cora raw files.
+"""
+from __future__ import annotations
+
+import hashlib
+import os
+import shutil
+import stat
+from pathlib import Path
+from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
+
+import numpy as np
+import torch
+from torch import Tensor
+from torch_geometric.data import Data
+from torch_geometric.utils import coalesce, remove_self_loops, to_undirected
+
+PathLike = Union[str, Path]
+
+ENV_DATA = 'FEDGRAPH_DATA'
+
+KNOWN_DATASETS: Tuple[str, ...] = (
+    'cora',
+    'citeseer',
+    'pubmed',
+    'facebook-pagepage',
+    'lastfm-asia',
+    'reddit',
+    'facebook100:<College>',
+)
+
+_PLANETOID_NAMES = {'cora': 'Cora', 'citeseer': 'CiteSeer', 'pubmed': 'PubMed'}
+_PLANETOID_FILES = ('x', 'tx', 'allx', 'y', 'ty', 'ally', 'graph', 'test.index')
+
+_BUNDLED_ROOT = Path(__file__).resolve().parent / '_bundled'
+
+#: Columns of ``local_info`` in the Facebook100 ``.mat`` files.
+FACEBOOK100_COLUMNS: Tuple[str, ...] = ('status', 'gender', 'major',
+                                        'second_major', 'dorm', 'year',
+                                        'high_school')
+_FB100_YEAR = 5
+
+
+# --------------------------------------------------------------------------
+# Paths
+# --------------------------------------------------------------------------
+def user_cache_dir() -> Path:
+    r"""Returns the user cache folder of the project.
+
+    ``$XDG_CACHE_HOME/fedgraph`` if ``XDG_CACHE_HOME`` is set, else
+    ``~/.cache/fedgraph``. The folder is not created.
+    """
+    base = os.environ.get('XDG_CACHE_HOME')
+    if not base:
+        base = os.path.join(os.path.expanduser('~'), '.cache')
+    return Path(base) / 'fedgraph'
+
+
+def resolve_root(root: Optional[PathLike] = None) -> Path:
+    r"""Resolves the data root folder.
+
+    Args:
+        root (str or Path, optional): Explicit root. (default: :obj:`None`)
+
+    Returns:
+        Path: ``root`` if given, else ``$FEDGRAPH_DATA`` if set, else
+        :func:`user_cache_dir`.
+    """
+    if root is not None:
+        return Path(root).expanduser()
+    env = os.environ.get(ENV_DATA)
+    if env:
+        return Path(env).expanduser()
+    return user_cache_dir()
+
+
+def _is_writable_dir(path: Path) -> bool:
+    r"""Whether ``path`` (or, if it does not exist, its first existing
+    ancestor) may be written to. Requires both :func:`os.access` (catches
+    read-only mounts) and a write permission bit (so that ``root``, to whom
+    :func:`os.access` always says yes, respects read-only folders)."""
+    p = path
+    while not p.exists():
+        if p.parent == p:
+            return False
+        p = p.parent
+    if not p.is_dir() or not os.access(p, os.W_OK):
+        return False
+    mode = p.stat().st_mode
+    return bool(mode & (stat.S_IWUSR | stat.S_IWGRP | stat.S_IWOTH))
+
+
+def _writable_copy(src_dataset_dir: Path, rel: Path,
+                   raw_files: Sequence[str]) -> Path:
+    r"""Copies ``src_dataset_dir/raw/<raw_files>`` to a writable cache folder
+    and returns the new dataset folder (``.../rel``). Files already copied
+    with the same size are reused, so the processed cache survives."""
+    key = hashlib.sha1(str(src_dataset_dir.resolve()).encode()).hexdigest()
+    dst_dataset_dir = user_cache_dir() / 'processed-copies' / key[:12] / rel
+    dst_raw = dst_dataset_dir / 'raw'
+    dst_raw.mkdir(parents=True, exist_ok=True)
+    for fname in raw_files:
+        src = src_dataset_dir / 'raw' / fname
+        dst = dst_raw / fname
+        if not dst.exists() or dst.stat().st_size != src.stat().st_size:
+            tmp = dst.with_name(f'{dst.name}.tmp-{os.getpid()}')
+            shutil.copyfile(src, tmp)
+            os.replace(tmp, dst)  # atomic: concurrent loaders see whole files
+            # A changed raw file invalidates PyG's processed cache.
+            shutil.rmtree(dst_dataset_dir / 'processed', ignore_errors=True)
+    return dst_dataset_dir
+
+
+def _missing(dataset_dir: Path, raw_files: Sequence[str]) -> List[Path]:
+    return [dataset_dir / 'raw' / f for f in raw_files
+            if not (dataset_dir / 'raw' / f).is_file()]
+
+
+def _not_found(name: str, paths: Sequence[Path], extra: str = '') -> None:
+    listed = ', '.join(str(p) for p in paths)
+    raise FileNotFoundError(
+        f"Raw files of dataset '{name}' not found (looked for: {listed}). "
+        f"Place them there, point the {ENV_DATA} environment variable or the "
+        f"'root' argument at a folder with the layout described in "
+        f"fedgraph.data.datasets, or pass download=True when online.{extra}")
+
+
+def _prepare_pyg_dir(name: str, dataset_dir: Path, rel: Path,
+                     raw_files: Sequence[str], download: bool,
+                     fallback_dir: Optional[Path] = None) -> Path:
+    r"""Returns a writable dataset folder whose ``raw/`` holds ``raw_files``
+    (or, if ``download`` and the files are absent, a writable folder for PyG
+    to download into).
+
+    Raises:
+        FileNotFoundError: if the raw files are absent, there is no
+            ``fallback_dir`` and ``download`` is :obj:`False`.
+    """
+    missing = _missing(dataset_dir, raw_files)
+    bundled = False
+    if missing and fallback_dir is not None:
+        dataset_dir, missing, bundled = fallback_dir, [], True
+    if missing:
+        if not download:
+            _not_found(name, missing)
+        if _is_writable_dir(dataset_dir):
+            return dataset_dir
+        return user_cache_dir() / 'downloads' / rel
+    # Bundled package data is never written to.
+    if not bundled and _is_writable_dir(dataset_dir):
+        processed = dataset_dir / 'processed'
+        if not processed.exists() or _is_writable_dir(processed):
+            return dataset_dir
+    return _writable_copy(dataset_dir, rel, raw_files)
+
+
+# --------------------------------------------------------------------------
+# Normalisation and statistics
+# --------------------------------------------------------------------------
+def _finalize(data: Data, name: str,
+              feature_domain: Optional[Tuple[float, float]]) -> Data:
+    r"""Casts to the project's dtypes, makes the graph undirected, coalesced
+    and free of self loops, and sets ``name`` and ``feature_domain``."""
+    num_nodes = data.num_nodes
+    out = Data(x=data.x.to(torch.float32).contiguous(),
+               y=data.y.to(torch.long).view(-1))
+    edge_index = data.edge_index.to(torch.long)
+    edge_index, _ = remove_self_loops(edge_index)
+    edge_index = to_undirected(edge_index, num_nodes=num_nodes)
+    out.edge_index = coalesce(edge_index, num_nodes=num_nodes)
+    for key in ('train_mask', 'val_mask', 'test_mask'):
+        if key in data and data[key] is not None:
+            mask = data[key].to(torch.bool)
+            if mask.dim() == 1:  # PyG's default public split
+                out[key] = mask
+                out['public_' + key] = mask.clone()
+    out.num_nodes = num_nodes
+    out.name = name
+    out.feature_domain = feature_domain
+    return out
+
+
+def dataset_statistics(data: Data) -> Dict[str, Any]:
+    r"""Summary statistics of a node-classification graph.
+
+    Args:
+        data (Data): graph with ``x [N, F]``, ``y [N]`` and
+            ``edge_index [2, E]``.
+
+    Returns:
+        dict: ``name``, ``num_nodes``, ``num_edges`` (directed count, i.e. each
+        undirected edge counted twice), ``num_features``, ``num_classes``,
+        ``avg_degree`` (``num_edges / num_nodes``) and ``class_counts``
+        (list of length ``num_classes``).
+    """
+    n = int(data.num_nodes)
+    e = int(data.edge_index.size(1))
+    y = data.y.view(-1)
+    valid = y[y >= 0]
+    num_classes = int(valid.max()) + 1 if valid.numel() > 0 else 0
+    counts = torch.bincount(valid, minlength=num_classes).tolist()
+    return {
+        'name': getattr(data, 'name', None),
+        'num_nodes': n,
+        'num_edges': e,
+        'num_features': int(data.x.size(1)) if data.x is not None else 0,
+        'num_classes': num_classes,
+        'avg_degree': e / n if n > 0 else 0.0,
+        'class_counts': counts,
+    }
+
+
+# --------------------------------------------------------------------------
+# Individual loaders
+# --------------------------------------------------------------------------
+def _load_planetoid(key: str, root: Path, download: bool) -> Data:
+    from torch_geometric.datasets import Planetoid
+
+    pyg_name = _PLANETOID_NAMES[key]
+    raw_files = [f'ind.{key}.{f}' for f in _PLANETOID_FILES]
+    rel = Path('planetoid') / pyg_name
+    fallback = _BUNDLED_ROOT / rel if key == 'cora' else None
+    dataset_dir = _prepare_pyg_dir(key, root / rel, rel, raw_files, download,
+                                   fallback_dir=fallback)
+    dataset = Planetoid(str(dataset_dir.parent), pyg_name)
+    # Planetoid x is binary bag-of-words for Cora/CiteSeer; PubMed is TF-IDF.
+    domain = (0.0, 1.0) if key in ('cora', 'citeseer') else None
+    return _finalize(dataset[0], key, domain)
+
+
+def _load_facebook_pagepage(root: Path, download: bool) -> Data:
+    from torch_geometric.datasets import FacebookPagePage
+
+    rel = Path('musae') / 'FacebookPagePage'
+    dataset_dir = _prepare_pyg_dir('facebook-pagepage', root / rel, rel,
+                                   ['facebook.npz'], download)
+    dataset = FacebookPagePage(str(dataset_dir))
+    data = dataset[0]
+    # The raw MUSAE release has 4,714 binary features; PyG's online copy has
+    # a 128-dimensional real-valued embedding without a public range.
+    domain = (0.0, 1.0) if data.x.size(1) == 4714 else None
+    return _finalize(data, 'facebook-pagepage', domain)
+
+
+def _load_lastfm(root: Path, download: bool) -> Data:
+    from torch_geometric.datasets import LastFMAsia
+
+    rel = Path('lastfm')
+    dataset_dir = _prepare_pyg_dir('lastfm-asia', root / rel, rel,
+                                   ['lastfm_asia.npz'], download)
+    return _finalize(LastFMAsia(str(dataset_dir))[0], 'lastfm-asia', None)
+
+
+def _load_reddit(root: Path, download: bool) -> Data:
+    from torch_geometric.datasets import Reddit
+
+    rel = Path('reddit')
+    dataset_dir = _prepare_pyg_dir('reddit', root / rel, rel,
+                                   ['reddit_data.npz', 'reddit_graph.npz'],
+                                   download)
+    return _finalize(Reddit(str(dataset_dir))[0], 'reddit', None)
+
+
+def _find_facebook100(college: str, root: Path) -> Path:
+    folder = root / 'facebook100'
+    exact = folder / f'{college}.mat'
+    if exact.is_file():
+        return exact
+    if folder.is_dir():
+        for p in sorted(folder.iterdir()):
+            if p.suffix.lower() == '.mat' and p.stem.lower() == college.lower():
+                return p
+    raise FileNotFoundError(
+        f"Facebook100 file for college '{college}' not found (looked for "
+        f"{exact}, case-insensitive). Place <College>.mat under "
+        f"<root>/facebook100/ and point the {ENV_DATA} environment variable "
+        f"or the 'root' argument at <root>. Facebook100 has no download.")
+
+
+def one_hot_attributes(attributes: np.ndarray) -> Tensor:
+    r"""One-hot encodes integer categorical attributes column by column.
+
+    Each column gets one output column per distinct *non-zero* value, in
+    increasing value order; the value 0 (missing) gets no column, so a node
+    with a missing attribute has all zeros in that attribute's block.
+
+    Args:
+        attributes (np.ndarray): integer array of shape ``[N, A]``.
+
+    Returns:
+        Tensor: ``float32`` tensor of shape ``[N, sum_a #categories_a]``.
+    """
+    attributes = np.asarray(attributes)
+    n = attributes.shape[0]
+    blocks = []
+    for col in range(attributes.shape[1]):
+        values = attributes[:, col].astype(np.int64)
+        cats = np.unique(values[values != 0])
+        block = np.zeros((n, cats.size), dtype=np.float32)
+        present = values != 0
+        block[np.nonzero(present)[0],
+              np.searchsorted(cats, values[present])] = 1.0
+        blocks.append(block)
+    if not blocks:
+        return torch.zeros((n, 0), dtype=torch.float32)
+    return torch.from_numpy(np.concatenate(blocks, axis=1))
+
+
+def load_facebook100(path: PathLike, min_class_size: int = 1000) -> Data:
+    r"""Loads a Facebook100 college graph for class-year prediction (the
+    "Facebook" task of the GAP paper, Sajadmanesh et al., USENIX Sec. 2023).
+
+    Nodes whose year is missing (0) are dropped, then all nodes of years with
+    fewer than ``min_class_size`` remaining nodes, together with their edges.
+    Years are relabelled ``0..C-1`` in increasing order (``data.class_years``
+    keeps the years). Features are the one-hot encoding of the other six
+    ``local_info`` columns (status, gender, major, second major, dorm, high
+    school) over the categories present among the kept nodes, with no column
+    for missing values (see :func:`one_hot_attributes`).
+
+    Args:
+        path (str or Path): the ``<College>.mat`` file (keys ``A`` and
+            ``local_info``).
+        min_class_size (int, optional): smallest year class kept.
+            (default: :obj:`1000`)
+
+    Returns:
+        Data: ``x [N', F]`` float32, ``y [N']`` long, undirected
+        ``edge_index [2, E']`` without self loops, ``feature_domain=(0, 1)``.
+
+    Raises:
+        ValueError: if ``min_class_size < 1`` or no class is left.
+    """
+    import scipy.io
+    import scipy.sparse as sp
+
+    if min_class_size < 1:
+        raise ValueError(f"'min_class_size' must be >= 1 (got {min_class_size})")
+    path = Path(path)
+    mat = scipy.io.loadmat(str(path))
+    adj = sp.csr_matrix(mat['A'])
+    info = np.asarray(mat['local_info']).astype(np.int64)
+
+    years = info[:, _FB100_YEAR]
+    uniq, counts = np.unique(years[years != 0], return_counts=True)
+    kept_years = uniq[counts >= min_class_size]
+    if kept_years.size == 0:
+        raise ValueError(
+            f"No class-year of '{path.name}' has at least min_class_size="
+            f"{min_class_size} nodes (largest: {int(counts.max(initial=0))})")
+    keep = np.isin(years, kept_years)  # year 0 is never in kept_years
+    idx = np.nonzero(keep)[0]
+
+    sub = adj[idx][:, idx].tocoo()
+    edge_index = torch.from_numpy(np.vstack([sub.row, sub.col]).astype(np.int64))
+    y = torch.from_numpy(np.searchsorted(kept_years, years[idx]).astype(np.int64))
+    other = [c for c in range(info.shape[1]) if c != _FB100_YEAR]
+    x = one_hot_attributes(info[idx][:, other])
+
+    data = Data(x=x, y=y, edge_index=edge_index, num_nodes=idx.size)
+    out = _finalize(data, f'facebook100:{path.stem}', (0.0, 1.0))
+    out.class_years = torch.from_numpy(kept_years.astype(np.int64))
+    out.original_ids = torch.from_numpy(idx.astype(np.int64))
+    return out
+
+
+# --------------------------------------------------------------------------
+# Public entry point
+# --------------------------------------------------------------------------
+def load_dataset(name: str, root: Optional[PathLike] = None, *,
+                 min_class_size: int = 1000, download: bool = False) -> Data:
+    r"""Loads a dataset by name (case-insensitive).
+
+    Args:
+        name (str): one of ``cora``, ``citeseer``, ``pubmed``,
+            ``facebook-pagepage``, ``lastfm-asia``, ``reddit`` or
+            ``facebook100:<College>`` (e.g. ``facebook100:wisconsin87``).
+        root (str or Path, optional): data root (see module docs); defaults
+            to ``$FEDGRAPH_DATA`` or the user cache. (default: :obj:`None`)
+        min_class_size (int, optional): Facebook100 only, smallest class-year
+            kept. (default: :obj:`1000`)
+        download (bool, optional): let PyG download missing raw files
+            (needs internet). (default: :obj:`False`)
+
+    Returns:
+        Data: ``x [N, F]`` float32, ``y [N]`` long, ``edge_index [2, E]``
+        long (undirected, coalesced, no self loops), ``feature_domain``
+        (``(low, high)`` or ``None``) and ``name``.
+
+    Raises:
+        ValueError: on an unknown name (the message lists the known names).
+        FileNotFoundError: when the raw files are absent and ``download`` is
+            :obj:`False` (the message names the paths looked for and
+            ``FEDGRAPH_DATA``).
+    """
+    if not isinstance(name, str):
+        raise TypeError(f"'name' must be a str (got {type(name).__name__})")
+    key = name.strip().lower()
+    base = resolve_root(root)
+
+    if key.startswith('facebook100:'):
+        college = name.strip().split(':', 1)[1].strip()
+        if not college:
+            raise ValueError("Expected 'facebook100:<College>', e.g. "
+                             "'facebook100:Caltech36'")
+        return load_facebook100(_find_facebook100(college, base),
+                                min_class_size=min_class_size)
+    if key in _PLANETOID_NAMES:
+        return _load_planetoid(key, base, download)
+    if key == 'facebook-pagepage':
+        return _load_facebook_pagepage(base, download)
+    if key == 'lastfm-asia':
+        return _load_lastfm(base, download)
+    if key == 'reddit':
+        return _load_reddit(base, download)
+    raise ValueError(f"Unknown dataset '{name}'. Known datasets: "
+                     f"{', '.join(KNOWN_DATASETS)}")

@@ -1,0 +1,303 @@
+r"""Partitioning a graph's nodes among federated clients.
+
+A *partitioner* maps a graph to an assignment vector ``assign [N]`` (client id
+of every node); :func:`partition` validates it, fixes empty clients and cuts
+the graph into :class:`ClientGraph` objects. New partitioners can be added
+with :func:`register_partitioner`::
+
+    @register_partitioner('my-method')
+    def my_method(data, num_clients, seed, **options) -> torch.Tensor:
+        ...  # LongTensor [N] with values in 0..num_clients-1
+"""
+from __future__ import annotations
+
+import heapq
+from dataclasses import dataclass
+from typing import Callable, Dict, List, Optional
+
+import numpy as np
+import torch
+from torch import Tensor
+from torch_geometric.data import Data
+
+Partitioner = Callable[..., Tensor]
+
+#: Registered partitioners: name -> ``fn(data, num_clients, seed, **options)``
+#: returning a ``LongTensor [N]`` of client ids.
+PARTITIONERS: Dict[str, Partitioner] = {}
+
+
+def register_partitioner(name: str) -> Callable[[Partitioner], Partitioner]:
+    r"""Decorator registering a partitioner under ``name`` in
+    :data:`PARTITIONERS` (overwrites an existing entry)."""
+    def wrapper(fn: Partitioner) -> Partitioner:
+        PARTITIONERS[name] = fn
+        return fn
+    return wrapper
+
+
+@dataclass
+class ClientGraph:
+    r"""The part of a graph held by one client.
+
+    Attributes:
+        client_id (int): index of the client.
+        node_ids (LongTensor): sorted global ids of its nodes, ``[n]``.
+        x (Tensor): features ``[n, F]``.
+        y (LongTensor): labels ``[n]``.
+        train_mask, val_mask, test_mask (BoolTensor, optional): ``[n]``;
+            ``None`` if the global graph has no such mask.
+        edge_index (LongTensor): ``[2, e_local]`` edges with both endpoints in
+            this client, in *local* ids (positions in ``node_ids``).
+        boundary_edge_index (LongTensor): ``[2, e_b]`` edges leaving the
+            client: row 0 the *local* id of this client's node, row 1 the
+            *global* id of the neighbour held by another client. An undirected
+            crossing edge appears in both clients' lists.
+        levels (LongTensor, optional): privacy levels ``[n]`` of its users.
+    """
+    client_id: int
+    node_ids: Tensor
+    x: Tensor
+    y: Tensor
+    train_mask: Optional[Tensor]
+    val_mask: Optional[Tensor]
+    test_mask: Optional[Tensor]
+    edge_index: Tensor
+    boundary_edge_index: Tensor
+    levels: Optional[Tensor] = None
+
+    @property
+    def num_nodes(self) -> int:
+        return int(self.node_ids.numel())
+
+    def __repr__(self) -> str:
+        return (f'ClientGraph(client_id={self.client_id}, '
+                f'num_nodes={self.num_nodes}, '
+                f'num_edges={self.edge_index.size(1)}, '
+                f'num_boundary_edges={self.boundary_edge_index.size(1)})')
+
+
+# --------------------------------------------------------------------------
+# Helpers
+# --------------------------------------------------------------------------
+def _check_num_clients(num_clients: int, num_nodes: int) -> int:
+    if (isinstance(num_clients, bool) or not isinstance(num_clients, (int, np.integer))
+            or not 1 <= num_clients <= num_nodes):
+        raise ValueError(f"'num_clients' must be an integer in "
+                         f"[1, {num_nodes}] (num_nodes) (got {num_clients})")
+    return int(num_clients)
+
+
+def fix_empty_clients(assign: Tensor, num_clients: int) -> Tensor:
+    r"""Moves nodes into empty clients deterministically: while a client is
+    empty, the node with the largest global id of the currently largest
+    client (lowest client id among ties) moves to the lowest-id empty client.
+
+    Args:
+        assign (LongTensor): client ids ``[N]``, ``N >= num_clients``.
+        num_clients (int): number of clients.
+
+    Returns:
+        LongTensor: a new assignment ``[N]`` without empty clients.
+    """
+    assign = assign.clone()
+    counts = torch.bincount(assign, minlength=num_clients)
+    empty = (counts == 0).nonzero().view(-1).tolist()
+    for c in empty:
+        big = int(torch.argmax(counts))  # first max -> lowest id on ties
+        node = int((assign == big).nonzero().view(-1)[-1])
+        assign[node] = c
+        counts[big] -= 1
+        counts[c] += 1
+    return assign
+
+
+def build_client_graphs(data: Data, assign: Tensor,
+                        num_clients: int) -> List[ClientGraph]:
+    r"""Cuts ``data`` into one :class:`ClientGraph` per client.
+
+    Every directed edge ``(u, v)`` of ``data.edge_index`` is given to the
+    owner of ``u``: as a local edge if ``v`` has the same owner, else as a
+    boundary edge.
+
+    Args:
+        data (Data): graph with ``x``, ``y``, ``edge_index`` and optionally
+            masks and ``levels`` (all node-level tensors ``[N, ...]``).
+        assign (LongTensor): client id of every node, ``[N]``.
+        num_clients (int): number of clients.
+    """
+    n = int(data.num_nodes)
+    assign = assign.to(torch.long).view(-1)
+    # Nodes sorted by (client, global id); local id = rank within client.
+    order = torch.argsort(assign * n + torch.arange(n))
+    counts = torch.bincount(assign, minlength=num_clients)
+    starts = torch.cumsum(counts, 0) - counts
+    local = torch.empty(n, dtype=torch.long)
+    local[order] = torch.arange(n) - starts[assign[order]]
+
+    row, col = data.edge_index
+    owner = assign[row]
+    crossing = owner != assign[col]
+    e_order = torch.argsort(owner, stable=True)
+    e_counts = torch.bincount(owner, minlength=num_clients).tolist()
+
+    node_chunks = torch.split(order, counts.tolist())
+    edge_chunks = torch.split(e_order, e_counts)
+
+    def pick(key: str, ids: Tensor) -> Optional[Tensor]:
+        value = getattr(data, key, None)
+        return value[ids] if isinstance(value, Tensor) else None
+
+    clients = []
+    for c in range(num_clients):
+        ids = node_chunks[c]
+        e = edge_chunks[c]
+        cross = crossing[e]
+        loc_e, bnd_e = e[~cross], e[cross]
+        clients.append(ClientGraph(
+            client_id=c,
+            node_ids=ids,
+            x=data.x[ids],
+            y=data.y[ids],
+            train_mask=pick('train_mask', ids),
+            val_mask=pick('val_mask', ids),
+            test_mask=pick('test_mask', ids),
+            edge_index=torch.stack([local[row[loc_e]], local[col[loc_e]]]),
+            boundary_edge_index=torch.stack([local[row[bnd_e]], col[bnd_e]]),
+            levels=pick('levels', ids),
+        ))
+    return clients
+
+
+# --------------------------------------------------------------------------
+# Partitioners
+# --------------------------------------------------------------------------
+@register_partitioner('random')
+def random_partition(data: Data, num_clients: int, seed: int,
+                     **options) -> Tensor:
+    r"""Each node picks a client uniformly at random."""
+    gen = torch.Generator().manual_seed(int(seed))
+    return torch.randint(num_clients, (int(data.num_nodes),), generator=gen)
+
+
+@register_partitioner('users')
+def users_partition(data: Data, num_clients: int, seed: int, *,
+                    users_per_client: Optional[int] = None,
+                    **options) -> Tensor:
+    r"""Groups of users (nodes) per client: contiguous chunks of a seeded
+    permutation, sizes equal up to one. If ``users_per_client`` is given it
+    overrides ``num_clients`` with ``max(1, N // users_per_client)``."""
+    n = int(data.num_nodes)
+    if users_per_client is not None:
+        if not isinstance(users_per_client, (int, np.integer)) or not (
+                1 <= users_per_client <= n):
+            raise ValueError(f"'users_per_client' must be an integer in "
+                             f"[1, {n}] (got {users_per_client})")
+        num_clients = max(1, n // int(users_per_client))
+    gen = torch.Generator().manual_seed(int(seed))
+    perm = torch.randperm(n, generator=gen)
+    assign = torch.empty(n, dtype=torch.long)
+    for c, chunk in enumerate(torch.tensor_split(perm, num_clients)):
+        assign[chunk] = c
+    return assign
+
+
+@register_partitioner('label-skew')
+def label_skew_partition(data: Data, num_clients: int, seed: int, *,
+                         alpha: float = 0.5, **options) -> Tensor:
+    r"""Dirichlet label skew: for every class, proportions
+    ``p ~ Dir(alpha * 1_C)`` over clients, and that class's (shuffled) nodes
+    are cut at ``floor(cumsum(p) * n_class)``. Smaller ``alpha`` means more
+    skew."""
+    alpha = float(alpha)
+    if not np.isfinite(alpha) or alpha <= 0:
+        raise ValueError(f"'alpha' must be > 0 (got {alpha})")
+    rng = np.random.default_rng(int(seed))
+    y = data.y.view(-1).cpu().numpy()
+    assign = np.empty(y.shape[0], dtype=np.int64)
+    for cls in np.unique(y):
+        nodes = np.nonzero(y == cls)[0]
+        nodes = nodes[rng.permutation(nodes.size)]
+        p = rng.dirichlet(np.full(num_clients, alpha))
+        cuts = (np.cumsum(p) * nodes.size).astype(np.int64)[:-1]
+        for c, chunk in enumerate(np.split(nodes, cuts)):
+            assign[chunk] = c
+    return torch.from_numpy(assign)
+
+
+@register_partitioner('louvain')
+def louvain_partition(data: Data, num_clients: int, seed: int,
+                      **options) -> Tensor:
+    r"""Louvain communities (:func:`networkx.community.louvain_communities`
+    with ``seed``), packed greedily into clients: communities in decreasing
+    size (ties by smallest node id) each go to the currently smallest client
+    (lowest id on ties)."""
+    import networkx as nx
+
+    n = int(data.num_nodes)
+    g = nx.Graph()
+    g.add_nodes_from(range(n))
+    ei = data.edge_index
+    ei = ei[:, ei[0] < ei[1]].t().tolist()
+    g.add_edges_from(ei)
+    comms = nx.community.louvain_communities(g, seed=int(seed))
+    comms = sorted((sorted(c) for c in comms), key=lambda c: (-len(c), c[0]))
+    heap = [(0, c) for c in range(num_clients)]
+    assign = torch.empty(n, dtype=torch.long)
+    for comm in comms:
+        size, c = heapq.heappop(heap)
+        assign[torch.tensor(comm, dtype=torch.long)] = c
+        heapq.heappush(heap, (size + len(comm), c))
+    return assign
+
+
+def partition(data: Data, num_clients: int, method: str, seed: int, *,
+              alpha: float = 0.5,
+              users_per_client: Optional[int] = None) -> List[ClientGraph]:
+    r"""Splits the nodes of ``data`` among clients.
+
+    Every node ends in exactly one client and no client is empty (empties are
+    filled by :func:`fix_empty_clients`). The result is deterministic under
+    ``seed``.
+
+    Args:
+        data (Data): graph with ``x [N, F]``, ``y [N]``, ``edge_index [2, E]``
+            and optionally ``train_mask``/``val_mask``/``test_mask`` and
+            ``levels`` (``[N]``).
+        num_clients (int): number of clients in ``[1, N]``.
+        method (str): a key of :data:`PARTITIONERS`: ``random``, ``louvain``,
+            ``label-skew`` or ``users``.
+        seed (int): random seed.
+        alpha (float, optional): Dirichlet concentration of ``label-skew``.
+            (default: :obj:`0.5`)
+        users_per_client (int, optional): ``users`` only; overrides
+            ``num_clients`` with ``max(1, N // users_per_client)``.
+
+    Returns:
+        list[ClientGraph]: one per client, ordered by ``client_id``.
+
+    Raises:
+        ValueError: on an unknown method (listing :data:`PARTITIONERS`) or a
+            ``num_clients`` outside ``[1, N]``.
+    """
+    if method not in PARTITIONERS:
+        raise ValueError(f"Unknown partition method '{method}'. Known "
+                         f"methods (PARTITIONERS): {', '.join(PARTITIONERS)}")
+    n = int(data.num_nodes)
+    if not (method == 'users' and users_per_client is not None):
+        num_clients = _check_num_clients(num_clients, n)
+    else:
+        num_clients = 1  # replaced below by the partitioner's choice
+    assign = PARTITIONERS[method](data, num_clients, seed, alpha=alpha,
+                                  users_per_client=users_per_client)
+    assign = torch.as_tensor(assign, dtype=torch.long).view(-1)
+    if assign.numel() != n or (n > 0 and int(assign.min()) < 0):
+        raise ValueError(f"Partitioner '{method}' returned an invalid "
+                         f"assignment")
+    if method == 'users' and users_per_client is not None:
+        num_clients = int(assign.max()) + 1
+    if int(assign.max()) >= num_clients:
+        raise ValueError(f"Partitioner '{method}' returned client ids >= "
+                         f"num_clients={num_clients}")
+    assign = fix_empty_clients(assign, num_clients)
+    return build_client_graphs(data, assign, num_clients)

@@ -1,0 +1,138 @@
+"""Pieces every method's Flower apps share: the client's view of the data and the server's
+messaging with clients.
+
+Data: every supernode loads the dataset, splits it, assigns privacy levels and partitions it
+with the run's seed, then keeps only its own :class:`~fedgraph.data.ClientGraph` (the standard
+Flower simulation pattern: one deterministic partition, each client takes its part).
+"""
+from __future__ import annotations
+
+import json
+import os
+import time
+from dataclasses import dataclass
+from functools import lru_cache
+
+import torch
+from torch import Tensor
+
+from .config import DataConfig
+
+
+@dataclass(frozen=True)
+class ClientView:
+    """One client's part of the federation and the public facts about the dataset."""
+
+    graph: "object"  # fedgraph.data.ClientGraph
+    feature_domain: tuple[float, float] | None
+    statistics: dict
+    num_clients: int
+
+
+def _data_key(cfg: DataConfig) -> str:
+    return json.dumps({k: getattr(cfg, k) for k in DataConfig.model_fields}, sort_keys=True)
+
+
+def load_federated(cfg: DataConfig, budgets=None, shares=None):
+    """Load, split, assign levels and partition; returns ``(data, clients)``.
+
+    Loading is guarded by a file lock in the cache folder so that concurrent supernodes do not
+    process the same raw files at once.
+    """
+    from filelock import FileLock
+
+    from .data import (apply_split, assign_privacy_levels, load_dataset, partition,
+                       user_cache_dir)
+
+    lock_dir = user_cache_dir()
+    lock_dir.mkdir(parents=True, exist_ok=True)
+    with FileLock(str(lock_dir / ".load.lock")):
+        data = load_dataset(cfg.dataset, cfg.data_root or None, min_class_size=cfg.min_class_size)
+    data = apply_split(data, cfg.split, cfg.seed)
+    if budgets is not None:
+        data.levels = assign_privacy_levels(data.num_nodes, budgets, shares, seed=cfg.seed)
+    clients = partition(data, cfg.num_clients, cfg.partitioner, cfg.seed, alpha=cfg.alpha)
+    return data, clients
+
+
+@lru_cache(maxsize=4)
+def _client_views(key: str, budgets: tuple | None, shares: tuple | None) -> tuple:
+    from .data import dataset_statistics
+
+    cfg = DataConfig(**json.loads(key))
+    data, clients = load_federated(cfg, list(budgets) if budgets else None,
+                                   list(shares) if shares else None)
+    stats = dataset_statistics(data)
+    return tuple(ClientView(c, getattr(data, "feature_domain", None), stats, len(clients))
+                 for c in clients)
+
+
+def client_view(cfg: DataConfig, partition_id: int, budgets=None, shares=None) -> ClientView:
+    """This supernode's :class:`ClientView` (cached per data config within a process).
+
+    Raises:
+        ValueError: if ``partition_id`` is not a valid client index for ``cfg.num_clients``.
+    """
+    if not 0 <= partition_id < cfg.num_clients:
+        raise ValueError(f"partition-id {partition_id} outside [0, {cfg.num_clients}): the "
+                         "federation's num-supernodes must equal the run config's num-clients")
+    views = _client_views(_data_key(cfg), tuple(budgets) if budgets else None,
+                          tuple(shares) if shares else None)
+    return views[partition_id]
+
+
+class ClientFailure(RuntimeError):
+    """A client answered with an error or did not answer in time."""
+
+
+def send_to_all(grid, message_type: str, contents: dict[int, "object"], timeout: float):
+    """Send one message per node (``contents``: node id -> RecordDict) and wait for all replies.
+
+    Returns:
+        dict node id -> reply content (RecordDict).
+    Raises:
+        ClientFailure: naming the nodes that failed or timed out and their error reasons.
+    """
+    from flwr.app import Message
+
+    messages = [Message(content=c, dst_node_id=n, message_type=message_type)
+                for n, c in contents.items()]
+    replies = list(grid.send_and_receive(messages, timeout=timeout))
+    out, errors = {}, []
+    for r in replies:
+        node = r.metadata.src_node_id
+        if r.has_error():
+            errors.append(f"node {node}: {r.error.reason}")
+        else:
+            out[node] = r.content
+    missing = set(contents) - set(out) - {int(e.split()[1].rstrip(':')) for e in errors}
+    if missing:
+        errors.append(f"no reply within {timeout:.0f} s from nodes {sorted(missing)}")
+    if errors:
+        raise ClientFailure(f"{message_type}: {len(errors)} client(s) failed:\n  " + "\n  ".join(errors))
+    return out
+
+
+def wait_for_nodes(grid, num_nodes: int, timeout: float = 120.0) -> list[int]:
+    """Block until ``num_nodes`` supernodes are connected; returns their ids (sorted).
+
+    Raises:
+        ClientFailure: if fewer connect within ``timeout`` seconds.
+    """
+    start = time.time()
+    while True:
+        nodes = sorted(grid.get_node_ids())
+        if len(nodes) >= num_nodes:
+            return nodes[:num_nodes]
+        if time.time() - start > timeout:
+            raise ClientFailure(f"only {len(nodes)} of {num_nodes} supernodes connected; set "
+                                "num-supernodes equal to the run config's num-clients")
+        time.sleep(0.5)
+
+
+def tensors(record) -> dict[str, Tensor]:
+    """ArrayRecord -> dict of torch tensors."""
+    return dict(record.to_torch_state_dict())
+
+
+_ = os

@@ -1,0 +1,122 @@
+r"""Personalized Perturbation Mechanism, PPM = ESW + MLR (PPGNN paper Alg. 3).
+
+A user at level ``tau`` with budget ``eps_tau`` from the budget set ``E`` spends
+``gamma * eps_tau`` on its level (ESW) and ``(1 - gamma) * eps_tau`` on its features (MLR).
+
+What leaves the user is :class:`PPMReport`: the ESW output and, for each of ``m'`` sampled
+dimensions, the index and a sign ``+-1``. ``m'`` follows Theorem 1 applied to the budget of the
+*released* level (paper Sec. III-B: "we use a randomized version tau' through the ESW"), and the
+server rescales with that same released level. So every value of the report, and its length,
+is a function of the ESW output, the features and fresh randomness: nothing else about ``tau``
+leaves the user. The price: when ``tau' != tau`` the server's rescaling uses a slightly wrong
+budget, and the estimate is biased for that user (it is unbiased when ``tau' == tau``).
+With a single level (``|E| = 1``) the level is public, ESW is skipped and ``gamma`` is ignored.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Sequence
+
+import torch
+from torch import Tensor
+
+from ._checks import check_unit_features
+from .bits import SampledBits, mlr_num_dims, multi_bit, multi_bit_estimate
+from .esw import esw, esw_decode, esw_window
+
+
+@dataclass(frozen=True)
+class PPMParams:
+    """Public parameters of PPM, known to users and server.
+
+    Args:
+        budgets: the budget set ``E`` (epsilon per level, total per user), strictly increasing.
+        gamma: share of each user's budget spent on its level, in ``(0, 1)``.
+    """
+
+    budgets: tuple[float, ...]
+    gamma: float = 0.1
+
+    def __post_init__(self):
+        b = self.budgets
+        if len(b) == 0 or any(not (x > 0 and x < float("inf")) for x in b):
+            raise ValueError(f"budgets: every epsilon must be finite and > 0, got {list(b)}")
+        if any(b[i + 1] <= b[i] for i in range(len(b) - 1)):
+            raise ValueError(f"budgets must be strictly increasing, got {list(b)}")
+        if len(b) > 1 and not (0.0 < self.gamma < 1.0):
+            raise ValueError(f"gamma must lie in (0, 1), got {self.gamma}")
+
+    @property
+    def num_levels(self) -> int:
+        return len(self.budgets)
+
+    @property
+    def esw_share(self) -> float:
+        return self.gamma if self.num_levels > 1 else 0.0
+
+    @property
+    def window(self) -> int:
+        """ESW window ``b`` from the public smallest ESW budget ``gamma * min(E)``."""
+        return esw_window(self.esw_share * self.budgets[0], self.num_levels) if self.num_levels > 1 else 0
+
+    def budget_of(self, levels: Tensor) -> Tensor:
+        """Epsilon of each level index (1-based) as float64."""
+        return torch.tensor(self.budgets, dtype=torch.float64)[levels.cpu() - 1].to(levels.device)
+
+    def epsilon_split(self, level: int) -> dict[str, float]:
+        """Budget per release for one level: ``{"esw": ..., "mlr": ...}`` (pure epsilon-LDP)."""
+        eps = self.budgets[level - 1]
+        out = {"mlr": (1.0 - self.esw_share) * eps}
+        if self.num_levels > 1:
+            out["esw"] = self.esw_share * eps
+        return out
+
+
+@dataclass
+class PPMReport:
+    """What users send: ``released_level`` long ``[n]`` in ``{1..f+2b}`` and their bits."""
+
+    released_level: Tensor
+    bits: SampledBits
+
+
+def ppm(x: Tensor, levels: Tensor, params: PPMParams,
+        generator: torch.Generator | None = None) -> PPMReport:
+    """User side of PPM (Alg. 3), vectorized over ``n`` users.
+
+    Args:
+        x: features ``[n, d]`` in ``[-1, 1]``.
+        levels: long ``[n]`` in ``{1..h}``.
+
+    Returns:
+        :class:`PPMReport`. User ``i`` is ``E[levels[i]]``-LDP (``gamma`` share on the level).
+    """
+    x = check_unit_features(x)
+    n, d = x.shape
+    if levels.shape != (n,) or levels.dtype != torch.long:
+        raise ValueError(f"levels must be a long tensor of shape [{n}], got "
+                         f"{levels.dtype} {tuple(levels.shape)}")
+    if n and (levels.min() < 1 or levels.max() > params.num_levels):
+        raise ValueError(f"levels must lie in {{1, ..., {params.num_levels}}}")
+    eps = params.budget_of(levels)
+    if params.num_levels > 1:
+        released = esw(levels, params.esw_share * eps, params.num_levels, params.window, generator)
+    else:
+        released = torch.ones_like(levels)
+    m = mlr_num_dims((1 - params.esw_share) * params.budget_of(esw_decode(released, params.num_levels, params.window)), d)
+    bits = multi_bit(x, (1 - params.esw_share) * eps, num_dims=m, generator=generator)
+    return PPMReport(released, bits)
+
+
+def ppm_estimate(report: PPMReport, num_features: int, params: PPMParams) -> tuple[Tensor, Tensor]:
+    """Server side of PPM: rescale the bits with the budget of the released level.
+
+    Returns:
+        ``(x_hat, level_hat)``: float32 ``[n, d]`` feature estimates and long ``[n]`` decoded
+        levels in ``{1..h}`` (:func:`~fedgraph.mechanisms.esw.esw_decode`).
+    """
+    n = report.released_level.numel()
+    level_hat = esw_decode(report.released_level, params.num_levels, params.window)
+    eps_feat = (1 - params.esw_share) * params.budget_of(level_hat)
+    m = mlr_num_dims(eps_feat, num_features)
+    return multi_bit_estimate(report.bits, n, num_features, eps_feat, m), level_hat

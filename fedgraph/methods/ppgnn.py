@@ -1,0 +1,168 @@
+"""PPGNN (He et al., "Towards Personalized Differentially Private Learning for Decentralized
+Local Graphs"), client and server halves as plain functions.
+
+Client (one Flower supernode holding many users): map features to ``[-1, 1]`` with the public
+feature domain, run the feature mechanism (PPM, Alg. 3, by default) for each user at its own
+level, and release the report, the labels of its training/validation users (the paper's
+setting; optionally through randomized response) and the graph structure it knows (the server
+knows the structure in the paper's threat model).
+
+Server: decode every client's report (:meth:`FeatureMechanism.estimate`), denoise with
+FlexProp (Alg. 4, Eq. 12) or KProp, train a GNN backbone with model selection on the
+validation users, and predict. Test labels never leave the clients: accuracy is counted there
+(:func:`count_correct`).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+from torch import Tensor
+
+from ..accounting import PrivacyLedger, PureDP, ApproxDP
+from ..config import ConfigError, PPGNNConfig
+from ..data import ClientGraph
+from ..mechanisms import FeatureMechanism, make_mechanism, randomized_response, to_unit_range
+from ..nn import flexprop_weights, make_backbone, weighted_propagation
+from .training import TrainResult, train_node_classifier
+
+
+def build_mechanism(cfg: PPGNNConfig) -> FeatureMechanism:
+    """The configured feature mechanism (``cfg.mechanism``) with the configured budgets."""
+    return make_mechanism(cfg.mechanism, budgets=cfg.budgets, gamma=cfg.gamma,
+                          epsilon=cfg.epsilon, delta=cfg.delta)
+
+
+def record_privacy(ledger: PrivacyLedger, cfg: PPGNNConfig, mech: FeatureMechanism) -> None:
+    """Record in ``ledger`` what each user at each level releases (subject ``level-<tau>``).
+
+    Every user releases once: the mechanism's parts (e.g. ESW and MLR) and, with
+    ``label_epsilon > 0``, its label through randomized response. Without randomized response
+    the labels of training/validation users are given to the server in the clear (the paper's
+    setting) and the report says so.
+    """
+    for level in range(1, len(cfg.budgets) + 1):
+        subject = f"level-{level}"
+        for release, eps in mech.privacy_spent(level).items():
+            event = ApproxDP(eps, mech.delta()) if mech.delta() > 0 else PureDP(eps)
+            ledger.record(subject, release, event)
+        if cfg.label_epsilon > 0:
+            ledger.record(subject, "labels (randomized response)", PureDP(cfg.label_epsilon))
+
+
+def client_report(client: ClientGraph, cfg: PPGNNConfig, feature_domain, num_classes: int,
+                  generator: torch.Generator) -> dict[str, Tensor]:
+    """Everything one client releases for PPGNN, as named tensors (ids are global).
+
+    Keys: ``node_ids [n]``, ``mech.<name>`` (the mechanism's report), ``labelled_ids``,
+    ``labels``, ``is_train`` (training and validation users), ``edge_index [2, e]`` (local
+    and boundary edges, global ids). Raw features, levels and test labels never appear.
+
+    Raises:
+        ConfigError: if the dataset has no public feature domain, or the client is empty.
+    """
+    if feature_domain is None:
+        raise ConfigError(
+            f"dataset: {cfg.dataset!r} has no public feature domain; LDP feature mechanisms "
+            "need one (features with a known range, e.g. binary bag-of-words)")
+    if client.num_nodes == 0:
+        raise ConfigError(f"client {client.client_id} holds no users")
+    x = to_unit_range(client.x, *feature_domain)
+    report = build_mechanism(cfg).perturb(x, client.levels, generator)
+    labelled = client.train_mask | client.val_mask
+    labels = client.y[labelled]
+    if cfg.label_epsilon > 0:
+        labels = randomized_response(labels, num_classes, cfg.label_epsilon, generator)
+    edges = torch.cat([client.node_ids[client.edge_index],
+                       torch.stack([client.node_ids[client.boundary_edge_index[0]],
+                                    client.boundary_edge_index[1]])], dim=1)
+    return {"node_ids": client.node_ids, **{f"mech.{k}": v for k, v in report.items()},
+            "labelled_ids": client.node_ids[labelled], "labels": labels,
+            "is_train": client.train_mask[labelled], "edge_index": edges}
+
+
+@dataclass
+class ServerFit:
+    """What the server computed: the trained model, its inputs and predictions for all nodes."""
+
+    train: TrainResult
+    features: Tensor  # [N, d] denoised features
+    edge_index: Tensor  # [2, E]
+    predictions: Tensor  # long [N]
+    level_hat: Tensor | None  # long [N] decoded levels (PPM) or None
+
+
+def assemble(reports: list[dict[str, Tensor]], mech: FeatureMechanism, num_nodes: int,
+             num_features: int):
+    """Decode and scatter the clients' reports into global arrays.
+
+    Returns ``(x_hat [N, d], level_hat [N] | None, y [N], train_mask, val_mask, edge_index)``.
+    """
+    x_hat = torch.zeros(num_nodes, num_features)
+    level_hat = None
+    y = torch.full((num_nodes,), -1, dtype=torch.long)
+    train_mask = torch.zeros(num_nodes, dtype=torch.bool)
+    val_mask = torch.zeros(num_nodes, dtype=torch.bool)
+    seen = torch.zeros(num_nodes, dtype=torch.bool)
+    edges = []
+    for rep in reports:
+        ids = rep["node_ids"]
+        if bool(seen[ids].any()):
+            raise ValueError("two clients reported the same user")
+        seen[ids] = True
+        mrep = {k[5:]: v for k, v in rep.items() if k.startswith("mech.")}
+        xc, lc = mech.estimate(mrep, num_features)
+        x_hat[ids] = xc
+        if lc is not None:
+            level_hat = torch.ones(num_nodes, dtype=torch.long) if level_hat is None else level_hat
+            level_hat[ids] = lc
+        y[rep["labelled_ids"]] = rep["labels"]
+        train_mask[rep["labelled_ids"][rep["is_train"]]] = True
+        val_mask[rep["labelled_ids"][~rep["is_train"]]] = True
+        edges.append(rep["edge_index"])
+    if not bool(seen.all()):
+        raise ValueError(f"{int((~seen).sum())} users are missing from the clients' reports")
+    edge_index = torch.unique(torch.cat(edges, dim=1), dim=1)
+    return x_hat, level_hat, y, train_mask, val_mask, edge_index
+
+
+def server_fit(reports: list[dict[str, Tensor]], cfg: PPGNNConfig, num_nodes: int,
+               num_features: int, num_classes: int) -> ServerFit:
+    """Server half of PPGNN: decode, denoise (FlexProp / KProp / none), train, predict."""
+    mech = build_mechanism(cfg)
+    x_hat, level_hat, y, train_mask, val_mask, edge_index = assemble(
+        reports, mech, num_nodes, num_features)
+    if cfg.denoiser == "none":
+        h = x_hat
+    else:
+        mode = "uniform" if cfg.denoiser == "kprop" or level_hat is None else cfg.weights
+        w = flexprop_weights(level_hat, cfg.budgets, mode, num_features, 1 - cfg.gamma) \
+            if mode != "uniform" else None
+        h = weighted_propagation(x_hat, edge_index, cfg.steps, w)
+    if cfg.standardize:  # post-processing of the noisy features: zero mean, unit variance
+        h = (h - h.mean(0)) / h.std(0).clamp_min(1e-6)
+    torch.manual_seed(cfg.seed)
+    model = make_backbone(cfg.backbone, num_features, num_classes, cfg.hidden, 2, cfg.dropout)
+    result = train_node_classifier(model, h, edge_index, y.clamp_min(0), train_mask, val_mask,
+                                   epochs=cfg.epochs, lr=cfg.lr, weight_decay=cfg.weight_decay)
+    with torch.no_grad():
+        pred = result.model(h, edge_index).argmax(-1)
+    return ServerFit(result, h, edge_index, pred, level_hat)
+
+
+def count_correct(client: ClientGraph, node_ids: Tensor, predictions: Tensor) -> dict[str, int]:
+    """Client side of evaluation: compare the server's predictions with the true labels.
+
+    Returns ``{"<split>_correct": .., "<split>_total": ..}`` for train, val and test.
+
+    Raises:
+        ValueError: if ``node_ids`` are not exactly this client's users.
+    """
+    if node_ids.shape != client.node_ids.shape or not bool((node_ids == client.node_ids).all()):
+        raise ValueError("predictions do not match this client's users")
+    out = {}
+    for split in ("train", "val", "test"):
+        mask = getattr(client, f"{split}_mask")
+        out[f"{split}_correct"] = int((predictions[mask] == client.y[mask]).sum())
+        out[f"{split}_total"] = int(mask.sum())
+    return out

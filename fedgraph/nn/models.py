@@ -1,0 +1,23 @@
+"""GNN backbones from PyG, configured as in the PPGNN paper (Sec. IV-A 3): 2 layers, hidden 16,
+SELU activation followed by dropout."""
+from __future__ import annotations
+
+from torch import nn
+from torch_geometric.nn.models import GAT, GCN, GraphSAGE
+
+BACKBONES = {"gcn": GCN, "sage": GraphSAGE, "gat": GAT}
+
+
+def make_backbone(name: str, in_channels: int, out_channels: int, hidden_channels: int = 16,
+                  num_layers: int = 2, dropout: float = 0.5) -> nn.Module:
+    """Build a PyG backbone ``name`` in ``{gcn, sage, gat}``; forward ``(x [N, F], edge_index
+    [2, E]) -> logits [N, C]``.
+
+    Raises:
+        ValueError: unknown backbone, listing the allowed names.
+    """
+    if name not in BACKBONES:
+        raise ValueError(f"backbone: unknown {name!r}; allowed: {sorted(BACKBONES)}")
+    return BACKBONES[name](in_channels=in_channels, hidden_channels=hidden_channels,
+                           num_layers=num_layers, out_channels=out_channels, dropout=dropout,
+                           act="selu")

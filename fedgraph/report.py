@@ -1,0 +1,94 @@
+"""Run reports: one JSON per run, written atomically, and a short printed table."""
+from __future__ import annotations
+
+import json
+import math
+import os
+import platform
+import tempfile
+import time
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+
+
+def write_json_atomic(path: str | Path, obj) -> Path:
+    """Write ``obj`` as JSON to ``path`` via a temporary file and ``os.replace`` (atomic)."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w") as f:
+            json.dump(obj, f, indent=2, default=_jsonable)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    return path
+
+
+def _jsonable(o):
+    if hasattr(o, "tolist"):
+        return o.tolist()
+    if isinstance(o, Path):
+        return str(o)
+    raise TypeError(f"not JSON serializable: {type(o).__name__}")
+
+
+@dataclass
+class RunReport:
+    """Collects a run's config, statistics, accuracy, privacy and timings."""
+
+    method: str
+    config: dict
+    status: str = "running"
+    error: str | None = None
+    dataset: dict = field(default_factory=dict)
+    accuracy: dict = field(default_factory=dict)
+    privacy: dict = field(default_factory=dict)
+    timings: dict = field(default_factory=dict)
+    extra: dict = field(default_factory=dict)
+    started: float = field(default_factory=time.time)
+
+    @contextmanager
+    def phase(self, name: str):
+        """Time a phase (wall seconds) into ``timings[name]``."""
+        t = time.perf_counter()
+        try:
+            yield
+        finally:
+            self.timings[name] = round(time.perf_counter() - t, 3)
+
+    def to_dict(self) -> dict:
+        return {"fedgraph_report": 1, "method": self.method, "status": self.status,
+                "error": self.error, "config": self.config, "dataset": self.dataset,
+                "accuracy": self.accuracy, "privacy": self.privacy,
+                "timings_s": {**self.timings, "total": round(time.time() - self.started, 3)},
+                "host": {"python": platform.python_version(), "machine": platform.machine()},
+                **self.extra}
+
+    def write(self, folder: str | Path, name: str) -> Path:
+        return write_json_atomic(Path(folder) / f"{name}.json", self.to_dict())
+
+
+def format_table(report: dict) -> str:
+    """A short human-readable summary of a report dict."""
+    lines = [f"fedgraph {report['method']} on {report['dataset'].get('name', '?')}: "
+             f"status {report['status']}"]
+    if report.get("error"):
+        lines.append(f"  error: {report['error']}")
+    acc = report.get("accuracy", {})
+    if acc:
+        lines.append("  accuracy  " + "  ".join(
+            f"{k} {v:.4f}" for k, v in acc.items() if isinstance(v, float) and not math.isnan(v)))
+    for subject, row in report.get("privacy", {}).get("per_subject", {}).items():
+        extra = f" (budget {row['budget']:g})" if "budget" in row else ""
+        delta = f", delta {row['delta']:g}" if row.get("delta") else ""
+        lines.append(f"  {subject:<10} epsilon {row['epsilon']:.4g}{delta}{extra}  "
+                     f"[{', '.join(r['release'] for r in row['releases'])}]")
+    t = report.get("timings_s", {})
+    if t:
+        lines.append("  time (s)  " + "  ".join(f"{k} {v:.2f}" for k, v in t.items()))
+    return "\n".join(lines)

@@ -1,0 +1,1 @@
+"""Flower apps (ServerApp, ClientApp), presets and the command line."""

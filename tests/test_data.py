@@ -1,0 +1,290 @@
+import os
+import shutil
+import stat
+from pathlib import Path
+
+import pytest
+import torch
+from torch_geometric.data import Data
+
+from fedgraph.data import (KNOWN_DATASETS, PARTITIONERS, ClientGraph,
+                           apply_split, assign_privacy_levels,
+                           dataset_statistics, gap_split, geometric_budgets,
+                           level_budgets, load_dataset, partition,
+                           planetoid_split, ppgnn_split, random_split,
+                           register_partitioner)
+
+
+def _shared_data() -> Path:
+    env = os.environ.get('FEDGRAPH_TEST_DATA')
+    return Path(env) if env else Path(__file__).parents[2] / 'shared' / 'data'
+
+
+SHARED = _shared_data()
+needs_shared = pytest.mark.skipif(not (SHARED / 'planetoid').is_dir(),
+                                  reason=f'{SHARED} not available')
+
+
+@pytest.fixture(autouse=True)
+def _isolated_cache(tmp_path_factory, monkeypatch):
+    # One cache per test session, never the user's ~/.cache; no env leakage.
+    cache = tmp_path_factory.getbasetemp() / 'xdg-cache'
+    monkeypatch.setenv('XDG_CACHE_HOME', str(cache))
+    monkeypatch.delenv('FEDGRAPH_DATA', raising=False)
+
+
+@pytest.fixture(scope='module')
+def cora():
+    return load_dataset('cora')  # bundled copy
+
+
+def _check_format(data: Data):
+    n = data.num_nodes
+    assert data.x.dtype == torch.float32 and data.x.size(0) == n
+    assert data.y.dtype == torch.long and data.y.shape == (n, )
+    assert data.edge_index.dtype == torch.long
+    assert data.is_undirected() and not data.has_self_loops()
+    assert data.is_coalesced()
+    assert data.feature_domain == (0.0, 1.0)
+    assert float(data.x.min()) >= 0.0 and float(data.x.max()) <= 1.0
+
+
+# ---------------------------------------------------------------- datasets
+def test_cora_bundled(tmp_path, monkeypatch):
+    monkeypatch.setenv('FEDGRAPH_DATA', str(tmp_path))  # empty root
+    data = load_dataset('CORA')
+    _check_format(data)
+    assert data.name == 'cora'
+    stats = dataset_statistics(data)
+    assert stats['num_nodes'] == 2708 and stats['num_edges'] == 10556
+    assert stats['num_features'] == 1433 and stats['num_classes'] == 7
+    assert sum(stats['class_counts']) == 2708
+    assert stats['avg_degree'] == pytest.approx(10556 / 2708)
+    assert int(data.train_mask.sum()) == 140
+    assert not any(tmp_path.iterdir())  # nothing written to the root
+
+
+@needs_shared
+def test_citeseer_read_only_root():
+    root = SHARED / 'planetoid' / 'CiteSeer'
+    before = sorted(p.name for p in root.iterdir())
+    data = load_dataset('citeseer', root=SHARED)
+    _check_format(data)
+    assert (data.num_nodes, data.num_features) == (3327, 3703)
+    assert dataset_statistics(data)['num_classes'] == 6
+    assert data.edge_index.size(1) == 9104
+    assert sorted(p.name for p in root.iterdir()) == before  # no processed/
+
+
+def test_copy_when_not_writable(tmp_path, monkeypatch):
+    src = Path(__file__).parents[1] / 'fedgraph' / 'data' / '_bundled'
+    root = tmp_path / 'root'
+    shutil.copytree(src, root)
+    ds_dir = root / 'planetoid' / 'Cora'
+    ds_dir.chmod(stat.S_IRUSR | stat.S_IXUSR)
+    try:
+        data = load_dataset('cora', root=root)
+    finally:
+        ds_dir.chmod(stat.S_IRWXU)
+    assert data.num_nodes == 2708
+    assert not (ds_dir / 'processed').exists()
+    # A writable root is used in place.
+    load_dataset('cora', root=root)
+    assert (ds_dir / 'processed').is_dir()
+
+
+@needs_shared
+def test_facebook_pagepage():
+    data = load_dataset('facebook-pagepage', root=SHARED)
+    _check_format(data)
+    assert data.num_nodes == 22470 and data.num_features == 4714
+    assert dataset_statistics(data)['num_classes'] == 4
+
+
+@needs_shared
+def test_facebook100_caltech(monkeypatch):
+    monkeypatch.setenv('FEDGRAPH_DATA', str(SHARED))
+    data = load_dataset('facebook100:caltech36', min_class_size=50)
+    _check_format(data)
+    assert data.name == 'facebook100:Caltech36'
+    stats = dataset_statistics(data)
+    assert min(stats['class_counts']) >= 50
+    assert stats['num_classes'] == data.class_years.numel()
+    assert torch.all(data.class_years[1:] > data.class_years[:-1])
+    # One-hot: at most one 1 per attribute block, so at most 6 ones per row.
+    assert int(data.x.sum(1).max()) <= 6
+    assert data.num_nodes < 769
+    with pytest.raises(ValueError, match='min_class_size'):
+        load_dataset('facebook100:Caltech36', min_class_size=10**6)
+
+
+def test_unknown_name():
+    with pytest.raises(ValueError) as exc:
+        load_dataset('imaginary')
+    for name in KNOWN_DATASETS:
+        assert name in str(exc.value)
+    assert 'facebook100:<College>' in str(exc.value)
+
+
+def test_missing_files(tmp_path, monkeypatch):
+    monkeypatch.setenv('FEDGRAPH_DATA', str(tmp_path))
+    with pytest.raises(FileNotFoundError) as exc:
+        load_dataset('citeseer')
+    msg = str(exc.value)
+    assert str(tmp_path / 'planetoid' / 'CiteSeer' / 'raw') in msg
+    assert 'FEDGRAPH_DATA' in msg
+    with pytest.raises(FileNotFoundError, match='FEDGRAPH_DATA'):
+        load_dataset('facebook100:Nowhere12')
+    with pytest.raises(FileNotFoundError, match='facebook.npz'):
+        load_dataset('facebook-pagepage')
+
+
+# ------------------------------------------------------------------ splits
+def test_random_split(cora):
+    out = random_split(cora, 0.5, 0.25, 0.25, seed=1)
+    masks = torch.stack([out.train_mask, out.val_mask, out.test_mask])
+    assert torch.all(masks.sum(0) == 1)  # disjoint and covering
+    assert int(out.train_mask.sum()) == 1354
+    again = ppgnn_split(cora, seed=1)
+    assert torch.equal(again.train_mask, out.train_mask)
+    other = ppgnn_split(cora, seed=2)
+    assert not torch.equal(other.train_mask, out.train_mask)
+    part = random_split(cora, 0.1, 0.1, 0.1, seed=0)
+    assert int((part.train_mask | part.val_mask | part.test_mask).sum()) == 813
+    gap = gap_split(cora, seed=0)
+    assert int(gap.val_mask.sum()) == round(0.1 * 2708)
+    assert torch.equal(apply_split(cora, 'random-75-10-15', 0).test_mask,
+                       gap.test_mask)
+
+
+def test_split_errors_and_planetoid(cora):
+    with pytest.raises(ValueError, match="'val'"):
+        random_split(cora, 0.5, 0.0, 0.5, seed=0)
+    with pytest.raises(ValueError, match="'train'"):
+        random_split(cora, 1.5, 0.1, 0.1, seed=0)
+    with pytest.raises(ValueError, match='<= 1'):
+        random_split(cora, 0.6, 0.3, 0.3, seed=0)
+    with pytest.raises(ValueError, match='random-50-25-25'):
+        apply_split(cora, 'nope', 0)
+    shuffled = ppgnn_split(cora, 0)
+    pub = planetoid_split(shuffled)
+    assert int(pub.train_mask.sum()) == 140
+    assert int(pub.val_mask.sum()) == 500 and int(pub.test_mask.sum()) == 1000
+    assert torch.equal(apply_split(cora, 'planetoid', 0).test_mask,
+                       pub.test_mask)
+    plain = Data(x=cora.x, y=cora.y, edge_index=cora.edge_index)
+    with pytest.raises(ValueError, match='Planetoid'):
+        planetoid_split(plain)
+
+
+# --------------------------------------------------------------- partition
+def _check_partition(data: Data, clients, num_clients):
+    assert len(clients) == num_clients
+    assert [c.client_id for c in clients] == list(range(num_clients))
+    assert all(isinstance(c, ClientGraph) and c.num_nodes > 0 for c in clients)
+    ids = torch.cat([c.node_ids for c in clients])
+    assert torch.equal(ids.sort().values, torch.arange(data.num_nodes))
+    edges = []
+    for c in clients:
+        assert torch.all(c.node_ids[1:] > c.node_ids[:-1])
+        assert torch.equal(c.x, data.x[c.node_ids])
+        assert torch.equal(c.y, data.y[c.node_ids])
+        assert c.train_mask is not None and c.train_mask.numel() == c.num_nodes
+        if c.edge_index.numel():
+            assert int(c.edge_index.max()) < c.num_nodes
+        b = c.boundary_edge_index
+        if b.numel():
+            assert not torch.any(torch.isin(b[1], c.node_ids))
+        edges.append(c.node_ids[c.edge_index])
+        edges.append(torch.stack([c.node_ids[b[0]], b[1]]))
+    rebuilt = torch.cat(edges, dim=1)
+    n = data.num_nodes
+    key = lambda e: (e[0] * n + e[1]).sort().values  # noqa: E731
+    assert torch.equal(key(rebuilt), key(data.edge_index))
+
+
+@pytest.mark.parametrize('method', ['random', 'louvain', 'label-skew', 'users'])
+def test_partitioners(cora, method):
+    k = 10
+    a = partition(cora, k, method, seed=0)
+    _check_partition(cora, a, k)
+    b = partition(cora, k, method, seed=0)
+    assert all(torch.equal(x.node_ids, y.node_ids) for x, y in zip(a, b))
+    if method != 'louvain':
+        c = partition(cora, k, method, seed=1)
+        assert not all(torch.equal(x.node_ids, y.node_ids)
+                       for x, y in zip(a, c))
+
+
+def test_partition_edge_cases(cora):
+    sizes = [c.num_nodes for c in partition(cora, 7, 'users', seed=0)]
+    assert max(sizes) - min(sizes) <= 1
+    clients = partition(cora, 1, 'users', seed=0, users_per_client=100)
+    assert len(clients) == 27 and min(c.num_nodes for c in clients) >= 100
+    # Strong skew with many clients forces the empty-client repair.
+    skew = partition(cora, 200, 'label-skew', seed=0, alpha=0.01)
+    _check_partition(cora, skew, 200)
+    many = partition(cora, 1000, 'louvain', seed=0)  # > #communities
+    assert min(c.num_nodes for c in many) >= 1
+    for bad in (0, cora.num_nodes + 1):
+        with pytest.raises(ValueError, match='num_clients'):
+            partition(cora, bad, 'random', seed=0)
+    with pytest.raises(ValueError, match='louvain'):
+        partition(cora, 2, 'metis', seed=0)
+
+
+def test_partition_levels_and_register():
+    data = Data(x=torch.randn(6, 2), y=torch.tensor([0, 1, 0, 1, 0, 1]),
+                edge_index=torch.tensor([[0, 1, 1, 2, 4, 5],
+                                         [1, 0, 2, 1, 5, 4]]))
+    data.levels = torch.tensor([1, 2, 3, 1, 2, 3])
+
+    @register_partitioner('halves')
+    def halves(data, num_clients, seed, **options):
+        return (torch.arange(data.num_nodes) >= 3).long()
+
+    try:
+        clients = partition(data, 2, 'halves', seed=0)
+    finally:
+        PARTITIONERS.pop('halves')
+    assert torch.equal(clients[0].levels, torch.tensor([1, 2, 3]))
+    assert clients[0].train_mask is None
+    assert clients[0].edge_index.tolist() == [[0, 1, 1, 2], [1, 0, 2, 1]]
+    assert clients[1].boundary_edge_index.numel() == 0
+    assert clients[1].edge_index.tolist() == [[1, 2], [2, 1]]
+
+
+# ------------------------------------------------------------------ levels
+def test_levels():
+    budgets = geometric_budgets(0.5, 3)
+    assert budgets == [0.5, 1.0, 2.0]
+    lv = assign_privacy_levels(10, budgets, [0.25, 0.25, 0.5], seed=3)
+    assert lv.dtype == torch.long and lv.shape == (10, )
+    # exact 2.5 / 2.5 / 5 -> largest remainder, lower level on ties
+    assert torch.bincount(lv, minlength=4).tolist() == [0, 3, 2, 5]
+    assert torch.equal(lv, assign_privacy_levels(10, budgets, [.25, .25, .5],
+                                                 seed=3))
+    uni = assign_privacy_levels(1000, budgets, seed=0)
+    assert torch.bincount(uni).tolist() == [0, 334, 333, 333]
+    assert not torch.equal(uni, assign_privacy_levels(1000, budgets, seed=1))
+    assert level_budgets(torch.tensor([1, 3]), budgets).tolist() == [0.5, 2.0]
+    assert assign_privacy_levels(0, budgets).numel() == 0
+
+
+def test_level_errors():
+    with pytest.raises(ValueError, match='epsilon must be > 0'):
+        assign_privacy_levels(5, [0.0, 1.0])
+    with pytest.raises(ValueError, match='budgets'):
+        assign_privacy_levels(5, [2.0, 1.0])
+    with pytest.raises(ValueError, match='budgets'):
+        assign_privacy_levels(5, [1.0, float('inf')])
+    with pytest.raises(ValueError, match='probabilities'):
+        assign_privacy_levels(5, [1.0, 2.0], [0.5, 0.6])
+    with pytest.raises(ValueError, match='probabilities'):
+        assign_privacy_levels(5, [1.0, 2.0], [1.5, -0.5])
+    with pytest.raises(ValueError, match='probabilities'):
+        assign_privacy_levels(5, [1.0, 2.0], [1.0])
+    with pytest.raises(ValueError, match='epsilon must be > 0'):
+        geometric_budgets(-1.0, 3)
+    with pytest.raises(ValueError, match='num_levels'):
+        geometric_budgets(1.0, 0)
