@@ -84,7 +84,7 @@ class PPGNNConfig(DataConfig):
     backbone: Literal["gcn", "sage", "gat"] = "sage"
     hidden: int = Field(16, ge=1)
     dropout: float = Field(0.5, ge=0, lt=1)
-    epochs: int = Field(200, ge=1)
+    epochs: int = Field(100, ge=1)
     lr: float = Field(0.01, gt=0)
     weight_decay: float = Field(1e-4, ge=0)
     output_dir: str = Field("outputs", description="folder for the JSON report")

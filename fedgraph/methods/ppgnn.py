@@ -23,7 +23,7 @@ from ..accounting import PrivacyLedger, PureDP, ApproxDP
 from ..config import ConfigError, PPGNNConfig
 from ..data import ClientGraph
 from ..mechanisms import FeatureMechanism, make_mechanism, randomized_response, to_unit_range
-from ..nn import flexprop_weights, make_backbone, weighted_propagation
+from ..nn import adjacency_for, flexprop_weights, make_backbone, weighted_propagation
 from .training import TrainResult, train_node_classifier
 
 
@@ -143,10 +143,11 @@ def server_fit(reports: list[dict[str, Tensor]], cfg: PPGNNConfig, num_nodes: in
         h = (h - h.mean(0)) / h.std(0).clamp_min(1e-6)
     torch.manual_seed(cfg.seed)
     model = make_backbone(cfg.backbone, num_features, num_classes, cfg.hidden, 2, cfg.dropout)
-    result = train_node_classifier(model, h, edge_index, y.clamp_min(0), train_mask, val_mask,
+    graph = adjacency_for(cfg.backbone, edge_index, num_nodes)
+    result = train_node_classifier(model, h, graph, y.clamp_min(0), train_mask, val_mask,
                                    epochs=cfg.epochs, lr=cfg.lr, weight_decay=cfg.weight_decay)
     with torch.no_grad():
-        pred = result.model(h, edge_index).argmax(-1)
+        pred = result.model(h, graph).argmax(-1)
     return ServerFit(result, h, edge_index, pred, level_hat)
 
 

@@ -21,3 +21,21 @@ def make_backbone(name: str, in_channels: int, out_channels: int, hidden_channel
     return BACKBONES[name](in_channels=in_channels, hidden_channels=hidden_channels,
                            num_layers=num_layers, out_channels=out_channels, dropout=dropout,
                            act="selu")
+
+
+def adjacency_for(name: str, edge_index, num_nodes: int):
+    """The graph argument that runs ``name`` fastest with identical results.
+
+    SAGE and GCN take a transposed sparse CSR adjacency (``adj_t[dst, src]``), which lets PyG
+    fuse gather and aggregation into one sparse matmul (about 10x faster on CPU for
+    bag-of-words features); GAT needs per-edge attention and keeps ``edge_index``.
+    """
+    if name == "gat":
+        return edge_index
+    import warnings
+
+    from torch_geometric.utils import to_torch_csr_tensor
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # sparse CSR "beta" warning
+        return to_torch_csr_tensor(edge_index.flip(0), size=(num_nodes, num_nodes))

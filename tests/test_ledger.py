@@ -1,0 +1,49 @@
+import math
+
+import pytest
+
+from fedgraph.accounting import ApproxDP, PrivacyLedger, PureDP
+from fedgraph.config import parse_run_config
+from fedgraph.methods.ppgnn import build_mechanism, record_privacy
+
+
+def test_ppgnn_ledger_epsilon_per_level_matches_budget_and_prv():
+    cfg = parse_run_config({"budgets": "1,2,4", "gamma": 0.2, "label-epsilon": 0.5})
+    ledger = PrivacyLedger()
+    record_privacy(ledger, cfg, build_mechanism(cfg))
+    for level, budget in enumerate([1.0, 2.0, 4.0], start=1):
+        eps, delta = ledger.epsilon(f"level-{level}")
+        assert eps == pytest.approx(budget + 0.5) and delta == 0
+        releases = {e.release: e.event.epsilon for e in ledger.entries[f"level-{level}"]}
+        assert releases["esw"] == pytest.approx(0.2 * budget)
+        assert releases["mlr"] == pytest.approx(0.8 * budget)
+        lo, est, hi = ledger.cross_check(f"level-{level}")  # independent: prv-accountant
+        assert lo - 1e-3 <= eps <= hi + 1e-3
+        assert ledger.summary()[f"level-{level}"]["cross_check"]["agrees"]
+
+
+def test_single_level_spends_everything_on_features():
+    cfg = parse_run_config({"budgets": "1"})
+    ledger = PrivacyLedger()
+    record_privacy(ledger, cfg, build_mechanism(cfg))
+    assert [e.release for e in ledger.entries["level-1"]] == ["mlr"]
+    assert ledger.epsilon("level-1") == (1.0, 0)
+
+
+def test_gaussian_baseline_records_delta():
+    cfg = parse_run_config({"mechanism": "gaussian", "epsilon": 0.5, "delta": 1e-6})
+    ledger = PrivacyLedger()
+    record_privacy(ledger, cfg, build_mechanism(cfg))
+    assert ledger.epsilon("level-1") == (0.5, 1e-6)
+
+
+def test_event_validation():
+    for bad in (0.0, -1.0, math.nan, math.inf):
+        with pytest.raises(ValueError, match="epsilon"):
+            PureDP(bad)
+    with pytest.raises(ValueError, match="delta"):
+        ApproxDP(1.0, 1.5)
+    with pytest.raises(KeyError):
+        PrivacyLedger().epsilon("nobody")
+    with pytest.raises(TypeError):
+        PrivacyLedger().record("a", "b", 1.0)

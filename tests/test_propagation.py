@@ -1,0 +1,47 @@
+import torch
+
+from fedgraph.nn import flexprop_weights, weighted_propagation
+
+
+def _graph():
+    g = torch.Generator().manual_seed(0)
+    n = 50
+    ei = torch.randint(0, n, (2, 300), generator=g)
+    ei = ei[:, ei[0] != ei[1]]
+    from torch_geometric.utils import coalesce
+
+    return n, coalesce(torch.cat([ei, ei.flip(0)], 1), num_nodes=n)
+
+
+def _dense_pi(n, ei, w):
+    a = torch.eye(n, dtype=torch.float64)
+    a[ei[1], ei[0]] = 1.0  # a[i, j] = 1 if j -> i (and i itself)
+    pi = a * w.view(1, -1)
+    return pi / pi.sum(1, keepdim=True)
+
+
+def test_flexprop_matches_eq12_and_rows_sum_to_one():
+    n, ei = _graph()
+    levels = torch.randint(1, 4, (n,), generator=torch.Generator().manual_seed(1))
+    w = flexprop_weights(levels, [1.0, 2.0, 4.0], "level")
+    pi = _dense_pi(n, ei, w)
+    assert torch.allclose(pi.sum(1), torch.ones(n, dtype=torch.float64))
+    # Rows of the implied Pi sum to 1: propagating a constant keeps it constant.
+    ones = torch.ones(n, 3, dtype=torch.float64)
+    assert torch.allclose(weighted_propagation(ones, ei, 5, w), ones)
+    x = torch.randn(n, 4, dtype=torch.float64)
+    expect = x
+    for _ in range(3):
+        expect = pi @ expect
+    got = weighted_propagation(x, ei, 3, w, chunk_size=37)  # chunking must not change results
+    assert torch.allclose(got, expect)
+
+
+def test_kprop_is_uniform_mean_and_inverse_variance_prefers_high_budgets():
+    n, ei = _graph()
+    x = torch.randn(n, 2, dtype=torch.float64)
+    pi = _dense_pi(n, ei, torch.ones(n, dtype=torch.float64))
+    assert torch.allclose(weighted_propagation(x, ei, 1, None), pi @ x)
+    assert torch.equal(weighted_propagation(x, ei, 0, None), x)
+    w = flexprop_weights(torch.tensor([1, 2, 3]), [1.0, 2.0, 4.0], "inverse-variance", 100, 0.9)
+    assert bool((w[1:] > w[:-1]).all())
