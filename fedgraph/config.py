@@ -74,6 +74,8 @@ class PPGNNConfig(DataConfig):
     level_shares: list[float] = Field(default_factory=list, description="empty: equal shares")
     mechanism: str = "ppm"
     gamma: float = Field(0.1, gt=0, lt=1, description="share of a user's budget spent on its level")
+    rescale: Literal["posterior", "released"] = Field(
+        "posterior", description="PPM: server rescaling by level posterior or released level")
     epsilon: Optional[float] = Field(None, description="uniform mechanisms: epsilon per user")
     delta: float = Field(1e-5, gt=0, lt=1, description="gaussian mechanism only")
     label_epsilon: float = Field(0.0, ge=0, description="> 0: randomized response on labels")

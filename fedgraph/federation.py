@@ -113,17 +113,22 @@ def send_to_all(grid, message_type: str, contents: dict[int, "object"], timeout:
     return out
 
 
-def wait_for_nodes(grid, num_nodes: int, timeout: float = 120.0) -> list[int]:
+def wait_for_nodes(grid, num_nodes: int, timeout: float = 60.0) -> list[int]:
     """Block until ``num_nodes`` supernodes are connected; returns their ids (sorted).
 
     Raises:
-        ClientFailure: if fewer connect within ``timeout`` seconds.
+        ClientFailure: if fewer connect within ``timeout`` seconds, or more are connected
+            (each client holds one partition: num-supernodes must equal num-clients).
     """
     start = time.time()
     while True:
         nodes = sorted(grid.get_node_ids())
-        if len(nodes) >= num_nodes:
-            return nodes[:num_nodes]
+        if len(nodes) > num_nodes:
+            raise ClientFailure(f"{len(nodes)} supernodes are connected but the run config has "
+                                f"num-clients={num_nodes}; set num-supernodes={num_nodes} in the "
+                                "federation config (or num-clients to match)")
+        if len(nodes) == num_nodes:
+            return nodes
         if time.time() - start > timeout:
             raise ClientFailure(f"only {len(nodes)} of {num_nodes} supernodes connected; set "
                                 "num-supernodes equal to the run config's num-clients")

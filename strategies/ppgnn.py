@@ -30,7 +30,7 @@ class PPGNNStrategy(PrivateStrategy):
         cfg = self.config
         payload = ConfigRecord({"json": json.dumps(cfg.model_dump())})
         with self.report.phase("connect"):
-            nodes = wait_for_nodes(grid, cfg.num_clients, timeout=cfg.timeout)
+            nodes = wait_for_nodes(grid, cfg.num_clients, timeout=min(cfg.timeout, 60.0))
         mech = ppgnn.build_mechanism(cfg)
         ppgnn.record_privacy(self.ledger, cfg, mech)
         with self.report.phase("perturb (clients)"):

@@ -164,10 +164,15 @@ def multi_bit_estimate(
         Dense float32 estimate ``[num_rows, num_features]`` (zero where nothing was sampled).
     """
     eps = check_epsilon(epsilon).expand(num_rows) if check_epsilon(epsilon).dim() == 0 else check_epsilon(epsilon)
-    m = torch.as_tensor(num_dims, dtype=torch.float64).expand(num_rows)
-    device = bits.row.device
-    scale = (num_features / m.to(device)) * unbias_factor(eps.to(device) / m.to(device))
-    out = torch.zeros(num_rows, num_features, dtype=torch.float32, device=device)
+    m = torch.as_tensor(num_dims, dtype=torch.float64).expand(num_rows).to(bits.row.device)
+    scale = (num_features / m) * unbias_factor(eps.to(bits.row.device) / m)
+    return scatter_bits(bits, num_rows, num_features, scale)
+
+
+def scatter_bits(bits: SampledBits, num_rows: int, num_features: int, scale: Tensor) -> Tensor:
+    """Dense ``[num_rows, num_features]`` float32 matrix with ``scale[row] * sign`` at the
+    reported ``(row, col)`` entries and 0 elsewhere. ``scale``: float ``[num_rows]``."""
+    out = torch.zeros(num_rows, num_features, dtype=torch.float32, device=bits.row.device)
     out[bits.row, bits.col] = (scale[bits.row] * bits.sign.double()).float()
     return out
 
@@ -182,6 +187,6 @@ def multi_bit_variance(x: Tensor, epsilon: float, num_dims: int) -> Tensor:
 
 __all__ = [
     "SampledBits", "local_randomizer", "mlr_num_dims", "multi_bit", "multi_bit_estimate",
-    "multi_bit_variance", "one_bit", "sample_dims", "unbias_factor",
+    "multi_bit_variance", "one_bit", "sample_dims", "scatter_bits", "unbias_factor",
 ]
 _ = math

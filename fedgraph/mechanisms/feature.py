@@ -56,8 +56,10 @@ class PPMMechanism(FeatureMechanism):
     name = "ppm"
     hides_level = True
 
-    def __init__(self, budgets, gamma: float = 0.1):
-        self.params = PPMParams(tuple(float(b) for b in budgets), float(gamma))
+    def __init__(self, budgets, gamma: float = 0.1, shares=None, rescale: str = "posterior"):
+        self.params = PPMParams(tuple(float(b) for b in budgets), float(gamma),
+                                tuple(float(s) for s in shares) if shares else None)
+        self.rescale = rescale
 
     def perturb(self, x, levels, generator=None):
         r = ppm(x, levels, self.params, generator)
@@ -67,7 +69,7 @@ class PPMMechanism(FeatureMechanism):
     def estimate(self, report, num_features):
         r = PPMReport(report["released_level"],
                       SampledBits(report["row"], report["col"], report["sign"]))
-        return ppm_estimate(r, num_features, self.params)
+        return ppm_estimate(r, num_features, self.params, self.rescale)
 
     def privacy_spent(self, level):
         return self.params.epsilon_split(level)
@@ -159,7 +161,8 @@ def register_mechanism(name: str, factory: Callable[..., FeatureMechanism] | Non
     return deco(factory) if factory is not None else deco
 
 
-register_mechanism("ppm", lambda budgets, gamma=0.1, **_: PPMMechanism(budgets, gamma))
+register_mechanism("ppm", lambda budgets, gamma=0.1, shares=None, rescale="posterior", **_:
+                   PPMMechanism(budgets, gamma, shares, rescale))
 for _cls in (MultiBitMechanism, OneBitMechanism, LaplaceMechanism, GaussianMechanism):
     register_mechanism(_cls.name, lambda budgets, epsilon=None, _c=_cls, **kw: _c(
         epsilon if epsilon is not None else min(budgets), **kw))

@@ -21,7 +21,7 @@ import torch
 from torch import Tensor
 
 from ._checks import check_unit_features
-from .bits import SampledBits, mlr_num_dims, multi_bit, multi_bit_estimate
+from .bits import SampledBits, mlr_num_dims, multi_bit, multi_bit_estimate, scatter_bits
 from .esw import esw, esw_decode, esw_window
 
 
@@ -36,6 +36,8 @@ class PPMParams:
 
     budgets: tuple[float, ...]
     gamma: float = 0.1
+    #: public share of users at each level (the server's prior); ``None``: equal shares.
+    shares: tuple[float, ...] | None = None
 
     def __post_init__(self):
         b = self.budgets
@@ -45,6 +47,10 @@ class PPMParams:
             raise ValueError(f"budgets must be strictly increasing, got {list(b)}")
         if len(b) > 1 and not (0.0 < self.gamma < 1.0):
             raise ValueError(f"gamma must lie in (0, 1), got {self.gamma}")
+        if self.shares is not None and (len(self.shares) != len(b) or any(
+                s < 0 for s in self.shares) or abs(sum(self.shares) - 1) > 1e-6):
+            raise ValueError(f"shares must be one non-negative share per level summing to 1, "
+                             f"got {self.shares}")
 
     @property
     def num_levels(self) -> int:
@@ -108,15 +114,53 @@ def ppm(x: Tensor, levels: Tensor, params: PPMParams,
     return PPMReport(released, bits)
 
 
-def ppm_estimate(report: PPMReport, num_features: int, params: PPMParams) -> tuple[Tensor, Tensor]:
-    """Server side of PPM: rescale the bits with the budget of the released level.
+def level_posterior(released: Tensor, params: PPMParams) -> Tensor:
+    r"""Posterior ``P(tau | tau')`` over the true levels given ESW outputs, float64 ``[n, h]``.
+
+    Bayes' rule with the public level shares as prior and Eq. (6) as likelihood:
+    :math:`P(\tau' | \tau) = p_\tau` inside the window of ``tau``, ``q_tau`` outside, with
+    ``p_tau, q_tau`` at the ESW budget ``gamma * eps_tau``.
+    """
+    from .esw import esw_probabilities
+
+    h, b = params.num_levels, params.window
+    prior = torch.tensor(params.shares or [1.0 / h] * h, dtype=torch.float64)
+    taus = torch.arange(1, h + 1)
+    p, q = esw_probabilities(params.esw_share * torch.tensor(params.budgets, dtype=torch.float64), h, b)
+    inside = (released.cpu().view(-1, 1) - (taus.view(1, -1) + b)).abs() <= b  # [n, h]
+    like = torch.where(inside, p.view(1, -1), q.view(1, -1))
+    post = like * prior.view(1, -1)
+    return post / post.sum(1, keepdim=True)
+
+
+def ppm_estimate(report: PPMReport, num_features: int, params: PPMParams,
+                 rescale: str = "released") -> tuple[Tensor, Tensor]:
+    """Server side of PPM: rescale each user's signs into a feature estimate.
+
+    Args:
+        rescale: ``"released"``: with the budget of the decoded released level (unbiased for
+            users whose release decodes to their true level, biased for the others);
+            ``"posterior"``: with :math:`A = (d/m') / \sum_\tau P(\tau|\tau')
+            \tanh(\epsilon'_\tau / 2m')` (:func:`level_posterior`), which makes the estimate
+            unbiased given the release, averaged over the public level distribution.
 
     Returns:
         ``(x_hat, level_hat)``: float32 ``[n, d]`` feature estimates and long ``[n]`` decoded
         levels in ``{1..h}`` (:func:`~fedgraph.mechanisms.esw.esw_decode`).
+
+    Raises:
+        ValueError: unknown ``rescale``.
     """
     n = report.released_level.numel()
     level_hat = esw_decode(report.released_level, params.num_levels, params.window)
     eps_feat = (1 - params.esw_share) * params.budget_of(level_hat)
     m = mlr_num_dims(eps_feat, num_features)
-    return multi_bit_estimate(report.bits, n, num_features, eps_feat, m), level_hat
+    if rescale == "released" or params.num_levels == 1:
+        return multi_bit_estimate(report.bits, n, num_features, eps_feat, m), level_hat
+    if rescale != "posterior":
+        raise ValueError(f"rescale must be 'released' or 'posterior', got {rescale!r}")
+    post = level_posterior(report.released_level, params)  # [n, h]
+    eps_all = (1 - params.esw_share) * torch.tensor(params.budgets, dtype=torch.float64)
+    mean_tanh = (post * torch.tanh(eps_all.view(1, -1) / (2.0 * m.cpu().view(-1, 1)))).sum(1)
+    scale = (num_features / m.cpu().double()) / mean_tanh
+    return scatter_bits(report.bits, n, num_features, scale.to(report.bits.row.device)), level_hat

@@ -30,7 +30,8 @@ from .training import TrainResult, train_node_classifier
 def build_mechanism(cfg: PPGNNConfig) -> FeatureMechanism:
     """The configured feature mechanism (``cfg.mechanism``) with the configured budgets."""
     return make_mechanism(cfg.mechanism, budgets=cfg.budgets, gamma=cfg.gamma,
-                          epsilon=cfg.epsilon, delta=cfg.delta)
+                          shares=cfg.shares, rescale=cfg.rescale, epsilon=cfg.epsilon,
+                          delta=cfg.delta)
 
 
 def record_privacy(ledger: PrivacyLedger, cfg: PPGNNConfig, mech: FeatureMechanism) -> None:
