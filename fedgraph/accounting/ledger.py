@@ -1,11 +1,12 @@
 """A privacy ledger per subject (a client, a privacy level, a user group).
 
-Every release a method makes is recorded here as a mechanism event, next to the code that adds
-the noise. ``epsilon(subject, delta)`` composes the subject's events; ``cross_check`` recomputes
-the same figure with an independent accountant (prv-accountant, Gopi et al. 2021) so that a
-wrong composition shows up as a mismatch in the report.
+Every release a method makes is recorded here as a mechanism event (:mod:`.events`), next to
+the code that adds the noise. :meth:`PrivacyLedger.epsilon` composes the subject's events;
+:meth:`PrivacyLedger.cross_check` recomputes the figure with an independent accountant so that
+a wrong composition shows up as a mismatch in the report.
 
-Shape follows Opacus' accountants: events in, epsilon out.
+Shape follows Opacus' accountants: events in, epsilon out, the accountant swappable by name
+(:mod:`.accountants`: ``"prv"``, ``"pld"``, ``"rdp"``).
 """
 from __future__ import annotations
 
@@ -13,37 +14,15 @@ import math
 from collections import defaultdict
 from dataclasses import asdict, dataclass, field
 
+from .accountants import PldAccountant, PrvAccountant, compose
+from .events import (ApproxDP, Event, Gaussian, Laplace, PureDP, SubsampledGaussian,
+                     check_event, event_delta, is_pure)
 
-@dataclass(frozen=True)
-class PureDP:
-    """A release that is ``epsilon``-DP (or epsilon-LDP), applied ``count`` times."""
+__all__ = ["ApproxDP", "Event", "Gaussian", "Laplace", "PrivacyLedger", "PureDP",
+           "SubsampledGaussian"]
 
-    epsilon: float
-    count: int = 1
-
-    def __post_init__(self):
-        if not (self.epsilon > 0 and math.isfinite(self.epsilon)):
-            raise ValueError(f"epsilon must be finite and > 0, got {self.epsilon}")
-        if self.count < 1:
-            raise ValueError(f"count must be >= 1, got {self.count}")
-
-
-@dataclass(frozen=True)
-class ApproxDP:
-    """A release that is ``(epsilon, delta)``-DP, applied ``count`` times."""
-
-    epsilon: float
-    delta: float
-    count: int = 1
-
-    def __post_init__(self):
-        if not (self.epsilon > 0 and math.isfinite(self.epsilon)):
-            raise ValueError(f"epsilon must be finite and > 0, got {self.epsilon}")
-        if not (0.0 <= self.delta < 1.0):
-            raise ValueError(f"delta must lie in [0, 1), got {self.delta}")
-
-
-Event = PureDP | ApproxDP
+AGREE_RTOL = 0.01  # cross-check: relative tolerance
+AGREE_ATOL = 2e-3  # cross-check: absolute tolerance (nats), for epsilons near 0
 
 
 @dataclass
@@ -61,72 +40,176 @@ class PrivacyLedger:
         ledger = PrivacyLedger()
         ledger.record("level-1", "esw", PureDP(0.1))
         ledger.record("level-1", "mlr", PureDP(0.9))
-        ledger.epsilon("level-1")        # 1.0 (basic composition)
+        ledger.epsilon("level-1")                 # (1.0, 0.0): basic composition
+        ledger.record("client-3", "dp-sgd", SubsampledGaussian(0.01, 1.0, 1000))
+        ledger.epsilon("client-3", delta=1e-5)    # (~1.84, 1e-5): prv-accountant, upper
     """
 
     entries: dict[str, list[_Entry]] = field(default_factory=lambda: defaultdict(list))
 
     def record(self, subject: str, release: str, event: Event) -> None:
-        """Record that ``subject``'s data went through ``event`` in the release ``release``."""
-        if not isinstance(event, (PureDP, ApproxDP)):
-            raise TypeError(f"unknown privacy event {event!r}: use PureDP or ApproxDP")
+        """Record that ``subject``'s data went through ``event`` in the release ``release``.
+
+        Raises:
+            TypeError: ``event`` is not one of the event types of :mod:`.events`.
+        """
+        check_event(event)
         self.entries[subject].append(_Entry(release, event))
 
     @property
     def subjects(self) -> list[str]:
         return sorted(self.entries)
 
-    def epsilon(self, subject: str) -> tuple[float, float]:
-        """``(epsilon, delta)`` of ``subject`` by basic (sequential) composition.
-
-        For pure events this is the exact worst case of their composition; approximate
-        events add their deltas (Dwork & Roth, Thm. 3.16).
-
-        Raises:
-            KeyError: if nothing was recorded for ``subject``.
-        """
+    def events(self, subject: str) -> list[Event]:
+        """``subject``'s events in recording order. Raises ``KeyError`` if none."""
         if subject not in self.entries:
             raise KeyError(f"no release recorded for {subject!r}; known: {self.subjects}")
-        eps = sum(e.event.epsilon * e.event.count for e in self.entries[subject])
-        delta = sum(getattr(e.event, "delta", 0.0) * e.event.count for e in self.entries[subject])
-        return eps, delta
+        return [e.event for e in self.entries[subject]]
+
+    def is_pure(self, subject: str) -> bool:
+        """True if all of ``subject``'s events are PureDP / ApproxDP."""
+        return all(is_pure(e) for e in self.events(subject))
+
+    def epsilon(self, subject: str, delta: float = 0.0, accountant="prv") -> tuple[float, float]:
+        """``(epsilon, delta)`` of ``subject`` (epsilon in nats).
+
+        Only PureDP / ApproxDP events: basic (sequential) composition, whatever ``delta``:
+        epsilons add up, the ApproxDP deltas add up (Dwork & Roth, Thm. 3.16); exact in the
+        worst case at delta 0. (For a tighter epsilon at some delta > 0, use
+        :func:`fedgraph.accounting.compose` or :meth:`cross_check`.)
+
+        Otherwise ``accountant`` (``"prv"``, ``"pld"``, ``"rdp"`` or an instance; see
+        :func:`fedgraph.accounting.compose`) at ``delta``; the returned delta is ``delta``
+        plus the ApproxDP events' deltas. ``delta == 0`` works for Laplace events (basic
+        composition of their pure epsilons).
+
+        Raises:
+            KeyError: nothing was recorded for ``subject``.
+            ValueError: ``delta`` outside [0, 1), or 0 with a Gaussian event.
+        """
+        events = self.events(subject)
+        if all(is_pure(e) for e in events):
+            return (sum(e.epsilon * e.count for e in events),
+                    sum(event_delta(e) for e in events))
+        c = compose(events, delta, accountant)
+        return c.epsilon, c.delta
+
+    def composition(self, subject: str, delta: float = 0.0, accountant="prv"):
+        """Like :meth:`epsilon`, but the full :class:`~.accountants.Composition` (accountant
+        used, bounds, notes)."""
+        from .accountants import Composition
+
+        events = self.events(subject)
+        if all(is_pure(e) for e in events):
+            eps, d = self.epsilon(subject)
+            return Composition(eps, d, "basic composition", "basic composition")
+        return compose(events, delta, accountant)
+
+    def epsilon_rdp(self, subject: str, delta: float, conversion: str = "balle2020") -> float:
+        """Epsilon (nats) of ``subject`` at ``delta`` from Rényi DP (looser than prv/pld).
+
+        Raises:
+            KeyError: nothing was recorded for ``subject``.
+            ValueError: ``delta`` outside (0, 1).
+            NotImplementedError: the subject has an ApproxDP event (no finite RDP curve).
+        """
+        from .accountants import RdpAccountant
+
+        events = self.events(subject)
+        if not (0.0 < delta < 1.0):
+            raise ValueError(f"delta must lie in (0, 1), got {delta!r}")
+        return RdpAccountant(conversion=conversion).compose(events, delta).epsilon
 
     def cross_check(self, subject: str, delta: float = 1e-6) -> tuple[float, float, float]:
-        """``(lower, estimate, upper)`` epsilon of ``subject`` at ``delta`` from prv-accountant.
+        """``(lower, estimate, upper)`` epsilon of ``subject`` at ``delta`` from an accountant
+        independent of :meth:`epsilon`'s.
 
-        Pure events only (prv-accountant's ``PureDPMechanism``); an independent recomputation
-        of :meth:`epsilon`, which it must not exceed (up to its stated error).
+        Pure subjects: prv-accountant (Gopi et al. 2021), whose figure must not exceed basic
+        composition beyond its error. Others: dp-accounting's PLD, optimistic (lower) and
+        pessimistic (estimate = upper) estimates; when prv is not applicable (subsampled
+        Laplace, whose main figure is then PLD's), prv is replaced by RDP, an upper bound
+        (returned as ``(0, rdp, rdp)``).
+
+        Raises:
+            KeyError: nothing was recorded for ``subject``.
         """
-        from prv_accountant import PRVAccountant, PureDPMechanism
+        events = self.events(subject)
+        if all(is_pure(e) for e in events):
+            c = PrvAccountant(min_eps_error=1e-3).compose(events, delta)
+            return c.bounds
+        main = self.composition(subject, delta)
+        if main.accountant == "pld":
+            if PrvAccountant().supports(events):
+                c = PrvAccountant().compose(events, delta)
+                return c.bounds
+            rdp = self.epsilon_rdp(subject, delta)
+            return 0.0, rdp, rdp
+        hi = PldAccountant().compose(events, delta).epsilon
+        lo = PldAccountant(pessimistic=False).compose(events, delta).epsilon
+        return lo, hi, hi
 
-        events = [e.event for e in self.entries[subject]]
-        if any(not isinstance(e, PureDP) for e in events):
-            raise NotImplementedError("cross_check supports PureDP events only")
-        acc = PRVAccountant(
-            prvs=[PureDPMechanism(e.epsilon) for e in events],
-            max_self_compositions=[e.count for e in events],
-            eps_error=1e-3, delta_error=1e-10,
-        )
-        return tuple(acc.compute_epsilon(delta=delta, num_self_compositions=[e.count for e in events]))
+    def _cross_check_row(self, subject: str, eps: float, main_acc: str, delta: float) -> dict:
+        row = self._cross_check_figures(subject, eps, main_acc, delta)
+        row["delta"] = delta + sum(event_delta(e) for e in self.events(subject))
+        return row
 
-    def summary(self) -> dict[str, dict]:
-        """Per subject: epsilon, delta, the releases composed, and the cross-check."""
+    def _cross_check_figures(self, subject, eps, main_acc, delta) -> dict:
+        events = self.events(subject)
+        if all(is_pure(e) for e in events):
+            lo, est, hi = self.cross_check(subject, delta)
+            return {"accountant": "prv-accountant", "delta": delta, "epsilon_lower": lo,
+                    "epsilon_estimate": est, "epsilon_upper": hi,
+                    "test": "prv lower bound <= basic composition (+1%); the basic figure is "
+                            "exact at delta 0, prv's at `delta` may be smaller",
+                    "agrees": bool(lo <= eps * (1 + AGREE_RTOL) + AGREE_ATOL)}
+        if main_acc == "pld" and not PrvAccountant().supports(events):
+            _, rdp, _ = self.cross_check(subject, delta)
+            return {"accountant": "rdp", "delta": delta, "epsilon_upper": rdp,
+                    "test": "pld epsilon <= rdp bound (+1%)",
+                    "agrees": bool(eps <= rdp * (1 + AGREE_RTOL) + AGREE_ATOL)}
+        lo, est, hi = self.cross_check(subject, delta)
+        name = "prv-accountant" if main_acc == "pld" else "pld"
+        return {"accountant": name, "delta": delta, "epsilon_lower": lo,
+                "epsilon_estimate": est, "epsilon_upper": hi,
+                "test": f"|{main_acc} - {name}| <= 1% (+{AGREE_ATOL})",
+                "agrees": bool(abs(eps - est) <= AGREE_RTOL * max(eps, est) + AGREE_ATOL)}
+
+    def summary(self, delta: float = 1e-6, accountant="prv") -> dict[str, dict]:
+        """Per subject: ``epsilon``, ``delta``, ``accountant`` (the one used), ``releases``,
+        ``cross_check`` (an independent accountant at ``delta``, with ``agrees`` and the
+        ``test`` applied) and ``rdp`` (the RDP figure at ``delta``) where available.
+
+        Subjects with only PureDP / ApproxDP events: basic composition (at their own delta),
+        cross-checked by prv at ``delta``. Others: ``accountant`` at ``delta``. Never raises
+        for a subject: failures land in the row as ``error`` strings (epsilon ``nan``).
+        """
         out = {}
         for s in self.subjects:
-            eps, delta = self.epsilon(s)
-            row = {
-                "epsilon": eps, "delta": delta, "accountant": "basic composition",
-                "releases": [{"release": e.release, "event": type(e.event).__name__,
-                              **asdict(e.event)} for e in self.entries[s]],
-            }
+            row: dict = {"releases": [{"release": e.release, "event": type(e.event).__name__,
+                                       **asdict(e.event)} for e in self.entries[s]]}
             try:
-                lo, est, hi = self.cross_check(s)
-                row["cross_check"] = {"accountant": "prv-accountant", "delta": 1e-6,
-                                      "epsilon_lower": lo, "epsilon_estimate": est,
-                                      "epsilon_upper": hi,
-                                      "agrees": bool(lo <= eps + 2e-3 and hi >= eps - 0.05 * eps)}
-            except Exception as err:  # the accountant's numerics fail for some (large) eps
-                row["cross_check"] = {"accountant": "prv-accountant",
-                                      "error": f"{type(err).__name__}: {err}"}
+                c = self.composition(s, delta, accountant)
+                row.update(epsilon=c.epsilon, delta=c.delta, accountant=c.accountant)
+                if c.notes:
+                    row["notes"] = list(c.notes)
+                if c.bounds is not None:
+                    row["bounds"] = list(c.bounds)
+            except Exception as err:  # keep the report writable
+                row.update(epsilon=math.nan, delta=math.nan,
+                           accountant=getattr(accountant, "name", str(accountant)),
+                           error=f"{type(err).__name__}: {err}")
+                out[s] = row
+                continue
+            try:
+                row["cross_check"] = self._cross_check_row(s, c.epsilon, c.accountant, delta)
+            except Exception as err:  # the accountants' numerics fail for some parameters
+                row["cross_check"] = {"accountant": "?", "error": f"{type(err).__name__}: {err}"}
+            try:
+                row["rdp"] = {"epsilon": self.epsilon_rdp(s, delta), "delta": delta,
+                              "conversion": "balle2020"}
+            except NotImplementedError:
+                pass
+            except Exception as err:
+                row["rdp"] = {"error": f"{type(err).__name__}: {err}"}
             out[s] = row
         return out

@@ -1,0 +1,76 @@
+"""Noise calibration: the smallest noise multiplier that meets an epsilon target."""
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+
+from .accountants import Accountant, compose_epsilon
+from .events import Event
+
+
+def calibrate(target_epsilon: float, delta: float, make_events: Callable[[float], list[Event]],
+              accountant: str | Accountant = "prv", lower: float = 0.1, upper: float = 1e3,
+              rtol: float = 1e-3) -> float:
+    """The smallest noise multiplier ``sigma`` in ``[lower, upper]`` (up to ``rtol``) with
+    ``compose_epsilon(make_events(sigma), delta, accountant) <= target_epsilon``.
+
+    ``sigma`` is whatever ``make_events`` takes (a noise multiplier: noise scale /
+    sensitivity). For the events here epsilon decreases monotonically in the noise
+    multiplier (more noise is never less private), so the feasible set is an interval
+    ``[sigma*, upper]``. It is bracketed by stepping up from ``lower`` a factor of 10 at a
+    time (capped at ``upper``), then found by bisection on ``log sigma``. The returned value
+    always satisfies the target (it is the feasible end of the final bracket), and the bracket
+    is narrower than ``rtol`` relative: ``sigma* <= result <= sigma* (1 + rtol)``, up to the
+    accountant's own error (prv: its upper bound is used, so the result is conservative).
+    If ``make_events(lower)`` already meets the target, the bracket is expanded downward
+    (factors of 10, down to ``lower * 1e-6``); if that still meets it, it is returned.
+
+    Raises:
+        ValueError: ``target_epsilon`` not finite and > 0; ``delta`` outside (0, 1);
+            ``lower``/``upper``/``rtol`` invalid; "unreachable target" when even
+            ``sigma = upper`` does not reach ``target_epsilon``.
+    """
+    if isinstance(target_epsilon, bool) or not (target_epsilon > 0
+                                                and math.isfinite(target_epsilon)):
+        raise ValueError(f"target_epsilon must be finite and > 0, got {target_epsilon!r}")
+    if not (0.0 < delta < 1.0):
+        raise ValueError(f"delta must lie in (0, 1), got {delta!r}")
+    if not (0 < lower < upper and math.isfinite(upper)):
+        raise ValueError(f"need 0 < lower < upper < inf, got lower={lower!r}, upper={upper!r}")
+    if not (0 < rtol < 1):
+        raise ValueError(f"rtol must lie in (0, 1), got {rtol!r}")
+
+    def eps(sigma: float) -> float:
+        return compose_epsilon(make_events(sigma), delta, accountant)
+
+    # Bracket from below, a decade at a time, so that extreme noise is rarely evaluated.
+    lo, hi, e = lower, None, eps(lower)
+    if e <= target_epsilon:  # lower already feasible: expand the bracket downward
+        hi = lo
+        while True:
+            if hi <= lower * 1.000001e-6:
+                return hi
+            lo = hi / 10
+            if eps(lo) > target_epsilon:
+                break
+            hi = lo
+    else:
+        while hi is None:
+            x = min(lo * 10, upper)
+            e = eps(x)
+            if e <= target_epsilon:
+                hi = x
+            elif x >= upper:
+                raise ValueError(
+                    f"unreachable target: epsilon {e:.6g} > {target_epsilon:g} even at the "
+                    f"largest noise multiplier {upper:g}; raise `upper`")
+            else:
+                lo = x
+    # invariant: eps(lo) > target >= eps(hi)
+    while hi / lo - 1 > rtol:
+        mid = math.sqrt(lo * hi)
+        if eps(mid) <= target_epsilon:
+            hi = mid
+        else:
+            lo = mid
+    return hi
