@@ -22,7 +22,8 @@ app = ClientApp()
 def _setup(msg: Message, context: Context):
     cfg = parse_run_config(json.loads(msg.content["config"]["json"]))
     pid = int(context.node_config["partition-id"])
-    view = client_view(cfg, pid, cfg.budgets, cfg.shares)
+    levels = (cfg.budgets, cfg.shares) if cfg.method == "ppgnn" else (None, None)
+    view = client_view(cfg, pid, *levels)
     return cfg, pid, view
 
 
@@ -44,4 +45,123 @@ def ppgnn_evaluate(msg: Message, context: Context) -> Message:
     _, _, view = _setup(msg, context)
     pred = tensors(msg.content["predictions"])
     counts = ppgnn.count_correct(view.graph, pred["node_ids"], pred["pred"])
+    return Message(RecordDict({"metrics": MetricRecord(counts)}), reply_to=msg)
+
+
+# ---------------------------------------------------------------------------------- GAP
+def _gap_generator(cfg, pid: int, what: str) -> torch.Generator:
+    # Simulation: seeded for reproducibility. Deployed clients use fresh randomness.
+    return torch.Generator().manual_seed(zlib.crc32(f"{cfg.seed}:{pid}:gap:{what}".encode()))
+
+
+def _gap_plan(cfg, pid: int, view):
+    from fedgraph.methods.gap_federated import privacy_plan
+
+    return privacy_plan(cfg, cfg.client_epsilon(pid), int(view.graph.train_mask.sum()))
+
+
+@app.query("gap_setup")
+def gap_setup(msg: Message, context: Context) -> Message:
+    """Calibrate this client's noise for its own epsilon target; report the plan and its ids."""
+    cfg, pid, view = _setup(msg, context)
+    g = view.graph
+    plan = {**_gap_plan(cfg, pid, view).to_dict(), "partition_id": pid,
+            "num_nodes": g.num_nodes, "num_train": int(g.train_mask.sum()),
+            "num_boundary_edges": int(g.boundary_edge_index.shape[1])}
+    meta = ConfigRecord({"statistics": json.dumps(view.statistics), "plan": json.dumps(plan)})
+    return Message(RecordDict({"ids": ArrayRecord({"node_ids": g.node_ids}), "meta": meta}),
+                   reply_to=msg)
+
+
+def _gap_inputs(cfg, view, context: Context, phase: str):
+    """Model and inputs of a training phase: the encoder on raw features, the classifier on the
+    stacked private hops kept in ``context.state`` (the MLP baseline: raw features)."""
+    from fedgraph.methods.gap_federated import build_classifier, build_encoder
+
+    g, s = view.graph, view.statistics
+    if phase == "gap.encoder":
+        return build_encoder(cfg, s["num_features"], s["num_classes"]), g.x
+    model = build_classifier(cfg, s["num_features"], s["num_classes"])
+    if cfg.variant == "mlp":
+        return model, g.x.unsqueeze(1)
+    hops = tensors(context.state["gap.hops"])
+    return model, torch.stack([hops[f"hop{k}"] for k in range(cfg.hops + 1)], dim=1)
+
+
+@app.train()
+def gap_train(msg: Message, context: Context) -> Message:
+    """A FedAvg round of GAP's encoder or classifier (node level: DP-SGD through Opacus)."""
+    from fedgraph.methods.gap import local_train
+
+    cfg, pid, view = _setup(msg, context)
+    phase = str(msg.content["config"]["phase"])
+    model, x = _gap_inputs(cfg, view, context, phase)
+    model.load_state_dict(msg.content["arrays"].to_torch_state_dict())
+    plan = _gap_plan(cfg, pid, view)
+    dp = plan.dpsgd(cfg)
+    rnd = int(msg.content["config"]["server-round"])
+    n, loss = local_train(model, x, view.graph.y, view.graph.train_mask, cfg.local_epochs,
+                          cfg.dpsgd_batch_size if dp else (cfg.batch_size or None), cfg.lr, dp,
+                          generator=_gap_generator(cfg, pid, f"{phase}:{rnd}"))
+    metrics = MetricRecord({"num-examples": max(n, 1), "train-loss": float(loss)})
+    return Message(RecordDict({"arrays": ArrayRecord(model.state_dict()), "metrics": metrics}),
+                   reply_to=msg)
+
+
+@app.query("gap_pma")
+def gap_pma(msg: Message, context: Context) -> Message:
+    """PMA hop k: finish hop k-1 with the partial sums received, then release this client's
+    noisy partial sums of hop k for remote nodes (k = K+1: finish only)."""
+    from fedgraph.methods.gap_federated import client_edges, pma_finish, pma_partial_sums
+
+    cfg, pid, view = _setup(msg, context)
+    g = view.graph
+    k = int(msg.content["pma"]["hop"])
+    if k == 1:
+        model, _ = _gap_inputs(cfg, view, context, "gap.encoder")
+        if len(msg.content["encoder"]):
+            model.load_state_dict(msg.content["encoder"].to_torch_state_dict())
+        state = {"hop0": model.embed(g.x)}
+    else:
+        state = tensors(context.state["gap.hops"])
+        inc = tensors(msg.content["incoming"])
+        state[f"hop{k - 1}"] = pma_finish(state.pop("local_sums"), g.node_ids, inc["ids"], inc["sums"])
+    out = {"ids": torch.zeros(0, dtype=torch.long), "sums": torch.zeros(0, cfg.encoder_dim)}
+    if k <= cfg.hops:
+        plan = _gap_plan(cfg, pid, view)
+        local, boundary = client_edges(g, cfg, _gap_generator(cfg, pid, "degree"))
+        local_sums, ids, sums = pma_partial_sums(state[f"hop{k - 1}"], local, boundary,
+                                                 plan.sigma, _gap_generator(cfg, pid, f"pma{k}"))
+        state["local_sums"] = local_sums
+        out = {"ids": ids, "sums": sums}
+    context.state["gap.hops"] = ArrayRecord(state)
+    return Message(RecordDict({"partial_sums": ArrayRecord(out)}), reply_to=msg)
+
+
+@app.evaluate()
+def gap_evaluate_round(msg: Message, context: Context) -> Message:
+    """FedAvg evaluation round: validation accuracy of the aggregated classifier."""
+    from fedgraph.methods.gap import evaluate
+
+    cfg, _, view = _setup(msg, context)
+    model, x = _gap_inputs(cfg, view, context, "gap.classifier")
+    model.load_state_dict(msg.content["arrays"].to_torch_state_dict())
+    res = evaluate(model, x, view.graph.y, view.graph.val_mask)
+    acc = res["accuracy"] if res["total"] else 0.0
+    return Message(RecordDict({"metrics": MetricRecord(
+        {"num-examples": max(res["total"], 1), "val-accuracy": float(acc)})}), reply_to=msg)
+
+
+@app.evaluate("gap")
+def gap_evaluate(msg: Message, context: Context) -> Message:
+    """Final evaluation: correct predictions per split on this client."""
+    from fedgraph.methods.gap import evaluate
+
+    cfg, _, view = _setup(msg, context)
+    model, x = _gap_inputs(cfg, view, context, "gap.classifier")
+    model.load_state_dict(msg.content["arrays"].to_torch_state_dict())
+    counts = {}
+    for split in ("train", "val", "test"):
+        r = evaluate(model, x, view.graph.y, getattr(view.graph, f"{split}_mask"))
+        counts[f"{split}_correct"], counts[f"{split}_total"] = r["correct"], r["total"]
     return Message(RecordDict({"metrics": MetricRecord(counts)}), reply_to=msg)

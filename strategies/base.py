@@ -26,6 +26,10 @@ class PrivateStrategy(ABC):
     """
 
     method: str = "abstract"
+    #: delta at which the report composes non-pure events (a strategy sets its own).
+    privacy_delta: float = 1e-6
+    #: accountant the report composes with (the cross-check uses an independent one).
+    privacy_accountant: str = "prv"
 
     def __init__(self, config):
         self.config = config
@@ -57,7 +61,7 @@ class PrivateStrategy(ABC):
             self.report.extra["traceback"] = traceback.format_exc()
             raise
         finally:
-            self.report.privacy["per_subject"] = self.ledger.summary()
+            self.report.privacy["per_subject"] = self.ledger.summary(delta=self.privacy_delta, accountant=self.privacy_accountant)
             path = self.report_path()
             self.report.write(path.parent, path.stem)
             print(format_table(self.report.to_dict()))

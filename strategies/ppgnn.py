@@ -43,7 +43,8 @@ class PPGNNStrategy(PrivateStrategy):
             fit = ppgnn.server_fit(list(reports.values()), cfg, stats["num_nodes"],
                                    stats["num_features"], stats["num_classes"])
         self.report.extra["training"] = {"best_epoch": fit.train.best_epoch,
-                                         "epochs_run": fit.train.epochs}
+                                         "epochs_run": fit.train.epochs,
+                                         "steps_selected": fit.train.steps}
         with self.report.phase("evaluate (clients)"):
             contents = {}
             for n, rep in reports.items():

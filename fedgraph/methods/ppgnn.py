@@ -129,27 +129,37 @@ def assemble(reports: list[dict[str, Tensor]], mech: FeatureMechanism, num_nodes
 
 def server_fit(reports: list[dict[str, Tensor]], cfg: PPGNNConfig, num_nodes: int,
                num_features: int, num_classes: int) -> ServerFit:
-    """Server half of PPGNN: decode, denoise (FlexProp / KProp / none), train, predict."""
+    """Server half of PPGNN: decode, denoise (FlexProp / KProp / none), train, predict.
+
+    With several candidate ``cfg.steps`` (K), one model is trained per K (propagating
+    incrementally) and the one with the best validation accuracy is kept: model selection on
+    the validation users, whose labels the server holds. Everything here is post-processing
+    of the clients' DP reports.
+    """
     mech = build_mechanism(cfg)
     x_hat, level_hat, y, train_mask, val_mask, edge_index = assemble(
         reports, mech, num_nodes, num_features)
-    if cfg.denoiser == "none":
-        h = x_hat
-    else:
-        mode = "uniform" if cfg.denoiser == "kprop" or level_hat is None else cfg.weights
-        w = flexprop_weights(level_hat, cfg.budgets, mode, num_features, 1 - cfg.gamma) \
-            if mode != "uniform" else None
-        h = weighted_propagation(x_hat, edge_index, cfg.steps, w)
-    if cfg.standardize:  # post-processing of the noisy features: zero mean, unit variance
-        h = (h - h.mean(0)) / h.std(0).clamp_min(1e-6)
-    torch.manual_seed(cfg.seed)
-    model = make_backbone(cfg.backbone, num_features, num_classes, cfg.hidden, 2, cfg.dropout)
+    w = None
+    if cfg.denoiser == "flexprop" and level_hat is not None and cfg.weights != "uniform":
+        w = flexprop_weights(level_hat, cfg.budgets, cfg.weights, num_features, 1 - cfg.gamma)
     graph = adjacency_for(cfg.backbone, edge_index, num_nodes)
-    result = train_node_classifier(model, h, graph, y.clamp_min(0), train_mask, val_mask,
-                                   epochs=cfg.epochs, lr=cfg.lr, weight_decay=cfg.weight_decay)
+    candidates = [0] if cfg.denoiser == "none" else sorted(set(cfg.steps))
+    best, h, done = None, x_hat, 0
+    for k in candidates:
+        h = weighted_propagation(h, edge_index, k - done, w)
+        done = k
+        feats = (h - h.mean(0)) / h.std(0).clamp_min(1e-6) if cfg.standardize else h
+        torch.manual_seed(cfg.seed)
+        model = make_backbone(cfg.backbone, num_features, num_classes, cfg.hidden, 2, cfg.dropout)
+        result = train_node_classifier(model, feats, graph, y.clamp_min(0), train_mask, val_mask,
+                                       epochs=cfg.epochs, lr=cfg.lr, weight_decay=cfg.weight_decay)
+        if best is None or result.val_accuracy > best[0].val_accuracy:
+            best = (result, feats, k)
+    result, feats, k = best
+    result.steps = k
     with torch.no_grad():
-        pred = result.model(h, graph).argmax(-1)
-    return ServerFit(result, h, edge_index, pred, level_hat)
+        pred = result.model(feats, graph).argmax(-1)
+    return ServerFit(result, feats, edge_index, pred, level_hat)
 
 
 def count_correct(client: ClientGraph, node_ids: Tensor, predictions: Tensor) -> dict[str, int]:

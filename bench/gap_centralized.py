@@ -1,0 +1,148 @@
+"""GAP benchmark, centralized (one client): the paper's Facebook table on Facebook100 Wisconsin87.
+
+Not a test (minutes per seed). Runs ``fedgraph.methods.gap.run_gap`` on
+facebook100:Wisconsin87 (class years with >= 1000 students, 75/10/15 random split per seed):
+
+  MLP (edge level, no edges), GAP-inf (no noise), GAP edge level at eps in {1, 2, 4, 8},
+  GAP node level at eps in {4, 8, 16} (D = --max-degree, DP-SGD on encoder and classifier).
+
+Hyperparameters are the paper's (reference code experiments.ipynb): K = --hops (the paper
+tunes 1..5), encoder 2 layers of width 16, base 1 layer, head 1 layer, cat, SELU, dropout 0,
+Adam lr 0.01; edge level/non-private: 100 encoder + 100 classifier epochs full batch with batch
+norm; node level: 10 + 10 epochs, batch 256, clipping norm 1, no batch norm; delta = 1e-(digits
+of |E|) (edge) or of the training nodes (node).
+
+The edge-level runs of one seed (GAP-inf and every eps) share one encoder: it is trained
+without the graph and without noise, so it is the same model for all of them (a run's "wall s"
+adds that encoder's time to its own, as if run alone). Peak RSS is the process's maximum
+resident set so far (ru_maxrss), so it is monotone over the table.
+
+The paper's numbers on Facebook (UIllinois20, a sibling college) for the expected shape:
+GAP-inf 80.0, GAP edge eps=4 76.3, GAP node eps=8 63.2, MLP 50.8.
+
+Usage: python bench/gap_centralized.py [--seeds 5] [--configs mlp gap-inf edge:4 node:8 ...]
+       [--data-root ../shared/data] [--hops 2] [--max-degree 100]
+Writes bench/results/gap_centralized.json and prints a table (mean +- std accuracy).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import resource
+import statistics
+import time
+from pathlib import Path
+
+import torch
+
+from fedgraph.data import gap_split, load_dataset
+from fedgraph.methods.gap import run_gap
+
+CONFIGS = ["mlp", "gap-inf", "edge:1", "edge:2", "edge:4", "edge:8", "node:4", "node:8",
+           "node:16"]
+PAPER = {"mlp": 50.8, "gap-inf": 80.0, "edge:4": 76.3, "node:8": 63.2}  # UIllinois20
+
+
+def parse(config: str) -> dict:
+    if config in ("mlp", "gap-inf"):
+        return {"method": config, "level": "edge"}
+    level, eps = config.split(":")
+    if level not in ("edge", "node"):
+        raise ValueError(f"unknown config {config!r}; known: {', '.join(CONFIGS)}")
+    return {"method": "gap", "level": level, "epsilon": float(eps)}
+
+
+def _finite(obj):
+    """JSON without Infinity/NaN: non-finite floats become strings ("inf", "nan")."""
+    if isinstance(obj, float) and not math.isfinite(obj):
+        return str(obj)
+    if isinstance(obj, dict):
+        return {k: _finite(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [_finite(v) for v in obj]
+    return obj
+
+
+def rss_mib() -> float:
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--dataset", default="facebook100:Wisconsin87")
+    p.add_argument("--min-class-size", type=int, default=1000)
+    p.add_argument("--data-root", default=str(Path(__file__).resolve().parents[2] / "shared" / "data"))
+    p.add_argument("--configs", nargs="+", default=CONFIGS)
+    p.add_argument("--seeds", type=int, default=5)
+    p.add_argument("--hops", type=int, default=2)
+    p.add_argument("--max-degree", type=int, default=100)
+    p.add_argument("--accountant", default="prv")
+    p.add_argument("--out", default=str(Path(__file__).parent / "results" / "gap_centralized.json"))
+    args = p.parse_args()
+    specs = {c: parse(c) for c in args.configs}
+
+    t0 = time.perf_counter()
+    data = load_dataset(args.dataset, root=args.data_root, min_class_size=args.min_class_size)
+    print(f"{args.dataset}: {data.num_nodes} nodes, {data.edge_index.size(1)} directed edges, "
+          f"{data.x.size(1)} features, {int(data.y.max()) + 1} classes "
+          f"(loaded in {time.perf_counter() - t0:.1f} s); torch threads {torch.get_num_threads()}",
+          flush=True)
+    runs: dict[str, list[dict]] = {c: [] for c in specs}
+    for seed in range(args.seeds):
+        split = gap_split(data, seed)
+        shared = None  # (encoder output, seconds) of this seed's edge-level encoder
+        for config, spec in specs.items():
+            kw = dict(num_hops=args.hops, max_degree=args.max_degree,
+                      accountant=args.accountant, seed=seed, **spec)
+            share = spec["method"] != "mlp" and spec["level"] == "edge"
+            if share and shared is not None:
+                kw["encoder_output"] = shared[0]
+            t = time.perf_counter()
+            r = run_gap(split, return_encoder_output=share and shared is None, **kw)
+            wall = time.perf_counter() - t
+            if share and shared is None:
+                shared = (r.pop("encoder_output"), r["timings"]["encoder"])
+            elif share:
+                wall += shared[1]
+            r.update(seed=seed, wall_s=wall, peak_rss_mib=rss_mib())
+            runs[config].append(r)
+            print(f"seed {seed} {config:<8} test {100 * r['test_acc']:5.1f} val "
+                  f"{100 * r['val_acc']:5.1f} sigma {r['sigma']:.3f} eps_spent "
+                  f"{r['epsilon_spent']:.3f} delta {r['delta']:.0e} wall {wall:6.1f} s "
+                  f"({', '.join(f'{k} {v:.1f}' for k, v in r['timings'].items())}) "
+                  f"peak RSS {r['peak_rss_mib']:.0f} MiB", flush=True)
+
+    summary = {}
+    print(f"\n{'config':<9} {'test acc':>13} {'val acc':>13} {'sigma':>7} {'eps spent':>9} "
+          f"{'wall s':>7} {'peak MiB':>8}  paper (UIllinois20)")
+    for config, rs in runs.items():
+        acc = [100 * r["test_acc"] for r in rs]
+        val = [100 * r["val_acc"] for r in rs]
+        row = {"test_mean": statistics.mean(acc), "test_std": statistics.pstdev(acc),
+               "val_mean": statistics.mean(val), "val_std": statistics.pstdev(val),
+               "sigma": statistics.mean(r["sigma"] for r in rs),
+               "epsilon_spent": max(r["epsilon_spent"] for r in rs),
+               "wall_s": statistics.mean(r["wall_s"] for r in rs),
+               "peak_rss_mib": max(r["peak_rss_mib"] for r in rs), "paper": PAPER.get(config)}
+        summary[config] = row
+        paper = f"{row['paper']:.1f}" if row["paper"] is not None else ""
+        print(f"{config:<9} {row['test_mean']:6.1f} +- {row['test_std']:4.1f} "
+              f"{row['val_mean']:6.1f} +- {row['val_std']:4.1f} {row['sigma']:7.3f} "
+              f"{row['epsilon_spent']:9.3f} {row['wall_s']:7.1f} {row['peak_rss_mib']:8.0f}  "
+              f"{paper}")
+
+    out = Path(args.out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = out.with_name(f"{out.name}.tmp-{os.getpid()}")
+    tmp.write_text(json.dumps(_finite({"args": vars(args), "num_nodes": int(data.num_nodes),
+                                       "num_edges": int(data.edge_index.size(1)),
+                                       "summary": summary, "runs": runs}),
+                              indent=2, default=str, allow_nan=False))
+    os.replace(tmp, out)  # atomic
+    print(f"wrote {out} ({time.perf_counter() - t0:.0f} s in all)")
+
+
+if __name__ == "__main__":
+    main()

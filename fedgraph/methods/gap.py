@@ -1,0 +1,671 @@
+r"""GAP (Sajadmanesh et al., "GAP: Differentially Private Graph Neural Networks with Aggregation
+Perturbation", USENIX Security 2023) as plain functions, usable without Flower.
+
+Three modules (paper Sec. 4, Fig. 3, Alg. 2):
+
+1. **Encoder (EM)**: an MLP with a linear softmax head, pre-trained on features and labels
+   without the graph (:class:`~fedgraph.nn.gap.GAPEncoder`, :func:`train_encoder`); its
+   row-normalized output :math:`\check X^{(0)}` goes to the aggregation module.
+2. **Aggregation (AM)**: the Private Multi-hop Aggregation (PMA, Alg. 1, Eq. 7-9),
+   :func:`pma`: for ``k = 1..K`` sum-aggregate the normalized previous hop over in-neighbours,
+   add :math:`\mathcal N(0, \sigma^2 I)` to every row, row-normalize. Its pieces
+   (:func:`aggregate`, :func:`perturb`, :func:`normalize_rows`) are exposed so that a federation
+   can run PMA across clients.
+3. **Classifier (CM)**: one base MLP per hop, a combination, a head MLP
+   (:class:`~fedgraph.nn.gap.GAPClassifier`, :func:`train_classifier`), trained on the private
+   aggregations only; inference uses the same aggregations (no further access to the edges).
+
+Privacy (paper Sec. 5; its theorems were lost in the text extraction, rebuilt from the text and
+the reference code github.com/sisaman/GAP):
+
+* Edge level: PMA is ``K`` Gaussian mechanisms with L2 sensitivity 1 per hop (adding a directed
+  edge ``u -> v`` adds the unit-norm row :math:`\check X^{(k-1)}_u` to row ``v``), or
+  :math:`\sqrt 2` when the protected unit is an undirected edge stored as two directed edges
+  (:func:`edge_sensitivity`). EM and CM do not use the edges, so edge-level DP costs PMA only.
+* Node level: out-degrees bounded by ``D`` (:func:`fedgraph.utils.bound_out_degree`, the
+  reference code's ``BoundOutDegree``), sensitivity :math:`\sqrt D` per hop
+  (:func:`node_sensitivity`); EM and CM are trained with DP-SGD (Poisson sampling, per-example
+  clipping, Opacus). The reference code calibrates **one** noise multiplier shared by the
+  encoder's DP-SGD, PMA (noise std = multiplier x :math:`\sqrt D`) and the classifier's
+  DP-SGD, by root finding on the composed privacy curve; :func:`calibrate_gap` does the same.
+* ``delta="auto"`` follows the reference code: :math:`10^{-\#digits}` of the number of edges
+  (edge level) or training nodes (node level), i.e. :math:`\delta < 1/|E|` or :math:`1/N`.
+
+Federating it (a client holds a :class:`fedgraph.data.ClientGraph`; with one client every step
+below is the centralized one): EM and CM train with FedAvg rounds of :func:`local_train`
+(node level: ``dp=DPSGD(...)``; account ``rounds * local_epochs`` epochs with
+:func:`dpsgd_schedule`). For each PMA hop a client sums its normalized rows over its local edges
+(:func:`aggregate` with local ids) and, separately, over its boundary edges grouped by remote
+target (:func:`aggregate` with targets renumbered ``0..T-1``), adds :func:`perturb` noise to
+every partial sum it releases, and the owner of a target adds the noisy partial sums it receives
+to its own noisy local sum before :func:`normalize_rows`. Each edge enters exactly one noisy
+partial sum, so the per-hop sensitivity is unchanged (the total noise at a target with remote
+in-neighbours is larger than centrally). Node level: a client bounds the out-degrees of its own
+nodes over local and boundary edges together (:func:`fedgraph.utils.bound_out_degree`): it owns
+every out-edge of its nodes.
+
+Randomness comes from ``torch.Generator`` objects (reproducible, not cryptographically secure:
+fine for simulation, not for deployment).
+
+Model selection: at edge level the features and labels are not protected, so the epoch with the
+best validation accuracy is kept (as in the paper's code). At node level validation labels are
+private: the reference code still selects on them, which is not accounted for; we keep the last
+epoch by default (``select_on_val=False``) and report validation accuracy as a metric only.
+"""
+from __future__ import annotations
+
+import copy
+import math
+import resource
+import time
+import warnings
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from ..nn.gap import GAPClassifier, GAPEncoder, normalize_rows, stack_hops
+from ..utils.graph import bound_out_degree
+
+__all__ = [
+    "aggregate", "perturb", "normalize_rows", "pma", "edge_sensitivity", "node_sensitivity",
+    "DPSGD", "dpsgd_schedule", "default_delta", "gap_events", "calibrate_gap", "local_train",
+    "evaluate", "FitResult", "fit", "train_encoder", "train_classifier", "run_gap", "METHODS",
+]
+
+METHODS = ("gap", "gap-inf", "mlp")
+LEVELS = ("edge", "node")
+
+# Defaults of the paper's experiments (reference code, experiments.ipynb): Adam, lr 0.01,
+# hidden 16, encoder 2 layers, base 1, head 1, cat, SELU, dropout 0; edge level and
+# non-private: 100 + 100 epochs full batch with batch norm; node level: 10 + 10 epochs, batch
+# 256 (Facebook), clipping norm 1, no batch norm, D tuned in {10, 20, 50, 100, 200}.
+LEVEL_DEFAULTS: dict[str, dict[str, Any]] = {
+    "edge": dict(encoder_epochs=100, classifier_epochs=100, batch_size=None, batch_norm=True,
+                 select_on_val=True),
+    "node": dict(encoder_epochs=10, classifier_epochs=10, batch_size=256, batch_norm=False,
+                 select_on_val=False),
+}
+
+
+# --------------------------------------------------------------------------------------------
+# Aggregation module: PMA (Alg. 1)
+# --------------------------------------------------------------------------------------------
+def aggregate(h: Tensor, edge_index: Tensor, num_nodes: int, chunk_size: int = 2**22) -> Tensor:
+    r"""Sum aggregation over in-neighbours, :math:`A^T H` (paper Eq. 7):
+    ``out[v] = sum_{(u, v) in E} h[u]``.
+
+    Args:
+        h: ``[N_src, e]`` rows of the source nodes (indexed by ``edge_index[0]``).
+        edge_index: long ``[2, E]``, messages ``edge_index[0] -> edge_index[1]``.
+        num_nodes: number of target rows ``N`` (targets are ``edge_index[1]`` in
+            ``[0, N)``; sources and targets may be numbered differently, e.g. a client's partial
+            sums for remote targets).
+        chunk_size: edges per chunk; memory is ``chunk_size * e`` floats beyond the output.
+
+    Returns:
+        ``[N, e]`` (zero rows for nodes without in-edges).
+    """
+    if edge_index.dim() != 2 or edge_index.size(0) != 2:
+        raise ValueError(f"edge_index must have shape [2, E], got {tuple(edge_index.shape)}")
+    src, dst = edge_index
+    out = h.new_zeros((num_nodes, h.size(1)))
+    for s in range(0, src.numel(), chunk_size):
+        out.index_add_(0, dst[s:s + chunk_size], h[src[s:s + chunk_size]])
+    return out
+
+
+def perturb(sums: Tensor, sigma: float, generator: torch.Generator | None = None) -> Tensor:
+    r"""Gaussian mechanism on every row (paper Eq. 8):
+    :math:`\tilde X_v = X_v + \mathcal N(0, \sigma^2 I)`.
+
+    Args:
+        sums: ``[N, e]`` aggregations.
+        sigma: noise standard deviation (noise multiplier x L2 sensitivity); ``0`` adds nothing.
+        generator: noise source (``None``: the global RNG).
+    """
+    if not (sigma >= 0 and math.isfinite(sigma)):
+        raise ValueError(f"sigma must be finite and >= 0, got {sigma}")
+    if sigma == 0:
+        return sums
+    noise = torch.randn(sums.shape, generator=generator, dtype=sums.dtype, device="cpu")
+    return sums + sigma * noise.to(sums.device)
+
+
+def pma(x0: Tensor, edge_index: Tensor, num_hops: int, sigma: float,
+        generator: torch.Generator | None = None, chunk_size: int = 2**22) -> list[Tensor]:
+    r"""Private Multi-hop Aggregation (paper Alg. 1).
+
+    :math:`\check X^{(0)} = x_0 / \lVert x_0 \rVert` (rows; Eq. 6, so the sensitivity holds
+    whatever the caller passes), then for ``k = 1..K``: :math:`X^{(k)} = A^T \check X^{(k-1)}`
+    (Eq. 7), :math:`\tilde X^{(k)} = X^{(k)} + \mathcal N(0, \sigma^2 I)` row-wise (Eq. 8),
+    :math:`\check X^{(k)} = \tilde X^{(k)} / \lVert \tilde X^{(k)} \rVert` (Eq. 9).
+
+    Args:
+        x0: ``[N, e]`` encoder output.
+        edge_index: ``[2, E]``, ``edge_index[0] -> edge_index[1]`` (degree-bounded for node-level
+            DP, see :func:`fedgraph.utils.bound_out_degree`).
+        num_hops: ``K >= 0``.
+        sigma: noise std per hop (noise multiplier x sensitivity); ``0``: GAP without noise.
+        generator: noise source.
+
+    Returns:
+        ``K + 1`` tensors ``[N, e]``: hop 0 (normalized ``x0``) to hop ``K``; every row has unit
+        norm (with ``sigma = 0`` a node without in-neighbours keeps a zero row).
+    """
+    if num_hops < 0:
+        raise ValueError(f"num_hops must be >= 0, got {num_hops}")
+    n = x0.size(0)
+    hops = [normalize_rows(x0)]
+    for _ in range(num_hops):
+        sums = aggregate(hops[-1], edge_index, n, chunk_size)
+        hops.append(normalize_rows(perturb(sums, sigma, generator)))
+    return hops
+
+
+def edge_sensitivity(unit: str = "directed") -> float:
+    r"""L2 sensitivity of one PMA hop for edge-level DP: 1 for a directed edge ``u -> v`` (row
+    ``v`` changes by a unit vector); :math:`\sqrt 2` for an undirected edge stored as ``u -> v``
+    and ``v -> u`` (rows ``u`` and ``v`` both change)."""
+    if unit == "directed":
+        return 1.0
+    if unit == "undirected":
+        return math.sqrt(2.0)
+    raise ValueError(f"edge unit: unknown {unit!r}; allowed: directed, undirected")
+
+
+def node_sensitivity(max_degree: int) -> float:
+    r"""L2 sensitivity :math:`\sqrt D` of one PMA hop for node-level DP when out-degrees are
+    bounded by ``D`` (removing a node changes at most ``D`` rows, each by a unit vector)."""
+    if isinstance(max_degree, bool) or int(max_degree) != max_degree or max_degree < 1:
+        raise ValueError(f"max_degree must be an integer >= 1, got {max_degree}")
+    return math.sqrt(max_degree)
+
+
+# --------------------------------------------------------------------------------------------
+# DP-SGD and accounting
+# --------------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class DPSGD:
+    """DP-SGD settings: per-example gradients clipped to ``max_grad_norm`` (L2), Gaussian noise
+    of std ``noise_multiplier * max_grad_norm`` on their sum, Poisson sampling."""
+
+    noise_multiplier: float
+    max_grad_norm: float = 1.0
+
+    def __post_init__(self):
+        if not (self.noise_multiplier > 0 and math.isfinite(self.noise_multiplier)):
+            raise ValueError(f"noise_multiplier must be finite and > 0, got {self.noise_multiplier}")
+        if not (self.max_grad_norm > 0 and math.isfinite(self.max_grad_norm)):
+            raise ValueError(f"max_grad_norm must be finite and > 0, got {self.max_grad_norm}")
+
+
+def dpsgd_schedule(num_examples: int, batch_size: int, epochs: int) -> tuple[float, int]:
+    """Poisson sampling rate and number of steps of DP-SGD, as :func:`local_train` runs it:
+    ``q = min(1, batch_size / n)`` and ``epochs * max(1, n // batch_size)`` steps (the reference
+    code's ``epochs * n // batch_size``). Use the same call for training and accounting."""
+    if num_examples < 1 or batch_size < 1 or epochs < 0:
+        raise ValueError(f"need num_examples >= 1, batch_size >= 1, epochs >= 0 "
+                         f"(got {num_examples}, {batch_size}, {epochs})")
+    q = min(1.0, batch_size / num_examples)
+    return q, epochs * max(1, num_examples // batch_size)
+
+
+def default_delta(count: int) -> float:
+    r""":math:`10^{-d}` with ``d`` the number of digits of ``count`` (< 1/count): the reference
+    code's ``delta="auto"`` (``count`` = edges at edge level, training nodes at node level)."""
+    return 10.0 ** -len(str(int(count)))
+
+
+def gap_events(noise_multiplier_pma: float, num_hops: int, *, node_level: bool = False,
+               encoder_dpsgd: tuple[float, float, int] | None = None,
+               classifier_dpsgd: tuple[float, float, int] | None = None) -> list:
+    """Privacy events of one GAP run (for :func:`fedgraph.accounting.compose_epsilon`).
+
+    Args:
+        noise_multiplier_pma: PMA noise std / sensitivity (the sensitivity, 1, sqrt(2) or
+            sqrt(D), is already divided out).
+        num_hops: ``K``: PMA is ``K`` Gaussian mechanisms.
+        node_level: node-level DP; then the encoder and classifier must come with their DP-SGD
+            (a private module trained without it would leak), unless it was not trained
+            (``steps = 0``).
+        encoder_dpsgd, classifier_dpsgd: ``(sample_rate, noise_multiplier, steps)`` of each
+            module's DP-SGD (see :func:`dpsgd_schedule`), or ``None``.
+
+    Returns:
+        list of events: ``Gaussian(noise_multiplier_pma, count=K)`` (if ``K > 0``) and one
+        ``SubsampledGaussian`` per DP-SGD training with ``steps > 0``.
+    """
+    from ..accounting import Gaussian, SubsampledGaussian
+
+    if node_level and (encoder_dpsgd is None or classifier_dpsgd is None):
+        raise ValueError("node-level GAP needs encoder_dpsgd and classifier_dpsgd "
+                         "(use (q, noise, 0) for a module that is not trained)")
+    events = []
+    if num_hops > 0:
+        events.append(Gaussian(noise_multiplier_pma, count=num_hops))
+    for spec in (encoder_dpsgd, classifier_dpsgd):
+        if spec is not None and spec[2] > 0:
+            q, noise, steps = spec
+            events.append(SubsampledGaussian(q, noise, steps))
+    return events
+
+
+def calibrate_gap(target_epsilon: float, delta: float, *, num_hops: int, level: str = "edge",
+                  encoder_schedule: tuple[float, int] | None = None,
+                  classifier_schedule: tuple[float, int] | None = None,
+                  accountant: str = "prv") -> float:
+    r"""Smallest noise multiplier for which GAP meets ``(target_epsilon, delta)``.
+
+    Edge level: PMA only (``K`` Gaussian mechanisms; schedules must be ``None``). Node level:
+    one multiplier shared by the encoder's DP-SGD, PMA and the classifier's DP-SGD (the
+    reference code's choice, ``ComposedNoisyMechanism`` with one ``noise_scale``), found by
+    root finding on the composed curve.
+
+    Args:
+        target_epsilon: ``> 0`` (``inf``: returns 0, no noise).
+        delta: target delta.
+        num_hops: ``K``.
+        level: ``"edge"`` or ``"node"``.
+        encoder_schedule, classifier_schedule: ``(sample_rate, steps)`` from
+            :func:`dpsgd_schedule` (node level; ``None`` or ``steps = 0`` if not trained).
+        accountant: passed to :func:`fedgraph.accounting.calibrate` / ``compose_epsilon``.
+
+    Returns:
+        the noise multiplier (PMA's noise std is it times the sensitivity; DP-SGD's noise std
+        is it times the clipping norm).
+    """
+    from ..accounting import calibrate
+
+    if level not in LEVELS:
+        raise ValueError(f"level: unknown {level!r}; allowed: {', '.join(LEVELS)}")
+    if math.isinf(target_epsilon):
+        return 0.0
+    enc = encoder_schedule if encoder_schedule is not None else (1.0, 0)
+    cls = classifier_schedule if classifier_schedule is not None else (1.0, 0)
+    if level == "edge":
+        if encoder_schedule is not None or classifier_schedule is not None:
+            raise ValueError("edge-level GAP trains EM and CM without DP-SGD: no schedules")
+        if num_hops == 0:
+            return 0.0
+    elif num_hops == 0 and enc[1] == 0 and cls[1] == 0:
+        return 0.0
+
+    def make_events(z: float) -> list:
+        return gap_events(z, num_hops, node_level=level == "node",
+                          encoder_dpsgd=(enc[0], z, enc[1]) if level == "node" else None,
+                          classifier_dpsgd=(cls[0], z, cls[1]) if level == "node" else None)
+
+    return float(calibrate(target_epsilon, delta, make_events, accountant=accountant))
+
+
+def _compose(events: list, delta: float, accountant: str) -> float:
+    from ..accounting import compose_epsilon
+
+    return float(compose_epsilon(events, delta, accountant=accountant))
+
+
+# --------------------------------------------------------------------------------------------
+# Training
+# --------------------------------------------------------------------------------------------
+def _indices(mask: Tensor | None, n: int, device) -> Tensor:
+    if mask is None:
+        return torch.arange(n, device=device)
+    if mask.dtype == torch.bool:
+        return mask.nonzero().view(-1)
+    return mask.to(torch.long).view(-1)
+
+
+def local_train(model: nn.Module, x: Tensor, y: Tensor, mask: Tensor | None, epochs: int,
+                batch_size: int | None, lr: float, dp: DPSGD | None = None, *,
+                weight_decay: float = 0.0, optimizer: torch.optim.Optimizer | None = None,
+                generator: torch.Generator | None = None) -> tuple[int, float]:
+    r"""Train ``model`` for ``epochs`` epochs on the rows ``mask`` of ``(x, y)`` with
+    cross-entropy: the local step of a FedAvg round, or one epoch of :func:`fit`.
+
+    Without ``dp``: Adam (or ``optimizer``), full batch if ``batch_size`` is ``None`` (or not
+    smaller than the data), else shuffled mini-batches. With ``dp``: DP-SGD through Opacus
+    (``GradSampleModule`` for per-example gradients, ``DPOptimizer`` for clipping and noise,
+    wrapped around Adam as in the paper's code); each step samples every example independently
+    with probability ``q`` (Poisson sampling) and there are ``max(1, n // batch_size)`` steps
+    per epoch (:func:`dpsgd_schedule`: account for exactly that). Hooks are removed afterwards,
+    so ``model`` comes back a plain module (its ``state_dict`` keys unchanged).
+
+    Args:
+        model: maps ``x[idx]`` to logits ``[b, C]`` (batch first).
+        x: ``[n, ...]`` inputs; y: long ``[n]`` labels; mask: bool ``[n]`` or indices (``None``:
+            all rows).
+        epochs: ``>= 0``; batch_size: expected batch size (required with ``dp``).
+        lr, weight_decay: Adam's, when ``optimizer`` is ``None``.
+        dp: :class:`DPSGD` or ``None``.
+        optimizer: an optimizer over ``model``'s parameters to reuse (keeps Adam's state across
+            calls).
+        generator: source of shuffling, Poisson sampling and DP noise.
+
+    Returns:
+        ``(num_examples, mean training loss over the steps)`` (``nan`` if nothing ran).
+    """
+    idx = _indices(mask, x.size(0), x.device)
+    n = int(idx.numel())
+    if n == 0 or epochs == 0:
+        return n, float("nan")
+    opt = optimizer if optimizer is not None else torch.optim.Adam(
+        model.parameters(), lr=lr, weight_decay=weight_decay)
+    model.train()
+    losses: list[float] = []
+    if dp is None:
+        for _ in range(epochs):
+            if batch_size is None or batch_size >= n:
+                batches = [idx]
+            else:
+                perm = idx[torch.randperm(n, generator=generator).to(idx.device)]
+                batches = list(torch.split(perm, batch_size))
+            for b in batches:
+                opt.zero_grad(set_to_none=True)
+                loss = F.cross_entropy(model(x[b]), y[b])
+                loss.backward()
+                opt.step()
+                losses.append(loss.item())
+        return n, sum(losses) / len(losses)
+
+    from opacus import GradSampleModule
+    from opacus.optimizers import DPOptimizer
+
+    if batch_size is None:
+        raise ValueError("DP-SGD needs a batch_size (the expected Poisson batch size)")
+    q, steps = dpsgd_schedule(n, batch_size, epochs)
+    gsm = GradSampleModule(model, loss_reduction="sum", strict=True)  # refuses BatchNorm
+    dp_opt = DPOptimizer(opt, noise_multiplier=dp.noise_multiplier,
+                         max_grad_norm=dp.max_grad_norm,
+                         expected_batch_size=min(batch_size, n), loss_reduction="mean",
+                         generator=generator)
+    try:
+        for _ in range(steps):
+            pick = torch.rand(n, generator=generator).to(idx.device) < q
+            b = idx[pick]
+            dp_opt.zero_grad(set_to_none=True)
+            # sum of per-example losses; DPOptimizer clips each example's gradient, adds
+            # noise to the sum and divides by the expected batch size
+            loss = F.cross_entropy(gsm(x[b]), y[b], reduction="sum")
+            with warnings.catch_warnings():  # "full backward hook ... no inputs require grad"
+                warnings.simplefilter("ignore", UserWarning)
+                loss.backward()
+            dp_opt.step()
+            if b.numel():
+                losses.append(loss.item() / b.numel())
+    finally:
+        gsm._close()
+        for p in model.parameters():
+            p.grad = None
+    return n, (sum(losses) / len(losses)) if losses else float("nan")
+
+
+@torch.no_grad()
+def evaluate(model: nn.Module, x: Tensor, y: Tensor, mask: Tensor | None,
+             batch_size: int | None = None) -> dict[str, float]:
+    """``{"correct", "total", "accuracy", "loss"}`` of ``model`` on the rows ``mask`` (eval
+    mode; the previous mode is restored). ``accuracy``/``loss`` are ``nan`` on an empty mask."""
+    idx = _indices(mask, x.size(0), x.device)
+    total = int(idx.numel())
+    if total == 0:
+        return {"correct": 0, "total": 0, "accuracy": float("nan"), "loss": float("nan")}
+    was_training = model.training
+    model.eval()
+    step = batch_size or total
+    correct, loss = 0, 0.0
+    for s in range(0, total, step):
+        b = idx[s:s + step]
+        out = model(x[b])
+        correct += int((out.argmax(-1) == y[b]).sum())
+        loss += float(F.cross_entropy(out, y[b], reduction="sum"))
+    model.train(was_training)
+    return {"correct": correct, "total": total, "accuracy": correct / total, "loss": loss / total}
+
+
+@dataclass
+class FitResult:
+    """The trained model (best validation epoch, or the last one) and its training record."""
+
+    model: nn.Module
+    best_epoch: int
+    epochs: int
+    train_loss: list[float] = field(default_factory=list)
+    val_accuracy: list[float] = field(default_factory=list)
+
+
+def fit(model: nn.Module, x: Tensor, y: Tensor, train_mask: Tensor, val_mask: Tensor | None,
+        *, epochs: int, batch_size: int | None = None, lr: float = 0.01,
+        weight_decay: float = 0.0, dp: DPSGD | None = None, select_on_val: bool = True,
+        generator: torch.Generator | None = None) -> FitResult:
+    """Run :func:`local_train` one epoch at a time with one Adam optimizer.
+
+    With ``select_on_val`` the weights of the epoch with the best validation accuracy (ties: the
+    lower validation loss) are kept; otherwise the last epoch's, and the validation set is not
+    touched (node-level DP: validation labels are private).
+    """
+    opt = torch.optim.Adam(model.parameters(), lr=lr, weight_decay=weight_decay)
+    result = FitResult(model, epochs, epochs)
+    best, best_state = None, None
+    tr = _indices(train_mask, x.size(0), x.device)
+    x_tr, y_tr = x[tr], y[tr]  # slice once, not every epoch
+    use_val = select_on_val and val_mask is not None
+    if use_val:
+        va = _indices(val_mask, x.size(0), x.device)
+        x_va, y_va = x[va], y[va]
+    for epoch in range(1, epochs + 1):
+        _, loss = local_train(model, x_tr, y_tr, None, 1, batch_size, lr, dp, optimizer=opt,
+                              generator=generator)
+        result.train_loss.append(loss)
+        if use_val:
+            ev = evaluate(model, x_va, y_va, None)
+            result.val_accuracy.append(ev["accuracy"])
+            key = (ev["accuracy"], -ev["loss"])
+            if best is None or key > best:
+                best, best_state, result.best_epoch = key, copy.deepcopy(model.state_dict()), epoch
+    if best_state is not None:
+        model.load_state_dict(best_state)
+    model.eval()
+    return result
+
+
+def train_encoder(encoder: GAPEncoder, x: Tensor, y: Tensor, train_mask: Tensor,
+                  val_mask: Tensor | None = None, **kwargs) -> FitResult:
+    """Pre-train GAP's encoder with its softmax head on ``(x, y)`` (paper Eq. 4; no edges).
+    Keyword arguments as in :func:`fit` (node level: ``dp=DPSGD(...)``, a ``batch_size``)."""
+    return fit(encoder, x, y, train_mask, val_mask, **kwargs)
+
+
+def train_classifier(classifier: GAPClassifier, hops: Tensor | list[Tensor], y: Tensor,
+                     train_mask: Tensor, val_mask: Tensor | None = None,
+                     **kwargs) -> FitResult:
+    """Train GAP's classifier on the private aggregations ``hops`` (``[N, K+1, e]`` or a list of
+    ``K+1`` tensors ``[N, e]``). Per-example gradients are per node: under node-level DP-SGD a
+    node's example is its own row of the (already private) aggregations and its label.
+    Keyword arguments as in :func:`fit`."""
+    x = stack_hops(hops) if isinstance(hops, (list, tuple)) else hops
+    return fit(classifier, x, y, train_mask, val_mask, **kwargs)
+
+
+# --------------------------------------------------------------------------------------------
+# Centralized end-to-end run (one client)
+# --------------------------------------------------------------------------------------------
+def _peak_rss_mib() -> float:
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
+
+
+def run_gap(data, *, method: str = "gap", level: str = "edge",
+            epsilon: float = float("inf"), delta: float | str = "auto", num_hops: int = 2,
+            encoder_dim: int = 16, hidden: int = 16, encoder_layers: int = 2,
+            base_layers: int = 1, head_layers: int = 1, combine: str = "cat",
+            dropout: float = 0.0, batch_norm: bool | None = None,
+            encoder_epochs: int | None = None, classifier_epochs: int | None = None,
+            lr: float = 0.01, weight_decay: float = 0.0, batch_size: int | None | str = "auto",
+            max_degree: int = 100, max_grad_norm: float = 1.0, edge_unit: str = "directed",
+            select_on_val: bool | None = None, accountant: str = "prv",
+            encoder_output: Tensor | None = None, return_encoder_output: bool = False,
+            seed: int = 0) -> dict[str, Any]:
+    r"""Centralized GAP (one client holding the whole graph), end to end.
+
+    Args:
+        data: PyG ``Data`` with ``x [N, F]``, ``y [N]``, ``edge_index [2, E]`` and bool
+            ``train_mask``/``val_mask``/``test_mask`` (e.g. :func:`fedgraph.data.gap_split`).
+        method: ``"gap"``; ``"gap-inf"`` (GAP without noise, ``sigma = 0``); ``"mlp"`` (no
+            edges: the classifier on hop 0 of the raw features, with ``encoder_layers`` base
+            layers, as the paper's MLP baseline; at node level trained with DP-SGD = MLP-DP).
+        level: ``"edge"`` or ``"node"`` (defaults per level in :data:`LEVEL_DEFAULTS`).
+        epsilon, delta: privacy target (``delta="auto"``: :func:`default_delta`); ignored by
+            ``gap-inf``; ``epsilon=inf`` trains without noise.
+        num_hops: ``K`` (the paper tunes it in 1..5).
+        encoder_dim, hidden, encoder_layers, base_layers, head_layers, combine, dropout,
+        batch_norm: architecture (``batch_norm=None``: the level's default; never with DP-SGD).
+        encoder_epochs, classifier_epochs, batch_size: training (``None``/``"auto"``: the
+            level's default; ``batch_size=None`` is full batch, not allowed with DP-SGD).
+        lr, weight_decay: Adam.
+        max_degree: ``D`` of node-level degree bounding.
+        max_grad_norm: DP-SGD clipping norm.
+        edge_unit: ``"directed"`` or ``"undirected"`` (edge level, see :func:`edge_sensitivity`).
+        select_on_val: keep the best validation epoch (``None``: the level's default).
+        accountant: accountant of calibration and of the reported epsilon.
+        encoder_output: ``[N, e]`` encoder output to use instead of pre-training an encoder
+            (e.g. one non-private encoder shared by a sweep over epsilon at edge level, where
+            the encoder costs no privacy); refused when the encoder would need DP-SGD.
+        return_encoder_output: add the encoder output (a tensor) under ``"encoder_output"``.
+        seed: seeds the initialization, sampling, degree bounding and noise.
+
+    Returns:
+        dict with ``method``, ``level``, the accuracies ``train_acc``/``val_acc``/``test_acc``,
+        the privacy figures (``epsilon`` target, ``delta``, ``noise_multiplier``, ``sigma``
+        (PMA's noise std), ``sensitivity``, ``epsilon_spent`` recomputed by composing the events,
+        ``events``), ``num_edges_used``, ``timings`` (seconds per phase), ``peak_rss_mib`` and
+        ``config``.
+    """
+    if method not in METHODS:
+        raise ValueError(f"method: unknown {method!r}; allowed: {', '.join(METHODS)}")
+    if level not in LEVELS:
+        raise ValueError(f"level: unknown {level!r}; allowed: {', '.join(LEVELS)}")
+    for key in ("train_mask", "val_mask", "test_mask"):
+        if getattr(data, key, None) is None:
+            raise ValueError(f"data has no {key}: apply a split first (fedgraph.data.gap_split)")
+    dflt = LEVEL_DEFAULTS[level]
+    enc_epochs = dflt["encoder_epochs"] if encoder_epochs is None else encoder_epochs
+    cls_epochs = dflt["classifier_epochs"] if classifier_epochs is None else classifier_epochs
+    bsz = dflt["batch_size"] if batch_size == "auto" else batch_size
+    select = dflt["select_on_val"] if select_on_val is None else select_on_val
+    if method == "gap-inf":
+        epsilon = float("inf")
+    private = not math.isinf(epsilon)
+    use_dpsgd = private and level == "node"
+    bn = (dflt["batch_norm"] and not use_dpsgd) if batch_norm is None else batch_norm
+    if use_dpsgd and bn:
+        raise ValueError("batch_norm cannot be used with DP-SGD (node level)")
+    if use_dpsgd and bsz is None:
+        raise ValueError("node-level DP-SGD needs a batch_size")
+    if private and not epsilon > 0:
+        raise ValueError(f"epsilon must be > 0, got {epsilon}")
+    k = 0 if method == "mlp" else num_hops
+    if method != "mlp" and k < 0:
+        raise ValueError(f"num_hops must be >= 0, got {num_hops}")
+
+    t_start = time.perf_counter()
+    timings: dict[str, float] = {}
+    torch.manual_seed(seed)
+    gen = torch.Generator().manual_seed(seed)
+    x, y, n = data.x, data.y, int(data.num_nodes)
+    num_classes = int(y.max()) + 1
+    n_train = int(data.train_mask.sum())
+    if encoder_output is not None and (use_dpsgd or method == "mlp"):
+        raise ValueError("encoder_output can only replace a non-private encoder of GAP "
+                         "(node-level DP needs the encoder trained with DP-SGD, accounted here)")
+    train_encoder_too = (method != "mlp" and encoder_layers > 0 and enc_epochs > 0
+                         and encoder_output is None)
+
+    # ---- calibration: noise multiplier, sensitivity, events (kept together) ---------------
+    t = time.perf_counter()
+    if delta == "auto":
+        delta = default_delta(n_train if level == "node" else int(data.edge_index.size(1)))
+    delta = float(delta)
+    enc_sched = dpsgd_schedule(n_train, bsz, enc_epochs if train_encoder_too else 0) \
+        if use_dpsgd else None
+    cls_sched = dpsgd_schedule(n_train, bsz, cls_epochs) if use_dpsgd else None
+    sensitivity = (node_sensitivity(max_degree) if level == "node"
+                   else edge_sensitivity(edge_unit)) if k > 0 else 0.0
+    noise_multiplier, events, epsilon_spent = 0.0, [], 0.0
+    if private and (k > 0 or use_dpsgd):
+        noise_multiplier = calibrate_gap(epsilon, delta, num_hops=k, level=level,
+                                         encoder_schedule=enc_sched,
+                                         classifier_schedule=cls_sched, accountant=accountant)
+        events = gap_events(noise_multiplier, k, node_level=use_dpsgd,
+                            encoder_dpsgd=(enc_sched[0], noise_multiplier, enc_sched[1])
+                            if use_dpsgd else None,
+                            classifier_dpsgd=(cls_sched[0], noise_multiplier, cls_sched[1])
+                            if use_dpsgd else None)
+        epsilon_spent = _compose(events, delta, accountant) if events else 0.0
+    elif not private and (k > 0 or level == "node"):
+        epsilon_spent = float("inf")  # edges (k > 0) or node data used without noise
+    sigma = noise_multiplier * sensitivity
+    dp = DPSGD(noise_multiplier, max_grad_norm) if use_dpsgd else None
+    timings["calibration"] = time.perf_counter() - t
+
+    # ---- encoder (EM) ---------------------------------------------------------------------
+    t = time.perf_counter()
+    train_kw = dict(batch_size=bsz, lr=lr, weight_decay=weight_decay, dp=dp,
+                    select_on_val=select, generator=gen)
+    enc_result = None
+    if method == "mlp":
+        x0 = x
+    elif encoder_output is not None:
+        x0 = encoder_output
+    elif train_encoder_too:
+        encoder = GAPEncoder(x.size(1), num_classes, encoder_dim, hidden, encoder_layers,
+                             dropout, bn)
+        enc_result = train_encoder(encoder, x, y, data.train_mask, data.val_mask,
+                                   epochs=enc_epochs, **train_kw)
+        x0 = encoder.embed(x)
+    else:
+        x0 = x  # GAP without encoder: PMA on the raw features
+    timings["encoder"] = time.perf_counter() - t
+
+    # ---- aggregation (AM) -----------------------------------------------------------------
+    t = time.perf_counter()
+    edge_index = data.edge_index
+    if k > 0 and level == "node":
+        edge_index = bound_out_degree(edge_index, n, max_degree, gen)
+    hops = pma(x0, edge_index, k, sigma, gen)  # k = 0: [normalized x0], as the reference code
+    features = stack_hops(hops)
+    timings["aggregation"] = time.perf_counter() - t
+
+    # ---- classifier (CM) ------------------------------------------------------------------
+    t = time.perf_counter()
+    classifier = GAPClassifier(k, features.size(-1), hidden, num_classes, combine,
+                               encoder_layers if method == "mlp" else base_layers,
+                               head_layers, dropout, bn)
+    cls_result = train_classifier(classifier, features, y, data.train_mask, data.val_mask,
+                                  epochs=cls_epochs, **train_kw)
+    timings["classifier"] = time.perf_counter() - t
+    metrics = {f"{s}_acc": evaluate(classifier, features, y, getattr(data, f"{s}_mask"))["accuracy"]
+               for s in ("train", "val", "test")}
+    timings["total"] = time.perf_counter() - t_start
+
+    extra = {"encoder_output": x0} if return_encoder_output else {}
+    return {
+        **extra, "method": method, "level": level, **metrics,
+        "epsilon": epsilon, "delta": delta, "epsilon_spent": epsilon_spent,
+        "noise_multiplier": noise_multiplier, "sigma": sigma, "sensitivity": sensitivity,
+        "events": [repr(e) for e in events], "accountant": accountant,
+        "num_edges_used": int(edge_index.size(1)) if k > 0 else 0,
+        "encoder_best_epoch": enc_result.best_epoch if enc_result else None,
+        "classifier_best_epoch": cls_result.best_epoch,
+        "timings": timings, "peak_rss_mib": _peak_rss_mib(),
+        "config": dict(num_hops=k, encoder_dim=encoder_dim, hidden=hidden,
+                       encoder_layers=encoder_layers, base_layers=base_layers,
+                       head_layers=head_layers, combine=combine, dropout=dropout,
+                       batch_norm=bn, encoder_epochs=enc_epochs if train_encoder_too else 0,
+                       shared_encoder=encoder_output is not None,
+                       classifier_epochs=cls_epochs, lr=lr, weight_decay=weight_decay,
+                       batch_size=bsz, max_degree=max_degree if level == "node" else None,
+                       max_grad_norm=max_grad_norm if use_dpsgd else None,
+                       edge_unit=edge_unit if level == "edge" else None,
+                       select_on_val=select, seed=seed),
+    }

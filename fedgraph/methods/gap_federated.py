@@ -1,0 +1,174 @@
+"""The client half of federated GAP (Sajadmanesh et al. 2023), built from :mod:`.gap`.
+
+A client holds a :class:`~fedgraph.data.ClientGraph`. Its privacy plan (:func:`privacy_plan`)
+calibrates its own noise for its own ``(epsilon, delta)`` target and lists the events it will
+spend, so that calibration, noise and ledger entry are computed in one place. PMA (Alg. 1) runs
+hop by hop across clients:
+
+1. :func:`pma_partial_sums`: from its normalized hop ``k-1``, the client sums over its edges,
+   for its own nodes (local edges) and for remote nodes (boundary edges ``u -> v`` with ``u``
+   here), and adds ``N(0, sigma^2 I)`` to **every** row of both. Only the noisy remote rows
+   leave the client (through the server, to the owner of ``v``).
+2. :func:`pma_finish`: the owner adds the noisy partial sums it received to its own noisy sums
+   and row-normalizes: hop ``k``.
+
+One directed edge changes one row of one released sum by a unit vector, so each hop of each
+client is a Gaussian mechanism with L2 sensitivity 1 (sqrt(2) for an undirected edge, sqrt(D)
+for a node with out-degree bounded by D).
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from functools import lru_cache
+
+import torch
+from torch import Tensor
+
+from ..config import GAPConfig
+from ..nn.gap import GAPClassifier, GAPEncoder, normalize_rows
+from ..utils.graph import bound_out_degree
+from .gap import DPSGD, calibrate_gap, dpsgd_schedule, edge_sensitivity, node_sensitivity
+
+
+@dataclass(frozen=True)
+class PrivacyPlan:
+    """One client's noise and the events it spends (``noise_multiplier = 0``: no noise)."""
+
+    epsilon: float
+    delta: float
+    noise_multiplier: float
+    sensitivity: float
+    encoder_schedule: tuple[float, int] | None  # (sample rate, steps) of DP-SGD, node level
+    classifier_schedule: tuple[float, int] | None
+    hops: int
+
+    @property
+    def sigma(self) -> float:
+        """PMA noise std: noise multiplier x sensitivity."""
+        return self.noise_multiplier * self.sensitivity
+
+    def dpsgd(self, cfg: GAPConfig) -> DPSGD | None:
+        if self.encoder_schedule is None or self.noise_multiplier == 0:
+            return None
+        return DPSGD(self.noise_multiplier, cfg.max_grad_norm)
+
+    def to_dict(self) -> dict:
+        return {"epsilon_target": self.epsilon, "delta": self.delta,
+                "noise_multiplier": self.noise_multiplier, "sensitivity": self.sensitivity,
+                "sigma": self.sigma, "hops": self.hops,
+                "encoder_schedule": self.encoder_schedule,
+                "classifier_schedule": self.classifier_schedule}
+
+
+def plan_events(plan: dict) -> list[tuple[str, object]]:
+    """``(release, event)`` pairs a client with this plan (:meth:`PrivacyPlan.to_dict`) spends:
+    ``K`` Gaussian mechanisms for PMA and, at node level, the DP-SGD steps."""
+    from ..accounting import Gaussian, SubsampledGaussian
+
+    z = plan["noise_multiplier"]
+    if z == 0:
+        return []
+    out = []
+    if plan["hops"] > 0 and plan["sensitivity"] > 0:
+        out.append(("pma", Gaussian(z, count=plan["hops"])))
+    for name in ("encoder", "classifier"):
+        sched = plan[f"{name}_schedule"]
+        if sched is not None and sched[1] > 0:
+            out.append((f"{name} dp-sgd", SubsampledGaussian(sched[0], z, sched[1])))
+    return out
+
+
+@lru_cache(maxsize=64)
+def _calibrate(epsilon, delta, hops, level, enc, cls, accountant) -> float:
+    return calibrate_gap(epsilon, delta, num_hops=hops, level=level, encoder_schedule=enc,
+                         classifier_schedule=cls, accountant=accountant)
+
+
+def privacy_plan(cfg: GAPConfig, epsilon: float, num_train: int) -> PrivacyPlan:
+    """Calibrate a client's noise multiplier for its target ``epsilon`` (per client, for the
+    whole run) and ``cfg.delta``. Edge level: PMA only; node level: PMA and the DP-SGD of the
+    encoder and the classifier share one noise multiplier (the paper's reference code)."""
+    hops = 0 if cfg.variant == "mlp" else cfg.hops
+    node = cfg.level == "node"
+    sens = node_sensitivity(cfg.max_degree) if node else edge_sensitivity(cfg.edge_unit)
+    if cfg.variant == "gap-inf" or math.isinf(epsilon):
+        return PrivacyPlan(math.inf, 0.0, 0.0, sens, None, None, hops)
+    enc = cls = None
+    if node:
+        b = cfg.dpsgd_batch_size
+        enc_epochs = 0 if cfg.variant == "mlp" else cfg.encoder_rounds * cfg.local_epochs
+        enc = dpsgd_schedule(max(num_train, 1), b, enc_epochs)
+        cls = dpsgd_schedule(max(num_train, 1), b, cfg.classifier_rounds * cfg.local_epochs)
+    elif hops == 0:  # MLP at edge level touches no edge
+        return PrivacyPlan(epsilon, cfg.delta, 0.0, 0.0, None, None, 0)
+    z = _calibrate(epsilon, cfg.delta, hops, cfg.level, enc, cls, cfg.accountant)
+    return PrivacyPlan(epsilon, cfg.delta, z, sens if hops else 0.0, enc, cls, hops)
+
+
+def build_encoder(cfg: GAPConfig, num_features: int, num_classes: int) -> GAPEncoder:
+    return GAPEncoder(num_features, num_classes, cfg.encoder_dim, cfg.hidden, 2, 0.0,
+                      batch_norm=False)
+
+
+def build_classifier(cfg: GAPConfig, num_features: int, num_classes: int) -> GAPClassifier:
+    hops = 0 if cfg.variant == "mlp" else cfg.hops
+    in_dim = num_features if cfg.variant == "mlp" else cfg.encoder_dim
+    return GAPClassifier(hops, in_dim, cfg.hidden, num_classes, cfg.combine,
+                         base_layers=2 if cfg.variant == "mlp" else 1, head_layers=1,
+                         dropout=0.0, batch_norm=False)
+
+
+def client_edges(client, cfg: GAPConfig, generator: torch.Generator) -> tuple[Tensor, Tensor]:
+    """The client's directed edges ``(local [2, e], boundary [2, b])`` that PMA uses: boundary
+    edges only with ``cross_client_edges``; node level: out-degree bounded by ``D`` over both
+    (the client owns its nodes' out-edges)."""
+    local = client.edge_index
+    boundary = client.boundary_edge_index if cfg.cross_client_edges else \
+        client.boundary_edge_index[:, :0]
+    if cfg.level != "node" or cfg.variant == "gap-inf":
+        return local, boundary
+    n = client.num_nodes
+    # Encode remote targets as ids >= n so one bounding covers both kinds of out-edges.
+    remote_ids, remote_dst = torch.unique(boundary[1], return_inverse=True)
+    both = torch.cat([local, torch.stack([boundary[0], remote_dst + n])], dim=1)
+    kept = bound_out_degree(both, n + remote_ids.numel(), cfg.max_degree, generator)
+    is_local = kept[1] < n
+    rem = kept[:, ~is_local]
+    return kept[:, is_local], torch.stack([rem[0], remote_ids[rem[1] - n]])
+
+
+def pma_partial_sums(h_prev: Tensor, local: Tensor, boundary: Tensor, sigma: float,
+                     generator: torch.Generator) -> tuple[Tensor, Tensor, Tensor]:
+    """One hop of PMA on a client (Alg. 1 lines 3-4, split across clients).
+
+    Args:
+        h_prev: normalized hop ``k-1`` of this client's nodes ``[n, e]``.
+        local: ``[2, e_l]`` local edges (local ids); boundary: ``[2, e_b]`` (local src, global dst).
+        sigma: noise std (noise multiplier x sensitivity); 0 only for GAP without noise.
+
+    Returns:
+        ``(local_sums [n, e], remote_ids [m], remote_sums [m, e])``, every row noised.
+    """
+    n, e = h_prev.shape
+    local_sums = torch.zeros(n, e, dtype=h_prev.dtype).index_add_(0, local[1], h_prev[local[0]])
+    remote_ids, inv = torch.unique(boundary[1], return_inverse=True)
+    remote_sums = torch.zeros(remote_ids.numel(), e, dtype=h_prev.dtype).index_add_(
+        0, inv, h_prev[boundary[0]])
+    if sigma > 0:
+        local_sums += sigma * torch.randn(local_sums.shape, generator=generator)
+        remote_sums += sigma * torch.randn(remote_sums.shape, generator=generator)
+    return local_sums, remote_ids, remote_sums
+
+
+def pma_finish(local_sums: Tensor, node_ids: Tensor, incoming_ids: Tensor,
+               incoming_sums: Tensor) -> Tensor:
+    """Add the noisy partial sums received for this client's nodes and row-normalize (Alg. 1
+    line 5). ``incoming_ids``: global ids (each must be one of ``node_ids``)."""
+    out = local_sums.clone()
+    if incoming_ids.numel():
+        pos = torch.searchsorted(node_ids, incoming_ids)
+        if bool((pos >= node_ids.numel()).any()) or not bool((node_ids[pos.clamp_max(node_ids.numel() - 1)] == incoming_ids).all()):
+            raise ValueError("received partial sums for nodes this client does not hold")
+        out.index_add_(0, pos, incoming_sums.to(out.dtype))
+    return normalize_rows(out)

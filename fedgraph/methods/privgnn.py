@@ -1,0 +1,805 @@
+"""PrivGNN (Olatunji, Funke & Khosla, "Releasing Graph Neural Networks with Differential Privacy
+Guarantees", TMLR 2023, arXiv 2109.08907), client and server halves as plain functions.
+
+Setting (paper Sec. 3, App. F): a *private* labelled graph and a *public* graph whose nodes
+have features but (for training) no labels. The released model is a *student* GNN trained on the
+public graph; its labels come from private *teachers* through two noise mechanisms:
+
+1. Private data selection (Alg. 1 lines 4-5, Sec. 3.1.1): for every query node ``v`` the holder
+   of the private graph draws a Poisson subsample of its nodes (each node independently with
+   probability ``gamma``), keeps the ``K`` sampled nodes nearest to ``v`` in feature space, and
+   trains a teacher GNN on their induced subgraph (a *personalised* teacher per query).
+2. Noisy pseudo-labels (lines 6-7, Sec. 3.1.2): the teacher predicts ``v`` from ``v``'s
+   ``l``-hop public neighbourhood and releases its class posterior with Laplace noise on every
+   coordinate (scale ``beta = 1/lambda`` in the paper's units, see below).
+3. Student (Sec. 3.1.3): the public server takes the argmax of the (summed) noisy answers as
+   pseudo-labels and trains a GraphSAGE student transductively on the public graph.
+
+Privacy (Sec. 3.1.4, Thm. 7, App. B): per answered query the release is the Laplace mechanism
+applied to a Poisson subsample, so ``Q`` queries compose ``Q`` Poisson-subsampled Laplace
+mechanisms (:func:`privgnn_events`). We make the sensitivity explicit: a probability vector or a
+one-hot vote changes by at most 2 in L1 norm (whatever two subsamples are compared), so the
+noise scale is ``2 / lambda`` and the accountant sees a noise multiplier (scale / sensitivity)
+of ``1 / lambda``; the paper's RDP curve (``b = 1/lambda`` at sensitivity 1) gives the same
+epsilon. Everything after the noise (aggregation, student training) is post-processing.
+
+Federation: the server holds the public graph (:func:`select_queries`,
+:func:`query_neighbourhoods`, :func:`aggregate_answers`, :func:`train_student`); every client
+holds private graphs, answers queries (:func:`answer_queries`) and refuses beyond its own budget
+(:class:`QueryBudget`). One client is the paper's centralized setting.
+
+Batched teachers (our addition, same privacy): the teachers of a block of queries are trained as
+one model with per-teacher parameters (:class:`BatchedSAGE`) on the disjoint union of their
+subgraphs. The loss is the *sum* of the teachers' losses and Adam (with L2 decay) acts element
+by element, so each teacher's parameters follow exactly the trajectory of training it alone;
+its output depends only on its own subsample, its query's public data and independent
+randomness, which is all the per-query analysis needs.
+"""
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass, field
+from typing import Callable, Literal, Sequence
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+from torch_geometric.data import Data
+from torch_geometric.nn.models import GraphSAGE
+from torch_geometric.utils import k_hop_subgraph, subgraph
+
+from ..nn import adjacency_for
+from .training import TrainResult, accuracy, train_node_classifier
+
+Mode = Literal["posterior", "vote"]
+
+#: L1 sensitivity of a released answer: a probability vector or a one-hot vote (any two differ
+#: by at most 2 in L1 norm).
+SENSITIVITY = 2.0
+
+
+# --------------------------------------------------------------------------------------------
+# Data split (paper App. F, Table 11)
+# --------------------------------------------------------------------------------------------
+def _check_fraction(value: float, name: str, *, allow_zero: bool = False) -> float:
+    value = float(value)
+    lo_ok = value >= 0.0 if allow_zero else value > 0.0
+    if not (math.isfinite(value) and lo_ok and value < 1.0):
+        interval = "[0, 1)" if allow_zero else "(0, 1)"
+        raise ValueError(f"{name} must lie in {interval} (got {value})")
+    return value
+
+
+def _induced(data: Data, nodes: Tensor) -> Data:
+    """Induced subgraph on ``nodes`` (global ids, sorted); keeps ``node_ids`` = those ids."""
+    nodes = nodes.sort().values
+    edge_index, _ = subgraph(nodes, data.edge_index, relabel_nodes=True,
+                             num_nodes=int(data.num_nodes))
+    out = Data(x=data.x[nodes], y=data.y[nodes], edge_index=edge_index, num_nodes=nodes.numel())
+    out.node_ids = nodes
+    for key in ("name", "feature_domain"):
+        if key in data:
+            out[key] = data[key]
+    return out
+
+
+def privgnn_split(data: Data, *, public_fraction: float = 0.5,
+                  public_test_fraction: float = 0.5, audit_fraction: float = 0.0,
+                  seed: int = 0) -> tuple[Data, Data] | tuple[Data, Data, Data]:
+    """The paper's inductive split into a private and a public graph (App. F).
+
+    A seeded permutation puts ``round(audit_fraction * N)`` nodes aside (membership-inference
+    audits only; by default none), then ``round(public_fraction * rest)`` in the public graph,
+    the others in the private graph. Each graph is the *induced* subgraph of its nodes: edges
+    between the two parts are dropped (the paper's private and public graphs are disjoint).
+
+    The paper splits Facebook evenly between private and public graphs and reserves a share of
+    the public nodes for testing: 50% (Amazon, Amazon2M, Reddit, Credit), 40% (ArXiv) or 20%
+    (Facebook); hence the defaults ``public_fraction=0.5`` and ``public_test_fraction=0.5``.
+
+    Args:
+        data: graph with ``x [N, F]``, ``y [N]``, ``edge_index``.
+        public_fraction: share of the (non-audit) nodes in the public graph, in (0, 1).
+        public_test_fraction: share of the public nodes that are test nodes, in (0, 1); the
+            others form the query pool (``train_mask``).
+        audit_fraction: share of all nodes kept out of both graphs, in [0, 1).
+        seed: seed of the permutation (a local generator).
+
+    Returns:
+        ``(private, public)``, or ``(private, public, audit)`` if ``audit_fraction > 0``.
+        ``private``: all nodes labelled, ``train_mask`` all true (ready for
+        :func:`fedgraph.data.partition`). ``public``: ``train_mask`` = query pool (their labels
+        are kept for baselines and diagnostics only), ``test_mask`` = test nodes, ``val_mask``
+        all false. Each carries ``node_ids`` (ids in ``data``).
+    """
+    public_fraction = _check_fraction(public_fraction, "public_fraction")
+    public_test_fraction = _check_fraction(public_test_fraction, "public_test_fraction")
+    audit_fraction = _check_fraction(audit_fraction, "audit_fraction", allow_zero=True)
+    n = int(data.num_nodes)
+    perm = torch.randperm(n, generator=torch.Generator().manual_seed(int(seed)))
+    n_audit = int(round(audit_fraction * n))
+    rest = perm[n_audit:]
+    n_pub = int(round(public_fraction * rest.numel()))
+    if n_pub < 2 or rest.numel() - n_pub < 1:
+        raise ValueError(f"privgnn_split: {n} nodes are too few for public_fraction="
+                         f"{public_fraction}")
+    pub_nodes, priv_nodes = rest[:n_pub], rest[n_pub:]
+    private = _induced(data, priv_nodes)
+    private.train_mask = torch.ones(private.num_nodes, dtype=torch.bool)
+    private.val_mask = torch.zeros(private.num_nodes, dtype=torch.bool)
+    private.test_mask = torch.zeros(private.num_nodes, dtype=torch.bool)
+    public = _induced(data, pub_nodes)
+    n_test = min(n_pub - 1, max(1, int(round(public_test_fraction * n_pub))))
+    order = torch.randperm(n_pub, generator=torch.Generator().manual_seed(int(seed) + 1))
+    public.test_mask = torch.zeros(n_pub, dtype=torch.bool)
+    public.test_mask[order[:n_test]] = True
+    public.train_mask = ~public.test_mask
+    public.val_mask = torch.zeros(n_pub, dtype=torch.bool)
+    if n_audit == 0:
+        return private, public
+    audit = _induced(data, perm[:n_audit])
+    return private, public, audit
+
+
+# --------------------------------------------------------------------------------------------
+# Client side: sampling, teachers, noisy answers, budget
+# --------------------------------------------------------------------------------------------
+def poisson_subsample(num_nodes: int, rate: float,
+                      generator: torch.Generator | None = None) -> Tensor:
+    """Poisson subsample (paper Sec. 3.1.1, App. B.1): every node is kept independently with
+    probability ``rate``; the subsampled-mechanism accountant assumes exactly this.
+
+    Returns:
+        bool ``[num_nodes]``.
+    """
+    rate = float(rate)
+    if not (0.0 < rate <= 1.0):
+        raise ValueError(f"rate (gamma) must lie in (0, 1] (got {rate})")
+    return torch.rand(int(num_nodes), generator=generator, dtype=torch.float64) < rate
+
+
+def laplace_noise(shape, scale: float, generator: torch.Generator | None = None) -> Tensor:
+    """i.i.d. ``Laplace(0, scale)`` samples (inversion of a uniform; float32)."""
+    u = torch.rand(shape, generator=generator, dtype=torch.float64) - 0.5
+    return (-float(scale) * torch.sign(u) * torch.log1p(-2.0 * u.abs())).float()
+
+
+@dataclass
+class TeacherConfig:
+    """A query's teacher: a GraphSAGE with mean aggregation (paper App. G.1: 2 layers, hidden
+    64, ReLU, dropout 0.5, Adam with learning rate 0.01, NLL loss, 200 epochs).
+
+    ``batch_size`` teachers are trained together (:class:`BatchedSAGE`); it changes speed and
+    memory only, never the result's distribution.
+    """
+
+    hidden: int = 64
+    num_layers: int = 2
+    dropout: float = 0.5
+    lr: float = 0.01
+    weight_decay: float = 0.0
+    epochs: int = 200
+    batch_size: int = 64
+
+
+class BatchedSAGE(nn.Module):
+    r"""``B`` independent GraphSAGE models (mean aggregation, as PyG's ``SAGEConv``:
+    :math:`h_i' = W_l \,\mathrm{mean}_{j \to i} h_j + b + W_r h_i`), one per teacher, evaluated
+    together on ``B`` graphs of up to ``N`` nodes.
+
+    Forward: ``x [B, N, F]`` (dense) or a block-diagonal sparse ``[B*N, B*F]`` matrix (the
+    union of the ``B`` feature matrices; exact and much faster for sparse bag-of-words), and
+    ``adj [B, N, N]`` row-normalised (``adj[b, i, j] = 1/deg_in(i)`` for an edge ``j -> i``)
+    -> logits ``[B, N, C]``.
+    """
+
+    def __init__(self, num_models: int, in_channels: int, hidden_channels: int,
+                 out_channels: int, num_layers: int = 2, dropout: float = 0.5,
+                 generator: torch.Generator | None = None):
+        super().__init__()
+        dims = [in_channels] + [hidden_channels] * (num_layers - 1) + [out_channels]
+        self.num_models, self.dims, self.dropout = num_models, dims, float(dropout)
+        self.weight = nn.ParameterList()  # [B, d_in, 2 d_out] = [W_l^T | W_r^T]
+        self.bias = nn.ParameterList()    # [B, 1, d_out] (lin_l's bias)
+        for d_in, d_out in zip(dims[:-1], dims[1:]):
+            bound = 1.0 / math.sqrt(d_in)  # torch.nn.Linear's default initialisation
+            w = (torch.rand(num_models, d_in, 2 * d_out, generator=generator) * 2 - 1) * bound
+            b = (torch.rand(num_models, 1, d_out, generator=generator) * 2 - 1) * bound
+            self.weight.append(nn.Parameter(w))
+            self.bias.append(nn.Parameter(b))
+
+    def forward(self, x: Tensor, adj: Tensor, generator: torch.Generator | None = None) -> Tensor:
+        B, N = adj.shape[0], adj.shape[1]
+        h = x
+        for layer, (w, b) in enumerate(zip(self.weight, self.bias)):
+            d_out = w.shape[-1] // 2
+            if h.is_sparse:  # block-diagonal [B*N, B*F] @ [B*F, 2 d_out]
+                z = torch.sparse.mm(h, w.reshape(-1, 2 * d_out)).view(B, N, 2 * d_out)
+            else:
+                z = torch.bmm(h, w)
+            h = torch.bmm(adj, z[..., :d_out]) + b + z[..., d_out:]
+            if layer < len(self.weight) - 1:
+                h = F.relu(h)
+                if self.training and self.dropout > 0:
+                    keep = torch.rand(h.shape, generator=generator) >= self.dropout
+                    h = h * keep / (1.0 - self.dropout)
+        return h
+
+    def single(self, b: int, x: Tensor, edge_index: Tensor) -> Tensor:
+        """Evaluation of model ``b`` alone on a graph ``(x [n, F], edge_index [2, E])`` with
+        sparse mean aggregation -> logits ``[n, C]`` (no dropout)."""
+        n = x.shape[0]
+        src, dst = edge_index
+        deg = torch.zeros(n).index_add_(0, dst, torch.ones(dst.numel())).clamp_min(1.0)
+        h = x
+        for layer, (w, bias) in enumerate(zip(self.weight, self.bias)):
+            d_out = w.shape[-1] // 2
+            z = h @ w[b]
+            agg = torch.zeros(n, d_out).index_add_(0, dst, z[src, :d_out]) / deg[:, None]
+            h = agg + bias[b] + z[:, d_out:]
+            if layer < len(self.weight) - 1:
+                h = F.relu(h)
+        return h
+
+
+def _mean_adjacency(edge_index: Tensor, n: int) -> Tensor:
+    """Dense ``[n, n]`` mean-aggregation matrix of ``edge_index`` (row = target)."""
+    a = torch.zeros(n, n)
+    if edge_index.numel():
+        a[edge_index[1], edge_index[0]] = 1.0
+    return a / a.sum(1, keepdim=True).clamp_min(1.0)
+
+
+def _block_features(x: Tensor) -> Tensor:
+    """``[B, N, F]`` -> sparse block-diagonal ``[B*N, B*F]`` (COO, coalesced)."""
+    B, N, Fd = x.shape
+    b, i, j = x.nonzero(as_tuple=True)
+    idx = torch.stack([b * N + i, b * Fd + j])
+    return torch.sparse_coo_tensor(idx, x[b, i, j], (B * N, B * Fd)).coalesce()
+
+
+def train_teachers(xs: Tensor, adjs: Tensor, ys: Tensor, mask: Tensor, num_classes: int,
+                   cfg: TeacherConfig, generator: torch.Generator | None = None) -> BatchedSAGE:
+    """Trains ``B`` teachers at once, teacher ``b`` on graph ``b`` only (paper Alg. 1 line 5).
+
+    Args:
+        xs: ``[B, K, F]`` features; adjs: ``[B, K, K]`` mean-aggregation matrices;
+        ys: long ``[B, K]``; mask: bool ``[B, K]`` real (not padding) nodes.
+
+    Every teacher is trained on all its real nodes for ``cfg.epochs`` epochs (there is no
+    validation split inside a teacher's ``K`` nodes; as in the authors' code). The loss is the
+    sum over teachers of each teacher's mean cross-entropy, so each teacher receives exactly its
+    own gradient (see the module docstring).
+    """
+    B, K, Fd = xs.shape
+    model = BatchedSAGE(B, Fd, cfg.hidden, num_classes, cfg.num_layers, cfg.dropout, generator)
+    opt = torch.optim.Adam(model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay,
+                           fused=True)
+    density = float((xs != 0).float().mean()) if xs.numel() else 1.0
+    feats = _block_features(xs) if density < 0.1 else xs
+    counts = mask.sum(1).clamp_min(1).float()
+    weights = (mask.float() / counts[:, None]).view(-1)  # per-teacher mean, summed over teachers
+    target = ys.clamp_min(0).view(-1)
+    model.train()
+    for _ in range(cfg.epochs):
+        opt.zero_grad()
+        logits = model(feats, adjs, generator).reshape(B * K, -1)
+        loss = (F.cross_entropy(logits, target, reduction="none") * weights).sum()
+        loss.backward()
+        opt.step()
+    model.eval()
+    return model
+
+
+@dataclass
+class QueryGraphs:
+    """The public neighbourhoods of ``Q`` query nodes, as sent by the server: the disjoint
+    union of the ``l``-hop subgraphs (``x [M, F]``, ``edge_index [2, E]`` in union ids),
+    ``ptr [Q+1]`` (graph ``q`` is nodes ``ptr[q]:ptr[q+1]``) and ``center [Q]`` (union id of
+    query ``q``)."""
+
+    x: Tensor
+    edge_index: Tensor
+    ptr: Tensor
+    center: Tensor
+
+    @property
+    def query_x(self) -> Tensor:
+        return self.x[self.center]
+
+    def graph(self, q: int) -> tuple[Tensor, Tensor, int]:
+        """``(x [m, F], edge_index [2, e] local ids, center local id)`` of query ``q``."""
+        lo, hi = int(self.ptr[q]), int(self.ptr[q + 1])
+        e = self.edge_index
+        keep = (e[0] >= lo) & (e[0] < hi)
+        return self.x[lo:hi], e[:, keep] - lo, int(self.center[q]) - lo
+
+
+def query_neighbourhoods(public: Data, query_idx: Tensor, hops: int = 2,
+                         max_nodes: int | None = 2000,
+                         generator: torch.Generator | None = None) -> QueryGraphs:
+    """Server side: the ``hops``-hop public neighbourhood of every query (paper Sec. 3.1.2: a
+    teacher predicts a query from its ``l``-hop neighbourhood; ``l`` = number of layers).
+
+    ``max_nodes`` caps a neighbourhood (a uniform random subset of the non-centre nodes, the
+    public graph is public so this choice costs no privacy); ``None`` keeps all.
+    """
+    xs, edges, ptr, centers, offset = [], [], [0], [], 0
+    for v in query_idx.tolist():
+        nodes, ei, mapping, _ = k_hop_subgraph(int(v), hops, public.edge_index, relabel_nodes=True,
+                                               num_nodes=int(public.num_nodes))
+        c = int(mapping[0])
+        if max_nodes is not None and nodes.numel() > max_nodes:
+            others = torch.tensor([i for i in range(nodes.numel()) if i != c])
+            keep = others[torch.randperm(others.numel(), generator=generator)[:max_nodes - 1]]
+            keep = torch.cat([torch.tensor([c]), keep]).sort().values
+            ei, _ = subgraph(keep, ei, relabel_nodes=True, num_nodes=nodes.numel())
+            c = int((keep == c).nonzero())
+            nodes = nodes[keep]
+        xs.append(public.x[nodes])
+        edges.append(ei + offset)
+        centers.append(c + offset)
+        offset += nodes.numel()
+        ptr.append(offset)
+    return QueryGraphs(torch.cat(xs), torch.cat(edges, 1), torch.tensor(ptr),
+                       torch.tensor(centers))
+
+
+@dataclass
+class FeatureProjection:
+    """A linear map of features fitted on *public* data only (so it costs no privacy), applied
+    to every teacher's input: ``(x - mean) @ components``. Retrieval still uses raw features."""
+
+    mean: Tensor        # [F]
+    components: Tensor  # [F, d]
+
+    def __call__(self, x: Tensor) -> Tensor:
+        return (x.float() - self.mean) @ self.components
+
+
+def public_projection(public_x: Tensor, dim: int = 64, seed: int = 0) -> FeatureProjection:
+    """Server side: PCA of the public features (``torch.pca_lowrank``) to ``dim`` components,
+    sent to clients so that their teachers are small (:func:`answer_queries`'s
+    ``projection``). Public data only: no privacy cost."""
+    torch.manual_seed(int(seed))
+    mean = public_x.float().mean(0)
+    dim = min(int(dim), *public_x.shape)
+    _, _, v = torch.pca_lowrank(public_x.float() - mean, q=dim, center=False, niter=4)
+    return FeatureProjection(mean, v[:, :dim])
+
+
+def _private_view(private) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+    """``(x, y, edge_index, candidate)`` of a ClientGraph-like object; candidate = labelled
+    (``train_mask`` if present, else all) nodes."""
+    x, y, ei = private.x, private.y, private.edge_index
+    cand = getattr(private, "train_mask", None)
+    if cand is None:
+        cand = torch.ones(x.shape[0], dtype=torch.bool)
+    return x.float(), y, ei, cand
+
+
+@dataclass
+class TeacherTiming:
+    """Measured cost of answering: seconds in total and per query."""
+
+    seconds: float = 0.0
+    queries: int = 0
+
+    @property
+    def per_query(self) -> float:
+        return self.seconds / max(self.queries, 1)
+
+
+def teacher_posteriors(private, query_x: Tensor, *, rate: float, k: int, num_classes: int,
+                       teacher: TeacherConfig | None = None,
+                       neighbourhoods: QueryGraphs | None = None,
+                       projection: FeatureProjection | None = None,
+                       generator: torch.Generator | None = None,
+                       timing: TeacherTiming | None = None) -> Tensor:
+    """The noise-free posteriors of the per-query teachers, ``[Q, C]``. Internal to a client:
+    never release these; :func:`answer_queries` is the release.
+
+    For query ``q``: a fresh Poisson subsample (rate ``gamma``) of the private nodes, the ``k``
+    sampled labelled nodes nearest to the query's features (Euclidean, ``torch.cdist``), a
+    teacher trained on their induced subgraph, and its softmax at the query. The query is
+    predicted from its public neighbourhood ``neighbourhoods.graph(q)`` when given (paper),
+    else attached to its ``k`` retrieved nodes by edges ``neighbour -> query`` (a private-only
+    variant: the teacher sees the query through the nodes it was retrieved with). A query whose
+    subsample is empty gets the uniform posterior. With ``projection`` the teachers read
+    projected features (retrieval still uses the raw ones).
+    """
+    cfg = teacher or TeacherConfig()
+    x, y, ei, cand = _private_view(private)
+    n = x.shape[0]
+    Q = query_x.shape[0]
+    if k < 1:
+        raise ValueError(f"k must be >= 1 (got {k})")
+    if neighbourhoods is not None and neighbourhoods.center.numel() != Q:
+        raise ValueError("neighbourhoods must describe exactly the Q queries")
+    t0 = time.perf_counter()
+    dist = torch.cdist(query_x.float(), x)  # [Q, n]
+    proj = projection if projection is not None else (lambda z: z.float())
+    tx = proj(x)  # teacher inputs
+    out = torch.full((Q, num_classes), 1.0 / num_classes)
+    for start in range(0, Q, cfg.batch_size):
+        qs = list(range(start, min(Q, start + cfg.batch_size)))
+        chosen = []
+        for q in qs:
+            sample = poisson_subsample(n, rate, generator) & cand
+            d = dist[q].masked_fill(~sample, float("inf"))
+            kk = min(k, int(sample.sum()))
+            chosen.append(torch.topk(d, kk, largest=False).indices if kk else None)
+        live = [i for i, c in enumerate(chosen) if c is not None]
+        if not live:
+            continue
+        K = max(chosen[i].numel() for i in live)
+        B = len(live)
+        xs, adjs = torch.zeros(B, K, tx.shape[1]), torch.zeros(B, K, K)
+        ys, mask = torch.zeros(B, K, dtype=torch.long), torch.zeros(B, K, dtype=torch.bool)
+        sub_edges = []
+        for j, i in enumerate(live):
+            idx = chosen[i]
+            m = idx.numel()
+            sei, _ = subgraph(idx, ei, relabel_nodes=True, num_nodes=n)
+            xs[j, :m], ys[j, :m], mask[j, :m] = tx[idx], y[idx], True
+            adjs[j, :m, :m] = _mean_adjacency(sei, m)
+            sub_edges.append(sei)
+        model = train_teachers(xs, adjs, ys, mask, num_classes, cfg, generator)
+        with torch.no_grad():
+            for j, i in enumerate(live):
+                q = qs[i]
+                if neighbourhoods is not None:
+                    gx, gei, c = neighbourhoods.graph(q)
+                    gx = proj(gx)
+                else:  # query attached to its retrieved nodes: node m, edges j -> m
+                    m = chosen[i].numel()
+                    gx = torch.cat([xs[j, :m], proj(query_x[q:q + 1])])
+                    star = torch.stack([torch.arange(m), torch.full((m,), m)])
+                    gei, c = torch.cat([sub_edges[j], star], 1), m
+                out[q] = model.single(j, gx, gei)[c].softmax(-1)
+    if timing is not None:
+        timing.seconds += time.perf_counter() - t0
+        timing.queries += Q
+    return out
+
+
+def noisy_answers(posteriors: Tensor, lam: float, mode: Mode = "posterior",
+                  generator: torch.Generator | None = None) -> Tensor:
+    """Laplace mechanism on the teachers' outputs (paper Sec. 3.1.2): ``posterior`` releases
+    the probability vector, ``vote`` the one-hot argmax, each plus i.i.d. Laplace noise of scale
+    ``SENSITIVITY / lam`` (= 2 / lambda) per coordinate.
+
+    Returns:
+        ``[Q, C]`` noisy answers.
+    """
+    lam = float(lam)
+    if not (lam > 0 and math.isfinite(lam)):
+        raise ValueError(f"lam (lambda) must be finite and > 0 (got {lam})")
+    if mode == "posterior":
+        clean = posteriors
+    elif mode == "vote":
+        clean = F.one_hot(posteriors.argmax(-1), posteriors.shape[-1]).float()
+    else:
+        raise ValueError(f"mode: unknown {mode!r}; allowed: ['posterior', 'vote']")
+    return clean + laplace_noise(clean.shape, SENSITIVITY / lam, generator)
+
+
+def privgnn_events(num_queries: int, rate: float, lam: float,
+                   sensitivity: float = SENSITIVITY) -> list:
+    """Privacy events of answering ``num_queries`` queries (paper Thm. 7): that many
+    Poisson-subsampled (rate ``gamma``) Laplace mechanisms of scale ``sensitivity / lam`` on an
+    answer of L1 sensitivity ``sensitivity``, i.e. noise multiplier ``1 / lam``."""
+    from ..accounting import Laplace
+
+    if num_queries < 1:
+        return []
+    scale = sensitivity / float(lam)
+    return [Laplace(scale / sensitivity, count=int(num_queries), sample_rate=float(rate))]
+
+
+def privgnn_epsilon(num_queries: int, rate: float, lam: float, delta: float,
+                    accountant: str = "pld") -> float:
+    """Epsilon of ``num_queries`` answers at ``delta`` (0 for no query)."""
+    from ..accounting import compose_epsilon
+
+    if num_queries < 1:
+        return 0.0
+    return float(compose_epsilon(privgnn_events(num_queries, rate, lam), delta,
+                                 accountant=accountant))
+
+
+def max_queries(epsilon_budget: float, delta: float, rate: float, lam: float, *,
+                accountant: str = "pld", cap: int = 1_000_000) -> int:
+    """The largest number of queries whose composed epsilon stays within ``epsilon_budget``
+    (binary search over the count; epsilon grows with it). At most ``cap``."""
+    if not (epsilon_budget > 0):
+        raise ValueError(f"epsilon_budget must be > 0 (got {epsilon_budget})")
+
+    def fits(q: int) -> bool:
+        return privgnn_epsilon(q, rate, lam, delta, accountant) <= epsilon_budget
+
+    if not fits(1):
+        return 0
+    lo, hi = 1, 2
+    while hi <= cap and fits(hi):
+        lo, hi = hi, hi * 2
+    if hi > cap:
+        return cap if fits(cap) else _bisect(fits, lo, cap)
+    return _bisect(fits, lo, hi)
+
+
+def _bisect(fits: Callable[[int], bool], lo: int, hi: int) -> int:
+    """Largest q in [lo, hi) with fits(q), given fits(lo) and not fits(hi)."""
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        lo, hi = (mid, hi) if fits(mid) else (lo, mid)
+    return lo
+
+
+class BudgetExceededError(RuntimeError):
+    """A client refused queries beyond its privacy budget."""
+
+
+@dataclass
+class QueryBudget:
+    """A client's query budget: it answers at most ``limit`` queries (from :func:`max_queries`
+    for its ``(epsilon, delta)`` target, or given directly) and refuses beyond it.
+
+    Use :meth:`for_epsilon` to compute the limit; ``answered`` counts what was released.
+    """
+
+    limit: int
+    answered: int = 0
+    epsilon: float | None = None
+    delta: float | None = None
+
+    @classmethod
+    def for_epsilon(cls, epsilon: float, delta: float, rate: float, lam: float,
+                    accountant: str = "pld") -> "QueryBudget":
+        return cls(max_queries(epsilon, delta, rate, lam, accountant=accountant), 0,
+                   epsilon, delta)
+
+    @property
+    def remaining(self) -> int:
+        return max(self.limit - self.answered, 0)
+
+    def charge(self, num_queries: int) -> None:
+        """Reserve ``num_queries`` answers, or refuse all of them.
+
+        Raises:
+            BudgetExceededError: if they exceed :attr:`remaining`.
+        """
+        if num_queries > self.remaining:
+            target = f" (epsilon={self.epsilon}, delta={self.delta})" if self.epsilon else ""
+            raise BudgetExceededError(
+                f"privacy budget exhausted{target}: {num_queries} queries asked, "
+                f"{self.remaining} of {self.limit} left; ask at most {self.remaining}")
+        self.answered += int(num_queries)
+
+
+def answer_queries(private, query_x: Tensor, *, rate: float, k: int, lam: float,
+                   num_classes: int, teacher: TeacherConfig | None = None,
+                   mode: Mode = "posterior", neighbourhoods: QueryGraphs | None = None,
+                   projection: FeatureProjection | None = None,
+                   budget: QueryBudget | None = None, generator: torch.Generator | None = None,
+                   timing: TeacherTiming | None = None) -> Tensor:
+    """Client side of PrivGNN: noisy answers to ``Q`` queries (paper Alg. 1 lines 3-7).
+
+    Args:
+        private: a :class:`~fedgraph.data.ClientGraph` or any object with ``x [n, F]``,
+            ``y [n]``, ``edge_index [2, e]`` (local ids) and optionally ``train_mask``
+            (labelled nodes; others are never retrieved).
+        query_x: ``[Q, F]`` features of the public query nodes.
+        rate: Poisson sampling rate gamma; k: neighbours retrieved per query;
+        lam: Laplace parameter lambda (noise scale 2 / lambda);
+        num_classes: ``C``; teacher: teacher configuration; mode: ``posterior`` or ``vote``;
+        neighbourhoods: the queries' public neighbourhoods (:func:`query_neighbourhoods`);
+            ``None`` attaches each query to its retrieved nodes instead.
+        projection: a public feature map for the teachers' inputs (:func:`public_projection`;
+            ``None``: raw features, the paper's setting).
+        budget: refuses (raises before any computation) if ``Q`` exceeds what is left.
+
+    Returns:
+        ``[Q, C]`` noisy answers. Privacy: :func:`privgnn_events` with ``num_queries=Q``.
+
+    Raises:
+        BudgetExceededError: if ``budget`` has fewer than ``Q`` queries left.
+    """
+    if budget is not None:
+        budget.charge(int(query_x.shape[0]))
+    post = teacher_posteriors(private, query_x, rate=rate, k=k, num_classes=num_classes,
+                              teacher=teacher, neighbourhoods=neighbourhoods,
+                              projection=projection, generator=generator, timing=timing)
+    return noisy_answers(post, lam, mode, generator)
+
+
+# --------------------------------------------------------------------------------------------
+# Server side: queries, aggregation, student
+# --------------------------------------------------------------------------------------------
+def make_sage(in_channels: int, out_channels: int, hidden: int = 64, num_layers: int = 2,
+              dropout: float = 0.5) -> nn.Module:
+    """The paper's GraphSAGE (App. G.1: mean aggregation, ReLU, dropout)."""
+    return GraphSAGE(in_channels, hidden, num_layers, out_channels, dropout=dropout, act="relu")
+
+
+def select_queries(public: Data, num_queries: int, policy: str = "random",
+                   student: nn.Module | None = None,
+                   generator: torch.Generator | None = None) -> Tensor:
+    """Server side: ``num_queries`` query nodes from the public pool (``public.train_mask``).
+
+    ``random`` (paper): uniform without replacement. ``entropy``: the nodes on which
+    ``student`` (a model trained earlier, e.g. on a first round of pseudo-labels) is least
+    certain (highest predictive entropy); public data only, so no privacy cost.
+
+    Returns:
+        long ``[min(num_queries, pool)]`` public node ids.
+    """
+    pool = public.train_mask.nonzero().view(-1)
+    num_queries = min(int(num_queries), pool.numel())
+    if policy == "random":
+        return pool[torch.randperm(pool.numel(), generator=generator)[:num_queries]]
+    if policy == "entropy":
+        if student is None:
+            raise ValueError("select_queries: policy 'entropy' needs a student model")
+        student.eval()
+        with torch.no_grad():
+            p = student(public.x, adjacency_for("sage", public.edge_index,
+                                                int(public.num_nodes)))[pool].softmax(-1)
+        ent = -(p * p.clamp_min(1e-12).log()).sum(-1)
+        return pool[torch.argsort(ent, descending=True)[:num_queries]]
+    raise ValueError(f"policy: unknown {policy!r}; allowed: ['random', 'entropy']")
+
+
+def aggregate_answers(answers: Sequence[Tensor]) -> Tensor:
+    """Pseudo-labels: argmax of the clients' summed noisy answers (posteriors or votes),
+    ``[Q, C]`` each -> long ``[Q]`` (post-processing)."""
+    if not answers:
+        raise ValueError("aggregate_answers: no answers")
+    return torch.stack([a.float() for a in answers]).sum(0).argmax(-1)
+
+
+@dataclass
+class StudentResult:
+    """A trained GraphSAGE and its accuracies (``holdout_accuracy`` against pseudo-labels)."""
+
+    model: nn.Module
+    train: TrainResult
+    holdout_accuracy: float
+    test_accuracy: float
+    predictions: Tensor = field(repr=False)
+
+
+def train_student(public: Data, query_idx: Tensor, labels: Tensor, *,
+                  holdout_fraction: float = 0.2, hidden: int = 64, dropout: float = 0.5,
+                  epochs: int = 200, lr: float = 0.01, weight_decay: float = 0.0,
+                  seed: int = 0) -> StudentResult:
+    """Server side: the student (paper Sec. 3.1.3), a 2-layer GraphSAGE trained transductively
+    on the public graph with ``labels`` at ``query_idx``.
+
+    Model selection uses a held-out slice (``holdout_fraction``) of the pseudo-labelled queries,
+    never the public test labels; the test accuracy on ``public.test_mask`` is reported after
+    selection (evaluation only).
+    """
+    num_classes = int(public.y.max()) + 1 if labels.numel() == 0 else max(
+        int(public.y.max()), int(labels.max())) + 1
+    gen = torch.Generator().manual_seed(int(seed))
+    perm = query_idx[torch.randperm(query_idx.numel(), generator=gen)]
+    lab = torch.full((int(public.num_nodes),), -1, dtype=torch.long)
+    lab[query_idx] = labels
+    n_hold = int(round(holdout_fraction * perm.numel())) if perm.numel() > 1 else 0
+    train_mask = torch.zeros(int(public.num_nodes), dtype=torch.bool)
+    val_mask = torch.zeros_like(train_mask)
+    val_mask[perm[:n_hold]] = True
+    train_mask[perm[n_hold:]] = True
+    if n_hold == 0:
+        val_mask = train_mask
+    torch.manual_seed(int(seed))
+    model = make_sage(public.x.shape[1], num_classes, hidden, 2, dropout)
+    graph = adjacency_for("sage", public.edge_index, int(public.num_nodes))
+    res = train_node_classifier(model, public.x, graph, lab.clamp_min(0), train_mask, val_mask,
+                                epochs=epochs, lr=lr, weight_decay=weight_decay)
+    with torch.no_grad():
+        logits = res.model(public.x, graph)
+    return StudentResult(res.model, res, res.val_accuracy,
+                         accuracy(logits, public.y, public.test_mask), logits.argmax(-1))
+
+
+# --------------------------------------------------------------------------------------------
+# Baselines (paper Sec. 4.1, App. G)
+# --------------------------------------------------------------------------------------------
+@dataclass
+class BaselineResult:
+    model: nn.Module
+    val_accuracy: float
+    test_accuracy: float
+
+
+def nonprivate_teacher(private: Data, public: Data, *, hidden: int = 64, dropout: float = 0.5,
+                       epochs: int = 200, lr: float = 0.01, val_fraction: float = 0.2,
+                       seed: int = 0) -> BaselineResult:
+    """Baseline B1 (non-private, inductive): a GraphSAGE trained on the whole private graph
+    (model selection on a random ``val_fraction`` of its nodes), evaluated on the public test
+    nodes in the public graph."""
+    n = int(private.num_nodes)
+    gen = torch.Generator().manual_seed(int(seed))
+    perm = torch.randperm(n, generator=gen)
+    n_val = int(round(val_fraction * n))
+    val_mask = torch.zeros(n, dtype=torch.bool)
+    val_mask[perm[:n_val]] = True
+    num_classes = int(max(int(private.y.max()), int(public.y.max()))) + 1
+    torch.manual_seed(int(seed))
+    model = make_sage(private.x.shape[1], num_classes, hidden, 2, dropout)
+    res = train_node_classifier(model, private.x, adjacency_for("sage", private.edge_index, n),
+                                private.y, ~val_mask, val_mask, epochs=epochs, lr=lr)
+    with torch.no_grad():
+        logits = res.model(public.x, adjacency_for("sage", public.edge_index,
+                                                   int(public.num_nodes)))
+    return BaselineResult(res.model, res.val_accuracy,
+                          accuracy(logits, public.y, public.test_mask))
+
+
+def public_label_student(public: Data, query_idx: Tensor, **kwargs) -> StudentResult:
+    """Baseline B2 (non-private, transductive): the student trained with the true public labels
+    of the query nodes (the best the public data allows with ``Q`` labels)."""
+    return train_student(public, query_idx, public.y[query_idx], **kwargs)
+
+
+def majority_accuracy(public: Data) -> float:
+    """Accuracy of predicting the most frequent test class (a floor for every method)."""
+    y = public.y[public.test_mask]
+    return float(torch.bincount(y).max()) / max(y.numel(), 1)
+
+
+# --------------------------------------------------------------------------------------------
+# Centralized run (one client)
+# --------------------------------------------------------------------------------------------
+@dataclass
+class PrivGNNRun:
+    """A centralized run: the student, pseudo-label accuracy, epsilon and timing."""
+
+    student: StudentResult
+    query_idx: Tensor
+    pseudo_labels: Tensor
+    label_accuracy: float
+    epsilon: float | None
+    timing: TeacherTiming
+
+
+def run_centralized(private: Data, public: Data, *, num_queries: int = 1000, rate: float = 0.3,
+                    k: int = 300, lam: float = 0.2, delta: float = 1e-4,
+                    mode: Mode = "posterior", hops: int | None = 2,
+                    teacher: TeacherConfig | None = None, projection_dim: int | None = None,
+                    student_epochs: int = 200, seed: int = 0,
+                    accountant: str | None = "pld") -> PrivGNNRun:
+    """PrivGNN with one client (the paper's setting): queries, answers, student, epsilon.
+
+    ``hops=None`` attaches queries to their retrieved private nodes instead of their public
+    neighbourhoods. ``accountant=None`` skips the epsilon computation.
+    """
+    gen = torch.Generator().manual_seed(int(seed))
+    num_classes = int(max(int(private.y.max()), int(public.y.max()))) + 1
+    qidx = select_queries(public, num_queries, "random", generator=gen)
+    hoods = query_neighbourhoods(public, qidx, hops, generator=gen) if hops else None
+    proj = public_projection(public.x, projection_dim, seed) if projection_dim else None
+    timing = TeacherTiming()
+    answers = answer_queries(private, public.x[qidx], rate=rate, k=k, lam=lam,
+                             num_classes=num_classes, teacher=teacher, mode=mode,
+                             neighbourhoods=hoods, projection=proj, generator=gen,
+                             timing=timing)
+    labels = aggregate_answers([answers])
+    student = train_student(public, qidx, labels, epochs=student_epochs, seed=seed)
+    eps = privgnn_epsilon(qidx.numel(), rate, lam, delta, accountant) if accountant else None
+    return PrivGNNRun(student, qidx, labels, float((labels == public.y[qidx]).float().mean()),
+                      eps, timing)
+
+
+__all__ = [
+    "SENSITIVITY", "privgnn_split", "poisson_subsample", "laplace_noise", "TeacherConfig",
+    "BatchedSAGE", "train_teachers", "QueryGraphs", "query_neighbourhoods", "TeacherTiming",
+    "teacher_posteriors", "FeatureProjection", "public_projection", "noisy_answers", "privgnn_events", "privgnn_epsilon", "max_queries",
+    "BudgetExceededError", "QueryBudget", "answer_queries", "make_sage", "select_queries",
+    "aggregate_answers", "StudentResult", "train_student", "BaselineResult",
+    "nonprivate_teacher", "public_label_student", "majority_accuracy", "PrivGNNRun",
+    "run_centralized",
+]

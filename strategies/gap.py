@@ -1,0 +1,108 @@
+"""GAP as a Flower strategy (Sajadmanesh et al., USENIX Security 2023), federated.
+
+Phases: setup (each client calibrates its noise for its own epsilon target and reports its
+plan) -> encoder rounds (FedAvg; node level: DP-SGD on the clients) -> PMA hop by hop, with
+cross-client edges served by noisy partial sums routed through the server -> classifier rounds
+(FedAvg, best round by validation accuracy at edge level) -> evaluation on the clients.
+"""
+from __future__ import annotations
+
+import json
+
+import torch
+from flwr.app import ArrayRecord, ConfigRecord, RecordDict
+
+from fedgraph.federation import send_to_all, tensors, wait_for_nodes
+from fedgraph.methods.gap_federated import build_classifier, build_encoder, plan_events
+from .base import PrivateStrategy, register_strategy
+from .fedavg import StrictFedAvg
+
+
+@register_strategy("gap")
+class GAPStrategy(PrivateStrategy):
+    """Server side of federated GAP and its baselines (``variant``: gap, gap-inf, mlp)."""
+
+    method = "gap"
+
+    def run(self, grid) -> None:
+        cfg = self.config
+        self.privacy_delta, self.privacy_accountant = cfg.delta, cfg.accountant
+        cfg_json = json.dumps(cfg.model_dump())
+        payload = ConfigRecord({"json": cfg_json})
+        with self.report.phase("connect"):
+            nodes = wait_for_nodes(grid, cfg.num_clients, timeout=min(cfg.timeout, 60.0))
+        with self.report.phase("setup + calibration (clients)"):
+            setup = send_to_all(grid, "query.gap_setup", {n: RecordDict({"config": payload})
+                                                          for n in nodes}, cfg.timeout)
+        stats = json.loads(next(iter(setup.values()))["meta"]["statistics"])
+        self.report.dataset = stats
+        owner = torch.full((stats["num_nodes"],), -1, dtype=torch.long)  # index into nodes
+        clients = {}
+        for n, rec in setup.items():
+            meta = json.loads(rec["meta"]["plan"])
+            ids = tensors(rec["ids"])["node_ids"]
+            owner[ids] = nodes.index(n)
+            clients[n] = meta
+            for release, event in plan_events(meta):
+                self.ledger.record(f"client-{meta['partition_id']}", release, event)
+        self.report.extra["clients"] = {f"client-{m['partition_id']}": {
+            k: m[k] for k in ("epsilon_target", "delta", "noise_multiplier", "sigma", "sensitivity",
+                              "num_nodes", "num_train", "num_boundary_edges")} for m in clients.values()}
+        num_classes, num_features = stats["num_classes"], stats["num_features"]
+        self.report.privacy.update({
+            "model": f"{cfg.level}-level DP per client" + (
+                f" (protected unit: {cfg.edge_unit} edge)" if cfg.level == "edge" else
+                f" (out-degree bounded by {cfg.max_degree})"),
+            "unit": "epsilon per client for the whole run, at the client's delta",
+        })
+        encoder_arrays = ArrayRecord()
+        if cfg.variant != "mlp" and cfg.encoder_rounds > 0:
+            with self.report.phase("encoder rounds (FedAvg)"):
+                enc = build_encoder(cfg, num_features, num_classes)
+                fedavg = StrictFedAvg(cfg.num_clients)
+                res = fedavg.start(grid, ArrayRecord(enc.state_dict()), cfg.encoder_rounds,
+                                   cfg.timeout, ConfigRecord({"json": cfg_json, "phase": "gap.encoder"}))
+                encoder_arrays = res.arrays
+        if cfg.variant != "mlp":
+            with self.report.phase("PMA (clients, via server)"):
+                self._pma(grid, nodes, owner, payload, encoder_arrays)
+        with self.report.phase("classifier rounds (FedAvg)"):
+            clf = build_classifier(cfg, num_features, num_classes)
+            select = cfg.level == "edge"  # node level: validation labels are private
+            fedavg = StrictFedAvg(cfg.num_clients, select_on_val=select)
+            train_cfg = ConfigRecord({"json": cfg_json, "phase": "gap.classifier"})
+            res = fedavg.start(grid, ArrayRecord(clf.state_dict()), cfg.classifier_rounds,
+                               cfg.timeout, train_cfg, train_cfg)
+            arrays = fedavg.best[2] if select and fedavg.best else res.arrays
+            self.report.extra["training"] = {"selected_round": fedavg.best[1] if select and fedavg.best
+                                             else cfg.classifier_rounds}
+        with self.report.phase("evaluate (clients)"):
+            counts = send_to_all(grid, "evaluate.gap", {
+                n: RecordDict({"config": payload, "arrays": arrays}) for n in nodes}, cfg.timeout)
+        for split in ("train", "val", "test"):
+            correct = sum(int(c["metrics"][f"{split}_correct"]) for c in counts.values())
+            total = sum(int(c["metrics"][f"{split}_total"]) for c in counts.values())
+            self.report.accuracy[split] = correct / total if total else float("nan")
+        cc = torch.tensor(stats["class_counts"], dtype=torch.float)
+        self.report.accuracy["majority_class"] = float(cc.max() / cc.sum())
+
+    def _pma(self, grid, nodes, owner, payload, encoder_arrays) -> None:
+        """Hops 1..K; message k also carries the partial sums for hop k-1 (k = K+1: finish)."""
+        empty = {"ids": torch.zeros(0, dtype=torch.long), "sums": torch.zeros(0, self.config.encoder_dim)}
+        incoming = {n: empty for n in nodes}
+        for k in range(1, self.config.hops + 2):
+            contents = {n: RecordDict({"config": payload, "pma": ConfigRecord({"hop": k}),
+                                       "incoming": ArrayRecord(incoming[n]),
+                                       "encoder": encoder_arrays}) for n in nodes}
+            replies = send_to_all(grid, "query.gap_pma", contents, self.config.timeout)
+            routed = {n: ([], []) for n in nodes}
+            for rec in replies.values():
+                out = tensors(rec["partial_sums"])
+                dst_owner = owner[out["ids"]]
+                for i, n in enumerate(nodes):
+                    sel = dst_owner == i
+                    if bool(sel.any()):
+                        routed[n][0].append(out["ids"][sel])
+                        routed[n][1].append(out["sums"][sel])
+            incoming = {n: {"ids": torch.cat(ids), "sums": torch.cat(sums)} if ids else empty
+                        for n, (ids, sums) in routed.items()}
