@@ -9,7 +9,7 @@ from __future__ import annotations
 import math
 from typing import Any, Literal, Optional
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 
 class ConfigError(ValueError):
@@ -17,8 +17,13 @@ class ConfigError(ValueError):
 
 
 def _floats(value: Any) -> list[float]:
+    """Parse ``"1,2,4"`` (or a number, or a list) into floats; an empty entry is an error."""
     if isinstance(value, str):
-        value = [v for v in value.replace(";", ",").split(",") if v.strip()]
+        if not value.strip():
+            return []
+        value = value.replace(";", ",").split(",")
+        if any(not v.strip() for v in value):
+            raise ValueError(f"empty entry in the list {','.join(value)!r}")
     if isinstance(value, (int, float)):
         value = [value]
     return [float(v) for v in value]
@@ -144,15 +149,16 @@ class PPGNNConfig(DataConfig):
             raise ValueError(f"unknown mechanism {v!r}; allowed: {', '.join(sorted(FEATURE_MECHANISMS))}")
         return v
 
-    @model_validator(mode="after")
-    def _shares(self) -> "PPGNNConfig":
-        s = self.level_shares
-        if s:
-            if len(s) != len(self.budgets):
-                raise ValueError(f"level_shares needs one share per level ({len(self.budgets)}), got {len(s)}")
+    @field_validator("level_shares")
+    @classmethod
+    def _shares(cls, s: list[float], info) -> list[float]:
+        budgets = info.data.get("budgets")
+        if s and budgets:
+            if len(s) != len(budgets):
+                raise ValueError(f"needs one share per level ({len(budgets)}), got {len(s)}")
             if any(x < 0 or not math.isfinite(x) for x in s) or abs(sum(s) - 1) > 1e-6:
-                raise ValueError(f"level_shares must be >= 0 and sum to 1, got {s}")
-        return self
+                raise ValueError(f"shares must be >= 0 and sum to 1, got {s}")
+        return s
 
     @property
     def shares(self) -> list[float]:
@@ -218,7 +224,12 @@ def parse_run_config(run_config: dict[str, Any]) -> _Base:
     Raises:
         ConfigError: unknown method or key, or a value out of range; the message names the key.
     """
-    cfg = {str(k).replace("-", "_"): v for k, v in dict(run_config).items()}
+    cfg = {str(k).replace("-", "_"): v for k, v in dict(run_config).items() if k != "strategy"}
+    bad = [k for k, v in cfg.items() if isinstance(v, float) and not math.isfinite(v)
+           or isinstance(v, str) and v.strip().lower() in ("nan", "inf", "-inf", "+inf")]
+    if bad and not all(k == "client_epsilons" and str(cfg[k]).strip().lower() == "inf" for k in bad):
+        raise ConfigError("invalid run config:\n  " + "\n  ".join(
+            f"{k.replace('_', '-')}: must be a finite number (got {cfg[k]!r})" for k in bad))
     method = str(cfg.get("method", "ppgnn"))
     if method not in METHOD_CONFIGS:
         raise ConfigError(f"method: unknown {method!r}; allowed: {', '.join(METHOD_CONFIGS)}")
@@ -233,8 +244,9 @@ def parse_run_config(run_config: dict[str, Any]) -> _Base:
         for e in err.errors():
             key = "-".join(str(p) for p in e["loc"]).replace("_", "-") or "config"
             if e["type"] == "extra_forbidden":
-                allowed = ", ".join(k.replace("_", "-") for k in model.model_fields)
+                allowed = ", ".join(["strategy"] + [k.replace("_", "-") for k in model.model_fields])
                 lines.append(f"{key}: unknown key; allowed keys: {allowed}")
             else:
-                lines.append(f"{key}: {e['msg']} (got {e.get('input')!r})")
+                got = e.get("input")
+                lines.append(f"{key}: {e['msg']}" + ("" if isinstance(got, dict) else f" (got {got!r})"))
         raise ConfigError("invalid run config:\n  " + "\n  ".join(lines)) from None

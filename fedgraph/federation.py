@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import time
 from dataclasses import dataclass
 from functools import lru_cache
@@ -98,19 +99,37 @@ def send_to_all(grid, message_type: str, contents: dict[int, "object"], timeout:
     messages = [Message(content=c, dst_node_id=n, message_type=message_type)
                 for n, c in contents.items()]
     replies = list(grid.send_and_receive(messages, timeout=timeout))
-    out, errors = {}, []
+    out, failed = {}, {}
     for r in replies:
         node = r.metadata.src_node_id
         if r.has_error():
-            errors.append(f"node {node}: {r.error.reason}")
+            failed[node] = r.error.reason
         else:
             out[node] = r.content
-    missing = set(contents) - set(out) - {int(e.split()[1].rstrip(':')) for e in errors}
-    if missing:
-        errors.append(f"no reply within {timeout:.0f} s from nodes {sorted(missing)}")
-    if errors:
-        raise ClientFailure(f"{message_type}: {len(errors)} client(s) failed:\n  " + "\n  ".join(errors))
+    missing = set(contents) - set(out) - set(failed)
+    if failed or missing:
+        causes: dict[str, int] = {}
+        for reason in failed.values():
+            cause = last_error_line(reason)
+            causes[cause] = causes.get(cause, 0) + 1
+        lines = [f"{n} client(s): {c}" for c, n in causes.items()]
+        if missing:
+            lines.append(f"{len(missing)} client(s): no reply within {timeout:.0f} s")
+        raise ClientFailure(f"{message_type} failed on {len(failed) + len(missing)} of "
+                            f"{len(contents)} clients: " + "; ".join(lines))
     return out
+
+
+_ANSI = re.compile(r"\x1b\[[0-9;]*m")
+
+
+def last_error_line(reason: str) -> str:
+    """The exception line of a client's error reason (Flower sends the whole traceback)."""
+    lines = [ln.strip() for ln in _ANSI.sub("", str(reason)).strip().splitlines() if ln.strip()]
+    for ln in reversed(lines):
+        if re.match(r"^[A-Za-z_.]*(Error|Exception|Failure|Interrupt)\b", ln):
+            return ln
+    return lines[-1] if lines else "unknown error"
 
 
 def wait_for_nodes(grid, num_nodes: int, timeout: float = 60.0) -> list[int]:
@@ -141,3 +160,40 @@ def tensors(record) -> dict[str, Tensor]:
 
 
 _ = os
+
+
+def preflight(cfg) -> dict:
+    """Check, before any client starts, what would otherwise fail on every client: the
+    output folder is writable, the dataset loads, ``num_clients`` fits the graph.
+
+    Returns:
+        the dataset statistics.
+    Raises:
+        fedgraph.config.ConfigError: naming the key (output-dir, dataset/data-root, num-clients).
+    """
+    import tempfile
+    from pathlib import Path
+
+    from .config import ConfigError
+    from .data import dataset_statistics, load_dataset, user_cache_dir
+
+    out = Path(cfg.output_dir).expanduser()
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+        with tempfile.NamedTemporaryFile(dir=out):
+            pass
+    except OSError as err:
+        raise ConfigError(f"output-dir: cannot write reports to {out}: {err}") from None
+    from filelock import FileLock
+
+    user_cache_dir().mkdir(parents=True, exist_ok=True)
+    try:
+        with FileLock(str(user_cache_dir() / ".load.lock")):
+            data = load_dataset(cfg.dataset, cfg.data_root or None, min_class_size=cfg.min_class_size)
+    except (FileNotFoundError, ValueError) as err:
+        raise ConfigError(f"dataset/data-root: {err}") from None
+    stats = dataset_statistics(data)
+    if cfg.num_clients > stats["num_nodes"]:
+        raise ConfigError(f"num-clients: must lie in [1, {stats['num_nodes']}] for dataset "
+                          f"{cfg.dataset!r} (one node at least per client), got {cfg.num_clients}")
+    return stats

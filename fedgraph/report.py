@@ -22,6 +22,7 @@ def write_json_atomic(path: str | Path, obj) -> Path:
             json.dump(obj, f, indent=2, default=_jsonable)
             f.flush()
             os.fsync(f.fileno())
+        os.chmod(tmp, 0o644)
         os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)

@@ -7,6 +7,18 @@ cd "$(dirname "$0")/.."
 bash scripts/setup.sh
 export PATH="$PWD/.venv/bin:$PATH"
 export FLWR_DISABLE_RUNTIME_DEPENDENCY_INSTALLATION=1   # offline: no `uv sync` of the app
+# `flwr run` reuses any SuperLink on 127.0.0.1:39091, with the environment (and code) it was
+# started with. Refuse one started from another checkout or venv.
+if pids=$(pgrep -f flower-superlink); then
+  for pid in $pids; do
+    if ! tr '\0' ' ' < /proc/$pid/cmdline | grep -q "$PWD/.venv/"; then
+      echo "A SuperLink from another environment is running (pid $pid):" >&2
+      tr '\0' ' ' < /proc/$pid/cmdline >&2; echo >&2
+      echo "flwr run would use it and that environment's code. Stop it: kill $pid" >&2
+      exit 1
+    fi
+  done
+fi
 OUT="$PWD/outputs"
 RUN="main-$(date +%Y%m%d-%H%M%S)"
 flwr run . --stream \

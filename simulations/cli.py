@@ -58,11 +58,12 @@ def run_simulation(run_config: dict, num_cpus: Optional[int] = None,
     """
     from flwr.simulation import run_simulation as flwr_run_simulation
 
-    from fedgraph.config import parse_run_config
+    from fedgraph.federation import preflight
     from simulations.client_app import app as client_app
-    from simulations.server_app import make_server_app
+    from simulations.server_app import make_server_app, validate_run_config
 
-    cfg = parse_run_config({k: v for k, v in run_config.items() if k != "strategy"})
+    _, cfg = validate_run_config(run_config)
+    preflight(cfg)
     run_name = cfg.run_name or f"{cfg.method}-{cfg.dataset.replace(':', '_')}-seed{cfg.seed}-{os.getpid()}"
     run_config = {**run_config, "run-name": run_name,
                   "output-dir": str(Path(cfg.output_dir).expanduser().resolve())}

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from flwr.serverapp.strategy import FedAvg
 
-from fedgraph.federation import ClientFailure
+from fedgraph.federation import ClientFailure, last_error_line
 
 
 class StrictFedAvg(FedAvg):
@@ -31,7 +31,7 @@ class StrictFedAvg(FedAvg):
 
     def _check(self, replies, phase: str, server_round: int) -> list:
         replies = list(replies)
-        errors = [f"node {r.metadata.src_node_id}: {r.error.reason}" for r in replies if r.has_error()]
+        errors = sorted({last_error_line(r.error.reason) for r in replies if r.has_error()})
         if len(replies) < self.num_clients:
             errors.append(f"{self.num_clients - len(replies)} client(s) did not reply in time")
         if errors:

@@ -42,12 +42,26 @@ def test_invalid_config_exits_2_and_names_key(tmp_path):
 
 
 def test_failed_run_exits_1_and_report_says_failed(tmp_path):
-    """A client that cannot load its data fails the run loudly (non-zero, reason printed)."""
+    """A client that fails (the classical Gaussian bound needs epsilon/d < 1) fails the run
+    loudly: exit 1, the cause printed once, the report says failed."""
     out = tmp_path / "runs"
-    res = fedgraph("run", "--num-cpus", "2", "--set", "dataset='citeseer'", "--set", "num-clients=2",
-                   "--set", f"data-root='{tmp_path / 'missing'}'", "--set", f"output-dir='{out}'",
+    res = fedgraph("run", "--num-cpus", "2", "--set", "num-clients=2", "--set", "mechanism='gaussian'",
+                   "--set", "epsilon=5000.0", "--set", f"output-dir='{out}'",
                    "--set", "run-name='bad'", "--set", "timeout=120.0", tmp_path=tmp_path)
     assert res.returncode == 1, res.stderr[-2000:]
-    assert "FAILED" in res.stderr
+    assert "FAILED" in res.stderr and "epsilon / num_features must be < 1" in res.stderr
     report = json.loads((out / "bad.json").read_text())
-    assert report["status"] == "failed" and "client" in report["error"]
+    assert report["status"] == "failed" and "2 client(s)" in report["error"]
+    assert len(report["error"]) < 500  # one line per distinct cause, not the tracebacks
+
+
+@pytest.mark.parametrize("args,key", [
+    (["--set", "num-clients=5000"], "num-clients"),
+    (["--set", "dataset='citeseer'", "--set", "data-root='/nonexistent'"], "data-root"),
+    (["--set", "strategy='no.such:Strategy'"], "strategy"),
+    (["--set", "budgets='1,2,,4'"], "budgets"),
+])
+def test_preflight_errors_exit_2_before_any_client_starts(tmp_path, args, key):
+    res = fedgraph("run", *args, tmp_path=tmp_path, timeout=120)
+    assert res.returncode == 2, res.stderr[-2000:]
+    assert key in res.stderr and "ClientAppActor" not in res.stderr

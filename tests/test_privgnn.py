@@ -152,22 +152,22 @@ def test_auroc_and_audit_smoke(cora_split):
     assert auroc(torch.tensor([0.1, 0.4, 0.35, 0.8]), torch.tensor([0, 0, 1, 1])) == 0.75
     private, public = cora_split
     gen = torch.Generator().manual_seed(0)
-    g = [node_sample_graph(public, 150, gen) for _ in range(2)]
+    g = [node_sample_graph(public, 100, gen) for _ in range(2)]
 
     def trainer(graph):
         torch.manual_seed(0)
         m = pg.make_sage(graph.x.shape[1], 7, 16)
         opt = torch.optim.Adam(m.parameters(), lr=0.01)
-        for _ in range(60):
+        for _ in range(40):
             opt.zero_grad()
             torch.nn.functional.cross_entropy(m(graph.x, graph.edge_index), graph.y).backward()
             opt.step()
         m.eval()
         return lambda h: m(h.x, h.edge_index).softmax(-1).detach()
 
-    members = node_sample_graph(private, 150, gen)
+    members = node_sample_graph(private, 100, gen)
     target = trainer(members)
-    auc, shadow = membership_auroc(target, members, node_sample_graph(private, 150, gen),
+    auc, shadow = membership_auroc(target, members, node_sample_graph(private, 100, gen),
                                    shadow_train=trainer, shadow_members=g[0],
                                    shadow_nonmembers=g[1], return_shadow=True)
     assert auc > 0.6 and shadow > 0.6  # an overfit non-private model leaks membership
@@ -175,8 +175,11 @@ def test_auroc_and_audit_smoke(cora_split):
 
 def test_end_to_end_cora_beats_majority(cora_split):
     private, public = cora_split
-    run = pg.run_centralized(private, public, num_queries=40, rate=0.3, k=60, lam=1000.0,
-                             teacher=pg.TeacherConfig(epochs=40, hidden=16, batch_size=40),
-                             projection_dim=32, student_epochs=60, seed=0, accountant=None)
-    assert run.pseudo_labels.shape == (40,)
+    # raw features (the paper's teachers); a projection is faster but labels worse here
+    run = pg.run_centralized(private, public, num_queries=48, rate=0.3, k=120, lam=1000.0,
+                             teacher=pg.TeacherConfig(epochs=40, hidden=16, batch_size=48,
+                                                      lr=0.02),
+                             student_epochs=150, seed=0, accountant=None)
+    assert run.pseudo_labels.shape == (48,)
+    assert run.label_accuracy > 0.5
     assert run.student.test_accuracy > pg.majority_accuracy(public) + 0.05

@@ -168,7 +168,7 @@ def _not_found(name: str, paths: Sequence[Path], extra: str = '') -> None:
     raise FileNotFoundError(
         f"Raw files of dataset '{name}' not found (looked for: {listed}). "
         f"Place them there, point the {ENV_DATA} environment variable or the "
-        f"'root' argument at a folder with the layout described in "
+        f"'root' argument (run config: data-root) at a folder with the layout described in "
         f"fedgraph.data.datasets, or pass download=True when online.{extra}")
 
 
@@ -321,7 +321,7 @@ def _find_facebook100(college: str, root: Path) -> Path:
         f"Facebook100 file for college '{college}' not found (looked for "
         f"{exact}, case-insensitive). Place <College>.mat under "
         f"<root>/facebook100/ and point the {ENV_DATA} environment variable "
-        f"or the 'root' argument at <root>. Facebook100 has no download.")
+        f"or the 'root' argument (run config: data-root) at <root>. Facebook100 has no download.")
 
 
 def one_hot_attributes(attributes: np.ndarray) -> Tensor:
@@ -452,13 +452,19 @@ def load_dataset(name: str, root: Optional[PathLike] = None, *,
                              "'facebook100:Caltech36'")
         return load_facebook100(_find_facebook100(college, base),
                                 min_class_size=min_class_size)
-    if key in _PLANETOID_NAMES:
-        return _load_planetoid(key, base, download)
-    if key == 'facebook-pagepage':
-        return _load_facebook_pagepage(base, download)
-    if key == 'lastfm-asia':
-        return _load_lastfm(base, download)
-    if key == 'reddit':
-        return _load_reddit(base, download)
+    loaders = {'facebook-pagepage': _load_facebook_pagepage, 'lastfm-asia': _load_lastfm,
+               'reddit': _load_reddit}
+    if key in _PLANETOID_NAMES or key in loaders:
+        try:
+            if key in _PLANETOID_NAMES:
+                return _load_planetoid(key, base, download)
+            return loaders[key](base, download)
+        except (FileNotFoundError, ValueError, TypeError):
+            raise
+        except Exception as err:  # unreadable / truncated raw files
+            raise ValueError(
+                f"could not read dataset '{name}' under {base}: {type(err).__name__}: {err}. "
+                "A raw file is probably corrupt or truncated: replace it (and delete the "
+                "'processed' folder next to 'raw')") from err
     raise ValueError(f"Unknown dataset '{name}'. Known datasets: "
                      f"{', '.join(KNOWN_DATASETS)}")

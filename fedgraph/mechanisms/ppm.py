@@ -135,7 +135,7 @@ def level_posterior(released: Tensor, params: PPMParams) -> Tensor:
 
 def ppm_estimate(report: PPMReport, num_features: int, params: PPMParams,
                  rescale: str = "released") -> tuple[Tensor, Tensor]:
-    """Server side of PPM: rescale each user's signs into a feature estimate.
+    r"""Server side of PPM: rescale each user's signs into a feature estimate.
 
     Args:
         rescale: ``"released"``: with the budget of the decoded released level (unbiased for
