@@ -49,3 +49,16 @@ def test_pyproject_declares_every_key():
     assert keys == fields
     parse_run_config({k: v for k, v in declared["tool"]["flwr"]["app"]["config"].items()
                       if k != "strategy"})
+
+
+def test_every_preset_validates():
+    import tomllib
+    from pathlib import Path
+
+    from simulations.server_app import validate_run_config
+
+    presets = sorted((Path(__file__).parents[1] / "simulations" / "presets").glob("*.toml"))
+    assert len(presets) >= 8
+    for path in presets:
+        strategy, cfg = validate_run_config(tomllib.loads(path.read_text()))
+        assert strategy.method == cfg.method, path.name
