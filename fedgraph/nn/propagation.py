@@ -17,7 +17,7 @@ from ..mechanisms.bits import mlr_num_dims, unbias_factor
 
 def weighted_propagation(
     x: Tensor, edge_index: Tensor, steps: int, node_weight: Tensor | None = None,
-    self_loops: bool = True, chunk_size: int = 2**22,
+    self_loops: bool = True, chunk_size: int | None = None,
 ) -> Tensor:
     """``steps`` rounds of weighted neighbourhood averaging.
 
@@ -28,7 +28,8 @@ def weighted_propagation(
         node_weight: ``[N]`` positive weight ``w_j`` of each source node; ``None`` = uniform
             (KProp).
         self_loops: include ``i`` in ``N(i)`` (the paper's convention).
-        chunk_size: edges processed per chunk, bounding memory at ``chunk_size * d`` floats.
+        chunk_size: edges processed per chunk, bounding the gathered messages at
+            ``chunk_size * d`` floats (default: about 2**26 floats, 256 MiB in float32).
 
     Returns:
         ``[N, d]``; each row of the implied ``Pi`` sums to 1 (nodes without neighbours and
@@ -46,6 +47,8 @@ def weighted_propagation(
         else node_weight.to(x.device, x.dtype)[src]
     norm = scatter(w, dst, dim=0, dim_size=n, reduce="sum")
     coef = w / norm[dst].clamp_min(torch.finfo(x.dtype).tiny)
+    if chunk_size is None:
+        chunk_size = max(1024, 2**26 // max(1, x.size(1)))
     h = x
     for _ in range(steps):
         out = torch.zeros_like(h)
