@@ -44,8 +44,10 @@ def test_pyproject_declares_every_key():
     from pathlib import Path
 
     declared = tomllib.loads((Path(__file__).parents[1] / "pyproject.toml").read_text())
+    from fedgraph.config import METHOD_CONFIGS
+
     keys = set(declared["tool"]["flwr"]["app"]["config"]) - {"strategy"}
-    fields = {k.replace("_", "-") for k in PPGNNConfig.model_fields}
+    fields = {k.replace("_", "-") for m in METHOD_CONFIGS.values() for k in m.model_fields}
     assert keys == fields
     parse_run_config({k: v for k, v in declared["tool"]["flwr"]["app"]["config"].items()
                       if k != "strategy"})
