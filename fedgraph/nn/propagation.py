@@ -17,9 +17,13 @@ from ..mechanisms.bits import mlr_num_dims, unbias_factor
 
 def weighted_propagation(
     x: Tensor, edge_index: Tensor, steps: int, node_weight: Tensor | None = None,
-    self_loops: bool = True, chunk_size: int | None = None,
+    self_loops: bool = True,
 ) -> Tensor:
     """``steps`` rounds of weighted neighbourhood averaging.
+
+    The propagation matrix ``Pi`` is built once as a sparse CSR matrix (``E`` entries) and
+    applied ``steps`` times with a sparse-dense matmul: no ``N x N`` dense matrix and no
+    ``E x d`` message tensor.
 
     Args:
         x: features ``[N, d]``.
@@ -28,12 +32,10 @@ def weighted_propagation(
         node_weight: ``[N]`` positive weight ``w_j`` of each source node; ``None`` = uniform
             (KProp).
         self_loops: include ``i`` in ``N(i)`` (the paper's convention).
-        chunk_size: edges processed per chunk, bounding the gathered messages at
-            ``chunk_size * d`` floats (default: about 2**26 floats, 256 MiB in float32).
 
     Returns:
-        ``[N, d]``; each row of the implied ``Pi`` sums to 1 (nodes without neighbours and
-        without self loops keep a zero row).
+        ``[N, d]``; each row of ``Pi`` sums to 1 (nodes without neighbours and without self
+        loops keep a zero row).
     """
     if steps < 0:
         raise ValueError(f"steps must be >= 0, got {steps}")
@@ -47,15 +49,10 @@ def weighted_propagation(
         else node_weight.to(x.device, x.dtype)[src]
     norm = scatter(w, dst, dim=0, dim_size=n, reduce="sum")
     coef = w / norm[dst].clamp_min(torch.finfo(x.dtype).tiny)
-    if chunk_size is None:
-        chunk_size = max(1024, 2**26 // max(1, x.size(1)))
+    pi = torch.sparse_coo_tensor(torch.stack([dst, src]), coef, (n, n)).coalesce().to_sparse_csr()
     h = x
     for _ in range(steps):
-        out = torch.zeros_like(h)
-        for s in range(0, src.numel(), chunk_size):
-            sl = slice(s, s + chunk_size)
-            out.index_add_(0, dst[sl], h[src[sl]] * coef[sl].unsqueeze(1))
-        h = out
+        h = pi @ h
     return h
 
 
