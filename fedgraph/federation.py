@@ -14,7 +14,6 @@ import time
 from dataclasses import dataclass
 from functools import lru_cache
 
-import torch
 from torch import Tensor
 
 from .config import DataConfig

@@ -40,6 +40,16 @@ class PrivateStrategy(ABC):
     def run(self, grid) -> None:
         """All phases of the method. Fill ``self.report`` and ``self.ledger``."""
 
+    def record_accuracy(self, counts: dict, statistics: dict) -> None:
+        """Accuracy per split from the clients' ``<split>_correct`` / ``<split>_total`` counts
+        (test labels never leave the clients), and the majority-class rate for reference."""
+        for split in ("train", "val", "test"):
+            correct = sum(int(c["metrics"][f"{split}_correct"]) for c in counts.values())
+            total = sum(int(c["metrics"][f"{split}_total"]) for c in counts.values())
+            self.report.accuracy[split] = correct / total if total else float("nan")
+        class_counts = statistics["class_counts"]
+        self.report.accuracy["majority_class"] = max(class_counts) / sum(class_counts)
+
     def report_path(self) -> Path:
         name = self.config.run_name or (
             f"{self.method}-{self.config.dataset.replace(':', '_')}-seed{self.config.seed}-"

@@ -79,12 +79,7 @@ class GAPStrategy(PrivateStrategy):
         with self.report.phase("evaluate (clients)"):
             counts = send_to_all(grid, "evaluate.gap", {
                 n: RecordDict({"config": payload, "arrays": arrays}) for n in nodes}, cfg.timeout)
-        for split in ("train", "val", "test"):
-            correct = sum(int(c["metrics"][f"{split}_correct"]) for c in counts.values())
-            total = sum(int(c["metrics"][f"{split}_total"]) for c in counts.values())
-            self.report.accuracy[split] = correct / total if total else float("nan")
-        cc = torch.tensor(stats["class_counts"], dtype=torch.float)
-        self.report.accuracy["majority_class"] = float(cc.max() / cc.sum())
+        self.record_accuracy(counts, stats)
 
     def _pma(self, grid, nodes, owner, payload, encoder_arrays) -> None:
         """Hops 1..K; message k also carries the partial sums for hop k-1 (k = K+1: finish)."""

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import json
 
-import torch
 from flwr.app import ArrayRecord, ConfigRecord, RecordDict
 
 from fedgraph.federation import send_to_all, tensors, wait_for_nodes
@@ -52,12 +51,7 @@ class PPGNNStrategy(PrivateStrategy):
                 contents[n] = RecordDict({"predictions": ArrayRecord(
                     {"node_ids": ids, "pred": fit.predictions[ids]}), "config": payload})
             counts = send_to_all(grid, "evaluate.ppgnn", contents, cfg.timeout)
-        for split in ("train", "val", "test"):
-            correct = sum(int(c["metrics"][f"{split}_correct"]) for c in counts.values())
-            total = sum(int(c["metrics"][f"{split}_total"]) for c in counts.values())
-            self.report.accuracy[split] = correct / total if total else float("nan")
-        counts_y = torch.tensor(stats["class_counts"], dtype=torch.float)
-        self.report.accuracy["majority_class"] = float(counts_y.max() / counts_y.sum())
+        self.record_accuracy(counts, stats)
         self.report.privacy.update({
             "model": "personalized LDP (per user, per level)",
             "unit": "epsilon per user (whole run: each user reports once)",

@@ -15,8 +15,6 @@ With a single level (``|E| = 1``) the level is public, ESW is skipped and ``gamm
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Sequence
-
 import torch
 from torch import Tensor
 

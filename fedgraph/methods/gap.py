@@ -60,7 +60,7 @@ import resource
 import time
 import warnings
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any
 
 import torch
 import torch.nn.functional as F
