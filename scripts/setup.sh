@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Create .venv (if missing) and install fedgraph with the tested pins. Idempotent; offline-safe
-# where the package registry is reachable. PYTHON selects the interpreter (3.10-3.12).
+# where the package registry is reachable. PYTHON selects the interpreter (3.11 or 3.12).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=${PYTHON:-python3}
