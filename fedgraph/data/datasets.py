@@ -81,6 +81,37 @@ _PLANETOID_FILES = ('x', 'tx', 'allx', 'y', 'ty', 'ally', 'graph', 'test.index')
 
 _BUNDLED_ROOT = Path(__file__).resolve().parent / '_bundled'
 
+
+def bundled_root() -> Path:
+    """Folder of the data shipped with the package (Cora's raw files).
+
+    ``flwr run`` executes a copy of the app (a FAB) that holds only ``.py``/``.toml``/``.md``
+    and similar files, and that copy shadows the installed package on ``sys.path``: so when
+    the files are not next to this module, look in the installed distribution (a regular
+    install in site-packages, or the source tree of an editable install).
+    """
+    candidates = [_BUNDLED_ROOT]
+    try:
+        import json
+        from importlib.metadata import distribution
+
+        dist = distribution('fedgraph')
+        candidates.append(Path(dist.locate_file('fedgraph/data/_bundled')))
+        url = dist.read_text('direct_url.json')
+        if url:
+            info = json.loads(url)
+            if info.get('url', '').startswith('file://'):
+                from urllib.parse import unquote, urlparse
+
+                src = Path(unquote(urlparse(info['url']).path))
+                candidates.append(src / 'fedgraph' / 'data' / '_bundled')
+    except Exception:  # not installed: only the folder next to this module
+        pass
+    for c in candidates:
+        if (c / 'planetoid' / 'Cora' / 'raw').is_dir():
+            return c
+    return _BUNDLED_ROOT
+
 #: Columns of ``local_info`` in the Facebook100 ``.mat`` files.
 FACEBOOK100_COLUMNS: Tuple[str, ...] = ('status', 'gender', 'major',
                                         'second_major', 'dorm', 'year',
@@ -266,7 +297,7 @@ def _load_planetoid(key: str, root: Path, download: bool) -> Data:
     pyg_name = _PLANETOID_NAMES[key]
     raw_files = [f'ind.{key}.{f}' for f in _PLANETOID_FILES]
     rel = Path('planetoid') / pyg_name
-    fallback = _BUNDLED_ROOT / rel if key == 'cora' else None
+    fallback = bundled_root() / rel if key == 'cora' else None
     dataset_dir = _prepare_pyg_dir(key, root / rel, rel, raw_files, download,
                                    fallback_dir=fallback)
     dataset = Planetoid(str(dataset_dir.parent), pyg_name)
