@@ -96,7 +96,9 @@ def bundled_root() -> Path:
         from importlib.metadata import distribution
 
         dist = distribution('fedgraph')
-        candidates.append(Path(dist.locate_file('fedgraph/data/_bundled')))
+        located = Path(dist.locate_file('fedgraph/data/_bundled'))
+        if located.is_absolute():
+            candidates.append(located)
         url = dist.read_text('direct_url.json')
         if url:
             info = json.loads(url)
