@@ -65,3 +65,22 @@ def test_preflight_errors_exit_2_before_any_client_starts(tmp_path, args, key):
     res = fedgraph("run", *args, tmp_path=tmp_path, timeout=120)
     assert res.returncode == 2, res.stderr[-2000:]
     assert key in res.stderr and "ClientAppActor" not in res.stderr
+
+
+def test_bundled_cora_loads_from_a_fab_like_copy(tmp_path):
+    """`flwr run` runs a copy of the app holding only .py/.toml/.md files, which shadows the
+    installed package: Cora must still load from the installed distribution, offline."""
+    import shutil
+
+    app = tmp_path / "app"
+    shutil.copytree(ROOT / "fedgraph", app / "fedgraph",
+                    ignore=lambda d, names: [n for n in names if not (n.endswith(".py") or
+                                                                      (Path(d) / n).is_dir())])
+    assert not (app / "fedgraph" / "data" / "_bundled" / "planetoid" / "Cora" / "raw" / "ind.cora.x").exists()
+    code = ("import fedgraph, sys; assert fedgraph.__file__.startswith(sys.argv[1]), fedgraph.__file__;"
+            "from fedgraph.data import load_dataset; print(load_dataset('cora').num_nodes)")
+    env = {**os.environ, "FEDGRAPH_DATA": str(tmp_path / "empty"), "XDG_CACHE_HOME": str(tmp_path / "c")}
+    res = subprocess.run([sys.executable, "-c", code, str(app)], cwd=app, env=env,
+                         capture_output=True, text=True, timeout=120)
+    assert res.returncode == 0, res.stderr[-2000:]
+    assert res.stdout.strip().endswith("2708")

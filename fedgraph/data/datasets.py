@@ -110,7 +110,7 @@ def bundled_root() -> Path:
     except Exception:  # not installed: only the folder next to this module
         pass
     for c in candidates:
-        if (c / 'planetoid' / 'Cora' / 'raw').is_dir():
+        if (c / 'planetoid' / 'Cora' / 'raw' / 'ind.cora.x').is_file():
             return c
     return _BUNDLED_ROOT
 
