@@ -65,9 +65,9 @@ def gap_setup(msg: Message, context: Context) -> Message:
     """Calibrate this client's noise for its own epsilon target; report the plan and its ids."""
     cfg, pid, view = _setup(msg, context)
     g = view.graph
+    # Counts of nodes are not protected by edge-level DP's unit, edge counts would be: none sent.
     plan = {**_gap_plan(cfg, pid, view).to_dict(), "partition_id": pid,
-            "num_nodes": g.num_nodes, "num_train": int(g.train_mask.sum()),
-            "num_boundary_edges": int(g.boundary_edge_index.shape[1])}
+            "num_nodes": g.num_nodes, "num_train": int(g.train_mask.sum())}
     meta = ConfigRecord({"statistics": json.dumps(view.statistics), "plan": json.dumps(plan)})
     return Message(RecordDict({"ids": ArrayRecord({"node_ids": g.node_ids}), "meta": meta}),
                    reply_to=msg)
@@ -130,8 +130,13 @@ def gap_pma(msg: Message, context: Context) -> Message:
     if k <= cfg.hops:
         plan = _gap_plan(cfg, pid, view)
         local, boundary = client_edges(g, cfg, _gap_generator(cfg, pid, "degree"))
+        # Release a row for every node held elsewhere (ids independent of the edges).
+        others = torch.ones(view.statistics["num_nodes"], dtype=torch.bool)
+        others[g.node_ids] = False
+        remote = others.nonzero().flatten() if cfg.cross_client_edges else others.nonzero()[:0].flatten()
         local_sums, ids, sums = pma_partial_sums(state[f"hop{k - 1}"], local, boundary,
-                                                 plan.sigma, _gap_generator(cfg, pid, f"pma{k}"))
+                                                 plan.sigma, _gap_generator(cfg, pid, f"pma{k}"),
+                                                 remote_ids=remote)
         state["local_sums"] = local_sums
         out = {"ids": ids, "sums": sums}
     context.state["gap.hops"] = ArrayRecord(state)

@@ -47,7 +47,7 @@ class GAPStrategy(PrivateStrategy):
                 self.ledger.record(f"client-{meta['partition_id']}", release, event)
         self.report.extra["clients"] = {f"client-{m['partition_id']}": {
             k: m[k] for k in ("epsilon_target", "delta", "noise_multiplier", "sigma", "sensitivity",
-                              "num_nodes", "num_train", "num_boundary_edges")} for m in clients.values()}
+                              "num_nodes", "num_train")} for m in clients.values()}
         num_classes, num_features = stats["num_classes"], stats["num_features"]
         self.report.privacy.update({
             "model": f"{cfg.level}-level DP per client" + (

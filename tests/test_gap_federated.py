@@ -43,6 +43,18 @@ def test_released_partial_sums_are_noised_with_std_sigma():
     assert abs(float(r.mean())) < 5 * sigma / math.sqrt(r.numel())
 
 
+def test_released_ids_do_not_depend_on_the_edges():
+    """The set of remote rows a client releases is fixed by who holds which node, never by its
+    edges: two clients with different boundary edges release the same ids."""
+    h, local, boundary = _toy_client()
+    remote = torch.arange(1000, 1015)
+    _, ids_a, _ = pma_partial_sums(h, local, boundary, 0.5, torch.Generator().manual_seed(0), remote)
+    _, ids_b, _ = pma_partial_sums(h, local, boundary[:, :3], 0.5, torch.Generator().manual_seed(0), remote)
+    assert torch.equal(ids_a, remote) and torch.equal(ids_b, remote)
+    with pytest.raises(ValueError, match="every boundary target"):
+        pma_partial_sums(h, local, boundary, 0.5, torch.Generator(), remote[:3])
+
+
 def test_partial_sums_from_two_clients_reassemble_the_central_aggregate():
     """Without noise, a node's local sum plus the partial sums received equals the sum over all
     its in-neighbours, and pma_finish row-normalizes."""

@@ -139,22 +139,32 @@ def client_edges(client, cfg: GAPConfig, generator: torch.Generator) -> tuple[Te
 
 
 def pma_partial_sums(h_prev: Tensor, local: Tensor, boundary: Tensor, sigma: float,
-                     generator: torch.Generator) -> tuple[Tensor, Tensor, Tensor]:
+                     generator: torch.Generator, remote_ids: Tensor | None = None,
+                     ) -> tuple[Tensor, Tensor, Tensor]:
     """One hop of PMA on a client (Alg. 1 lines 3-4, split across clients).
 
     Args:
         h_prev: normalized hop ``k-1`` of this client's nodes ``[n, e]``.
         local: ``[2, e_l]`` local edges (local ids); boundary: ``[2, e_b]`` (local src, global dst).
         sigma: noise std (noise multiplier x sensitivity); 0 only for GAP without noise.
+        remote_ids: sorted global ids of the remote rows to release. Pass every node the client
+            does not hold: the released ids must not depend on the edges, or their presence
+            would reveal which remote nodes are neighbours (an edge leak no noise covers).
+            ``None``: the remote targets of ``boundary`` (only for tests and non-private use).
 
     Returns:
         ``(local_sums [n, e], remote_ids [m], remote_sums [m, e])``, every row noised.
     """
     n, e = h_prev.shape
     local_sums = torch.zeros(n, e, dtype=h_prev.dtype).index_add_(0, local[1], h_prev[local[0]])
-    remote_ids, inv = torch.unique(boundary[1], return_inverse=True)
+    if remote_ids is None:
+        remote_ids = torch.unique(boundary[1])
+    pos = torch.searchsorted(remote_ids, boundary[1])
+    if boundary.shape[1] and (bool((pos >= remote_ids.numel()).any())
+                              or not bool((remote_ids[pos.clamp_max(max(remote_ids.numel() - 1, 0))] == boundary[1]).all())):
+        raise ValueError("remote_ids must contain every boundary target")
     remote_sums = torch.zeros(remote_ids.numel(), e, dtype=h_prev.dtype).index_add_(
-        0, inv, h_prev[boundary[0]])
+        0, pos, h_prev[boundary[0]])
     if sigma > 0:
         local_sums += sigma * torch.randn(local_sums.shape, generator=generator)
         remote_sums += sigma * torch.randn(remote_sums.shape, generator=generator)
