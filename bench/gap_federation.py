@@ -8,12 +8,12 @@ Prints a table and writes bench/results/gap_federation.json.
 from __future__ import annotations
 
 import argparse
-import json
 import resource
 import statistics
 import time
 from pathlib import Path
 
+from fedgraph.report import write_json_atomic
 from simulations.cli import run_simulation
 
 
@@ -58,9 +58,7 @@ def main() -> None:
     base = results["1 client"]["mean"]
     for name, r in results.items():
         r["lost_vs_one_client"] = base - r["mean"]
-    out = Path(args.out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps({"args": vars(args), "results": results}, indent=2))
+    out = write_json_atomic(args.out, {"args": vars(args), "results": results})
     print(f"wrote {out}")
 
 

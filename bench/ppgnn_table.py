@@ -15,7 +15,6 @@ Writes bench/results/ppgnn_table.json and prints a table (mean +- std test accur
 from __future__ import annotations
 
 import argparse
-import json
 import resource
 import statistics
 import time
@@ -26,6 +25,7 @@ import torch
 from fedgraph.config import parse_run_config
 from fedgraph.federation import load_federated
 from fedgraph.methods import ppgnn
+from fedgraph.report import write_json_atomic
 
 SETTINGS = {
     "A: LPGNN eps=1": {"budgets": "1", "mechanism": "multi-bit", "epsilon": 1.0, "denoiser": "kprop"},
@@ -70,9 +70,7 @@ def main() -> None:
             print(f"{ds:<18} {name:<22} test acc {100 * row['mean']:.1f} +- {100 * row['std']:.1f}"
                   f"   ({row['seconds_per_run']:.1f} s/run, peak RSS {row['peak_rss_mib']:.0f} MiB)",
                   flush=True)
-    out = Path(args.out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps({"args": vars(args), "results": results}, indent=2))
+    out = write_json_atomic(args.out, {"args": vars(args), "results": results})
     print(f"wrote {out}")
 
 

@@ -14,6 +14,8 @@ from __future__ import annotations
 
 import argparse
 import json
+
+from fedgraph.report import write_json_atomic
 import resource
 import statistics
 import sys
@@ -159,7 +161,7 @@ def main(argv=None):
            "wall_seconds": time.perf_counter() - t0, "peak_rss_mib": peak}
     print(f"\nwall {out['wall_seconds']:.1f} s, peak RSS {peak:.0f} MiB")
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-    Path(args.out).write_text(json.dumps(out, indent=1))
+    write_json_atomic(args.out, out)
 
 
 if __name__ == "__main__":

@@ -8,7 +8,6 @@ Flower simulation pattern: one deterministic partition, each client takes its pa
 from __future__ import annotations
 
 import json
-import os
 import re
 import time
 from dataclasses import dataclass
@@ -157,8 +156,6 @@ def tensors(record) -> dict[str, Tensor]:
     """ArrayRecord -> dict of torch tensors."""
     return dict(record.to_torch_state_dict())
 
-
-_ = os
 
 
 def preflight(cfg) -> dict:

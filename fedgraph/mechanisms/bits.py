@@ -12,7 +12,6 @@ inputs is at most ``e^epsilon``. Multiplying the sign by
 """
 from __future__ import annotations
 
-import math
 from typing import NamedTuple
 
 import torch
@@ -189,4 +188,3 @@ __all__ = [
     "SampledBits", "local_randomizer", "mlr_num_dims", "multi_bit", "multi_bit_estimate",
     "multi_bit_variance", "one_bit", "sample_dims", "scatter_bits", "unbias_factor",
 ]
-_ = math
