@@ -880,3 +880,25 @@ def test_ppm_posterior_rescale_is_unbiased_over_mixed_levels():
     # The paper's rescaling by the released level alone is biased on the same data.
     biased, _ = ppm_estimate(report, d, params, rescale="released")
     assert not bool(((biased.to(F64).mean(0) - xrow).abs() <= 5 * se).all())
+
+
+def test_randomized_response_keep_rate_domain_and_privacy_ratio():
+    """k-RR: P[keep] = e^eps / (e^eps + k - 1), every other label has q = 1 / (e^eps + k - 1),
+    so p / q = e^eps. Binomial bounds at 6 standard errors over 2e5 draws."""
+    from fedgraph.mechanisms import randomized_response
+
+    k, eps, n = 5, 1.0, 200_000
+    y = torch.full((n,), 2, dtype=torch.long)
+    out = randomized_response(y, k, eps, gen(91))
+    assert set(out.unique().tolist()) <= set(range(k))
+    p = math.exp(eps) / (math.exp(eps) + k - 1)
+    q = 1 / (math.exp(eps) + k - 1)
+    freq = torch.bincount(out, minlength=k).double() / n
+    for c in range(k):
+        target = p if c == 2 else q
+        assert abs(float(freq[c]) - target) <= 6 * math.sqrt(target * (1 - target) / n)
+    assert p / q == pytest.approx(math.exp(eps))
+    with pytest.raises(ValueError, match="label_epsilon"):
+        randomized_response(y, k, 0.0)
+    with pytest.raises(ValueError, match="labels"):
+        randomized_response(torch.tensor([k]), k, 1.0)
