@@ -48,21 +48,16 @@ class DataConfig(_Base):
     @field_validator("dataset")
     @classmethod
     def _known(cls, v: str) -> str:
-        from .data import KNOWN_DATASETS
+        from .data import dataset_spec  # built-in, registered or "package.module:loader"
 
-        names = [k for k in KNOWN_DATASETS if ":" not in k]
-        if v.lower() not in names and not v.lower().startswith("facebook100:"):
-            raise ValueError(f"unknown dataset {v!r}; allowed: {', '.join(KNOWN_DATASETS)}")
-        return v.lower() if ":" not in v else v
+        return dataset_spec(v)
 
     @field_validator("partitioner")
     @classmethod
     def _partitioner(cls, v: str) -> str:
-        from .data import PARTITIONERS
+        from .data import PARTITIONERS  # registered or "package.module:function"
 
-        if v not in PARTITIONERS:
-            raise ValueError(f"unknown partitioner {v!r}; allowed: {', '.join(sorted(PARTITIONERS))}")
-        return v
+        return PARTITIONERS.check_name(v)
 
 
 class PPGNNConfig(DataConfig):
@@ -143,11 +138,9 @@ class PPGNNConfig(DataConfig):
     @field_validator("mechanism")
     @classmethod
     def _mechanism(cls, v: str) -> str:
-        from .mechanisms import FEATURE_MECHANISMS
+        from .mechanisms import FEATURE_MECHANISMS  # registered or "package.module:factory"
 
-        if v not in FEATURE_MECHANISMS:
-            raise ValueError(f"unknown mechanism {v!r}; allowed: {', '.join(sorted(FEATURE_MECHANISMS))}")
-        return v
+        return FEATURE_MECHANISMS.check_name(v)
 
     @field_validator("level_shares")
     @classmethod

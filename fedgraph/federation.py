@@ -160,12 +160,16 @@ def tensors(record) -> dict[str, Tensor]:
 
 def preflight(cfg) -> dict:
     """Check, before any client starts, what would otherwise fail on every client: the
-    output folder is writable, the dataset loads, ``num_clients`` fits the graph.
+    output folder is writable, the dataset loads (a user loader's graph passes
+    :func:`fedgraph.data.check_graph`), a feature mechanism declares its privacy loss for
+    every level (:func:`fedgraph.mechanisms.check_privacy_declaration`), ``num_clients`` fits
+    the graph.
 
     Returns:
         the dataset statistics.
     Raises:
-        fedgraph.config.ConfigError: naming the key (output-dir, dataset/data-root, num-clients).
+        fedgraph.config.ConfigError: naming the key (output-dir, dataset/data-root, mechanism,
+            num-clients).
     """
     import tempfile
     from pathlib import Path
@@ -189,6 +193,13 @@ def preflight(cfg) -> dict:
     except (FileNotFoundError, ValueError) as err:
         raise ConfigError(f"dataset/data-root: {err}") from None
     stats = dataset_statistics(data)
+    if getattr(cfg, "mechanism", None) is not None:  # PPGNN: what the mechanism declares
+        from .methods.ppgnn import build_mechanism
+
+        try:
+            build_mechanism(cfg)
+        except ValueError as err:
+            raise ConfigError(f"mechanism: {err}") from None
     if cfg.num_clients > stats["num_nodes"]:
         raise ConfigError(f"num-clients: must lie in [1, {stats['num_nodes']}] for dataset "
                           f"{cfg.dataset!r} (one node at least per client), got {cfg.num_clients}")

@@ -1,54 +1,168 @@
 """Base class of fedgraph's private strategies: config, privacy ledger, phases and report.
 
-A strategy subclasses :class:`PrivateStrategy` and implements :meth:`run`, which talks to the
-clients through the Flower ``grid`` (``grid.send_and_receive`` or a built-in Flower strategy's
-``start``), records every release in ``self.ledger`` and fills ``self.report``. :meth:`start`
-writes the JSON report atomically whether the run succeeds or fails, prints the table, and
-re-raises a failure so that the ServerApp (and ``fedgraph run``) fail loudly.
+A strategy subclasses :class:`PrivateStrategy` and implements :meth:`~PrivateStrategy.run`,
+which talks to the clients through the Flower ``grid`` (:meth:`~PrivateStrategy.ask`, i.e.
+``grid.send_and_receive``, or a built-in Flower strategy's ``start``), records every release
+in ``self.ledger`` and fills ``self.report``. :meth:`~PrivateStrategy.start` writes the JSON
+report atomically whether the run succeeds or fails, prints the table, and re-raises a failure
+so that the ServerApp (and ``fedgraph run``) fail loudly.
+
+The privacy contract, checked when :meth:`~PrivateStrategy.run` returns
+(:meth:`~PrivateStrategy.check_contract`): the ledger holds at least one release and the
+report has a test accuracy in ``[0, 1]``. A strategy is selected with ``strategy = "name"``
+(:func:`register_strategy`) or ``strategy = "package.module:Class"``; see
+``docs/extending.md``.
 """
 from __future__ import annotations
 
-import importlib
+import json
+import math
 import time
 import traceback
 from abc import ABC, abstractmethod
 from pathlib import Path
 
 from fedgraph.accounting import PrivacyLedger
+from fedgraph.registry import ContractError, Registry
 from fedgraph.report import RunReport, format_table
 
 
 class PrivateStrategy(ABC):
     """Server side of a private federated graph-learning method.
 
+    Class attributes a subclass may set:
+
+    * ``method``: the name in the report and the report's file name (default: the class
+      name, lower case).
+    * ``config_method``: the run config's ``method`` this strategy needs (``"ppgnn"``,
+      ``"gap"``: it decides which keys the config has and which client handlers answer);
+      ``None``: any.
+    * ``privacy_delta``, ``privacy_accountant``: delta and accountant at which the report
+      composes the ledger's events.
+
     Args:
-        config: the validated method config (a :mod:`fedgraph.config` model).
+        config: the validated run config (a :mod:`fedgraph.config` model, e.g.
+            :class:`~fedgraph.config.PPGNNConfig`).
     """
 
     method: str = "abstract"
+    config_method: str | None = None
     #: delta at which the report composes non-pure events (a strategy sets its own).
     privacy_delta: float = 1e-6
     #: accountant the report composes with (the cross-check uses an independent one).
     privacy_accountant: str = "prv"
 
+    def __init_subclass__(cls, **kwargs):
+        super().__init_subclass__(**kwargs)
+        if "method" not in cls.__dict__:
+            cls.method = cls.__name__.lower()
+
     def __init__(self, config):
         self.config = config
         self.ledger = PrivacyLedger()
         self.report = RunReport(self.method, config.model_dump())
+        self.nodes: list[int] = []
 
     @abstractmethod
     def run(self, grid) -> None:
-        """All phases of the method. Fill ``self.report`` and ``self.ledger``."""
+        """All phases of the method. Record every release in ``self.ledger`` and set
+        ``self.report.accuracy`` (e.g. with :meth:`record_accuracy`)."""
+
+    # ------------------------------------------------------------------ helpers for run()
+    def connect(self, grid) -> list[int]:
+        """Wait until ``config.num_clients`` supernodes are connected (phase ``connect``,
+        at most ``min(timeout, 60)`` seconds); returns and keeps their ids in ``self.nodes``.
+
+        Raises:
+            fedgraph.federation.ClientFailure: too few or too many supernodes.
+        """
+        from fedgraph.federation import wait_for_nodes
+
+        with self.report.phase("connect"):
+            self.nodes = wait_for_nodes(grid, self.config.num_clients,
+                                        timeout=min(self.config.timeout, 60.0))
+        return self.nodes
+
+    def ask(self, grid, message_type: str, records: dict | None = None,
+            per_node: dict | None = None) -> dict:
+        """Send ``message_type`` (e.g. ``"query.ppgnn"``) to every node of :meth:`connect`
+        and wait for all replies (``config.timeout`` seconds).
+
+        Every message carries the run config as ``content["config"]["json"]`` (what the
+        client handlers read), plus ``records`` (name -> Flower record, the same for every
+        node) and ``per_node[node][name]`` (a record for one node).
+
+        Returns:
+            node id -> reply content (a ``RecordDict``).
+        Raises:
+            fedgraph.federation.ClientFailure: a client failed or timed out (one line per
+                distinct cause).
+        """
+        from flwr.app import ConfigRecord, RecordDict
+
+        from fedgraph.federation import send_to_all
+
+        if not self.nodes:
+            raise RuntimeError("call self.connect(grid) before self.ask(...)")
+        payload = ConfigRecord({"json": json.dumps(self.config.model_dump())})
+        contents = {n: RecordDict({"config": payload, **(records or {}),
+                                   **((per_node or {}).get(n, {}))}) for n in self.nodes}
+        return send_to_all(grid, message_type, contents, self.config.timeout)
 
     def record_accuracy(self, counts: dict, statistics: dict) -> None:
         """Accuracy per split from the clients' ``<split>_correct`` / ``<split>_total`` counts
-        (test labels never leave the clients), and the majority-class rate for reference."""
+        (test labels never leave the clients), and the majority-class rate for reference.
+
+        Args:
+            counts: node id -> reply content with a ``"metrics"`` record holding
+                ``train_correct``, ``train_total``, ``val_correct``, ... (what the
+                ``evaluate.<method>`` handlers return).
+            statistics: the dataset statistics (``class_counts`` is used).
+        """
         for split in ("train", "val", "test"):
             correct = sum(int(c["metrics"][f"{split}_correct"]) for c in counts.values())
             total = sum(int(c["metrics"][f"{split}_total"]) for c in counts.values())
             self.report.accuracy[split] = correct / total if total else float("nan")
         class_counts = statistics["class_counts"]
         self.report.accuracy["majority_class"] = max(class_counts) / sum(class_counts)
+
+    # ------------------------------------------------------------------ contract and report
+    def check_config(self) -> None:
+        """Called by :meth:`start` before :meth:`run`.
+
+        Raises:
+            fedgraph.config.ConfigError: the run config's ``method`` is not
+                ``config_method``.
+        """
+        from fedgraph.config import ConfigError
+
+        want = self.config_method
+        have = getattr(self.config, "method", None)
+        if want is not None and have != want:
+            raise ConfigError(f"method: strategy {type(self).__qualname__} needs "
+                              f"method = {want!r} (its config and client handlers), got {have!r}")
+
+    def check_contract(self) -> None:
+        """Called by :meth:`start` after :meth:`run` returned: what every run must deliver.
+
+        Raises:
+            ContractError: the privacy ledger is empty (a strategy must record every release,
+                ``self.ledger.record(subject, release, event)``), or the report has no test
+                accuracy in ``[0, 1]``.
+        """
+        name = type(self).__qualname__
+        if not self.ledger.subjects:
+            raise ContractError(
+                f"strategy {name} finished with an empty privacy ledger: record every release "
+                "that leaves a client with self.ledger.record(subject, release, event), e.g. "
+                "self.ledger.record('client-0', 'features', PureDP(1.0))")
+        test = self.report.accuracy.get("test")
+        if not isinstance(test, (int, float)) or isinstance(test, bool) or math.isnan(test) \
+                or not 0.0 <= test <= 1.0:
+            raise ContractError(
+                f"strategy {name} finished without a test accuracy in [0, 1] "
+                f"(report.accuracy = {self.report.accuracy}); set it, e.g. with "
+                "self.record_accuracy(counts, statistics) on the clients' evaluate replies")
 
     def report_path(self) -> Path:
         name = self.config.run_name or (
@@ -57,13 +171,19 @@ class PrivateStrategy(ABC):
         return Path(self.config.output_dir).expanduser().resolve() / f"{name}.json"
 
     def start(self, grid) -> dict:
-        """Run all phases, write the report (also on failure), print the table.
+        """Check the config, run all phases, check the contract, write the report (also on
+        failure) and print the table.
 
+        Returns:
+            the report as a dict.
         Raises:
-            Exception: whatever a phase raised, after the report recorded it as failed.
+            Exception: whatever a phase or a check raised, after the report recorded it as
+                failed.
         """
         try:
+            self.check_config()
             self.run(grid)
+            self.check_contract()
             self.report.status = "ok"
         except BaseException as err:
             self.report.status = "failed"
@@ -79,34 +199,39 @@ class PrivateStrategy(ABC):
         return self.report.to_dict()
 
 
-STRATEGIES: dict[str, type[PrivateStrategy]] = {}
+def _check_strategy(cls, name: str) -> None:
+    """Registry check: a concrete subclass of :class:`PrivateStrategy`."""
+    if not (isinstance(cls, type) and issubclass(cls, PrivateStrategy)):
+        raise ContractError(f"strategy: {name!r} is not a subclass of strategies.PrivateStrategy "
+                            f"(got {getattr(cls, '__qualname__', type(cls).__name__)})")
+    missing = sorted(getattr(cls, "__abstractmethods__", ()))
+    if missing:
+        raise ContractError(f"strategy: {name!r} ({cls.__qualname__}) does not implement "
+                            f"{', '.join(missing)}")
 
 
-def register_strategy(name: str):
-    """Class decorator: make a strategy selectable by ``method = name``."""
-    def deco(cls):
-        STRATEGIES[name] = cls
-        return cls
-    return deco
+#: name -> strategy class (``method`` names select theirs: ``ppgnn``, ``gap``).
+STRATEGIES: Registry = Registry("strategy", check=_check_strategy,
+                                hint="See docs/extending.md, 'A strategy'.")
+
+
+def register_strategy(name: str, *, replace: bool = False):
+    """Class decorator: make a strategy selectable by ``strategy = name`` (and, for the
+    built-in methods, ``method = name``).
+
+    Raises:
+        ContractError: the class is not a concrete :class:`PrivateStrategy` subclass.
+        ValueError: ``name`` is taken by another class (pass ``replace=True``).
+    """
+    return STRATEGIES.register(name, replace=replace)
 
 
 def resolve_strategy(spec: str) -> type[PrivateStrategy]:
     """A registered name or an import path ``"pkg.module:Class"``.
 
     Raises:
-        ValueError: the name is unknown, the path does not resolve, or the class is not a
-            :class:`PrivateStrategy`.
+        ValueError: the name is unknown (the message lists the registered names) or the path
+            does not resolve.
+        ContractError: the class is not a concrete :class:`PrivateStrategy` subclass.
     """
-    if ":" not in spec:
-        if spec not in STRATEGIES:
-            raise ValueError(f"strategy: unknown {spec!r}; registered: {sorted(STRATEGIES)} "
-                             "or an import path 'package.module:Class'")
-        return STRATEGIES[spec]
-    module, _, attr = spec.partition(":")
-    try:
-        cls = getattr(importlib.import_module(module), attr)
-    except (ImportError, AttributeError) as err:
-        raise ValueError(f"strategy: cannot import {spec!r}: {err}") from None
-    if not (isinstance(cls, type) and issubclass(cls, PrivateStrategy)):
-        raise ValueError(f"strategy: {spec!r} is not a subclass of strategies.PrivateStrategy")
-    return cls
+    return STRATEGIES.resolve(spec)

@@ -23,6 +23,7 @@ class GAPStrategy(PrivateStrategy):
     """Server side of federated GAP and its baselines (``variant``: gap, gap-inf, mlp)."""
 
     method = "gap"
+    config_method = "gap"
 
     def run(self, grid) -> None:
         cfg = self.config

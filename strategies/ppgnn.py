@@ -24,6 +24,7 @@ class PPGNNStrategy(PrivateStrategy):
     ``mechanism = multi-bit, denoiser = kprop``)."""
 
     method = "ppgnn"
+    config_method = "ppgnn"
 
     def run(self, grid) -> None:
         cfg = self.config

@@ -39,6 +39,17 @@ running as root on a read-only-by-convention folder), the raw files are copied
 to ``<user cache>/fedgraph/processed-copies/<hash of source>/...`` and PyG is
 pointed at that copy.
 
+Your own graph
+--------------
+A loader ``fn(root) -> Data`` (``root``: the run config's ``data-root`` as a
+:class:`~pathlib.Path`, or ``None``) registered with :func:`register_dataset`,
+or named by import path (``dataset = "mypkg.graphs:load"``), is loaded like the
+built-in ones: its output is checked by :func:`check_graph` (a
+:class:`~fedgraph.registry.ContractError` names the broken field) and
+normalised as above. The built-in ``files`` dataset reads plain files (edge
+list, features, labels; :func:`read_graph_files`) or a saved ``Data``
+(``data-root`` a ``.pt`` file) without any code.
+
 Downloads
 ---------
 Raw files are checked *before* PyG is called, so PyG never tries to download
@@ -50,6 +61,7 @@ package and is used when the root has no Cora raw files.
 from __future__ import annotations
 
 import hashlib
+import math
 import os
 import shutil
 import stat
@@ -61,6 +73,8 @@ import torch
 from torch import Tensor
 from torch_geometric.data import Data
 from torch_geometric.utils import coalesce, remove_self_loops, to_undirected
+
+from ..registry import ContractError, Registry
 
 PathLike = Union[str, Path]
 
@@ -453,8 +467,11 @@ def load_dataset(name: str, root: Optional[PathLike] = None, *,
 
     Args:
         name (str): one of ``cora``, ``citeseer``, ``pubmed``,
-            ``facebook-pagepage``, ``lastfm-asia``, ``reddit`` or
-            ``facebook100:<College>`` (e.g. ``facebook100:wisconsin87``).
+            ``facebook-pagepage``, ``lastfm-asia``, ``reddit``,
+            ``facebook100:<College>`` (e.g. ``facebook100:wisconsin87``),
+            ``files`` (``root``: a folder of plain files or a ``.pt``), a name
+            registered with :func:`register_dataset` or an import path
+            ``"package.module:loader"``.
         root (str or Path, optional): data root (see module docs); defaults
             to ``$FEDGRAPH_DATA`` or the user cache. (default: :obj:`None`)
         min_class_size (int, optional): Facebook100 only, smallest class-year
@@ -469,6 +486,7 @@ def load_dataset(name: str, root: Optional[PathLike] = None, *,
 
     Raises:
         ValueError: on an unknown name (the message lists the known names).
+        ContractError: a user loader's graph breaks :func:`check_graph`.
         FileNotFoundError: when the raw files are absent and ``download`` is
             :obj:`False` (the message names the paths looked for and
             ``FEDGRAPH_DATA``).
@@ -499,5 +517,239 @@ def load_dataset(name: str, root: Optional[PathLike] = None, *,
                 f"could not read dataset '{name}' under {base}: {type(err).__name__}: {err}. "
                 "A raw file is probably corrupt or truncated: replace it (and delete the "
                 "'processed' folder next to 'raw')") from err
-    raise ValueError(f"Unknown dataset '{name}'. Known datasets: "
-                     f"{', '.join(KNOWN_DATASETS)}")
+    spec = dataset_spec(name)
+    return _load_custom(spec, DATASETS.resolve(spec),
+                        None if root is None else Path(root).expanduser())
+
+
+# --------------------------------------------------------------------------
+# Your own graph: registry, contract, plain files
+# --------------------------------------------------------------------------
+def _check_loader(loader, name: str) -> None:
+    """Registry check: ``loader(root)`` must be callable with one argument."""
+    import inspect
+
+    if not callable(loader):
+        raise ContractError(f"dataset {name!r}: the loader must be a function "
+                            f"loader(root) -> Data, got {type(loader).__name__}")
+    try:
+        inspect.signature(loader).bind(None)
+    except TypeError:
+        raise ContractError(f"dataset {name!r}: the loader must accept one argument, "
+                            f"loader(root) -> Data (root: data-root as a Path, or None)") from None
+    except ValueError:  # builtins without a signature
+        pass
+
+
+#: Datasets registered by users: name -> ``loader(root) -> Data``.
+DATASETS: Registry = Registry('dataset', check=_check_loader, builtin=KNOWN_DATASETS,
+                              hint="See docs/extending.md, 'A dataset'.")
+
+
+def register_dataset(name: str, loader=None, *, replace: bool = False):
+    r"""Registers ``loader(root) -> Data`` under ``name`` (usable as a decorator)::
+
+        @register_dataset('my-graph')
+        def my_graph(root):   # root: data-root as a Path, or None
+            return Data(x=..., y=..., edge_index=..., feature_domain=(0.0, 1.0))
+
+    The graph it returns must pass :func:`check_graph`; :func:`load_dataset`
+    then normalises it like a built-in one.
+
+    Raises:
+        ValueError: ``name`` is a built-in dataset, or taken (pass ``replace=True``).
+        ContractError: ``loader`` is not callable with one argument.
+    """
+    if name.strip().lower() in _builtin_names():
+        raise ValueError(f"dataset {name!r} is built in; choose another name")
+    return DATASETS.register(name, loader, replace=replace)
+
+
+def _builtin_names() -> Tuple[str, ...]:
+    return tuple(k for k in KNOWN_DATASETS if ':' not in k)
+
+
+def known_datasets() -> List[str]:
+    """Built-in dataset names followed by the registered ones."""
+    return list(KNOWN_DATASETS) + sorted(DATASETS)
+
+
+def dataset_spec(name: str) -> str:
+    """The canonical spelling of a dataset name, checked without loading.
+
+    Built-in names are lower-cased, ``facebook100:<College>`` keeps the
+    college, registered names and import paths are resolved (the module is
+    imported, the loader's signature checked).
+
+    Raises:
+        ValueError: unknown name (the message lists the known ones) or an
+            import path that does not resolve.
+        ContractError: the loader is not callable with one argument.
+    """
+    if not isinstance(name, str) or not name.strip():
+        raise ValueError(f"dataset: expected a name, got {name!r}")
+    name = name.strip()
+    key = name.lower()
+    if key in _builtin_names():
+        return key
+    if key.startswith('facebook100:'):
+        return name
+    if name not in DATASETS and key in DATASETS:
+        name = key
+    DATASETS.resolve(name)
+    return name
+
+
+def check_graph(data: Data, name: str = 'dataset') -> None:
+    r"""Checks that a loader's graph is what the pipeline needs.
+
+    Required: ``x`` a finite float tensor ``[N, F]`` with ``N >= 2`` and
+    ``F >= 1``; ``y`` an integer tensor ``[N]`` with labels in
+    ``[0, num_classes)`` (``num_classes``: the attribute if set, else
+    ``max(y) + 1``), at least two classes; ``edge_index`` an integer tensor
+    ``[2, E]`` with node ids in ``[0, N)`` (directed or undirected: it is made
+    undirected afterwards). Optional: ``feature_domain`` ``None`` or
+    ``(low, high)`` with ``low < high`` and every feature inside (a public
+    range: LDP feature mechanisms need it); ``train_mask``/``val_mask``/
+    ``test_mask`` boolean ``[N]`` (the ``planetoid`` split uses them).
+
+    Raises:
+        ContractError: naming ``name``, the field and what was wrong.
+    """
+    def bad(msg: str):
+        raise ContractError(f"dataset {name!r}: {msg}")
+
+    if not isinstance(data, Data):
+        bad(f"the loader must return a torch_geometric.data.Data, got {type(data).__name__}")
+    x, y, ei = data.get('x'), data.get('y'), data.get('edge_index')
+    if not isinstance(x, Tensor) or x.dim() != 2 or not x.is_floating_point():
+        bad("x must be a float tensor [num_nodes, num_features], got "
+            f"{_describe(x)}")
+    n, f = x.shape
+    if n < 2 or f < 1:
+        bad(f"x has shape [{n}, {f}]; need at least 2 nodes and 1 feature")
+    if not bool(torch.isfinite(x).all()):
+        bad("x has NaN or infinite values")
+    if not isinstance(y, Tensor) or y.is_floating_point() or y.is_complex() \
+            or y.dtype == torch.bool or y.view(-1).numel() != n or y.dim() > 2:
+        bad(f"y must be an integer tensor [{n}] (one class id per node), got {_describe(y)}")
+    y = y.view(-1)
+    num_classes = data.get('num_classes')
+    limit = int(num_classes) if num_classes is not None else int(y.max()) + 1
+    if int(y.min()) < 0 or int(y.max()) >= limit:
+        bad(f"labels must lie in [0, {limit}) (num_classes = {limit}), got values in "
+            f"[{int(y.min())}, {int(y.max())}]")
+    if int(torch.unique(y).numel()) < 2:
+        bad("y has a single class; node classification needs at least 2")
+    if not isinstance(ei, Tensor) or ei.dim() != 2 or ei.shape[0] != 2 \
+            or ei.is_floating_point() or ei.dtype == torch.bool:
+        bad(f"edge_index must be an integer tensor [2, num_edges], got {_describe(ei)}")
+    if ei.numel() and (int(ei.min()) < 0 or int(ei.max()) >= n):
+        bad(f"edge_index has node ids in [{int(ei.min())}, {int(ei.max())}], outside "
+            f"[0, {n}) (num_nodes = x.shape[0])")
+    if data.get('num_nodes') is not None and data.num_nodes != n:
+        bad(f"num_nodes = {data.num_nodes} but x has {n} rows")
+    domain = data.get('feature_domain')
+    if domain is not None:
+        try:
+            low, high = (float(v) for v in domain)
+        except (TypeError, ValueError):
+            bad(f"feature_domain must be None or (low, high), got {domain!r}")
+        if not (math.isfinite(low) and math.isfinite(high) and low < high):
+            bad(f"feature_domain must satisfy low < high (finite), got {domain!r}")
+        if float(x.min()) < low or float(x.max()) > high:
+            bad(f"features lie in [{float(x.min()):g}, {float(x.max()):g}], outside the "
+                f"declared feature_domain ({low:g}, {high:g}); declare the public range "
+                "of the data format (not the data's own min/max), or None")
+    for key in ('train_mask', 'val_mask', 'test_mask'):
+        mask = data.get(key)
+        if mask is not None and (not isinstance(mask, Tensor) or mask.dtype != torch.bool
+                                 or tuple(mask.shape) != (n,)):
+            bad(f"{key} must be a bool tensor [{n}], got {_describe(mask)}")
+
+
+def _describe(t) -> str:
+    if isinstance(t, Tensor):
+        return f"{t.dtype} tensor of shape {list(t.shape)}"
+    return 'None (missing)' if t is None else type(t).__name__
+
+
+def _load_custom(spec: str, loader, root: Optional[Path]) -> Data:
+    """Calls a user loader, checks its graph and normalises it (:func:`_finalize`)."""
+    data = loader(root)
+    check_graph(data, spec)
+    domain = data.get('feature_domain')
+    out = _finalize(data, spec, None if domain is None else
+                    (float(domain[0]), float(domain[1])))
+    if data.get('num_classes') is not None:
+        out.num_classes = int(data.num_classes)
+    return out
+
+
+def read_graph_files(root: PathLike, feature_domain: Optional[Tuple[float, float]] = None,
+                     ) -> Data:
+    r"""Reads a graph from plain files, or a saved :class:`Data`.
+
+    ``root`` is either a ``.pt`` file holding a ``Data`` saved with
+    ``torch.save(data, path)`` (loaded with ``weights_only=False``: only
+    load files you made), or a folder with
+
+    * ``edges.csv``: one edge per line, ``source,target`` (0-based node ids),
+    * ``features.csv``: one line per node, ``F`` comma-separated numbers,
+    * ``labels.csv``: one line per node, an integer class id in ``[0, C)``,
+    * ``graph.toml`` (optional): ``feature_domain = [low, high]`` (the
+      public range of the features) and ``name``.
+
+    Lines starting with ``#`` are comments.
+
+    Args:
+        root: the folder or ``.pt`` file.
+        feature_domain: overrides ``graph.toml``'s.
+
+    Returns:
+        Data: ``x [N, F]`` float32, ``y [N]`` long, ``edge_index [2, E]``
+        long, ``feature_domain`` (or ``None``). Not yet checked or
+        normalised: :func:`load_dataset` does both.
+
+    Raises:
+        FileNotFoundError: a required file is missing (the message lists the
+            layout).
+    """
+    root = Path(root).expanduser()
+    if root.is_file() and root.suffix == '.pt':
+        data = torch.load(root, weights_only=False)
+        if feature_domain is not None and isinstance(data, Data):
+            data.feature_domain = feature_domain
+        return data
+    need = ['edges.csv', 'features.csv', 'labels.csv']
+    missing = [f for f in need if not (root / f).is_file()]
+    if missing:
+        raise FileNotFoundError(
+            f"dataset 'files': {', '.join(str(root / f) for f in missing)} not found; "
+            "data-root must be a .pt file (torch.save of a Data) or a folder with edges.csv "
+            "(source,target per line), features.csv (one row per node), labels.csv (one "
+            "class id per line) and optionally graph.toml (feature_domain = [low, high])")
+    meta = {}
+    if (root / 'graph.toml').is_file():
+        import tomllib
+
+        meta = tomllib.loads((root / 'graph.toml').read_text())
+    edges = np.loadtxt(root / 'edges.csv', delimiter=',', comments='#', dtype=np.int64, ndmin=2)
+    x = np.loadtxt(root / 'features.csv', delimiter=',', comments='#', dtype=np.float32, ndmin=2)
+    y = np.loadtxt(root / 'labels.csv', delimiter=',', comments='#', dtype=np.int64, ndmin=1)
+    domain = feature_domain if feature_domain is not None else meta.get('feature_domain')
+    return Data(x=torch.from_numpy(x), y=torch.from_numpy(y),
+                edge_index=torch.from_numpy(edges.reshape(-1, 2).T.copy()),
+                feature_domain=None if domain is None else tuple(float(v) for v in domain),
+                num_nodes=int(x.shape[0]))
+
+
+def _files(root: Optional[Path]) -> Data:
+    """The ``files`` dataset: :func:`read_graph_files` on ``data-root``."""
+    if root is None:
+        raise ValueError("dataset 'files' reads the folder (or .pt file) named by data-root; "
+                         "set data-root")
+    return read_graph_files(root)
+
+
+DATASETS.register('files', _files)

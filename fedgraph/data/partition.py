@@ -8,32 +8,49 @@ with :func:`register_partitioner`::
     @register_partitioner('my-method')
     def my_method(data, num_clients, seed, **options) -> torch.Tensor:
         ...  # LongTensor [N] with values in 0..num_clients-1
+
+or named by import path in the run config (``partitioner =
+"mypkg.split:my_method"``). ``options`` holds ``alpha`` and
+``users_per_client``: accept ``**options`` and ignore what you do not use.
 """
 from __future__ import annotations
 
 import heapq
 from dataclasses import dataclass
-from typing import Callable, Dict, List, Optional
+from typing import Callable, List, Optional
 
 import numpy as np
 import torch
 from torch import Tensor
 from torch_geometric.data import Data
 
+from ..registry import ContractError, Registry
+
 Partitioner = Callable[..., Tensor]
+
+def _check_partitioner(fn, name: str) -> None:
+    if not callable(fn):
+        raise ContractError(f"partitioner {name!r}: expected a function "
+                            f"fn(data, num_clients, seed, **options), got {type(fn).__name__}")
+
 
 #: Registered partitioners: name -> ``fn(data, num_clients, seed, **options)``
 #: returning a ``LongTensor [N]`` of client ids.
-PARTITIONERS: Dict[str, Partitioner] = {}
+PARTITIONERS: Registry = Registry('partitioner', check=_check_partitioner,
+                                  hint="See docs/extending.md, 'A partitioner'.")
 
 
-def register_partitioner(name: str) -> Callable[[Partitioner], Partitioner]:
+def register_partitioner(name: str, *, replace: bool = False
+                         ) -> Callable[[Partitioner], Partitioner]:
     r"""Decorator registering a partitioner under ``name`` in
-    :data:`PARTITIONERS` (overwrites an existing entry)."""
-    def wrapper(fn: Partitioner) -> Partitioner:
-        PARTITIONERS[name] = fn
-        return fn
-    return wrapper
+    :data:`PARTITIONERS`.
+
+    Raises:
+        ValueError: ``name`` is taken by another function (pass
+            ``replace=True``).
+        ContractError: the decorated object is not callable.
+    """
+    return PARTITIONERS.register(name, replace=replace)
 
 
 @dataclass
@@ -265,8 +282,9 @@ def partition(data: Data, num_clients: int, method: str, seed: int, *,
             and optionally ``train_mask``/``val_mask``/``test_mask`` and
             ``levels`` (``[N]``).
         num_clients (int): number of clients in ``[1, N]``.
-        method (str): a key of :data:`PARTITIONERS`: ``random``, ``louvain``,
-            ``label-skew`` or ``users``.
+        method (str): a key of :data:`PARTITIONERS` (``random``,
+            ``louvain``, ``label-skew``, ``users`` or a registered one) or an
+            import path ``"package.module:function"``.
         seed (int): random seed.
         alpha (float, optional): Dirichlet concentration of ``label-skew``.
             (default: :obj:`0.5`)
@@ -279,25 +297,33 @@ def partition(data: Data, num_clients: int, method: str, seed: int, *,
     Raises:
         ValueError: on an unknown method (listing :data:`PARTITIONERS`) or a
             ``num_clients`` outside ``[1, N]``.
+        ContractError: the partitioner returned no valid assignment ``[N]``.
     """
-    if method not in PARTITIONERS:
-        raise ValueError(f"Unknown partition method '{method}'. Known "
-                         f"methods (PARTITIONERS): {', '.join(PARTITIONERS)}")
+    fn = PARTITIONERS.resolve(method)
     n = int(data.num_nodes)
     if not (method == 'users' and users_per_client is not None):
         num_clients = _check_num_clients(num_clients, n)
     else:
         num_clients = 1  # replaced below by the partitioner's choice
-    assign = PARTITIONERS[method](data, num_clients, seed, alpha=alpha,
-                                  users_per_client=users_per_client)
-    assign = torch.as_tensor(assign, dtype=torch.long).view(-1)
+    assign = fn(data, num_clients, seed, alpha=alpha,
+                users_per_client=users_per_client)
+    if not isinstance(assign, (Tensor, np.ndarray, list)):
+        raise ContractError(f"Partitioner '{method}' returned "
+                            f"{type(assign).__name__}; expected a LongTensor [N] "
+                            f"of client ids")
+    assign = torch.as_tensor(assign)
+    if assign.is_floating_point() or assign.dtype == torch.bool:
+        raise ContractError(f"Partitioner '{method}' returned {assign.dtype} "
+                            f"client ids; expected integers")
+    assign = assign.to(torch.long).view(-1)
     if assign.numel() != n or (n > 0 and int(assign.min()) < 0):
-        raise ValueError(f"Partitioner '{method}' returned an invalid "
-                         f"assignment")
+        raise ContractError(f"Partitioner '{method}' returned an invalid "
+                            f"assignment: {assign.numel()} client ids for {n} "
+                            f"nodes, each in [0, num_clients)")
     if method == 'users' and users_per_client is not None:
         num_clients = int(assign.max()) + 1
     if int(assign.max()) >= num_clients:
-        raise ValueError(f"Partitioner '{method}' returned client ids >= "
+        raise ContractError(f"Partitioner '{method}' returned client ids >= "
                          f"num_clients={num_clients}")
     assign = fix_empty_clients(assign, num_clients)
     return build_client_graphs(data, assign, num_clients)

@@ -5,15 +5,15 @@ from .bits import (SampledBits, local_randomizer, mlr_num_dims, multi_bit, multi
 from .domain import to_unit_range
 from .esw import esw, esw_decode, esw_probabilities, esw_window
 from .feature import (FEATURE_MECHANISMS, FeatureMechanism, GaussianMechanism, LaplaceMechanism,
-                      MultiBitMechanism, OneBitMechanism, PPMMechanism, make_mechanism,
-                      register_mechanism)
+                      MultiBitMechanism, OneBitMechanism, PPMMechanism, check_mechanism,
+                      check_privacy_declaration, make_mechanism, register_mechanism)
 from .ppm import PPMParams, PPMReport, ppm, ppm_estimate
 from .randomized_response import randomized_response
 
 __all__ = [
     "FEATURE_MECHANISMS", "FeatureMechanism", "GaussianMechanism", "LaplaceMechanism",
     "MultiBitMechanism", "OneBitMechanism", "PPMMechanism", "PPMParams", "PPMReport",
-    "SampledBits", "esw", "esw_decode", "esw_probabilities", "esw_window", "gaussian",
+    "SampledBits", "check_mechanism", "check_privacy_declaration", "esw", "esw_decode", "esw_probabilities", "esw_window", "gaussian",
     "gaussian_sigma", "laplace", "laplace_scale", "local_randomizer", "make_mechanism",
     "mlr_num_dims", "multi_bit", "multi_bit_estimate", "multi_bit_variance", "one_bit", "ppm",
     "ppm_estimate", "randomized_response", "register_mechanism", "to_unit_range", "unbias_factor",

@@ -3,17 +3,23 @@
 A :class:`FeatureMechanism` is what PPGNN's clients run on their users' features. Its report
 is a dict of tensors (what leaves the client, nothing else), its ``estimate`` is the server's
 unbiased decoding, and ``privacy_spent(level)`` states the epsilon each user at that level
-spends per release (the ledger records it). Register a new one with
-:func:`register_mechanism`.
+spends per release (the strategy records it in the privacy ledger before any client runs).
+
+Register a new one with :func:`register_mechanism` or select it by import path
+(``mechanism = "mypkg.mech:MyMechanism"``); :func:`make_mechanism` checks what a mechanism
+declares (:func:`check_privacy_declaration`) and :func:`check_mechanism` dry-runs it
+(shapes, report types, raw features not released). See ``docs/extending.md``.
 """
 from __future__ import annotations
 
+import math
 from abc import ABC, abstractmethod
 from typing import Callable
 
 import torch
 from torch import Tensor
 
+from ..registry import ContractError, Registry
 from ._checks import check_unit_features
 from .additive import gaussian, laplace
 from .bits import SampledBits, multi_bit, multi_bit_estimate, mlr_num_dims, one_bit, unbias_factor
@@ -25,8 +31,11 @@ Report = dict[str, Tensor]
 class FeatureMechanism(ABC):
     """Base class of an LDP mechanism for node features in ``[-1, 1]^d``.
 
-    Subclasses set ``name`` and implement :meth:`perturb`, :meth:`estimate` and
-    :meth:`privacy_spent`.
+    Subclasses set ``name`` and implement :meth:`perturb` (client), :meth:`estimate` (server)
+    and :meth:`privacy_spent` (the ledger's declaration); ``delta`` defaults to 0 (pure LDP).
+    The contract, checked by :func:`check_privacy_declaration` and :func:`check_mechanism`:
+    the report holds only perturbed values, ``privacy_spent(level)`` names every release with
+    its epsilon for each level, ``estimate`` returns ``[n, d]``.
     """
 
     name: str = "abstract"
@@ -149,16 +158,42 @@ class GaussianMechanism(_UniformMechanism):
         return self._delta
 
 
-#: name -> factory(budgets=..., gamma=..., epsilon=..., delta=...) -> FeatureMechanism
-FEATURE_MECHANISMS: dict[str, Callable[..., FeatureMechanism]] = {}
+def _check_factory(factory, name: str) -> None:
+    """Registry check: a callable; a class must be a concrete :class:`FeatureMechanism`."""
+    if isinstance(factory, type):
+        if not issubclass(factory, FeatureMechanism):
+            raise ContractError(f"mechanism {name!r}: {factory.__qualname__} is not a subclass "
+                                "of fedgraph.mechanisms.FeatureMechanism")
+        missing = sorted(getattr(factory, "__abstractmethods__", ()))
+        if missing:
+            raise ContractError(f"mechanism {name!r}: {factory.__qualname__} does not implement "
+                                f"{', '.join(missing)}")
+    elif not callable(factory):
+        raise ContractError(f"mechanism {name!r}: expected a FeatureMechanism subclass or a "
+                            f"factory function, got {type(factory).__name__}")
 
 
-def register_mechanism(name: str, factory: Callable[..., FeatureMechanism] | None = None):
-    """Register a feature mechanism factory under ``name`` (usable as a decorator)."""
-    def deco(f):
-        FEATURE_MECHANISMS[name] = f
-        return f
-    return deco(factory) if factory is not None else deco
+#: name -> factory(budgets=..., gamma=..., shares=..., rescale=..., epsilon=..., delta=...)
+#: returning a FeatureMechanism (a FeatureMechanism subclass is such a factory).
+FEATURE_MECHANISMS: Registry = Registry(
+    "mechanism", check=_check_factory,
+    hint="See docs/extending.md, 'A feature mechanism'.")
+
+
+def register_mechanism(name: str, factory: Callable[..., FeatureMechanism] | None = None, *,
+                       replace: bool = False):
+    """Register a feature mechanism factory under ``name`` (usable as a decorator).
+
+    ``factory(budgets=[eps_1, ..], gamma=.., shares=.., rescale=.., epsilon=.., delta=..)``
+    returns a :class:`FeatureMechanism`; a subclass whose ``__init__`` takes these keywords
+    (and ``**_`` for the rest) is such a factory.
+
+    Raises:
+        ContractError: ``factory`` is not callable, or a class that is not a concrete
+            :class:`FeatureMechanism`.
+        ValueError: ``name`` is taken by another factory (pass ``replace=True``).
+    """
+    return FEATURE_MECHANISMS.register(name, factory, replace=replace)
 
 
 register_mechanism("ppm", lambda budgets, gamma=0.1, shares=None, rescale="posterior", **_:
@@ -168,12 +203,96 @@ for _cls in (MultiBitMechanism, OneBitMechanism, LaplaceMechanism, GaussianMecha
         epsilon if epsilon is not None else min(budgets), **kw))
 
 
-def make_mechanism(name: str, **kwargs) -> FeatureMechanism:
-    """Build the registered mechanism ``name``.
+def check_privacy_declaration(mech: FeatureMechanism, num_levels: int, name: str = "") -> None:
+    """Check what ``mech`` declares to the privacy ledger, for every level ``1..num_levels``.
+
+    ``privacy_spent(level)`` must be a non-empty dict ``{release name: epsilon}`` with every
+    epsilon finite and > 0, and ``delta()`` must lie in ``[0, 1)``. A mechanism that declares
+    nothing would have its reports leave the clients with no ledger event.
 
     Raises:
-        ValueError: for an unknown name, listing the registered ones.
+        ContractError: naming the mechanism, the level and what was wrong.
     """
-    if name not in FEATURE_MECHANISMS:
-        raise ValueError(f"mechanism: unknown {name!r}; known: {sorted(FEATURE_MECHANISMS)}")
-    return FEATURE_MECHANISMS[name](**kwargs)
+    label = f"mechanism {name or getattr(mech, 'name', type(mech).__name__)!r}"
+    if not isinstance(mech, FeatureMechanism):
+        raise ContractError(f"{label}: the factory returned {type(mech).__name__}, not a "
+                            "fedgraph.mechanisms.FeatureMechanism")
+    for level in range(1, num_levels + 1):
+        spent = mech.privacy_spent(level)
+        if not isinstance(spent, dict) or not spent:
+            raise ContractError(
+                f"{label}: privacy_spent(level={level}) returned {spent!r}; it must name every "
+                "release with its epsilon, e.g. {'features': 1.0}: without it the reports "
+                "would leave the clients with no event in the privacy ledger")
+        for release, eps in spent.items():
+            if not isinstance(release, str) or isinstance(eps, bool) or not isinstance(
+                    eps, (int, float)) or not math.isfinite(eps) or eps <= 0:
+                raise ContractError(f"{label}: privacy_spent(level={level}) has {release!r}: "
+                                    f"{eps!r}; every epsilon must be a finite number > 0")
+    delta = mech.delta()
+    if not isinstance(delta, (int, float)) or not 0.0 <= float(delta) < 1.0:
+        raise ContractError(f"{label}: delta() must lie in [0, 1), got {delta!r}")
+
+
+def make_mechanism(name: str, **kwargs) -> FeatureMechanism:
+    """Build the mechanism ``name`` (a registered name or ``"package.module:factory"``) and
+    check its privacy declaration for every level of ``kwargs["budgets"]``.
+
+    Raises:
+        ValueError: for an unknown name (listing the registered ones) or an import path that
+            does not resolve.
+        ContractError: the factory is not a mechanism, or the mechanism declares no (or an
+            invalid) privacy loss (:func:`check_privacy_declaration`).
+    """
+    mech = FEATURE_MECHANISMS.resolve(name)(**kwargs)
+    check_privacy_declaration(mech, len(kwargs.get("budgets") or [None]), name)
+    return mech
+
+
+def check_mechanism(mech: FeatureMechanism, num_features: int = 8, num_levels: int = 1,
+                    num_users: int = 32, seed: int = 0) -> Report:
+    """Dry-run ``mech`` on random features and check the contract a strategy relies on.
+
+    Checks :func:`check_privacy_declaration`; ``perturb`` returns a non-empty dict of tensors,
+    none of which is the raw feature matrix; ``estimate`` returns ``x_hat [n, d]`` and
+    ``level_hat`` ``None`` or ``[n]`` (required when ``hides_level``). Uses its own seeded
+    generator (no global randomness consumed). Call it from your mechanism's unit test.
+
+    Args:
+        num_features: ``d`` of the random features (uniform in ``[-1, 1]``).
+        num_levels: levels ``1..num_levels`` assigned to the users in turn.
+        num_users: ``n``.
+
+    Returns:
+        the report of the dry run.
+    Raises:
+        ContractError: naming the mechanism and the broken rule.
+    """
+    label = f"mechanism {getattr(mech, 'name', type(mech).__name__)!r}"
+    check_privacy_declaration(mech, num_levels)
+    gen = torch.Generator().manual_seed(seed)
+    x = torch.rand(num_users, num_features, generator=gen) * 2 - 1
+    levels = torch.arange(num_users) % num_levels + 1
+    report = mech.perturb(x.clone(), levels, gen)
+    if not isinstance(report, dict) or not report or not all(
+            isinstance(k, str) and isinstance(v, Tensor) for k, v in report.items()):
+        raise ContractError(f"{label}: perturb must return a non-empty dict of named tensors "
+                            f"(what leaves the client), got {type(report).__name__}")
+    for key, value in report.items():
+        if value.shape == x.shape and torch.equal(value.to(x.dtype), x):
+            raise ContractError(f"{label}: report[{key!r}] is the raw feature matrix: only "
+                                "perturbed values may leave a client")
+    out = mech.estimate(report, num_features)
+    if not (isinstance(out, tuple) and len(out) == 2):
+        raise ContractError(f"{label}: estimate must return (x_hat, level_hat or None)")
+    x_hat, level_hat = out
+    if not isinstance(x_hat, Tensor) or tuple(x_hat.shape) != (num_users, num_features):
+        raise ContractError(f"{label}: estimate returned x_hat of shape "
+                            f"{tuple(getattr(x_hat, 'shape', ()))}, expected "
+                            f"[{num_users}, {num_features}]")
+    if level_hat is None and mech.hides_level:
+        raise ContractError(f"{label}: hides_level is True but estimate returned no level_hat")
+    if level_hat is not None and (not isinstance(level_hat, Tensor)
+                                  or tuple(level_hat.shape) != (num_users,)):
+        raise ContractError(f"{label}: level_hat must be None or a tensor [{num_users}]")
+    return report

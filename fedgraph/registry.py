@@ -1,0 +1,172 @@
+"""Registries of extension points: names or import paths in the run config -> user code.
+
+fedgraph has four kinds of extensions, each with a :class:`Registry`:
+
+=============  ===============================================  ==================================
+kind           registry (register with)                         contract checked by
+=============  ===============================================  ==================================
+strategy       ``strategies.STRATEGIES`` (``register_strategy``)  ``PrivateStrategy`` subclass, ``run``
+mechanism      ``fedgraph.mechanisms.FEATURE_MECHANISMS``         ``fedgraph.mechanisms.check_mechanism``
+               (``register_mechanism``)
+dataset        ``fedgraph.data.DATASETS`` (``register_dataset``)  ``fedgraph.data.check_graph``
+partitioner    ``fedgraph.data.PARTITIONERS``                     ``fedgraph.data.partition``
+               (``register_partitioner``)
+=============  ===============================================  ==================================
+
+A run-config value selects an extension in one of three ways (:meth:`Registry.resolve`):
+
+1. a registered name (``"ppm"``), registered by fedgraph or by a module already imported;
+2. an import path ``"package.module:attribute"``: the module is imported (registering whatever
+   it registers) and the attribute is used; the current working directory is searched too, as
+   ``python -m`` does, so ``"examples.custom_mechanism.mechanism:make"`` works from the
+   repository root;
+3. a name published by an installed package under the entry-point group ``fedgraph.<kind>s``
+   (``[project.entry-points."fedgraph.mechanisms"] my-rr = "mypkg.mech:make"``).
+"""
+from __future__ import annotations
+
+import importlib
+import os
+import sys
+from typing import Any, Callable, Optional
+
+
+class ContractError(ValueError):
+    """An extension breaks fedgraph's contract (e.g. a mechanism that declares no privacy
+    loss, a dataset whose labels are out of range, a strategy that records no release).
+
+    A subclass of :class:`ValueError`, so the run-config checks (``fedgraph run``: exit 2)
+    and the report (``status failed``) treat it like any other invalid input.
+    """
+
+
+def import_object(spec: str, kind: str = "object") -> Any:
+    """The attribute named by ``"package.module:attribute"`` (dots allowed after the colon).
+
+    If the module is not importable from ``sys.path``, the current working directory is added
+    (as ``python -m`` and ``python -c`` do) and the import is tried again.
+
+    Raises:
+        ValueError: ``spec`` is not of the form ``module:attribute``, the module cannot be
+            imported (the message carries the import error) or has no such attribute.
+    """
+    module, sep, attr = spec.partition(":")
+    if not sep or not module.strip() or not attr.strip():
+        raise ValueError(f"{kind}: {spec!r} is not an import path 'package.module:attribute'")
+    module, attr = module.strip(), attr.strip()
+    try:
+        obj = _import_module(module)
+    except ImportError as err:
+        raise ValueError(f"{kind}: cannot import {spec!r}: {type(err).__name__}: {err}") from None
+    try:
+        for part in attr.split("."):
+            obj = getattr(obj, part)
+    except AttributeError:
+        raise ValueError(f"{kind}: cannot import {spec!r}: module {module!r} has no "
+                         f"attribute {attr!r}") from None
+    return obj
+
+
+def _import_module(module: str):
+    try:
+        return importlib.import_module(module)
+    except ModuleNotFoundError as err:
+        cwd = os.getcwd()
+        top = module.split(".")[0]
+        if err.name != top or cwd in sys.path or "" in sys.path:
+            raise
+        sys.path.append(cwd)
+        return importlib.import_module(module)
+
+
+class Registry(dict):
+    """``name -> object`` for one kind of extension, with import paths and entry points.
+
+    A ``dict`` subclass: ``name in registry``, ``registry[name]`` and ``sorted(registry)``
+    work as before.
+
+    Args:
+        kind: what is registered, used in messages and as entry-point group
+            ``fedgraph.<kind>s`` (``"mechanism"`` -> ``fedgraph.mechanisms``).
+        check: ``check(obj, name)`` called on registration and on every object that
+            :meth:`resolve` returns; raises :class:`ContractError` when ``obj`` does not fit.
+        hint: appended to the unknown-name message (e.g. where the docs are).
+        builtin: names handled outside the registry, listed first (unquoted) in that
+            message.
+    """
+
+    def __init__(self, kind: str, check: Optional[Callable[[Any, str], None]] = None,
+                 hint: str = "", builtin: tuple[str, ...] = ()):
+        super().__init__()
+        self.kind = kind
+        self.check = check
+        self.hint = hint
+        self.builtin = tuple(builtin)
+
+    def register(self, name: str, obj: Any = None, *, replace: bool = False):
+        """Register ``obj`` under ``name``; without ``obj``, a decorator.
+
+        Raises:
+            ValueError: ``name`` is empty or contains ``":"`` (reserved for import paths), or
+                is taken by a different object and ``replace`` is false.
+            ContractError: ``obj`` fails the registry's check.
+        """
+        if not isinstance(name, str) or not name.strip() or ":" in name:
+            raise ValueError(f"{self.kind} name must be a non-empty string without ':' "
+                             f"(':' marks an import path), got {name!r}")
+
+        def deco(o):
+            if self.check is not None:
+                self.check(o, name)
+            old = self.get(name)
+            if old is not None and not replace and _ident(old) != _ident(o):
+                raise ValueError(f"{self.kind} {name!r} is already registered "
+                                 f"({_ident(old)}); pass replace=True to override it")
+            self[name] = o
+            return o
+
+        return deco(obj) if obj is not None else deco
+
+    def resolve(self, spec: str) -> Any:
+        """The object for a registered name, an import path or an entry-point name.
+
+        Raises:
+            ValueError: unknown name (the message lists the registered names), or an import
+                path that does not resolve.
+            ContractError: the object fails the registry's check.
+        """
+        if not isinstance(spec, str) or not spec.strip():
+            raise ValueError(f"{self.kind}: expected a name or an import path, got {spec!r}")
+        spec = spec.strip()
+        if spec in self:
+            return self[spec]
+        if ":" in spec:
+            obj = import_object(spec, self.kind)
+        else:
+            obj = self._entry_point(spec)
+            if obj is None:
+                hint = f" {self.hint}" if self.hint else ""
+                known = [*self.builtin, *(repr(k) for k in sorted(self))]
+                raise ValueError(f"{self.kind}: unknown {spec!r}; allowed: {', '.join(known)}, "
+                                 f"or an import path 'package.module:attribute'.{hint}")
+        if self.check is not None:
+            self.check(obj, spec)
+        return obj
+
+    def check_name(self, spec: str) -> str:
+        """``spec`` unchanged if :meth:`resolve` accepts it (for config validators)."""
+        self.resolve(spec)
+        return spec.strip()
+
+    def _entry_point(self, name: str) -> Any:
+        from importlib.metadata import entry_points
+
+        for ep in entry_points(group=f"fedgraph.{self.kind}s"):
+            if ep.name == name:
+                return ep.load()
+        return None
+
+
+def _ident(obj: Any) -> str:
+    """Module and qualified name: a re-imported module re-registers the same object."""
+    return f"{getattr(obj, '__module__', '?')}.{getattr(obj, '__qualname__', repr(obj))}"
