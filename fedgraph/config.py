@@ -29,6 +29,14 @@ def _floats(value: Any) -> list[float]:
     return [float(v) for v in value]
 
 
+def _client_epsilons(cls, v: Any) -> list[float]:
+    """``client-epsilons``: one epsilon target per client (cycled), each in (0, inf]."""
+    vals = _floats(v)
+    if not vals or any(not (e > 0) or math.isnan(e) for e in vals):
+        raise ValueError(f"every epsilon must be > 0 (allowed: (0, inf]), got {v!r}")
+    return vals
+
+
 class _Base(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
@@ -192,13 +200,7 @@ class GAPConfig(DataConfig):
     run_name: str = ""
     timeout: float = Field(600.0, gt=0)
 
-    @field_validator("client_epsilons", mode="before")
-    @classmethod
-    def _parse_eps(cls, v: Any) -> list[float]:
-        vals = _floats(v)
-        if not vals or any(not (e > 0) or math.isnan(e) for e in vals):
-            raise ValueError(f"every epsilon must be > 0 (allowed: (0, inf]), got {v!r}")
-        return vals
+    _parse_eps = field_validator("client_epsilons", mode="before")(_client_epsilons)
 
     def client_epsilon(self, partition_id: int) -> float:
         return self.client_epsilons[partition_id % len(self.client_epsilons)]
@@ -208,16 +210,77 @@ class GAPConfig(DataConfig):
         return self.batch_size or 256
 
 
-METHOD_CONFIGS: dict[str, type[_Base]] = {"ppgnn": PPGNNConfig, "gap": GAPConfig}
+class PrivGNNConfig(DataConfig):
+    """PrivGNN (Olatunji et al., TMLR 2023, arXiv 2109.08907) federated: the server holds the
+    public graph, the clients hold the private graph (split by ``partitioner``) and answer the
+    server's ``num_queries`` queries with Laplace-noised teacher posteriors.
+
+    Data: :func:`fedgraph.methods.privgnn.privgnn_split` (``public_fraction`` of the nodes in
+    the public graph, ``public_test_fraction`` of those are its labelled test nodes; ``split``
+    is not used). Privacy per client: ``Q`` compositions of a Poisson-subsampled (rate
+    ``gamma``) Laplace mechanism of scale ``2 / lam`` (sensitivity 2, noise multiplier
+    ``1 / lam``); a client answers only as many queries as keep its epsilon at ``delta``
+    (PLD) within its own target in ``client_epsilons`` (cycled over clients; ``inf``: no
+    limit).
+    """
+
+    method: Literal["privgnn"] = "privgnn"
+    partitioner: str = "random"
+    public_fraction: float = Field(0.5, gt=0, lt=1, description="share of nodes in the public graph")
+    public_test_fraction: float = Field(0.5, gt=0, lt=1, description="share of public nodes that are test nodes")
+    num_queries: int = Field(1000, ge=1, description="Q: public nodes the clients are asked to label")
+    query_policy: Literal["random", "entropy"] = Field(
+        "random", description="entropy: half random, half where a first student is least certain")
+    lam: float = Field(0.2, gt=0, description="Laplace parameter lambda: noise scale 2 / lambda")
+    gamma: float = Field(0.3, gt=0, le=1, description="Poisson sampling rate of private nodes")
+    num_neighbours: int = Field(300, ge=1, description="K: sampled private nodes per teacher")
+    answer_mode: Literal["posterior", "vote"] = "posterior"
+    client_epsilons: list[float] = Field(default_factory=lambda: [10.0])
+    delta: float = Field(1e-4, gt=0, lt=1)
+    hops: int = Field(2, ge=1, le=10, description="public neighbourhood of a query (l hops)")
+    neighbourhood_size: int = Field(50, ge=1, description="cap on a query's public neighbourhood")
+    projection_dim: int = Field(0, ge=0, description="0: raw features; d: public PCA for teachers")
+    teacher_hidden: int = Field(64, ge=1)
+    teacher_epochs: int = Field(200, ge=1)
+    teacher_batch_size: int = Field(64, ge=1, description="teachers trained together (speed only)")
+    hidden: int = Field(64, ge=1, description="student hidden size")
+    dropout: float = Field(0.5, ge=0, lt=1)
+    epochs: int = Field(200, ge=1, description="student epochs")
+    lr: float = Field(0.01, gt=0)
+    weight_decay: float = Field(0.0, ge=0)
+    output_dir: str = "outputs"
+    run_name: str = ""
+    timeout: float = Field(600.0, gt=0)
+
+    _parse_eps = field_validator("client_epsilons", mode="before")(_client_epsilons)
+
+    @field_validator("lam", "gamma", "lr", "delta", "alpha", mode="after")
+    @classmethod
+    def _finite(cls, v: float) -> float:
+        if not math.isfinite(v):
+            raise ValueError(f"must be a finite number (allowed: (0, inf)), got {v}")
+        return v
+
+    def client_epsilon(self, partition_id: int) -> float:
+        """Epsilon target of client ``partition_id`` (``inf``: no limit)."""
+        return self.client_epsilons[partition_id % len(self.client_epsilons)]
+
+
+METHOD_CONFIGS: dict[str, type[_Base]] = {"ppgnn": PPGNNConfig, "gap": GAPConfig,
+                                             "privgnn": PrivGNNConfig}
 
 
 def parse_run_config(run_config: dict[str, Any]) -> _Base:
-    """Validate a flat Flower run config (keys with ``-`` or ``_``) into its method's model.
+    """Validate a flat Flower run config (keys with ``-`` or ``_``) into its method's model:
+    ``strategy`` if it names a method (``ppgnn``, ``gap``, ``privgnn``), else ``method``.
 
     Raises:
         ConfigError: unknown method or key, or a value out of range; the message names the key.
     """
+    strategy = str(dict(run_config).get("strategy", "") or "")
     cfg = {str(k).replace("-", "_"): v for k, v in dict(run_config).items() if k != "strategy"}
+    if strategy in METHOD_CONFIGS:  # a registered strategy name selects its method's config
+        cfg["method"] = strategy
     bad = [k for k, v in cfg.items() if isinstance(v, float) and not math.isfinite(v)
            or isinstance(v, str) and v.strip().lower() in ("nan", "inf", "-inf", "+inf")]
     if bad and not all(k == "client_epsilons" and str(cfg[k]).strip().lower() == "inf" for k in bad):

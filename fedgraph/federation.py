@@ -32,22 +32,30 @@ def _data_key(cfg: DataConfig) -> str:
     return json.dumps({k: getattr(cfg, k) for k in DataConfig.model_fields}, sort_keys=True)
 
 
-def load_federated(cfg: DataConfig, budgets=None, shares=None):
-    """Load, split, assign levels and partition; returns ``(data, clients)``.
+def load_graph(cfg: DataConfig):
+    """The whole dataset of ``cfg`` (``dataset``, ``data_root``, ``min_class_size``), loaded
+    under a file lock in the cache folder so that concurrent supernodes do not process the
+    same raw files at once.
 
-    Loading is guarded by a file lock in the cache folder so that concurrent supernodes do not
-    process the same raw files at once.
+    Raises:
+        FileNotFoundError, ValueError: as :func:`fedgraph.data.load_dataset`.
     """
     from filelock import FileLock
 
-    from .data import (apply_split, assign_privacy_levels, load_dataset, partition,
-                       user_cache_dir)
+    from .data import load_dataset, user_cache_dir
 
     lock_dir = user_cache_dir()
     lock_dir.mkdir(parents=True, exist_ok=True)
     with FileLock(str(lock_dir / ".load.lock")):
-        data = load_dataset(cfg.dataset, cfg.data_root or None, min_class_size=cfg.min_class_size)
-    data = apply_split(data, cfg.split, cfg.seed)
+        return load_dataset(cfg.dataset, cfg.data_root or None, min_class_size=cfg.min_class_size)
+
+
+def load_federated(cfg: DataConfig, budgets=None, shares=None):
+    """Load (:func:`load_graph`), split, assign levels and partition; returns
+    ``(data, clients)``."""
+    from .data import apply_split, assign_privacy_levels, partition
+
+    data = apply_split(load_graph(cfg), cfg.split, cfg.seed)
     if budgets is not None:
         data.levels = assign_privacy_levels(data.num_nodes, budgets, shares, seed=cfg.seed)
     clients = partition(data, cfg.num_clients, cfg.partitioner, cfg.seed, alpha=cfg.alpha)

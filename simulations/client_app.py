@@ -170,3 +170,24 @@ def gap_evaluate(msg: Message, context: Context) -> Message:
         r = evaluate(model, x, view.graph.y, getattr(view.graph, f"{split}_mask"))
         counts[f"{split}_correct"], counts[f"{split}_total"] = r["correct"], r["total"]
     return Message(RecordDict({"metrics": MetricRecord(counts)}), reply_to=msg)
+
+
+# ---------------------------------------------------------------------------------- PrivGNN
+@app.query("privgnn")
+def privgnn_query(msg: Message, context: Context) -> Message:
+    """Answer the server's queries with Laplace-noised teacher posteriors, as many as this
+    client's epsilon budget still allows (the rest refused); only the noisy answers and
+    counts fixed by public parameters leave the client."""
+    from fedgraph.methods.privgnn_federated import client_answer
+
+    cfg = parse_run_config(json.loads(msg.content["config"]["json"]))
+    pid = int(context.node_config["partition-id"])
+    state = context.state["privgnn"] if "privgnn" in context.state else {"answered": 0, "rounds": 0}
+    before, rnd = int(state["answered"]), int(state["rounds"])
+    # Simulation: seeded per client and round for reproducibility. Deployed: fresh randomness.
+    gen = torch.Generator().manual_seed(zlib.crc32(f"{cfg.seed}:{pid}:privgnn:{rnd}".encode()))
+    reply = client_answer(cfg, pid, tensors(msg.content["queries"]), before, gen)
+    context.state["privgnn"] = ConfigRecord({"answered": reply.meta["answered_total"],
+                                             "rounds": rnd + 1})
+    return Message(RecordDict({"answers": ArrayRecord({"answers": reply.answers}),
+                               "meta": ConfigRecord(reply.meta)}), reply_to=msg)

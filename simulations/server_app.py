@@ -24,8 +24,8 @@ def run_server(grid: Grid, run_config: dict) -> dict:
 def validate_run_config(run_config: dict):
     """``(strategy class, validated config)``; raises ConfigError naming the bad key."""
     run_config = dict(run_config)
-    strategy_spec = str(run_config.pop("strategy", "") or run_config.get("method", "ppgnn"))
-    cfg = parse_run_config(run_config)
+    strategy_spec = str(run_config.get("strategy", "") or run_config.get("method", "ppgnn"))
+    cfg = parse_run_config(run_config)  # a strategy name (e.g. "privgnn") selects its config
     try:
         return resolve_strategy(strategy_spec), cfg
     except ValueError as err:

@@ -2,5 +2,6 @@
 from .base import STRATEGIES, PrivateStrategy, register_strategy, resolve_strategy
 from .gap import GAPStrategy
 from .ppgnn import PPGNNStrategy
+from .privgnn import PrivGNNStrategy
 
-__all__ = ["GAPStrategy", "PPGNNStrategy", "PrivateStrategy", "STRATEGIES", "register_strategy", "resolve_strategy"]
+__all__ = ["GAPStrategy", "PPGNNStrategy", "PrivGNNStrategy", "PrivateStrategy", "STRATEGIES", "register_strategy", "resolve_strategy"]

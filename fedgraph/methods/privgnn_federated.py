@@ -1,0 +1,254 @@
+"""Federated PrivGNN (Olatunji, Funke & Khosla, TMLR 2023, arXiv 2109.08907), built from
+:mod:`.privgnn`: who holds which graph, the query message, a client's answers within its
+budget, and the server's aggregation of partial answers.
+
+Data (paper Sec. 3, App. F): every party loads the dataset and applies the same seeded
+:func:`~.privgnn.privgnn_split`; the server keeps the *public* graph (query pool and labelled
+test nodes), the *private* graph is spread over the clients by the run's partitioner and each
+client keeps only its own part (:class:`~fedgraph.data.ClientGraph`, all nodes labelled).
+
+Protocol, one message type ``query.privgnn`` per query round:
+
+1. Server -> client: the queries' public ``hops``-hop neighbourhoods (:func:`encode_queries`;
+   public data only) and, with ``projection-dim > 0``, a PCA map fitted on the public features.
+2. Client -> server (:func:`client_answer`): Laplace-noised teacher posteriors (or votes) for
+   the first ``m`` queries, ``m`` = what its epsilon budget still allows (0: a refusal), and
+   counts that depend only on public parameters (asked, answered, limit, target).
+3. Server (:func:`aggregate_partial`): sums the noisy answers per query over the clients that
+   answered it; queries nobody answered are dropped; argmax -> pseudo-labels.
+
+Privacy per client (node-level DP for the nodes it holds, paper Thm. 7): ``m`` answers are ``m``
+compositions of a Poisson-subsampled (rate ``gamma``) Laplace mechanism of noise multiplier
+``1 / lam`` (:func:`~.privgnn.privgnn_events`); a client's limit is the largest total ``m`` whose
+epsilon at ``delta`` (PLD, dp-accounting) stays within its target. A node of one client never
+influences another client's answers, so epsilons are per client, not summed over clients.
+"""
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass
+from functools import lru_cache
+
+import torch
+from torch import Tensor
+
+from ..config import DataConfig, PrivGNNConfig
+from .privgnn import (FeatureProjection, QueryBudget, QueryGraphs, TeacherConfig,
+                      answer_queries, max_queries, privgnn_epsilon, privgnn_split,
+                      query_neighbourhoods)
+
+#: features sparser than this travel as COO (index, value) pairs: exact, and Cora's or
+#: Facebook100's one-hot rows shrink ~50x.
+SPARSE_DENSITY = 0.25
+
+
+# --------------------------------------------------------------------------------------------
+# Data: the server's public graph, the clients' private parts
+# --------------------------------------------------------------------------------------------
+def _data_key(cfg: PrivGNNConfig) -> str:
+    keys = list(DataConfig.model_fields) + ["public_fraction", "public_test_fraction"]
+    return json.dumps({k: getattr(cfg, k) for k in keys}, sort_keys=True)
+
+
+@lru_cache(maxsize=2)
+def _federation(key: str):
+    from ..data import dataset_statistics, partition
+    from ..federation import load_graph
+
+    d = json.loads(key)
+    cfg = DataConfig(**{k: v for k, v in d.items() if k in DataConfig.model_fields})
+    data = load_graph(cfg)
+    private, public = privgnn_split(data, public_fraction=d["public_fraction"],
+                                    public_test_fraction=d["public_test_fraction"],
+                                    seed=cfg.seed)
+    clients = partition(private, cfg.num_clients, cfg.partitioner, cfg.seed, alpha=cfg.alpha)
+    stats = dataset_statistics(data)
+    stats.update(private_nodes=int(private.num_nodes), public_nodes=int(public.num_nodes),
+                 public_query_pool=int(public.train_mask.sum()),
+                 public_test_nodes=int(public.test_mask.sum()))
+    return public, tuple(clients), stats
+
+
+def public_graph(cfg: PrivGNNConfig):
+    """Server side: ``(public Data, dataset statistics)``; ``public.train_mask`` is the query
+    pool (labels unused except for diagnostics), ``public.test_mask`` the test nodes."""
+    public, _, stats = _federation(_data_key(cfg))
+    return public, stats
+
+
+def client_graph(cfg: PrivGNNConfig, partition_id: int):
+    """Client side: ``(ClientGraph of partition_id's private nodes, dataset statistics)``.
+
+    Raises:
+        ValueError: ``partition_id`` outside ``[0, num_clients)``, or more clients than
+            private nodes.
+    """
+    if not 0 <= partition_id < cfg.num_clients:
+        raise ValueError(f"partition-id {partition_id} outside [0, {cfg.num_clients}): the "
+                         "federation's num-supernodes must equal the run config's num-clients")
+    _, clients, stats = _federation(_data_key(cfg))
+    return clients[partition_id], stats
+
+
+def teacher_config(cfg: PrivGNNConfig) -> TeacherConfig:
+    """The clients' per-query teachers (paper App. G.1 apart from the sizes in ``cfg``)."""
+    return TeacherConfig(hidden=cfg.teacher_hidden, epochs=cfg.teacher_epochs,
+                         batch_size=cfg.teacher_batch_size, dropout=cfg.dropout, lr=cfg.lr)
+
+
+# --------------------------------------------------------------------------------------------
+# The query message (public data only)
+# --------------------------------------------------------------------------------------------
+def encode_queries(hoods: QueryGraphs, projection: FeatureProjection | None = None
+                   ) -> dict[str, Tensor]:
+    """Server side: the tensors of a ``query.privgnn`` message.
+
+    Keys: ``edge_index [2, E]``, ``ptr [Q+1]``, ``center [Q]`` (:class:`~.privgnn.QueryGraphs`),
+    the neighbourhood features ``x [M, F]`` either dense (``x``) or, below
+    :data:`SPARSE_DENSITY`, as ``x_index [2, nnz]``, ``x_value [nnz]``, ``x_shape [2]``; and
+    with a projection ``proj_mean [F]``, ``proj_components [F, d]``.
+    """
+    x = hoods.x.float()
+    out = {"edge_index": hoods.edge_index, "ptr": hoods.ptr, "center": hoods.center}
+    if x.numel() and float((x != 0).float().mean()) < SPARSE_DENSITY:
+        idx = x.nonzero().T
+        out.update(x_index=idx, x_value=x[idx[0], idx[1]],
+                   x_shape=torch.tensor(list(x.shape)))
+    else:
+        out["x"] = x
+    if projection is not None:
+        out.update(proj_mean=projection.mean, proj_components=projection.components)
+    return out
+
+
+def decode_queries(arrays: dict[str, Tensor]) -> tuple[QueryGraphs, FeatureProjection | None]:
+    """Client side: the inverse of :func:`encode_queries`."""
+    if "x" in arrays:
+        x = arrays["x"]
+    else:
+        shape = tuple(int(s) for s in arrays["x_shape"])
+        x = torch.zeros(shape)
+        x[arrays["x_index"][0], arrays["x_index"][1]] = arrays["x_value"]
+    proj = (FeatureProjection(arrays["proj_mean"], arrays["proj_components"])
+            if "proj_mean" in arrays else None)
+    return QueryGraphs(x, arrays["edge_index"], arrays["ptr"], arrays["center"]), proj
+
+
+def first_queries(hoods: QueryGraphs, m: int) -> QueryGraphs:
+    """The neighbourhoods of queries ``0..m-1`` only (a prefix of the union)."""
+    end = int(hoods.ptr[m])
+    keep = hoods.edge_index[0] < end
+    return QueryGraphs(hoods.x[:end], hoods.edge_index[:, keep], hoods.ptr[:m + 1],
+                       hoods.center[:m])
+
+
+def make_queries(public, query_idx: Tensor, cfg: PrivGNNConfig,
+                 generator: torch.Generator | None = None,
+                 projection: FeatureProjection | None = None) -> dict[str, Tensor]:
+    """Server side: the message tensors for ``query_idx`` (long ``[Q]`` public node ids):
+    their ``cfg.hops``-hop public neighbourhoods capped at ``cfg.neighbourhood_size`` nodes
+    (a random subset: public data, no privacy cost)."""
+    hoods = query_neighbourhoods(public, query_idx, cfg.hops, cfg.neighbourhood_size, generator)
+    return encode_queries(hoods, projection)
+
+
+# --------------------------------------------------------------------------------------------
+# Client side: answers within the budget
+# --------------------------------------------------------------------------------------------
+def answer_limit(epsilon: float, delta: float, rate: float, lam: float, wanted: int) -> int:
+    """The most answers (in total, at most ``wanted``) whose composed epsilon at ``delta``
+    (PLD) stays within ``epsilon``; ``inf`` allows ``wanted``. Depends on public parameters
+    only, so the limit itself reveals nothing about the private data."""
+    if wanted < 1 or math.isinf(epsilon):
+        return max(int(wanted), 0)
+    if privgnn_epsilon(wanted, rate, lam, delta, "pld") <= epsilon:
+        return int(wanted)
+    return max_queries(epsilon, delta, rate, lam, accountant="pld", cap=int(wanted))
+
+
+@dataclass
+class ClientReply:
+    """What leaves a client for one query round.
+
+    ``answers`` ``[m, C]``: noisy answers to the first ``m`` queries asked (``m = 0``: the
+    client refused them all). ``meta``: counts fixed by public parameters (``asked``,
+    ``answered`` = m, ``refused``, ``limit`` = total answers its budget allows,
+    ``answered_total``, ``epsilon_target``, ``partition_id``).
+    """
+
+    answers: Tensor
+    meta: dict
+
+
+def client_answer(cfg: PrivGNNConfig, partition_id: int, arrays: dict[str, Tensor],
+                  answered_before: int, generator: torch.Generator | None = None
+                  ) -> ClientReply:
+    """Client side of a query round (paper Alg. 1 lines 3-7, within a budget).
+
+    Args:
+        cfg: the run config; ``client_epsilon(partition_id)`` is this client's target.
+        partition_id: this client's index.
+        arrays: the message tensors (:func:`encode_queries`).
+        answered_before: answers this client released in earlier rounds of the run.
+        generator: randomness of sampling, teachers and noise (deployed clients: fresh).
+
+    Returns:
+        :class:`ClientReply`; ``answers`` ``[m, C]`` with ``m = min(Q, limit - answered_before)``.
+        Privacy: ``privgnn_events(answered_before + m, gamma, lam)`` for the whole run.
+    """
+    graph, stats = client_graph(cfg, partition_id)
+    hoods, proj = decode_queries(arrays)
+    asked = int(hoods.center.numel())
+    target = cfg.client_epsilon(partition_id)
+    limit = answer_limit(target, cfg.delta, cfg.gamma, cfg.lam, answered_before + asked)
+    budget = QueryBudget(limit, int(answered_before), target, cfg.delta)
+    m = min(asked, budget.remaining)
+    C = int(stats["num_classes"])
+    if m == 0:
+        answers = torch.zeros(0, C)
+    else:
+        sub = first_queries(hoods, m)
+        answers = answer_queries(graph, sub.query_x, rate=cfg.gamma, k=cfg.num_neighbours,
+                                 lam=cfg.lam, num_classes=C, teacher=teacher_config(cfg),
+                                 mode=cfg.answer_mode, neighbourhoods=sub, projection=proj,
+                                 budget=budget, generator=generator)
+    meta = {"partition_id": int(partition_id), "asked": asked, "answered": int(m),
+            "refused": asked - int(m), "limit": int(limit),
+            "answered_total": int(budget.answered), "epsilon_target": float(target)}
+    return ClientReply(answers, meta)
+
+
+# --------------------------------------------------------------------------------------------
+# Server side: aggregation of partial answers
+# --------------------------------------------------------------------------------------------
+@dataclass
+class Aggregate:
+    """Pseudo-labels of the answered queries: ``kept`` bool ``[Q]`` (answered by at least one
+    client), ``labels`` long ``[kept.sum()]``, ``votes`` long ``[Q]`` (answers per query)."""
+
+    kept: Tensor
+    labels: Tensor
+    votes: Tensor
+
+
+def aggregate_partial(answers: list[Tensor], num_queries: int, num_classes: int) -> Aggregate:
+    """Server side (post-processing): sum each query's noisy answers over the clients that
+    answered it (each client answers a prefix ``[m_c, C]`` of the ``num_queries`` queries),
+    drop queries with no answer, argmax (paper Alg. 1 line 8, :func:`~.privgnn.aggregate_answers`
+    on the answering clients)."""
+    total = torch.zeros(int(num_queries), int(num_classes))
+    votes = torch.zeros(int(num_queries), dtype=torch.long)
+    for a in answers:
+        m = int(a.shape[0])
+        if m > num_queries:
+            raise ValueError(f"a client answered {m} of {num_queries} queries")
+        total[:m] += a.float()
+        votes[:m] += 1
+    kept = votes > 0
+    return Aggregate(kept, total[kept].argmax(-1), votes)
+
+
+__all__ = ["SPARSE_DENSITY", "public_graph", "client_graph", "teacher_config", "encode_queries",
+           "decode_queries", "first_queries", "make_queries", "answer_limit", "ClientReply",
+           "client_answer", "Aggregate", "aggregate_partial"]
