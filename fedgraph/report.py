@@ -14,12 +14,18 @@ from pathlib import Path
 
 def write_json_atomic(path: str | Path, obj) -> Path:
     """Write ``obj`` as JSON to ``path`` via a temporary file and ``os.replace`` (atomic)."""
+    return write_bytes_atomic(path, json.dumps(obj, indent=2, default=_jsonable).encode())
+
+
+def write_bytes_atomic(path: str | Path, data: bytes) -> Path:
+    """Write ``data`` to ``path`` via a temporary file and ``os.replace`` (atomic): a reader
+    sees the old file or the whole new one, never a part."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
-        with os.fdopen(fd, "w") as f:
-            json.dump(obj, f, indent=2, default=_jsonable)
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
             f.flush()
             os.fsync(f.fileno())
         os.chmod(tmp, 0o644)

@@ -1,13 +1,18 @@
-"""``fedgraph`` command line: run a simulation that fails loudly, list datasets.
+"""``fedgraph`` command line: run a simulation that fails loudly, sweep a grid of runs, report
+a sweep as CSV, plots and markdown, list datasets.
 
 ``flwr run .`` exits 0 even when a run fails; ``fedgraph run`` runs the same ServerApp and
 ClientApp through Flower's simulation engine in-process, checks the report the strategy wrote,
-and exits non-zero (1: the run failed, 2: invalid config) with the reason.
+and exits non-zero (1: the run failed, 2: invalid config) with the reason. ``fedgraph sweep``
+runs one ``fedgraph run`` process per cell (see :mod:`simulations.sweep`); ``fedgraph report``
+aggregates the cells (see :mod:`simulations.results`).
 """
 from __future__ import annotations
 
 import json
 import os
+import shlex
+import signal
 import sys
 import tomllib
 from pathlib import Path
@@ -103,6 +108,143 @@ def run(
     except Exception as err:  # noqa: BLE001 - report every failure and exit non-zero
         typer.echo(f"fedgraph: FAILED: {err}", err=True)
         raise typer.Exit(1)
+
+
+class _Bar:
+    """A rich progress bar on a terminal; elsewhere (logs, CI) one line per finished cell."""
+
+    def __init__(self, console) -> None:
+        from rich.progress import (BarColumn, MofNCompleteColumn, Progress, TextColumn,
+                                   TimeElapsedColumn, TimeRemainingColumn)
+
+        self.console = console
+        self.live = console.is_terminal
+        self.bar = Progress(TextColumn("[bold]cells"), BarColumn(), MofNCompleteColumn(),
+                            TextColumn("{task.fields[status]}"), TimeElapsedColumn(),
+                            TextColumn("left"), TimeRemainingColumn(), console=console,
+                            disable=not self.live)
+        self.task, self.total, self.n, self.failed = None, 0, 0, 0
+
+    def start(self, total: int) -> None:
+        self.total = total
+        self.task = self.bar.add_task("cells", total=total, status="")
+        self.bar.start()
+
+    def advance(self, result) -> None:
+        self.n += 1
+        self.failed += result.status != "ok"
+        self.bar.update(self.task, advance=1, status=f"{self.failed} failed" if self.failed else "")
+        if not self.live and result.status == "ok":
+            test = f"test {result.test:.4f}" if result.test is not None else ""
+            self.console.print(f"[{self.n}/{self.total}] ok {result.cell.describe()} {test} "
+                               f"({result.wall_s:.0f} s)", markup=False, highlight=False,
+                               soft_wrap=True)
+
+    def stop(self) -> None:
+        self.bar.stop()
+
+
+def _raise_interrupt(signum, frame):  # SIGTERM: stop like Ctrl-C (kill the running cells)
+    raise KeyboardInterrupt(f"signal {signum}")
+
+
+@cli.command()
+def sweep(
+    sweep_file: str = typer.Argument(..., help="sweep TOML file, or a name in simulations/sweeps"),
+    output_dir: Optional[str] = typer.Option(None, "--output-dir", "-o",
+                                             help="where the cells go (default: the file's output-dir)"),
+    parallel: Optional[int] = typer.Option(None, help="cells at a time (default: cores // cpus-per-cell)"),
+    executor: Optional[str] = typer.Option(None, help="local (process pool), ray (Ray tasks) or auto"),
+    dry_run: bool = typer.Option(False, "--dry-run", help="list the cells and which are done; run nothing"),
+) -> None:
+    """Run a grid of simulations (methods x datasets x epsilons x clients x seeds), resumable:
+    cells whose report is ok are skipped. Exit 0 if every cell is ok, 1 if any failed, 2 for
+    an invalid sweep file, 130 if interrupted."""
+    from rich.console import Console
+
+    from simulations.sweep import SweepError, cell_is_done, load_sweep, run_sweep
+
+    if executor not in (None, "auto", "local", "ray"):
+        typer.echo(f"fedgraph: --executor must be local, ray or auto, got {executor!r}", err=True)
+        raise typer.Exit(2)
+    if parallel is not None and parallel < 1:
+        typer.echo("fedgraph: --parallel must be >= 1", err=True)
+        raise typer.Exit(2)
+    try:
+        sw = load_sweep(sweep_file, output_dir)
+    except SweepError as err:
+        typer.echo(f"fedgraph: {err}", err=True)
+        raise typer.Exit(2)
+    console = Console(soft_wrap=True, highlight=False)
+    if dry_run:
+        for c in sw.cells():
+            state = "done" if cell_is_done(sw.cell_dir(c), c.run_config) else "to run"
+            console.print(f"{state:<7} {sw.cell_dir(c)}", markup=False)
+        return
+    bar = _Bar(console)
+    previous = signal.signal(signal.SIGTERM, _raise_interrupt)
+    try:
+        summary = run_sweep(sw, parallel, executor,
+                            echo=lambda line: console.print(line, markup=False), progress=bar)
+    except KeyboardInterrupt:
+        bar.stop()
+        console.print(f"fedgraph: sweep interrupted; run the same command again to finish the "
+                      f"rest ({sw.output_dir})", markup=False)
+        raise typer.Exit(130)
+    finally:
+        bar.stop()
+        signal.signal(signal.SIGTERM, previous)
+    if summary.failed:
+        raise typer.Exit(1)
+
+
+@cli.command()
+def report(
+    dirs: List[str] = typer.Argument(..., help="sweep output folders (each holds cells/)"),
+    csv_path: Optional[str] = typer.Option(None, "--csv", help="CSV file (default: DIR/results.csv, "
+                                           "or beside --markdown)"),
+    plots: Optional[str] = typer.Option(None, "--plots", help="folder for the PNGs (default: "
+                                        "DIR/plots, or img/ beside --markdown)"),
+    markdown_path: Optional[str] = typer.Option(None, "--markdown", help="also write a results page"),
+    published: List[str] = typer.Option([], "--published", help="another sweep file whose "
+                                        "[[published]] numbers to show"),
+) -> None:
+    """Aggregate sweep folders: one CSV (mean and std per cell over seeds: accuracy per split,
+    epsilon, wall time) and privacy-utility plots (PNG), optionally a markdown page."""
+    from simulations import results
+
+    rows = results.collect(dirs)
+    if not rows:
+        typer.echo(f"fedgraph: no sweep cells (cells/*/cell.json) under {', '.join(dirs)}", err=True)
+        raise typer.Exit(2)
+    first = Path(dirs[0])
+    md = Path(markdown_path) if markdown_path else None
+    csv_file = Path(csv_path) if csv_path else (md.with_suffix(".csv") if md else first / "results.csv")
+    plot_dir = Path(plots) if plots else (md.parent / "img" if md else first / "plots")
+    pub = results.load_published([*[Path(d) / "sweep.toml" for d in dirs
+                                    if (Path(d) / "sweep.toml").exists()], *published])
+    groups = results.aggregate(rows)
+    results.write_csv(groups, csv_file)
+    figures = results.plot(groups, plot_dir, pub)
+    for g in groups:
+        eps = "-" if g["epsilon"] is None else f"{g['epsilon']:g}"
+        test = results.pct(g["test_mean"], g["test_std"])
+        failed = f"  ({g['failed']} failed)" if g["failed"] else ""
+        typer.echo(f"{g['label']:<32} {g['dataset']:<24} eps {eps:<6} clients {g['num_clients']:<4} "
+                   f"seeds {g['seeds']}  test {test}{failed}")
+    typer.echo(f"csv: {csv_file}")
+    for f in figures:
+        typer.echo(f"plot: {f.path}")
+    if md:
+        command = "fedgraph report " + " ".join(shlex.quote(d) for d in dirs) + \
+            f" --markdown {shlex.quote(markdown_path)}" + \
+            "".join(f" --published {shlex.quote(p)}" for p in published) + \
+            (f" --csv {shlex.quote(csv_path)}" if csv_path else "") + \
+            (f" --plots {shlex.quote(plots)}" if plots else "")
+        text = results.markdown(groups, figures, md, pub, command,
+                                results.sweep_summaries(dirs, rows), csv_file)
+        results.write_bytes_atomic(md, text.encode())
+        typer.echo(f"markdown: {md}")
 
 
 @cli.command()

@@ -1,0 +1,376 @@
+"""Sweep results: one CSV (mean and std per cell over seeds), privacy-utility plots (PNG) and a
+markdown page, from the cell folders that ``fedgraph sweep`` wrote.
+
+A *row* is one run (one seed); a *group* is a cell of the grid without its seed: (method,
+dataset, DP level, epsilon, num-clients). Means and standard deviations are over the seeds
+whose run is ``ok``; the standard deviation is the sample one (``ddof = 1``), empty for a
+single seed. Accuracies are fractions in the CSV and percentages in plots and markdown.
+"""
+from __future__ import annotations
+
+import csv
+import io
+import json
+import math
+import statistics
+import tomllib
+from collections import defaultdict
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Iterable, Optional
+
+from fedgraph.report import write_bytes_atomic
+
+SPLITS = ("train", "val", "test")
+DP_TITLES = {"user": "user-level LDP (node features)", "edge": "edge-level DP",
+             "node": "node-level DP", "none": "no privacy"}
+EPS_UNITS = {"user": "epsilon (per user)", "edge": "epsilon (per edge)",
+             "node": "epsilon (per node)"}
+CSV_COLUMNS = (["method", "label", "dataset", "dp_level", "epsilon", "num_clients", "seeds",
+                "failed"] + [f"{s}_{m}" for s in SPLITS for m in ("mean", "std")]
+               + ["majority_class", "epsilon_spent_min", "epsilon_spent_max",
+                  "run_time_s_mean", "run_time_s_std", "cell_wall_s_mean", "cell_wall_s_std"])
+
+
+def _mean_std(xs: list[float]) -> tuple[Optional[float], Optional[float]]:
+    xs = [x for x in xs if x is not None and not math.isnan(x)]
+    if not xs:
+        return None, None
+    return statistics.fmean(xs), (statistics.stdev(xs) if len(xs) > 1 else None)
+
+
+def _epsilons_spent(report: dict) -> list[float]:
+    return [float(row["epsilon"]) for row in
+            report.get("privacy", {}).get("per_subject", {}).values() if "epsilon" in row]
+
+
+def collect(dirs: Iterable[str | Path]) -> list[dict]:
+    """One row per cell folder (a ``cell.json``) under each of ``dirs``."""
+    rows = []
+    for base in dirs:
+        for cell_json in sorted(Path(base).glob("**/cells/*/cell.json")):
+            cell = json.loads(cell_json.read_text())
+            row = {**cell, "dir": str(cell_json.parent)}
+            report_path = cell_json.parent / "report.json"
+            report = json.loads(report_path.read_text()) if report_path.exists() else {}
+            if cell.get("status") == "ok" and report.get("status") == "ok":
+                acc = report.get("accuracy", {})
+                row.update({s: acc.get(s) for s in SPLITS},
+                           majority_class=acc.get("majority_class"),
+                           epsilon_spent=_epsilons_spent(report),
+                           run_time_s=report.get("timings_s", {}).get("total"))
+            rows.append(row)
+    return rows
+
+
+def _group_key(row: dict) -> tuple:
+    return (row["method"], row["dataset"], row["dp_level"], row["epsilon"], row["num_clients"])
+
+
+def aggregate(rows: list[dict]) -> list[dict]:
+    """Mean and std per group (cell without seed) over the seeds whose run is ok."""
+    groups: dict[tuple, list[dict]] = defaultdict(list)
+    for r in rows:
+        groups[_group_key(r)].append(r)
+    out = []
+    for key, rs in groups.items():
+        ok = [r for r in rs if r.get("status") == "ok" and r.get("test") is not None]
+        g = dict(zip(("method", "dataset", "dp_level", "epsilon", "num_clients"), key))
+        g.update(label=rs[0].get("label") or key[0], seeds=len(ok),
+                 failed=len(rs) - len(ok),
+                 errors=sorted({r.get("error") or r.get("status", "?") for r in rs if r not in ok}))
+        for s in SPLITS:
+            g[f"{s}_mean"], g[f"{s}_std"] = _mean_std([r[s] for r in ok])
+        g["majority_class"], _ = _mean_std([r["majority_class"] for r in ok])
+        spent = [e for r in ok for e in r["epsilon_spent"]]
+        g["epsilon_spent_min"] = min(spent) if spent else None
+        g["epsilon_spent_max"] = max(spent) if spent else None
+        g["run_time_s_mean"], g["run_time_s_std"] = _mean_std([r["run_time_s"] for r in ok])
+        g["cell_wall_s_mean"], g["cell_wall_s_std"] = _mean_std([r.get("wall_s") for r in ok])
+        out.append(g)
+    method_order = {}
+    for r in rows:
+        method_order.setdefault(r["method"], len(method_order))
+    out.sort(key=lambda g: (g["dataset"], g["dp_level"], method_order[g["method"]],
+                            g["num_clients"], _eps_sort(g["epsilon"])))
+    return out
+
+
+def _eps_sort(e: Optional[float]) -> float:
+    return math.inf if e is None else e
+
+
+def write_csv(groups: list[dict], path: str | Path) -> Path:
+    """The groups as CSV (``CSV_COLUMNS``), written atomically."""
+    buf = io.StringIO()
+    w = csv.DictWriter(buf, fieldnames=CSV_COLUMNS, extrasaction="ignore", lineterminator="\n")
+    w.writeheader()
+    for g in groups:
+        w.writerow({k: ("" if g.get(k) is None else g[k]) for k in CSV_COLUMNS})
+    return write_bytes_atomic(Path(path), buf.getvalue().encode())
+
+
+# ---------------------------------------------------------------- published numbers
+
+@dataclass
+class Published:
+    method: str
+    dataset: str
+    epsilon: Optional[float]
+    test: float
+    source: str
+    std: Optional[float] = None
+    note: str = ""
+
+
+def load_published(paths: Iterable[str | Path]) -> list[Published]:
+    """``[[published]]`` entries of sweep files (a sweep's own copy is ``DIR/sweep.toml``)."""
+    out, seen = [], set()
+    for p in paths:
+        for e in tomllib.loads(Path(p).read_text()).get("published", []):
+            item = Published(e["method"], e["dataset"], e.get("epsilon"), float(e["test"]),
+                             e["source"], e.get("std"), e.get("note", ""))
+            key = (item.method, item.dataset, item.epsilon, item.test)
+            if key not in seen:
+                seen.add(key)
+                out.append(item)
+    return out
+
+
+# ---------------------------------------------------------------- plots
+
+def _dataset_title(name: str) -> str:
+    known = {"cora": "Cora", "citeseer": "CiteSeer", "pubmed": "PubMed",
+             "facebook-pagepage": "Facebook page-page", "lastfm-asia": "LastFM Asia",
+             "reddit": "Reddit"}
+    if name.lower().startswith("facebook100:"):
+        return f"Facebook100 {name.split(':', 1)[1]}"
+    return known.get(name.lower(), name)
+
+
+@dataclass
+class Figure:
+    dataset: str
+    dp_level: str
+    path: Path
+    lines: list[str] = field(default_factory=list)
+
+
+def plot(groups: list[dict], out_dir: str | Path, published: Iterable[Published] = ()) -> list[Figure]:
+    """One PNG per (dataset, DP level): test accuracy (%) against epsilon, one line per method
+    (and client count, if several), error bars one std over seeds. Methods without an epsilon
+    axis (no noise, MLP) are horizontal reference lines on every plot of their dataset, with the
+    majority-class rate; published numbers are black stars."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    from matplotlib.ticker import FixedLocator, NullLocator
+
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    published = list(published)
+    figures = []
+    for dataset in sorted({g["dataset"] for g in groups}):
+        everything = [g for g in groups if g["dataset"] == dataset]
+        here = [g for g in everything if g["seeds"] > 0]
+        refs = [g for g in here if g["epsilon"] is None or math.isinf(g["epsilon"])]
+        for level in sorted({g["dp_level"] for g in here if g["dp_level"] in EPS_UNITS}):
+            curves = [g for g in here if g["dp_level"] == level and g not in refs]
+            many_n = len({g["num_clients"] for g in curves}) > 1
+            fig, ax = plt.subplots(figsize=(7.0, 4.6), dpi=150)
+            series: dict[tuple, list[dict]] = defaultdict(list)
+            for g in curves:
+                series[(g["label"], g["num_clients"] if many_n else None)].append(g)
+            xs_all = sorted({g["epsilon"] for g in curves})
+            names = []
+            log_x = bool(xs_all) and min(xs_all) > 0 and max(xs_all) / min(xs_all) >= 4
+            for i, ((label, n), gs) in enumerate(series.items()):
+                gs.sort(key=lambda g: g["epsilon"])
+                name = label + (f", {n} clients" if n is not None else "")
+                # Dodge overlapping error bars a little along x (2% per line on a log axis).
+                shift = 0.02 * (i - (len(series) - 1) / 2)
+                xs = [g["epsilon"] * (2 ** shift if log_x else 1) + (0 if log_x else shift)
+                      for g in gs]
+                ax.errorbar(xs, [100 * g["test_mean"] for g in gs],
+                            yerr=[100 * (g["test_std"] or 0.0) for g in gs], marker="o",
+                            markersize=5, capsize=4, linewidth=1.8, label=name)
+                names.append(name)
+            for g in refs:
+                name = g["label"] + (" (eps = inf)" if g["epsilon"] else "")
+                line = ax.axhline(100 * g["test_mean"], linestyle="--", linewidth=1.4,
+                                  color=f"C{len(names) % 10}", label=name)
+                if g["test_std"]:
+                    ax.axhspan(100 * (g["test_mean"] - g["test_std"]),
+                               100 * (g["test_mean"] + g["test_std"]),
+                               color=line.get_color(), alpha=0.12, linewidth=0)
+                names.append(name)
+            # y range from the results (not the majority-class rate, which would squash them)
+            ys = [100 * (g["test_mean"] + sign * (g["test_std"] or 0))
+                  for g in curves + refs for sign in (-1, 1)]
+            ys += [p.test for p in published if p.dataset == dataset]
+            low, high = min(ys) - 3, max(ys) + 3
+            ax.set_ylim(low, high)
+            majority = [g["majority_class"] for g in here if g["majority_class"] is not None]
+            if majority:
+                m = 100 * statistics.fmean(majority)
+                if low <= m <= high:
+                    ax.axhline(m, color="grey", linestyle=":", linewidth=1.2, label="majority class")
+                else:
+                    ax.text(0.99, 0.02, f"majority class: {m:.1f}%", transform=ax.transAxes,
+                            ha="right", va="bottom", fontsize=8, color="dimgrey")
+            pub = [p for p in published if p.dataset == dataset and p.epsilon is not None
+                   and not math.isinf(p.epsilon)
+                   and any(g["method"] == p.method for g in curves)]
+            for i, p in enumerate(pub):
+                ax.plot([p.epsilon], [p.test], marker="*", markersize=13, color="black",
+                        linestyle="none", label="published" if i == 0 else None, zorder=5)
+                ax.annotate(f"{p.source.split(' (')[0]}: {p.test:g}", (p.epsilon, p.test),
+                            textcoords="offset points", xytext=(6, 6), fontsize=8)
+            if log_x:
+                ax.set_xscale("log", base=2)
+                ax.xaxis.set_major_locator(FixedLocator(xs_all))
+                ax.xaxis.set_minor_locator(NullLocator())
+                ax.set_xticklabels([f"{x:g}" for x in xs_all])
+            ax.set_xlabel(EPS_UNITS[level] + ("; PPGNN: smallest level" if level == "user" and
+                                              any(g["method"].startswith("ppgnn") for g in curves)
+                                              else ""))
+            ax.set_ylabel("test accuracy (%)")
+            ns = sorted({g["num_clients"] for g in here})
+            clients = "" if many_n else f", {ns[0]} client{'s' if ns[0] != 1 else ''}"
+            ax.set_title(f"{_dataset_title(dataset)}: {DP_TITLES[level]}{clients}")
+            ax.grid(True, alpha=0.3)
+            ax.legend(fontsize=8, loc="best", framealpha=0.9)
+            missing = [f"{g['label']} eps = {g['epsilon']:g} ({g['failed']} failed)"
+                       for g in everything if g["dp_level"] == level and g["seeds"] == 0]
+            if missing:
+                fig.text(0.01, 0.01, "not plotted, every run failed: " + "; ".join(missing),
+                         fontsize=7, color="dimgrey", wrap=True)
+            fig.tight_layout(rect=(0, 0.04 if missing else 0, 1, 1))
+            path = out_dir / f"{slug_name(dataset)}-{level}.png"
+            buf = io.BytesIO()
+            fig.savefig(buf, format="png")
+            plt.close(fig)
+            write_bytes_atomic(path, buf.getvalue())
+            figures.append(Figure(dataset, level, path, names))
+    return figures
+
+
+def slug_name(text: str) -> str:
+    from .sweep import slug
+
+    return slug(text)
+
+
+# ---------------------------------------------------------------- markdown
+
+def pct(mean: Optional[float], std: Optional[float]) -> str:
+    if mean is None:
+        return "failed"
+    return f"{100 * mean:.1f}" + (f" ± {100 * std:.1f}" if std is not None else "")
+
+
+def markdown(groups: list[dict], figures: list[Figure], md_path: Path,
+             published: list[Published], command: str, sweeps: list[dict],
+             csv_path: Optional[Path] = None) -> str:
+    """The results page: how it was made, per (dataset, DP level) a table (methods x epsilon,
+    test accuracy mean ± std over seeds) and its plot, and the papers' numbers beside ours."""
+    lines = ["# Results", "",
+             "<!-- Generated by `fedgraph report`; do not edit by hand. Regenerate with the "
+             "command below. -->", "",
+             "Regenerate this page (tables, plots under `docs/img/`) from the sweep folders:", "",
+             "```bash", command, "```", ""]
+    for s in sweeps:
+        lines += [f"Sweep `{s['name']}` ({s['file']}): {s['cells']} runs, {s['ok']} ok, "
+                  f"{s['failed']} failed; mean wall time per run {s['wall']:.0f} s"
+                  + (f". {s['description']}" if s.get("description") else "") + ":", "",
+                  "```bash", f"nice -n 10 fedgraph sweep {s['file']}", "```", ""]
+    if csv_path is not None:
+        rel = Path(_relpath(csv_path, md_path.parent)).as_posix()
+        lines += [f"All numbers (every split, epsilon spent, wall time): [{rel}]({rel}).", ""]
+    lines += ["Test accuracy in %, mean ± sample standard deviation over the seeds. Epsilon is "
+              "the privacy budget of the DP level in each heading; for PPGNN (budget set "
+              "E = {e, 2e, 4e}) the column is the smallest level e.", ""]
+    by_fig = {(f.dataset, f.dp_level): f for f in figures}
+    sections = sorted({(g["dataset"], g["dp_level"]) for g in groups if g["dp_level"] in EPS_UNITS})
+    for dataset, level in sections:
+        gs = [g for g in groups if g["dataset"] == dataset and
+              (g["dp_level"] == level or g["epsilon"] is None or math.isinf(g["epsilon"] or 0))]
+        eps = sorted({g["epsilon"] for g in gs if g["epsilon"] is not None
+                      and not math.isinf(g["epsilon"])})
+        ns = sorted({g["num_clients"] for g in gs})
+        lines += [f"## {_dataset_title(dataset)}: {DP_TITLES[level]}", ""]
+        header = ["method", "clients"] + [f"eps = {e:g}" for e in eps] + ["no epsilon axis",
+                                                                         "s / run"]
+        lines += ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+        rows: dict[tuple, dict] = {}
+        for g in gs:
+            rows.setdefault((g["label"], g["method"], g["num_clients"]), {})[g["epsilon"]] = g
+        for (label, method, n), by_eps in rows.items():
+            cells = [pct(by_eps[e]["test_mean"], by_eps[e]["test_std"]) if e in by_eps else ""
+                     for e in eps]
+            refs = [g for k, g in by_eps.items() if k is None or math.isinf(k)]
+            ref = pct(refs[0]["test_mean"], refs[0]["test_std"]) + (
+                " (eps = inf)" if refs[0]["epsilon"] else "") if refs else ""
+            walls = [g["cell_wall_s_mean"] for g in by_eps.values() if g["cell_wall_s_mean"]]
+            wall = f"{statistics.fmean(walls):.0f}" if walls else ""
+            lines.append("| " + " | ".join([label, str(n), *cells, ref, wall]) + " |")
+        pub = [p for p in published if p.dataset == dataset and
+               any(g["method"] == p.method for g in gs)]
+        for p in pub:
+            cells = [f"{p.test:g}" if p.epsilon == e else "" for e in eps]
+            ref = f"{p.test:g}" if p.epsilon is None or math.isinf(p.epsilon) else ""
+            lines.append("| " + " | ".join([f"*{p.method}, published*", "", *cells, ref, ""]) + " |")
+        failed = [g for g in gs if g["failed"]]
+        lines.append("")
+        for g in failed:
+            lines.append(f"- {g['label']} eps = {g['epsilon']}: {g['failed']} failed run(s): "
+                         + "; ".join(g["errors"]))
+        if failed:
+            lines.append("")
+        f = by_fig.get((dataset, level))
+        if f is not None:
+            rel = Path(_relpath(f.path, md_path.parent))
+            lines += [f"![{_dataset_title(dataset)}, {DP_TITLES[level]}]({rel.as_posix()})", ""]
+    if published:
+        lines += ["## Published numbers", "",
+                  "The papers' own figures (their setting: one graph, no federation); ours "
+                  "beside them where a sweep above ran the same method, dataset and epsilon.", "",
+                  "| method | dataset | epsilon | published | ours | source |", "|---|---|---|---|---|---|"]
+        for p in published:
+            ours = [g for g in groups if g["method"] == p.method and g["dataset"] == p.dataset
+                    and g["epsilon"] == p.epsilon]
+            mine = "; ".join(f"{pct(g['test_mean'], g['test_std'])} ({g['num_clients']} "
+                             f"clients)" for g in ours) or "not run here"
+            eps = "inf" if p.epsilon is not None and math.isinf(p.epsilon) else (
+                "n/a" if p.epsilon is None else f"{p.epsilon:g}")
+            pubv = f"{p.test:g}" + (f" ± {p.std:g}" if p.std else "")
+            lines.append(f"| {p.method} | {p.dataset} | {eps} | {pubv} | {mine} | {p.source}"
+                         + (f" ({p.note})" if p.note else "") + " |")
+        lines.append("")
+    return "\n".join(lines)
+
+
+def _relpath(path: Path, start: Path) -> str:
+    import os
+
+    return os.path.relpath(Path(path).resolve(), Path(start).resolve())
+
+
+def sweep_summaries(dirs: Iterable[str | Path], rows: list[dict]) -> list[dict]:
+    """Name, file, cell counts and mean wall time of each sweep folder."""
+    out = []
+    for d in dirs:
+        d = Path(d)
+        sweep_toml = d / "sweep.toml"
+        spec = tomllib.loads(sweep_toml.read_text()) if sweep_toml.exists() else {}
+        meta = json.loads((d / "sweep.json").read_text()) if (d / "sweep.json").exists() else {}
+        mine = [r for r in rows if Path(r["dir"]).resolve().is_relative_to(d.resolve())]
+        name = spec.get("sweep", {}).get("name") or d.name
+        walls = [r["wall_s"] for r in mine if r.get("status") == "ok" and r.get("wall_s")]
+        out.append({"name": name, "file": meta.get("source", f"simulations/sweeps/{name}.toml"),
+                    "description": spec.get("sweep", {}).get("description", ""),
+                    "cells": len(mine), "ok": sum(r.get("status") == "ok" for r in mine),
+                    "failed": sum(r.get("status") != "ok" for r in mine),
+                    "wall": statistics.fmean(walls) if walls else 0.0})
+    return out

@@ -1,0 +1,298 @@
+"""``fedgraph sweep`` and ``fedgraph report``: the grid, resumption after an interrupt, a failing
+cell that does not stop the others, the CSV's means and standard deviations, the plots."""
+import json
+import math
+import os
+import signal
+import struct
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from simulations import results
+from simulations.cli import cli
+from simulations.sweep import SweepError, load_sweep
+
+ROOT = Path(__file__).parents[1]
+
+
+def write(path: Path, text: str) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text)
+    return path
+
+
+def test_grid_names_precedence_and_epsilon_mapping(tmp_path):
+    f = write(tmp_path / "s.toml", """
+[sweep]
+datasets = ["cora", "facebook100:Caltech36"]
+epsilons = [0.5, 2]
+num-clients = [1, 3]
+seeds = [0, 1]
+[set]
+epochs = 7
+steps = "4"
+[dataset-set."facebook100:Caltech36"]
+min-class-size = 50
+[methods.ppgnn]
+preset = "ppgnn-cora"
+epsilon-key = "budgets"
+epsilon-levels = [1, 2, 4]
+set = { steps = "8" }
+[methods.gap-node]
+preset = "gap-node-cora"
+epsilon-key = "client-epsilons"
+epsilons = [8]
+[methods.mine]
+strategy = "mypkg.mod:Mine"
+""")
+    sweep = load_sweep(f, str(tmp_path / "out"))
+    cells = sweep.cells()
+    # 2 datasets x 2 client counts x 2 seeds x (2 epsilons + 1 own epsilon + no epsilon axis)
+    assert len(cells) == 2 * 2 * 2 * (2 + 1 + 1)
+    assert len({c.name for c in cells}) == len(cells)
+    c = next(c for c in cells if c.method == "ppgnn" and c.dataset.startswith("facebook100")
+             and c.epsilon == 0.5 and c.num_clients == 3 and c.seed == 1)
+    assert c.name == "ppgnn__facebook100-Caltech36__eps0.5__clients3__seed1"
+    assert sweep.cell_dir(c) == tmp_path / "out" / "cells" / c.name
+    cfg = c.run_config
+    assert cfg["budgets"] == "0.5,1,2"                      # E = {e, 2e, 4e}
+    assert cfg["steps"] == "8" and cfg["epochs"] == 7       # method set > sweep set > preset
+    assert cfg["min-class-size"] == 50 and cfg["mechanism"] == "ppm"  # dataset set; preset
+    assert (cfg["dataset"], cfg["num-clients"], cfg["seed"]) == ("facebook100:Caltech36", 3, 1)
+    assert c.dp_level == "user"
+    gap = [c for c in cells if c.method == "gap-node"]
+    assert {c.epsilon for c in gap} == {8.0} and all(c.dp_level == "node" for c in gap)
+    assert all(c.run_config["client-epsilons"] == 8.0 for c in gap)
+    mine = [c for c in cells if c.method == "mine"]
+    assert all(c.epsilon is None and c.run_config["strategy"] == "mypkg.mod:Mine" for c in mine)
+    assert mine[0].name.endswith("__epsnone__clients1__seed0")
+
+
+@pytest.mark.parametrize("text,key", [
+    ('[sweep]\ndatasets=["cora"]\nepsilons=[1]\n[methods.a]\npreset="no-such"\n', "no-such"),
+    ('[sweep]\ndatasets=["cora"]\nepsilon=[1]\n[methods.a]\npreset="lpgnn-cora"\n', "epsilon"),
+    ('[sweep]\ndatasets=["cora"]\n[methods.a]\npreset="lpgnn-cora"\nepsilon-key="epsilon"\n', "epsilons"),
+    ('[sweep]\ndatasets=["cora"]\n', "methods"),
+    ('[sweep\n', "TOML"),
+])
+def test_invalid_sweep_file_exits_2_naming_the_key(tmp_path, text, key):
+    f = write(tmp_path / "bad.toml", text)
+    with pytest.raises(SweepError, match=key):
+        load_sweep(f)
+    res = CliRunner().invoke(cli, ["sweep", str(f), "-o", str(tmp_path / "out")])
+    assert res.exit_code == 2 and key in res.output
+    assert not (tmp_path / "out").exists()
+
+
+def test_cell_over_its_timeout_is_killed_and_reported(tmp_path):
+    f = write(tmp_path / "slow.toml", """
+[sweep]
+datasets = ["cora"]
+epsilons = [1]
+num-clients = [1]
+timeout = 1.5
+[methods.lpgnn]
+preset = "lpgnn-cora"
+epsilon-key = "epsilon"
+""")
+    t = time.time()
+    res = CliRunner().invoke(cli, ["sweep", str(f), "-o", str(tmp_path / "out")])
+    assert res.exit_code == 1
+    assert "FAILED lpgnn cora eps=1 clients=1 seed=0: timed out after 1.5 s" in res.output
+    cell = json.loads(next((tmp_path / "out").glob("cells/*/cell.json")).read_text())
+    assert cell["status"] == "failed" and cell["returncode"] < 0
+    assert time.time() - t < 30
+
+
+# ---------------------------------------------------------------- report: CSV and plots
+
+def fake_cell(base: Path, method, dataset, eps, seed, test=None, val=0.5, wall=10.0,
+              level="user", label=None, spent=(1.0, 2.0)):
+    name = f"{method}__{dataset}__eps{eps}__clients3__seed{seed}"
+    d = base / "cells" / name
+    status = "ok" if test is not None else "failed"
+    write(d / "cell.json", json.dumps({
+        "method": method, "label": label or method.upper(), "dataset": dataset, "epsilon": eps,
+        "num_clients": 3, "seed": seed, "dp_level": level, "status": status,
+        "error": None if test is not None else "boom: a client failed", "wall_s": wall}))
+    if test is not None:
+        write(d / "report.json", json.dumps({
+            "status": "ok", "accuracy": {"train": 0.9, "val": val, "test": test,
+                                         "majority_class": 0.3},
+            "privacy": {"per_subject": {f"level-{i}": {"epsilon": e} for i, e in enumerate(spent)}},
+            "timings_s": {"total": wall - 5}}))
+
+
+def test_csv_mean_and_std_match_a_hand_computation(tmp_path):
+    tests, walls = [0.80, 0.84, 0.83], [10.0, 14.0, 12.0]
+    for seed, (t, w) in enumerate(zip(tests, walls)):
+        fake_cell(tmp_path, "lpgnn", "cora", 1.0, seed, test=t, val=0.7 + seed / 100, wall=w)
+    fake_cell(tmp_path, "lpgnn", "cora", 1.0, 3)  # a failed seed: counted, not averaged
+    fake_cell(tmp_path, "lpgnn", "cora", 2.0, 0, test=0.86)
+    groups = results.aggregate(results.collect([tmp_path]))
+    results.write_csv(groups, tmp_path / "r.csv")
+    import csv
+
+    rows = list(csv.DictReader((tmp_path / "r.csv").open()))
+    assert [(r["epsilon"], r["seeds"], r["failed"]) for r in rows] == [("1.0", "3", "1"), ("2.0", "1", "0")]
+    r = rows[0]
+    mean = (0.80 + 0.84 + 0.83) / 3
+    std = math.sqrt(((0.80 - mean) ** 2 + (0.84 - mean) ** 2 + (0.83 - mean) ** 2) / (3 - 1))
+    assert float(r["test_mean"]) == pytest.approx(mean) == pytest.approx(0.823333, abs=1e-6)
+    assert float(r["test_std"]) == pytest.approx(std) == pytest.approx(0.0208167, abs=1e-6)
+    assert float(r["val_mean"]) == pytest.approx(0.71) and float(r["val_std"]) == pytest.approx(0.01)
+    assert float(r["train_mean"]) == pytest.approx(0.9) and float(r["train_std"]) == pytest.approx(0)
+    assert float(r["cell_wall_s_mean"]) == pytest.approx(12.0)
+    assert float(r["cell_wall_s_std"]) == pytest.approx(2.0)
+    assert float(r["run_time_s_mean"]) == pytest.approx(7.0)
+    assert (r["epsilon_spent_min"], r["epsilon_spent_max"]) == ("1.0", "2.0")
+    assert rows[1]["test_std"] == ""  # one seed: no standard deviation
+
+
+def png_size(path: Path) -> tuple[int, int]:
+    data = path.read_bytes()
+    assert data[:8] == b"\x89PNG\r\n\x1a\n", path
+    return struct.unpack(">II", data[16:24])
+
+
+def test_report_writes_plots_csv_and_markdown(tmp_path):
+    runs = tmp_path / "runs"
+    for eps, accs in {0.5: [0.70, 0.72], 1.0: [0.80, 0.82], 4.0: [0.85, 0.86]}.items():
+        for seed, a in enumerate(accs):
+            fake_cell(runs, "lpgnn", "cora", eps, seed, test=a, label="LPGNN")
+            fake_cell(runs, "gap-edge", "cora", eps, seed, test=a - 0.1, level="edge", label="GAP edge")
+    fake_cell(runs, "gap-edge", "cora", 0.0, 0, level="edge", label="GAP edge")
+    fake_cell(runs, "gap-inf", "cora", None, 0, test=0.9, level="none", label="GAP no noise")
+    write(runs / "sweep.toml", '[[published]]\nmethod = "lpgnn"\ndataset = "cora"\nepsilon = 1\n'
+                               'test = 83.9\nsource = "LPGNN paper"\n')
+    md = tmp_path / "docs" / "results.md"
+    res = CliRunner().invoke(cli, ["report", str(runs), "--markdown", str(md)])
+    assert res.exit_code == 0, res.output
+    pngs = sorted((tmp_path / "docs" / "img").glob("*.png"))
+    assert [p.name for p in pngs] == ["cora-edge.png", "cora-user.png"]
+    for p in pngs:
+        w, h = png_size(p)
+        assert w >= 800 and h >= 500
+    text = md.read_text()
+    assert "![Cora, user-level LDP (node features)](img/cora-user.png)" in text
+    assert "| LPGNN | 3 | 71.0 ± 1.4 | 81.0 ± 1.4 | 85.5 ± 0.7 |" in text
+    assert "| GAP no noise | 3 |" in text and "90.0" in text
+    assert "83.9" in text and "LPGNN paper" in text
+    assert "fedgraph report" in text and "failed run(s): boom: a client failed" in text
+    assert (tmp_path / "docs" / "results.csv").exists()
+    res = CliRunner().invoke(cli, ["report", str(tmp_path / "empty")])
+    assert res.exit_code == 2 and "no sweep cells" in res.output
+
+
+# ---------------------------------------------------------------- a real sweep, interrupted
+
+TINY = """
+[sweep]
+name = "tiny"
+datasets = ["cora"]
+epsilons = [0, 1]
+num-clients = [1]
+seeds = [0, 1]
+timeout = 300
+[set]
+epochs = 5
+steps = "2"
+[methods.lpgnn]
+label = "LPGNN"
+preset = "lpgnn-cora"
+epsilon-key = "epsilon"
+"""
+
+
+def _sessions() -> dict[int, int]:
+    """pid -> session id of every process."""
+    out = {}
+    for p in Path("/proc").iterdir():
+        if p.name.isdigit():
+            try:
+                out[int(p.name)] = int((p / "stat").read_text().rsplit(")", 1)[1].split()[3])
+            except (OSError, IndexError, ValueError):
+                pass
+    return out
+
+
+def _pid_running(fragment: str) -> int | None:
+    for p in Path("/proc").iterdir():
+        if p.name.isdigit():
+            try:
+                if fragment in (p / "cmdline").read_bytes().decode(errors="replace"):
+                    return int(p.name)
+            except OSError:
+                pass
+    return None
+
+
+def _wait(cond, timeout, what):
+    t = time.time()
+    while time.time() - t < timeout:
+        if cond():
+            return
+        time.sleep(0.2)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+@pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="reads /proc")
+def test_interrupted_sweep_finishes_only_the_rest_and_failed_cells_do_not_stop_it(tmp_path):
+    sweep_file = write(tmp_path / "tiny.toml", TINY)
+    out = tmp_path / "out"
+    env = {**os.environ, "XDG_CACHE_HOME": str(tmp_path / "cache"), "FEDGRAPH_DATA": str(tmp_path / "empty")}
+    cmd = [sys.executable, "-m", "simulations.cli", "sweep", str(sweep_file), "-o", str(out)]
+    cells = out / "cells"
+    first, second = cells / "lpgnn__cora__eps1__clients1__seed0", cells / "lpgnn__cora__eps1__clients1__seed1"
+
+    def status(d):
+        try:
+            return json.loads((d / "cell.json").read_text())["status"]
+        except (OSError, ValueError, KeyError):
+            return None
+
+    # Run 1, one cell at a time: the two epsilon-0 cells fail, the next cell completes, and
+    # the sweep is stopped (SIGTERM) while the last cell runs.
+    proc = subprocess.Popen(cmd + ["--parallel", "1"], cwd=ROOT, env=env, text=True,
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    try:
+        _wait(lambda: status(first) == "ok", 200, "the first epsilon-1 cell")
+        _wait(lambda: _pid_running(str(second / "run.toml")), 30, "the last cell's process")
+        cell_pid = _pid_running(str(second / "run.toml"))
+        proc.send_signal(signal.SIGTERM)
+        log1, _ = proc.communicate(timeout=60)
+    finally:
+        proc.kill()
+    assert proc.returncode == 130, log1
+    assert log1.count("FAILED lpgnn cora eps=0") == 2, log1
+    assert "epsilon must be finite and > 0" in log1 and "run the same command again" in log1
+    assert status(second) == "interrupted" and not (second / "report.json").exists()
+    _wait(lambda: cell_pid not in _sessions().values(), 15, "the interrupted cell's processes to end")
+    kept = (first / "report.json").stat().st_mtime_ns
+
+    # Run 2: only what is left (the interrupted cell, and the failed cells again).
+    res = subprocess.run(cmd, cwd=ROOT, env=env, text=True, capture_output=True, timeout=300)
+    assert res.returncode == 1, res.stdout + res.stderr
+    assert "4 cells, 1 already done, 3 to run" in res.stdout
+    assert res.stdout.count("FAILED lpgnn cora eps=0") == 2
+    assert "1 ok, 2 failed, 1 skipped" in res.stdout
+    assert (first / "report.json").stat().st_mtime_ns == kept
+    reports = [json.loads((d / "report.json").read_text()) for d in (first, second)]
+    assert all(r["status"] == "ok" for r in reports)
+
+    # The report over the real cells: mean and std of two seeds, by hand.
+    res = CliRunner().invoke(cli, ["report", str(out)])
+    assert res.exit_code == 0, res.output
+    import csv
+
+    rows = {r["epsilon"]: r for r in csv.DictReader((out / "results.csv").open())}
+    a, b = (r["accuracy"]["test"] for r in reports)
+    assert float(rows["1.0"]["test_mean"]) == pytest.approx((a + b) / 2)
+    assert float(rows["1.0"]["test_std"]) == pytest.approx(abs(a - b) / math.sqrt(2))
+    assert (rows["0.0"]["seeds"], rows["0.0"]["failed"]) == ("0", "2")
+    assert png_size(out / "plots" / "cora-user.png")[0] > 0
