@@ -16,18 +16,23 @@ partitioner    ``fedgraph.data.PARTITIONERS``                     ``fedgraph.dat
 A run-config value selects an extension in one of three ways (:meth:`Registry.resolve`):
 
 1. a registered name (``"ppm"``), registered by fedgraph or by a module already imported;
-2. an import path ``"package.module:attribute"``: the module is imported (registering whatever
-   it registers) and the attribute is used; the current working directory is searched too, as
-   ``python -m`` does, so ``"examples.custom_mechanism.mechanism:make"`` works from the
-   repository root;
+2. an import path ``"package.module:attribute"`` (the module is imported, registering whatever
+   it registers, and the attribute is used; the working directory is searched too, as
+   ``python -m`` does) or a file path ``"path/to/file.py:attribute"`` (relative to the working
+   directory; config validation makes it absolute, so Flower's client processes load the
+   same file);
 3. a name published by an installed package under the entry-point group ``fedgraph.<kind>s``
    (``[project.entry-points."fedgraph.mechanisms"] my-rr = "mypkg.mech:make"``).
 """
 from __future__ import annotations
 
+import hashlib
 import importlib
+import importlib.util
 import os
+import re
 import sys
+from pathlib import Path
 from typing import Any, Callable, Optional
 
 
@@ -40,22 +45,52 @@ class ContractError(ValueError):
     """
 
 
-def import_object(spec: str, kind: str = "object") -> Any:
-    """The attribute named by ``"package.module:attribute"`` (dots allowed after the colon).
+def is_file_spec(spec: str) -> bool:
+    """True for ``"path/to/file.py:attribute"`` (the module part names a ``.py`` file)."""
+    return spec.rpartition(":")[0].strip().endswith(".py")
 
-    If the module is not importable from ``sys.path``, the current working directory is added
-    (as ``python -m`` and ``python -c`` do) and the import is tried again.
+
+def canonical_spec(spec: str) -> str:
+    """``spec`` with a relative ``.py`` path made absolute (against the working directory),
+    so that processes with another working directory (Flower's clients) find the same file."""
+    if not is_file_spec(spec):
+        return spec.strip()
+    module, _, attr = spec.strip().rpartition(":")
+    return f"{Path(module.strip()).expanduser().resolve()}:{attr.strip()}"
+
+
+def spec_label(spec: str) -> str:
+    """A file-name-safe short label: ``"/x/loader.py:load"`` -> ``"loader_load"``,
+    ``"facebook100:Caltech36"`` -> ``"facebook100_Caltech36"``."""
+    if is_file_spec(spec):
+        module, _, attr = spec.rpartition(":")
+        spec = f"{Path(module.strip()).stem}:{attr}"
+    return re.sub(r"[^A-Za-z0-9_.-]+", "_", spec.strip()).strip("_") or "custom"
+
+
+def import_object(spec: str, kind: str = "object") -> Any:
+    """The attribute named by ``"package.module:attribute"`` or ``"path/to/file.py:attribute"``
+    (dots allowed after the colon: ``"mod:Class.factory"``).
+
+    A module path: if the module is not importable from ``sys.path``, the current working
+    directory is added (as ``python -m`` and ``python -c`` do) and the import is tried again.
+    A file path (relative: to the working directory) is loaded once per process as a module
+    of its own, whatever the folders around it are called.
 
     Raises:
-        ValueError: ``spec`` is not of the form ``module:attribute``, the module cannot be
-            imported (the message carries the import error) or has no such attribute.
+        ValueError: ``spec`` is not of either form, the module or file cannot be imported (the
+            message carries the error) or has no such attribute.
     """
-    module, sep, attr = spec.partition(":")
+    if is_file_spec(spec):
+        module, sep, attr = spec.rpartition(":")
+    else:
+        module, sep, attr = spec.partition(":")
     if not sep or not module.strip() or not attr.strip():
-        raise ValueError(f"{kind}: {spec!r} is not an import path 'package.module:attribute'")
+        raise ValueError(f"{kind}: {spec!r} is not an import path 'package.module:attribute' "
+                         "or 'path/to/file.py:attribute'")
     module, attr = module.strip(), attr.strip()
     try:
-        obj = _import_module(module)
+        obj = _import_file(module) if module.endswith(".py") else _import_module(module)
     except ImportError as err:
         raise ValueError(f"{kind}: cannot import {spec!r}: {type(err).__name__}: {err}") from None
     try:
@@ -65,6 +100,26 @@ def import_object(spec: str, kind: str = "object") -> Any:
         raise ValueError(f"{kind}: cannot import {spec!r}: module {module!r} has no "
                          f"attribute {attr!r}") from None
     return obj
+
+
+def _import_file(path: str):
+    """Load ``path`` as the module ``fedgraph_user_<stem>_<hash of the absolute path>``."""
+    file = Path(path).expanduser().resolve()
+    if not file.is_file():
+        raise ImportError(f"no file {file} (a relative path is taken from the working "
+                          f"directory {os.getcwd()})")
+    name = f"fedgraph_user_{file.stem}_{hashlib.sha1(str(file).encode()).hexdigest()[:8]}"
+    if name in sys.modules:
+        return sys.modules[name]
+    spec = importlib.util.spec_from_file_location(name, file)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    try:
+        spec.loader.exec_module(module)
+    except BaseException:
+        del sys.modules[name]
+        raise
+    return module
 
 
 def _import_module(module: str):
@@ -154,9 +209,10 @@ class Registry(dict):
         return obj
 
     def check_name(self, spec: str) -> str:
-        """``spec`` unchanged if :meth:`resolve` accepts it (for config validators)."""
+        """:func:`canonical_spec` of ``spec`` if :meth:`resolve` accepts it (for config
+        validators)."""
         self.resolve(spec)
-        return spec.strip()
+        return canonical_spec(spec)
 
     def _entry_point(self, name: str) -> Any:
         from importlib.metadata import entry_points

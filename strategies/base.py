@@ -23,7 +23,7 @@ from abc import ABC, abstractmethod
 from pathlib import Path
 
 from fedgraph.accounting import PrivacyLedger
-from fedgraph.registry import ContractError, Registry
+from fedgraph.registry import ContractError, Registry, spec_label
 from fedgraph.report import RunReport, format_table
 
 
@@ -166,7 +166,7 @@ class PrivateStrategy(ABC):
 
     def report_path(self) -> Path:
         name = self.config.run_name or (
-            f"{self.method}-{self.config.dataset.replace(':', '_')}-seed{self.config.seed}-"
+            f"{self.method}-{spec_label(self.config.dataset)}-seed{self.config.seed}-"
             f"{time.strftime('%Y%m%d-%H%M%S')}")
         return Path(self.config.output_dir).expanduser().resolve() / f"{name}.json"
 

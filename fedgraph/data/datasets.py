@@ -74,7 +74,7 @@ from torch import Tensor
 from torch_geometric.data import Data
 from torch_geometric.utils import coalesce, remove_self_loops, to_undirected
 
-from ..registry import ContractError, Registry
+from ..registry import ContractError, Registry, spec_label
 
 PathLike = Union[str, Path]
 
@@ -579,7 +579,8 @@ def dataset_spec(name: str) -> str:
 
     Built-in names are lower-cased, ``facebook100:<College>`` keeps the
     college, registered names and import paths are resolved (the module is
-    imported, the loader's signature checked).
+    imported, the loader's signature checked; a relative ``file.py`` path is
+    made absolute).
 
     Raises:
         ValueError: unknown name (the message lists the known ones) or an
@@ -596,8 +597,7 @@ def dataset_spec(name: str) -> str:
         return name
     if name not in DATASETS and key in DATASETS:
         name = key
-    DATASETS.resolve(name)
-    return name
+    return DATASETS.check_name(name)
 
 
 def check_graph(data: Data, name: str = 'dataset') -> None:
@@ -606,7 +606,8 @@ def check_graph(data: Data, name: str = 'dataset') -> None:
     Required: ``x`` a finite float tensor ``[N, F]`` with ``N >= 2`` and
     ``F >= 1``; ``y`` an integer tensor ``[N]`` with labels in
     ``[0, num_classes)`` (``num_classes``: the attribute if set, else
-    ``max(y) + 1``), at least two classes; ``edge_index`` an integer tensor
+    ``max(y) + 1``, and then every class must have a node), at least two
+    classes; ``edge_index`` an integer tensor
     ``[2, E]`` with node ids in ``[0, N)`` (directed or undirected: it is made
     undirected afterwards). Optional: ``feature_domain`` ``None`` or
     ``(low, high)`` with ``low < high`` and every feature inside (a public
@@ -639,8 +640,14 @@ def check_graph(data: Data, name: str = 'dataset') -> None:
     if int(y.min()) < 0 or int(y.max()) >= limit:
         bad(f"labels must lie in [0, {limit}) (num_classes = {limit}), got values in "
             f"[{int(y.min())}, {int(y.max())}]")
-    if int(torch.unique(y).numel()) < 2:
+    present = torch.unique(y)
+    if int(present.numel()) < 2:
         bad("y has a single class; node classification needs at least 2")
+    if num_classes is None and int(present.numel()) != limit:
+        missing = sorted(set(range(limit)) - set(present.tolist()))
+        bad(f"class ids must be 0..C-1 with every class present; classes {missing[:10]} have "
+            "no node (1-based labels? relabel with torch.unique(y, return_inverse=True)[1], "
+            "or set data.num_classes if some classes are truly empty)")
     if not isinstance(ei, Tensor) or ei.dim() != 2 or ei.shape[0] != 2 \
             or ei.is_floating_point() or ei.dtype == torch.bool:
         bad(f"edge_index must be an integer tensor [2, num_edges], got {_describe(ei)}")
@@ -679,7 +686,8 @@ def _load_custom(spec: str, loader, root: Optional[Path]) -> Data:
     data = loader(root)
     check_graph(data, spec)
     domain = data.get('feature_domain')
-    out = _finalize(data, spec, None if domain is None else
+    label = data.get('name') if isinstance(data.get('name'), str) else spec_label(spec)
+    out = _finalize(data, label, None if domain is None else
                     (float(domain[0]), float(domain[1])))
     if data.get('num_classes') is not None:
         out.num_classes = int(data.num_classes)
@@ -698,7 +706,7 @@ def read_graph_files(root: PathLike, feature_domain: Optional[Tuple[float, float
     * ``features.csv``: one line per node, ``F`` comma-separated numbers,
     * ``labels.csv``: one line per node, an integer class id in ``[0, C)``,
     * ``graph.toml`` (optional): ``feature_domain = [low, high]`` (the
-      public range of the features) and ``name``.
+      public range of the features) and ``name`` (shown in reports).
 
     Lines starting with ``#`` are comments.
 
@@ -738,10 +746,13 @@ def read_graph_files(root: PathLike, feature_domain: Optional[Tuple[float, float
     x = np.loadtxt(root / 'features.csv', delimiter=',', comments='#', dtype=np.float32, ndmin=2)
     y = np.loadtxt(root / 'labels.csv', delimiter=',', comments='#', dtype=np.int64, ndmin=1)
     domain = feature_domain if feature_domain is not None else meta.get('feature_domain')
-    return Data(x=torch.from_numpy(x), y=torch.from_numpy(y),
+    data = Data(x=torch.from_numpy(x), y=torch.from_numpy(y),
                 edge_index=torch.from_numpy(edges.reshape(-1, 2).T.copy()),
                 feature_domain=None if domain is None else tuple(float(v) for v in domain),
                 num_nodes=int(x.shape[0]))
+    if isinstance(meta.get('name'), str):
+        data.name = meta['name']
+    return data
 
 
 def _files(root: Optional[Path]) -> Data:
