@@ -156,10 +156,12 @@ def make_queries(public, query_idx: Tensor, cfg: PrivGNNConfig,
 # --------------------------------------------------------------------------------------------
 # Client side: answers within the budget
 # --------------------------------------------------------------------------------------------
+@lru_cache(maxsize=64)
 def answer_limit(epsilon: float, delta: float, rate: float, lam: float, wanted: int) -> int:
     """The most answers (in total, at most ``wanted``) whose composed epsilon at ``delta``
     (PLD) stays within ``epsilon``; ``inf`` allows ``wanted``. Depends on public parameters
-    only, so the limit itself reveals nothing about the private data."""
+    only, so the limit itself reveals nothing about the private data (cached: PLD takes up to
+    a second per count)."""
     if wanted < 1 or math.isinf(epsilon):
         return max(int(wanted), 0)
     if privgnn_epsilon(wanted, rate, lam, delta, "pld") <= epsilon:
