@@ -284,7 +284,7 @@ def markdown(groups: list[dict], figures: list[Figure], md_path: Path,
         lines += [f"Sweep `{s['name']}` ({s['file']}): {s['cells']} runs, {s['ok']} ok, "
                   f"{s['failed']} failed; mean wall time per run {s['wall']:.0f} s"
                   + (f". {s['description']}" if s.get("description") else "") + ":", "",
-                  "```bash", f"nice -n 10 fedgraph sweep {s['file']}", "```", ""]
+                  "```bash", f"{s.get('env', '')}nice -n 10 fedgraph sweep {s['file']}", "```", ""]
     if csv_path is not None:
         rel = Path(_relpath(csv_path, md_path.parent)).as_posix()
         lines += [f"All numbers (every split, epsilon spent, wall time): [{rel}]({rel}).", ""]
@@ -324,8 +324,8 @@ def markdown(groups: list[dict], figures: list[Figure], md_path: Path,
         failed = [g for g in gs if g["failed"]]
         lines.append("")
         for g in failed:
-            lines.append(f"- {g['label']} eps = {g['epsilon']}: {g['failed']} failed run(s): "
-                         + "; ".join(g["errors"]))
+            errors = "; ".join(e if len(e) <= 200 else e[:197] + "..." for e in g["errors"])
+            lines.append(f"- {g['label']} eps = {g['epsilon']}: {g['failed']} failed run(s): {errors}")
         if failed:
             lines.append("")
         f = by_fig.get((dataset, level))
@@ -368,7 +368,9 @@ def sweep_summaries(dirs: Iterable[str | Path], rows: list[dict]) -> list[dict]:
         mine = [r for r in rows if Path(r["dir"]).resolve().is_relative_to(d.resolve())]
         name = spec.get("sweep", {}).get("name") or d.name
         walls = [r["wall_s"] for r in mine if r.get("status") == "ok" and r.get("wall_s")]
+        env = f"FEDGRAPH_DATA={meta['FEDGRAPH_DATA']} " if meta.get("FEDGRAPH_DATA") else ""
         out.append({"name": name, "file": meta.get("source", f"simulations/sweeps/{name}.toml"),
+                    "env": env,
                     "description": spec.get("sweep", {}).get("description", ""),
                     "cells": len(mine), "ok": sum(r.get("status") == "ok" for r in mine),
                     "failed": sum(r.get("status") != "ok" for r in mine),

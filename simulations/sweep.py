@@ -491,11 +491,8 @@ def _finish(sweep: Sweep, cell: Cell, d: Path, res: dict) -> CellResult:
 
 
 def _display_path(p: Path) -> str:
-    """``p`` relative to the current directory when below it (for the commands we print)."""
-    try:
-        return str(p.resolve().relative_to(Path.cwd().resolve()))
-    except ValueError:
-        return str(p)
+    """``p`` relative to the current directory (for the commands we print)."""
+    return os.path.relpath(p.resolve(), Path.cwd().resolve())
 
 
 def available_cpus() -> int:
@@ -533,8 +530,10 @@ def run_sweep(sweep: Sweep, parallel: Optional[int] = None, executor: Optional[s
     cells = sweep.cells()
     sweep.output_dir.mkdir(parents=True, exist_ok=True)
     _write_text_atomic(sweep.output_dir / "sweep.toml", sweep.path.read_text())
-    write_json_atomic(sweep.output_dir / "sweep.json", {"name": sweep.name,
-                                                        "source": _display_path(sweep.path)})
+    data = os.environ.get("FEDGRAPH_DATA")
+    write_json_atomic(sweep.output_dir / "sweep.json", {
+        "name": sweep.name, "source": _display_path(sweep.path),
+        "FEDGRAPH_DATA": _display_path(Path(data)) if data else None})
     results: list[CellResult] = []
     todo = []
     for c in cells:
@@ -559,7 +558,8 @@ def run_sweep(sweep: Sweep, parallel: Optional[int] = None, executor: Optional[s
         r = _finish(sweep, cell, d, res)
         results.append(r)
         if r.status != "ok":
-            echo(f"FAILED {cell.describe()}: {r.error} (log: {d / 'log.txt'})")
+            error = r.error if len(r.error) <= 300 else r.error[:297] + "..."
+            echo(f"FAILED {cell.describe()}: {error} (log: {d / 'log.txt'})")
         if progress is not None:
             progress.advance(r)
 
@@ -567,6 +567,8 @@ def run_sweep(sweep: Sweep, parallel: Optional[int] = None, executor: Optional[s
         run = _run_ray if executor == "ray" else _run_local
         run(sweep, todo, parallel, done)
     summary = SweepSummary(results, time.perf_counter() - t0)
+    if progress is not None and hasattr(progress, "stop"):
+        progress.stop()  # the bar's last state before the summary line
     echo(f"sweep {sweep.name}: {summary.count('ok')} ok, {len(summary.failed)} failed, "
          f"{summary.count('skipped')} skipped (done before) in {summary.wall_s:.0f} s")
     return summary
