@@ -53,7 +53,8 @@ def collect(dirs: Iterable[str | Path]) -> list[dict]:
             row = {**cell, "dir": str(cell_json.parent)}
             report_path = cell_json.parent / "report.json"
             report = json.loads(report_path.read_text()) if report_path.exists() else {}
-            if cell.get("status") == "ok" and report.get("status") == "ok":
+            if report.get("status") == "ok":  # the report decides (as for the sweep's skip)
+                row["status"] = "ok"
                 acc = report.get("accuracy", {})
                 row.update({s: acc.get(s) for s in SPLITS},
                            majority_class=acc.get("majority_class"),
@@ -205,10 +206,13 @@ def plot(groups: list[dict], out_dir: str | Path, published: Iterable[Published]
                                100 * (g["test_mean"] + g["test_std"]),
                                color=line.get_color(), alpha=0.12, linewidth=0)
                 names.append(name)
-            # y range from the results (not the majority-class rate, which would squash them)
+            pub = [p for p in published if p.dataset == dataset and p.epsilon is not None
+                   and not math.isinf(p.epsilon)
+                   and any(g["method"] == p.method for g in curves)]
+            # y range from what is drawn (not the majority-class rate, which would squash it)
             ys = [100 * (g["test_mean"] + sign * (g["test_std"] or 0))
                   for g in curves + refs for sign in (-1, 1)]
-            ys += [p.test for p in published if p.dataset == dataset]
+            ys += [p.test for p in pub]
             low, high = min(ys) - 3, max(ys) + 3
             ax.set_ylim(low, high)
             majority = [g["majority_class"] for g in here if g["majority_class"] is not None]
@@ -219,14 +223,14 @@ def plot(groups: list[dict], out_dir: str | Path, published: Iterable[Published]
                 else:
                     ax.text(0.99, 0.02, f"majority class: {m:.1f}%", transform=ax.transAxes,
                             ha="right", va="bottom", fontsize=8, color="dimgrey")
-            pub = [p for p in published if p.dataset == dataset and p.epsilon is not None
-                   and not math.isinf(p.epsilon)
-                   and any(g["method"] == p.method for g in curves)]
+            seeds = sorted({g["seeds"] for g in curves})
+            ax.text(0.01, 0.02, f"error bars: ± 1 std over {'/'.join(map(str, seeds))} seeds",
+                    transform=ax.transAxes, ha="left", va="bottom", fontsize=8, color="dimgrey")
             for i, p in enumerate(pub):
                 ax.plot([p.epsilon], [p.test], marker="*", markersize=13, color="black",
                         linestyle="none", label="published" if i == 0 else None, zorder=5)
                 ax.annotate(f"{p.source.split(' (')[0]}: {p.test:g}", (p.epsilon, p.test),
-                            textcoords="offset points", xytext=(6, 6), fontsize=8)
+                            textcoords="offset points", xytext=(8, 10), fontsize=8)
             if log_x:
                 ax.set_xscale("log", base=2)
                 ax.xaxis.set_major_locator(FixedLocator(xs_all))
@@ -283,6 +287,7 @@ def markdown(groups: list[dict], figures: list[Figure], md_path: Path,
     for s in sweeps:
         lines += [f"Sweep `{s['name']}` ({s['file']}): {s['cells']} runs, {s['ok']} ok, "
                   f"{s['failed']} failed; mean wall time per run {s['wall']:.0f} s"
+                  + (f" ({s['parallel']} at a time on {s['cores']} cores)" if s.get("cores") else "")
                   + (f". {s['description']}" if s.get("description") else "") + ":", "",
                   "```bash", f"{s.get('env', '')}nice -n 10 fedgraph sweep {s['file']}", "```", ""]
     if csv_path is not None:
@@ -300,8 +305,9 @@ def markdown(groups: list[dict], figures: list[Figure], md_path: Path,
                       and not math.isinf(g["epsilon"])})
         ns = sorted({g["num_clients"] for g in gs})
         lines += [f"## {_dataset_title(dataset)}: {DP_TITLES[level]}", ""]
-        header = ["method", "clients"] + [f"eps = {e:g}" for e in eps] + ["no epsilon axis",
-                                                                         "s / run"]
+        has_refs = any(g["epsilon"] is None or math.isinf(g["epsilon"]) for g in gs)
+        header = (["method", "clients"] + [f"eps = {e:g}" for e in eps]
+                  + (["no epsilon axis"] if has_refs else []) + ["wall s / run"])
         lines += ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
         rows: dict[tuple, dict] = {}
         for g in gs:
@@ -314,13 +320,15 @@ def markdown(groups: list[dict], figures: list[Figure], md_path: Path,
                 " (eps = inf)" if refs[0]["epsilon"] else "") if refs else ""
             walls = [g["cell_wall_s_mean"] for g in by_eps.values() if g["cell_wall_s_mean"]]
             wall = f"{statistics.fmean(walls):.0f}" if walls else ""
-            lines.append("| " + " | ".join([label, str(n), *cells, ref, wall]) + " |")
+            lines.append("| " + " | ".join([label, str(n), *cells, *([ref] if has_refs else []),
+                                            wall]) + " |")
         pub = [p for p in published if p.dataset == dataset and
                any(g["method"] == p.method for g in gs)]
         for p in pub:
-            cells = [f"{p.test:g}" if p.epsilon == e else "" for e in eps]
-            ref = f"{p.test:g}" if p.epsilon is None or math.isinf(p.epsilon) else ""
-            lines.append("| " + " | ".join([f"*{p.method}, published*", "", *cells, ref, ""]) + " |")
+            cells = [f"{p.test:.1f}" if p.epsilon == e else "" for e in eps]
+            ref = f"{p.test:.1f}" if p.epsilon is None or math.isinf(p.epsilon) else ""
+            lines.append("| " + " | ".join([f"*{p.source.split(' (')[0]} ({p.method}), published*",
+                                            "", *cells, *([ref] if has_refs else []), ""]) + " |")
         failed = [g for g in gs if g["failed"]]
         lines.append("")
         for g in failed:
@@ -344,7 +352,7 @@ def markdown(groups: list[dict], figures: list[Figure], md_path: Path,
                              f"clients)" for g in ours) or "not run here"
             eps = "inf" if p.epsilon is not None and math.isinf(p.epsilon) else (
                 "n/a" if p.epsilon is None else f"{p.epsilon:g}")
-            pubv = f"{p.test:g}" + (f" ± {p.std:g}" if p.std else "")
+            pubv = f"{p.test:.1f}" + (f" ± {p.std:.1f}" if p.std else "")
             lines.append(f"| {p.method} | {p.dataset} | {eps} | {pubv} | {mine} | {p.source}"
                          + (f" ({p.note})" if p.note else "") + " |")
         lines.append("")
@@ -370,7 +378,7 @@ def sweep_summaries(dirs: Iterable[str | Path], rows: list[dict]) -> list[dict]:
         walls = [r["wall_s"] for r in mine if r.get("status") == "ok" and r.get("wall_s")]
         env = f"FEDGRAPH_DATA={meta['FEDGRAPH_DATA']} " if meta.get("FEDGRAPH_DATA") else ""
         out.append({"name": name, "file": meta.get("source", f"simulations/sweeps/{name}.toml"),
-                    "env": env,
+                    "env": env, "cores": meta.get("cores"), "parallel": meta.get("parallel"),
                     "description": spec.get("sweep", {}).get("description", ""),
                     "cells": len(mine), "ok": sum(r.get("status") == "ok" for r in mine),
                     "failed": sum(r.get("status") != "ok" for r in mine),

@@ -481,7 +481,8 @@ def _finish(sweep: Sweep, cell: Cell, d: Path, res: dict) -> CellResult:
         report = json.loads((d / "report.json").read_text())
     except (OSError, ValueError):
         pass
-    ok = res["returncode"] == 0 and report.get("status") == "ok"
+    # Interrupted after the strategy wrote an ok report (while Ray shut down): the run is done.
+    ok = report.get("status") == "ok" and (res["returncode"] == 0 or res.get("interrupted"))
     error = "" if ok else (res["error"] or report.get("error") or "the run wrote no report")
     status = "ok" if ok else ("interrupted" if res.get("interrupted") else "failed")
     _write_cell(sweep, cell, d, status=status, error=error or None,
@@ -493,6 +494,19 @@ def _finish(sweep: Sweep, cell: Cell, d: Path, res: dict) -> CellResult:
 def _display_path(p: Path) -> str:
     """``p`` relative to the current directory (for the commands we print)."""
     return os.path.relpath(p.resolve(), Path.cwd().resolve())
+
+
+def _mark_ok(sweep: Sweep, cell: Cell) -> None:
+    """A done cell (ok report) whose ``cell.json`` says otherwise (its process was stopped
+    after the report was written) is recorded as ok."""
+    d = sweep.cell_dir(cell)
+    try:
+        record = json.loads((d / "cell.json").read_text())
+    except (OSError, ValueError):
+        record = {}
+    if record.get("status") != "ok":
+        _write_cell(sweep, cell, d, status="ok", error=None, returncode=record.get("returncode"),
+                    wall_s=record.get("wall_s"), note="report written before the process was stopped")
 
 
 def available_cpus() -> int:
@@ -530,15 +544,12 @@ def run_sweep(sweep: Sweep, parallel: Optional[int] = None, executor: Optional[s
     cells = sweep.cells()
     sweep.output_dir.mkdir(parents=True, exist_ok=True)
     _write_text_atomic(sweep.output_dir / "sweep.toml", sweep.path.read_text())
-    data = os.environ.get("FEDGRAPH_DATA")
-    write_json_atomic(sweep.output_dir / "sweep.json", {
-        "name": sweep.name, "source": _display_path(sweep.path),
-        "FEDGRAPH_DATA": _display_path(Path(data)) if data else None})
     results: list[CellResult] = []
     todo = []
     for c in cells:
         if cell_is_done(sweep.cell_dir(c), c.run_config):
             results.append(CellResult(c, "skipped"))
+            _mark_ok(sweep, c)
         else:
             todo.append(c)
     cores = available_cpus()
@@ -546,6 +557,11 @@ def run_sweep(sweep: Sweep, parallel: Optional[int] = None, executor: Optional[s
     executor = executor or axes.executor
     if executor == "auto":
         executor = "ray" if os.environ.get("RAY_ADDRESS") else "local"
+    data = os.environ.get("FEDGRAPH_DATA")
+    write_json_atomic(sweep.output_dir / "sweep.json", {
+        "name": sweep.name, "source": _display_path(sweep.path),
+        "FEDGRAPH_DATA": _display_path(Path(data)) if data else None,
+        "cores": cores, "parallel": parallel, "executor": executor})
     at_once = ("as the Ray cluster's CPUs allow" if executor == "ray" and os.environ.get("RAY_ADDRESS")
                else f"{parallel} at a time")
     echo(f"sweep {sweep.name}: {len(cells)} cells, {len(results)} already done, {len(todo)} to run, "
