@@ -262,6 +262,9 @@ class Sweep:
                             if eps is not None:
                                 cfg[m.epsilon_key] = _epsilon_value(eps, m.epsilon_levels)
                             level = m.dp_level or _infer_dp_level(cfg, eps)
+                            if level is None:
+                                raise SweepError(f"methods.{mname}: set dp-level (user, edge "
+                                                 "or node): the plots' unit of epsilon")
                             out.append(Cell(mname, m.label or mname, dataset, eps, n, seed,
                                             level, cfg))
         names = [c.name for c in out]
@@ -279,15 +282,14 @@ def _epsilon_value(eps: float, levels: list[float]):
     return eps
 
 
-def _infer_dp_level(cfg: dict, eps: Optional[float]) -> str:
-    if eps is None or (eps is not None and math.isinf(eps)):
+def _infer_dp_level(cfg: dict, eps: Optional[float]) -> Optional[str]:
+    """The DP level a cell's epsilon is about, from its config; None if not known."""
+    if eps is None or math.isinf(eps):
         return "none"
-    method = cfg.get("method", "ppgnn")
+    method = cfg.get("method") or cfg.get("strategy") or "ppgnn"
     if method == "gap":
         return "none" if cfg.get("variant") == "mlp" else str(cfg.get("level", "edge"))
-    if method == "ppgnn":
-        return "user"
-    return "node"
+    return {"ppgnn": "user", "privgnn": "node"}.get(method)
 
 
 def load_sweep(path: str | Path, output_dir: Optional[str] = None) -> Sweep:

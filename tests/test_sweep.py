@@ -99,6 +99,7 @@ def test_every_cell_of_the_bundled_sweeps_validates(name):
     ('[sweep]\ndatasets=["cora"]\nepsilon=[1]\n[methods.a]\npreset="lpgnn-cora"\n', "epsilon"),
     ('[sweep]\ndatasets=["cora"]\n[methods.a]\npreset="lpgnn-cora"\nepsilon-key="epsilon"\n', "epsilons"),
     ('[sweep]\ndatasets=["cora"]\n', "methods"),
+    ('[sweep]\ndatasets=["cora"]\nepsilons=[1]\n[methods.a]\nstrategy="m:S"\nepsilon-key="e"\n', "dp-level"),
     ('[sweep\n', "TOML"),
 ])
 def test_invalid_sweep_file_exits_2_naming_the_key(tmp_path, text, key):
