@@ -140,7 +140,7 @@ class PPGNNConfig(DataConfig):
     @classmethod
     def _finite(cls, v: float) -> float:
         if not math.isfinite(v):
-            raise ValueError("must be a finite number")
+            raise ValueError("must be a finite number (not NaN or infinity)")
         return v
 
     @field_validator("mechanism")
@@ -304,5 +304,9 @@ def parse_run_config(run_config: dict[str, Any]) -> _Base:
                 lines.append(f"{key}: unknown key; allowed keys: {allowed}")
             else:
                 got = e.get("input")
-                lines.append(f"{key}: {e['msg']}" + ("" if isinstance(got, dict) else f" (got {got!r})"))
+                msg = e["msg"].removeprefix("Value error, ")
+                msg = msg.removeprefix(f"{key}: ").removeprefix(f"{key.replace('-', '_')}: ")
+                if "got" not in msg and not isinstance(got, dict):
+                    msg += f" (got {got!r})"
+                lines.append(f"{key}: {msg}")
         raise ConfigError("invalid run config:\n  " + "\n  ".join(lines)) from None

@@ -134,8 +134,8 @@ def last_error_line(reason: str) -> str:
     lines = [ln.strip() for ln in _ANSI.sub("", str(reason)).strip().splitlines() if ln.strip()]
     for ln in reversed(lines):
         if re.match(r"^[A-Za-z_.]*(Error|Exception|Failure|Interrupt)\b", ln):
-            return ln
-    return lines[-1] if lines else "unknown error"
+            return ln.removesuffix("'>")  # Flower wraps some reasons in "<... '...'>"
+    return lines[-1].removesuffix("'>") if lines else "unknown error"
 
 
 def wait_for_nodes(grid, num_nodes: int, timeout: float = 60.0) -> list[int]:
@@ -170,8 +170,9 @@ def preflight(cfg) -> dict:
     """Check, before any client starts, what would otherwise fail on every client: the
     output folder is writable, the dataset loads (a user loader's graph passes
     :func:`fedgraph.data.check_graph`), a feature mechanism declares its privacy loss for
-    every level (:func:`fedgraph.mechanisms.check_privacy_declaration`), ``num_clients`` fits
-    the graph.
+    every level and passes a dry run on random features
+    (:func:`fedgraph.mechanisms.check_mechanism`: no raw features in its report, estimates
+    of the right shape), ``num_clients`` fits the graph.
 
     Returns:
         the dataset statistics.
@@ -202,11 +203,16 @@ def preflight(cfg) -> dict:
         raise ConfigError(f"dataset/data-root: {err}") from None
     stats = dataset_statistics(data)
     if getattr(cfg, "mechanism", None) is not None:  # PPGNN: what the mechanism declares
+        from .mechanisms import check_mechanism
         from .methods.ppgnn import build_mechanism
+        from .registry import ContractError
 
         try:
-            build_mechanism(cfg)
-        except ValueError as err:
+            mech = build_mechanism(cfg)
+            # Dry run on random features: catches a report that carries the raw features and
+            # an estimate of the wrong shape before any real data is perturbed.
+            check_mechanism(mech, num_levels=len(getattr(cfg, "budgets", [1])))
+        except (ValueError, ContractError) as err:
             raise ConfigError(f"mechanism: {err}") from None
     if cfg.num_clients > stats["num_nodes"]:
         raise ConfigError(f"num-clients: must lie in [1, {stats['num_nodes']}] for dataset "

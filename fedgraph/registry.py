@@ -202,8 +202,13 @@ class Registry(dict):
             if obj is None:
                 hint = f" {self.hint}" if self.hint else ""
                 known = [*self.builtin, *(repr(k) for k in sorted(self))]
+                near = ""
+                if "." in spec:  # 'my_module.Thing' for 'my_module:Thing'
+                    mod, _, attr = spec.rpartition(".")
+                    near = f" Did you mean '{mod}:{attr}'?"
                 raise ValueError(f"{self.kind}: unknown {spec!r}; allowed: {', '.join(known)}, "
-                                 f"or an import path 'package.module:attribute'.{hint}")
+                                 "or an import path 'package.module:attribute' or "
+                                 f"'path/to/file.py:attribute'.{near}{hint}")
         if self.check is not None:
             self.check(obj, spec)
         return obj

@@ -82,7 +82,8 @@ class RunReport:
 
 def format_table(report: dict) -> str:
     """A short human-readable summary of a report dict."""
-    lines = [f"fedgraph {report['method']} on {report['dataset'].get('name', '?')}: "
+    dataset = report["dataset"].get("name") or report.get("config", {}).get("dataset", "?")
+    lines = [f"fedgraph {report['method']} on {dataset}: "
              f"status {report['status']}"]
     if report.get("error"):
         lines.append(f"  error: {report['error']}")

@@ -22,6 +22,8 @@ import traceback
 from abc import ABC, abstractmethod
 from pathlib import Path
 
+import torch
+
 from fedgraph.accounting import PrivacyLedger
 from fedgraph.registry import ContractError, Registry, spec_label
 from fedgraph.report import RunReport, format_table
@@ -157,12 +159,15 @@ class PrivateStrategy(ABC):
                 "that leaves a client with self.ledger.record(subject, release, event), e.g. "
                 "self.ledger.record('client-0', 'features', PureDP(1.0))")
         test = self.report.accuracy.get("test")
-        if not isinstance(test, (int, float)) or isinstance(test, bool) or math.isnan(test) \
-                or not 0.0 <= test <= 1.0:
+        if test is None:
             raise ContractError(
-                f"strategy {name} finished without a test accuracy in [0, 1] "
+                f"strategy {name} finished without a test accuracy "
                 f"(report.accuracy = {self.report.accuracy}); set it, e.g. with "
                 "self.record_accuracy(counts, statistics) on the clients' evaluate replies")
+        if not isinstance(test, (int, float)) or isinstance(test, bool) or math.isnan(test) \
+                or not 0.0 <= test <= 1.0:
+            raise ContractError(f"strategy {name}: test accuracy {test!r} is not a fraction in "
+                                "[0, 1]")
 
     def report_path(self) -> Path:
         name = self.config.run_name or (
@@ -182,6 +187,9 @@ class PrivateStrategy(ABC):
         """
         try:
             self.check_config()
+            # Server-side randomness (initialisation, sampling) follows the run's seed, so a
+            # strategy is reproducible without seeding it itself.
+            torch.manual_seed(self.config.seed)
             self.run(grid)
             self.check_contract()
             self.report.status = "ok"

@@ -213,6 +213,48 @@ def test_check_mechanism_catches(mech, message):
         check_mechanism(mech, num_features=8, num_levels=3)
 
 
+def test_preflight_refuses_a_mechanism_that_leaks_raw_features(tmp_path):
+    """The dry run happens before any client perturbs real data: the run never starts."""
+    spec = write_module(tmp_path, "leaky", """
+        from fedgraph.mechanisms import FeatureMechanism
+
+        class Leaky(FeatureMechanism):
+            name = "leaky"
+
+            def __init__(self, **_):
+                pass
+
+            def privacy_spent(self, level):
+                return {"features": 1.0}
+
+            def perturb(self, x, levels, generator=None):
+                return {"x": x}
+
+            def estimate(self, report, num_features):
+                return report["x"], None
+        """) + ":Leaky"
+    with pytest.raises(ConfigError, match=r"mechanism: .*raw feature matrix"):
+        run_local({"mechanism": spec, "num-clients": 2, "output-dir": str(tmp_path),
+                   "run-name": "leak"})
+    assert not (tmp_path / "leak.json").exists()
+
+
+def test_strategy_runs_are_seeded(tmp_path):
+    """PrivateStrategy.start seeds torch with the run's seed: a strategy that draws server-side
+    randomness without seeding it itself is still reproducible."""
+    class _Draws(_NoAccuracy):
+        def run(self, grid):
+            super().run(grid)
+            self.report.accuracy["test"] = float(torch.rand(()))
+
+    tests = []
+    for seed in (3, 3, 4):
+        cfg = parse_run_config({"num-clients": 1, "seed": seed, "output-dir": str(tmp_path),
+                                "run-name": f"s{seed}"})
+        tests.append(_Draws(cfg).start(LocalGrid(1))["accuracy"]["test"])
+    assert tests[0] == tests[1] != tests[2]
+
+
 def test_mechanism_registration_and_unknown_name():
     with pytest.raises(ContractError, match="not a subclass"):
         register_mechanism("not-a-mechanism", dict)

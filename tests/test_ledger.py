@@ -34,7 +34,9 @@ def test_gaussian_baseline_records_delta():
     cfg = parse_run_config({"mechanism": "gaussian", "epsilon": 0.5, "delta": 1e-6})
     ledger = PrivacyLedger()
     record_privacy(ledger, cfg, build_mechanism(cfg))
-    assert ledger.epsilon("level-1") == (0.5, 1e-6)
+    # a uniform mechanism: one subject for every user, not one row per (unused) level
+    assert list(ledger.entries) == ["every-user"]
+    assert ledger.epsilon("every-user") == (0.5, 1e-6)
 
 
 def test_event_validation():

@@ -35,16 +35,22 @@ def build_mechanism(cfg: PPGNNConfig) -> FeatureMechanism:
 
 
 def record_privacy(ledger: PrivacyLedger, cfg: PPGNNConfig, mech: FeatureMechanism) -> None:
-    """Record in ``ledger`` what each user at each level releases (subject ``level-<tau>``).
+    """Record in ``ledger`` what each user at each level releases (subject ``level-<tau>``;
+    ``every-user`` when the mechanism declares the same for every level).
 
     Every user releases once: the mechanism's parts (e.g. ESW and MLR) and, with
     ``label_epsilon > 0``, its label through randomized response. Without randomized response
     the labels of training/validation users are given to the server in the clear (the paper's
     setting) and the report says so.
     """
-    for level in range(1, len(cfg.budgets) + 1):
-        subject = f"level-{level}"
-        for release, eps in mech.privacy_spent(level).items():
+    levels = range(1, len(cfg.budgets) + 1)
+    spent = {level: mech.privacy_spent(level) for level in levels}
+    uniform = len(levels) > 1 and all(spent[level] == spent[1] for level in levels)
+    for level in ([1] if uniform else levels):
+        # A mechanism that ignores the levels (LPGNN, the uniform baselines) gives every user
+        # the same guarantee: one subject, not one row per level with the same epsilon.
+        subject = "every-user" if uniform else f"level-{level}"
+        for release, eps in spent[level].items():
             event = ApproxDP(eps, mech.delta()) if mech.delta() > 0 else PureDP(eps)
             ledger.record(subject, release, event)
         if cfg.label_epsilon > 0:
