@@ -7,9 +7,13 @@ import os
 import platform
 import tempfile
 import time
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
+
+from rich.console import Console
+
+_CONSOLE = Console(stderr=True, highlight=False)
 
 
 def write_json_atomic(path: str | Path, obj) -> Path:
@@ -59,14 +63,25 @@ class RunReport:
     extra: dict = field(default_factory=dict)
     started: float = field(default_factory=time.time)
 
+    #: print a progress line when each phase starts and ends (to stderr, with rich)
+    progress: bool = True
+
     @contextmanager
     def phase(self, name: str):
-        """Time a phase (wall seconds) into ``timings[name]``."""
+        """Time a phase (wall seconds) into ``timings[name]``; with :attr:`progress`, show a
+        spinner while it runs and one line with its time when it ends."""
         t = time.perf_counter()
+        ok = False
+        status = _CONSOLE.status(f"{self.method}: {name} ...") if self.progress else nullcontext()
         try:
-            yield
+            with status:
+                yield
+            ok = True
         finally:
             self.timings[name] = round(time.perf_counter() - t, 3)
+            if self.progress:
+                mark = "[green]done[/]" if ok else "[red]failed[/]"
+                _CONSOLE.print(f"{self.method}: {name} {mark} in {self.timings[name]:.1f} s")
 
     def to_dict(self) -> dict:
         return {"fedgraph_report": 1, "method": self.method, "status": self.status,
