@@ -39,6 +39,8 @@ Sweep file::
     epsilon-levels = []               # [1, 2, 4]: key = "e,2e,4e" (PPGNN's budget set E)
     epsilons = []                     # this method's own epsilon axis (empty: the sweep's)
     dp-level = ""                     # user / edge / node / none (empty: from the config)
+    epsilon-from = "axis"             # "report": the axis is a noise parameter (e.g. lam);
+                                      # plot each cell at the epsilon its report spent
     set = { steps = "16" }
 
     [[published]]                     # a paper's number, shown beside ours by `fedgraph report`
@@ -114,6 +116,10 @@ class MethodSpec(_Model):
     epsilon_levels: list[float] = Field(default_factory=list)
     epsilons: list[float] = Field(default_factory=list)
     dp_level: Literal["", "user", "edge", "node", "none"] = ""
+    #: ``axis``: the epsilon axis is the guarantee. ``report``: the axis sets a noise parameter
+    #: (``epsilon-key = "lam"``, PrivGNN's Laplace parameter) and the plots and tables place
+    #: each cell at the epsilon its report spent (largest subject, mean over seeds).
+    epsilon_from: Literal["axis", "report"] = "axis"
     set: dict[str, Any] = Field(default_factory=dict)
 
     @field_validator("preset")
@@ -207,6 +213,7 @@ class Cell:
     seed: int
     dp_level: str
     run_config: dict = field(hash=False, compare=False)
+    epsilon_from: str = "axis"
 
     @property
     def name(self) -> str:
@@ -220,7 +227,7 @@ class Cell:
     def params(self) -> dict:
         return {"method": self.method, "label": self.label, "dataset": self.dataset,
                 "epsilon": self.epsilon, "num_clients": self.num_clients, "seed": self.seed,
-                "dp_level": self.dp_level}
+                "dp_level": self.dp_level, "epsilon_from": self.epsilon_from}
 
 
 @dataclass
@@ -266,7 +273,7 @@ class Sweep:
                                 raise SweepError(f"methods.{mname}: set dp-level (user, edge "
                                                  "or node): the plots' unit of epsilon")
                             out.append(Cell(mname, m.label or mname, dataset, eps, n, seed,
-                                            level, cfg))
+                                            level, cfg, m.epsilon_from))
         names = [c.name for c in out]
         if len(set(names)) != len(names):
             raise SweepError("two cells share a name (duplicate values on an axis?)")

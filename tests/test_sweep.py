@@ -73,7 +73,7 @@ strategy = "mypkg.mod:Mine"
     assert mine[0].name.endswith("__epsnone__clients1__seed0")
 
 
-@pytest.mark.parametrize("name", ["demo", "ppgnn-lpgnn-tables", "gap-table2"])
+@pytest.mark.parametrize("name", ["demo", "ppgnn-lpgnn-tables", "gap-table2", "privgnn-lambda"])
 def test_every_cell_of_the_bundled_sweeps_validates(name):
     """The bundled sweep files expand to the grids their comments promise, and every cell's run
     config passes the same validation as `fedgraph run` (no cell fails on a typo)."""
@@ -81,12 +81,16 @@ def test_every_cell_of_the_bundled_sweeps_validates(name):
 
     sweep = load_sweep(name)
     cells = sweep.cells()
-    assert len(cells) == {"demo": 72, "ppgnn-lpgnn-tables": 160, "gap-table2": 54}[name]
+    assert len(cells) == {"demo": 72, "ppgnn-lpgnn-tables": 160, "gap-table2": 54,
+                          "privgnn-lambda": 30}[name]
     for c in cells:
         strategy, cfg = validate_run_config(c.run_config)
         assert (cfg.dataset, cfg.num_clients, cfg.seed) == (c.dataset, c.num_clients, c.seed)
-        assert c.dp_level == ("user" if cfg.method == "ppgnn" else
+        assert c.dp_level == ("user" if cfg.method == "ppgnn" else "node"
+                              if cfg.method == "privgnn" else
                               "none" if c.epsilon is None else cfg.level)
+        if cfg.method == "privgnn":  # the axis is lambda; epsilon comes from the report
+            assert cfg.lam == c.epsilon and c.epsilon_from == "report"
         if cfg.method == "gap" and c.epsilon is not None:
             assert cfg.client_epsilons == [c.epsilon]
     if name == "demo":
@@ -134,13 +138,14 @@ epsilon-key = "epsilon"
 # ---------------------------------------------------------------- report: CSV and plots
 
 def fake_cell(base: Path, method, dataset, eps, seed, test=None, val=0.5, wall=10.0,
-              level="user", label=None, spent=(1.0, 2.0)):
+              level="user", label=None, spent=(1.0, 2.0), epsilon_from="axis"):
     name = f"{method}__{dataset}__eps{eps}__clients3__seed{seed}"
     d = base / "cells" / name
     status = "ok" if test is not None else "failed"
     write(d / "cell.json", json.dumps({
         "method": method, "label": label or method.upper(), "dataset": dataset, "epsilon": eps,
         "num_clients": 3, "seed": seed, "dp_level": level, "status": status,
+        "epsilon_from": epsilon_from,
         "error": None if test is not None else "boom: a client failed", "wall_s": wall}))
     if test is not None:
         write(d / "report.json", json.dumps({
@@ -174,6 +179,23 @@ def test_csv_mean_and_std_match_a_hand_computation(tmp_path):
     assert float(r["run_time_s_mean"]) == pytest.approx(7.0)
     assert (r["epsilon_spent_min"], r["epsilon_spent_max"]) == ("1.0", "2.0")
     assert rows[1]["test_std"] == ""  # one seed: no standard deviation
+
+
+def test_epsilon_from_report_places_a_noise_axis_at_the_epsilon_spent(tmp_path):
+    """PrivGNN's axis is lambda: each group is placed at the mean over seeds of the largest
+    epsilon its runs spent; the CSV keeps lambda as axis_value."""
+    for seed, top in enumerate([20.0, 22.0]):
+        fake_cell(tmp_path, "privgnn", "cora", 1.0, seed, test=0.5, level="node",
+                  spent=(top - 5, top), epsilon_from="report")
+    fake_cell(tmp_path, "privgnn", "cora", 2.0, 0, test=0.6, level="node", spent=(55.0,),
+              epsilon_from="report")
+    groups = results.aggregate(results.collect([tmp_path]))
+    assert [(g["axis_value"], g["epsilon"]) for g in groups] == [(1.0, 21.0), (2.0, 55.0)]
+    results.write_csv(groups, tmp_path / "r.csv")
+    import csv
+
+    rows = list(csv.DictReader((tmp_path / "r.csv").open()))
+    assert [(r["axis_value"], r["epsilon"]) for r in rows] == [("1.0", "21.0"), ("2.0", "55.0")]
 
 
 def png_size(path: Path) -> tuple[int, int]:
