@@ -52,6 +52,8 @@ class DataConfig(_Base):
     alpha: float = Field(0.5, gt=0, description="Dirichlet concentration for label-skew")
     min_class_size: int = Field(1000, ge=1, description="facebook100: smallest class kept")
     seed: int = Field(0, ge=0)
+    device: Literal["auto", "cpu", "cuda"] = Field(
+        "auto", description="auto: cuda when the process has a GPU (Ray's share), else cpu")
 
     @field_validator("dataset")
     @classmethod

@@ -8,6 +8,7 @@ Flower simulation pattern: one deterministic partition, each client takes its pa
 from __future__ import annotations
 
 import json
+import os
 import re
 import time
 from dataclasses import dataclass
@@ -178,7 +179,8 @@ def preflight(cfg) -> dict:
         the dataset statistics.
     Raises:
         fedgraph.config.ConfigError: naming the key (output-dir, dataset/data-root, mechanism,
-            num-clients).
+            num-clients, device: ``cuda`` asked on a machine without a GPU when no Ray cluster
+            is named by ``RAY_ADDRESS``).
     """
     import tempfile
     from pathlib import Path
@@ -214,6 +216,12 @@ def preflight(cfg) -> dict:
             check_mechanism(mech, num_levels=len(getattr(cfg, "budgets", [1])))
         except (ValueError, ContractError) as err:
             raise ConfigError(f"mechanism: {err}") from None
+    if getattr(cfg, "device", "auto") == "cuda" and not os.environ.get("RAY_ADDRESS"):
+        # One machine: the clients' GPUs are this machine's. (On a cluster, set by RAY_ADDRESS,
+        # the GPUs may be on other nodes: each client checks its own device instead.)
+        from .device import resolve_device
+
+        resolve_device("cuda")  # ConfigError naming the key 'device'
     if cfg.num_clients > stats["num_nodes"]:
         raise ConfigError(f"num-clients: must lie in [1, {stats['num_nodes']}] for dataset "
                           f"{cfg.dataset!r} (one node at least per client), got {cfg.num_clients}")

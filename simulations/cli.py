@@ -262,6 +262,9 @@ def datasets(root: Optional[str] = typer.Option(None, help="dataset root (defaul
             for path in colleges:
                 typer.echo(f"{'facebook100:' + path.stem:<27} {_facebook100_size(path)}")
             continue
+        if name.startswith("synthetic-sbm:"):
+            typer.echo(f"{name:<27} generated (seeded SBM, no files; e.g. synthetic-sbm:2000:10)")
+            continue
         try:
             s = dataset_statistics(load_dataset(name, root))
             typer.echo(f"{name:<27} offline  nodes {s['num_nodes']:>7}  edges {s['num_edges']:>9}  "

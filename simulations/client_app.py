@@ -13,6 +13,7 @@ from flwr.app import ArrayRecord, ConfigRecord, Context, Message, MetricRecord, 
 from flwr.clientapp import ClientApp
 
 from fedgraph.config import parse_run_config
+from fedgraph.device import resolve_device, to_cpu
 from fedgraph.federation import client_view, tensors
 from fedgraph.methods import ppgnn
 
@@ -73,19 +74,32 @@ def gap_setup(msg: Message, context: Context) -> Message:
                    reply_to=msg)
 
 
-def _gap_inputs(cfg, view, context: Context, phase: str):
-    """Model and inputs of a training phase: the encoder on raw features, the classifier on the
-    stacked private hops kept in ``context.state`` (the MLP baseline: raw features)."""
+def _gap_inputs(cfg, view, context: Context, phase: str, arrays=None):
+    """Model and inputs of a training phase, on this client's device (``device``: the GPU Ray
+    assigned, else the CPU): the encoder on raw features, the classifier on the stacked private
+    hops kept in ``context.state`` (the MLP baseline: raw features). ``arrays``: an
+    ``ArrayRecord`` of weights to load (empty or ``None``: fresh weights)."""
     from fedgraph.methods.gap_federated import build_classifier, build_encoder
 
     g, s = view.graph, view.statistics
+    dev = resolve_device(cfg.device)
     if phase == "gap.encoder":
-        return build_encoder(cfg, s["num_features"], s["num_classes"]), g.x
-    model = build_classifier(cfg, s["num_features"], s["num_classes"])
-    if cfg.variant == "mlp":
-        return model, g.x.unsqueeze(1)
-    hops = tensors(context.state["gap.hops"])
-    return model, torch.stack([hops[f"hop{k}"] for k in range(cfg.hops + 1)], dim=1)
+        model, x = build_encoder(cfg, s["num_features"], s["num_classes"]), g.x
+    else:
+        model = build_classifier(cfg, s["num_features"], s["num_classes"])
+        if cfg.variant == "mlp":
+            x = g.x.unsqueeze(1)
+        else:
+            hops = tensors(context.state["gap.hops"])
+            x = torch.stack([hops[f"hop{k}"] for k in range(cfg.hops + 1)], dim=1)
+    if arrays is not None and len(arrays):
+        model.load_state_dict(arrays.to_torch_state_dict())
+    return model.to(dev), x.to(dev)
+
+
+def _on(x, tensor):
+    """``tensor`` on ``x``'s device."""
+    return tensor.to(x.device)
 
 
 @app.train()
@@ -95,17 +109,17 @@ def gap_train(msg: Message, context: Context) -> Message:
 
     cfg, pid, view = _setup(msg, context)
     phase = str(msg.content["config"]["phase"])
-    model, x = _gap_inputs(cfg, view, context, phase)
-    model.load_state_dict(msg.content["arrays"].to_torch_state_dict())
+    model, x = _gap_inputs(cfg, view, context, phase, msg.content["arrays"])
     plan = _gap_plan(cfg, pid, view)
     dp = plan.dpsgd(cfg)
     rnd = int(msg.content["config"]["server-round"])
-    n, loss = local_train(model, x, view.graph.y, view.graph.train_mask, cfg.local_epochs,
+    n, loss = local_train(model, x, _on(x, view.graph.y), _on(x, view.graph.train_mask),
+                          cfg.local_epochs,
                           cfg.dpsgd_batch_size if dp else (cfg.batch_size or None), cfg.lr, dp,
                           generator=_gap_generator(cfg, pid, f"{phase}:{rnd}"))
     metrics = MetricRecord({"num-examples": max(n, 1), "train-loss": float(loss)})
-    return Message(RecordDict({"arrays": ArrayRecord(model.state_dict()), "metrics": metrics}),
-                   reply_to=msg)
+    return Message(RecordDict({"arrays": ArrayRecord(to_cpu(model.state_dict())),
+                               "metrics": metrics}), reply_to=msg)
 
 
 @app.query("gap_pma")
@@ -117,15 +131,15 @@ def gap_pma(msg: Message, context: Context) -> Message:
     cfg, pid, view = _setup(msg, context)
     g = view.graph
     k = int(msg.content["pma"]["hop"])
+    dev = resolve_device(cfg.device)
     if k == 1:
-        model, _ = _gap_inputs(cfg, view, context, "gap.encoder")
-        if len(msg.content["encoder"]):
-            model.load_state_dict(msg.content["encoder"].to_torch_state_dict())
-        state = {"hop0": model.embed(g.x)}
+        model, x = _gap_inputs(cfg, view, context, "gap.encoder", msg.content["encoder"])
+        state = {"hop0": model.embed(x)}
     else:
         state = tensors(context.state["gap.hops"])
         inc = tensors(msg.content["incoming"])
-        state[f"hop{k - 1}"] = pma_finish(state.pop("local_sums"), g.node_ids, inc["ids"], inc["sums"])
+        state[f"hop{k - 1}"] = pma_finish(state.pop("local_sums").to(dev), g.node_ids,
+                                          inc["ids"], inc["sums"])
     out = {"ids": torch.zeros(0, dtype=torch.long), "sums": torch.zeros(0, cfg.encoder_dim)}
     if k <= cfg.hops:
         plan = _gap_plan(cfg, pid, view)
@@ -134,13 +148,13 @@ def gap_pma(msg: Message, context: Context) -> Message:
         others = torch.ones(view.statistics["num_nodes"], dtype=torch.bool)
         others[g.node_ids] = False
         remote = others.nonzero().flatten() if cfg.cross_client_edges else others.nonzero()[:0].flatten()
-        local_sums, ids, sums = pma_partial_sums(state[f"hop{k - 1}"], local, boundary,
+        local_sums, ids, sums = pma_partial_sums(state[f"hop{k - 1}"].to(dev), local, boundary,
                                                  plan.sigma, _gap_generator(cfg, pid, f"pma{k}"),
                                                  remote_ids=remote)
         state["local_sums"] = local_sums
         out = {"ids": ids, "sums": sums}
-    context.state["gap.hops"] = ArrayRecord(state)
-    return Message(RecordDict({"partial_sums": ArrayRecord(out)}), reply_to=msg)
+    context.state["gap.hops"] = ArrayRecord(to_cpu(state))
+    return Message(RecordDict({"partial_sums": ArrayRecord(to_cpu(out))}), reply_to=msg)
 
 
 @app.evaluate()
@@ -149,9 +163,8 @@ def gap_evaluate_round(msg: Message, context: Context) -> Message:
     from fedgraph.methods.gap import evaluate
 
     cfg, _, view = _setup(msg, context)
-    model, x = _gap_inputs(cfg, view, context, "gap.classifier")
-    model.load_state_dict(msg.content["arrays"].to_torch_state_dict())
-    res = evaluate(model, x, view.graph.y, view.graph.val_mask)
+    model, x = _gap_inputs(cfg, view, context, "gap.classifier", msg.content["arrays"])
+    res = evaluate(model, x, _on(x, view.graph.y), _on(x, view.graph.val_mask))
     acc = res["accuracy"] if res["total"] else 0.0
     return Message(RecordDict({"metrics": MetricRecord(
         {"num-examples": max(res["total"], 1), "val-accuracy": float(acc)})}), reply_to=msg)
@@ -163,11 +176,10 @@ def gap_evaluate(msg: Message, context: Context) -> Message:
     from fedgraph.methods.gap import evaluate
 
     cfg, _, view = _setup(msg, context)
-    model, x = _gap_inputs(cfg, view, context, "gap.classifier")
-    model.load_state_dict(msg.content["arrays"].to_torch_state_dict())
+    model, x = _gap_inputs(cfg, view, context, "gap.classifier", msg.content["arrays"])
     counts = {}
     for split in ("train", "val", "test"):
-        r = evaluate(model, x, view.graph.y, getattr(view.graph, f"{split}_mask"))
+        r = evaluate(model, x, _on(x, view.graph.y), _on(x, getattr(view.graph, f"{split}_mask")))
         counts[f"{split}_correct"], counts[f"{split}_total"] = r["correct"], r["total"]
     return Message(RecordDict({"metrics": MetricRecord(counts)}), reply_to=msg)
 

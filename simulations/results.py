@@ -90,7 +90,7 @@ def aggregate(rows: list[dict]) -> list[dict]:
         if rs[0].get("epsilon_from") == "report" and ok:
             # the axis set a noise parameter: place the group at the epsilon it spent
             # (largest subject of each run, mean over the seeds)
-            g["epsilon"] = round(statistics.fmean(max(r["epsilon_spent"]) for r in ok), 3)
+            g["epsilon"] = float(f"{statistics.fmean(max(r['epsilon_spent']) for r in ok):.3g}")
         g["run_time_s_mean"], g["run_time_s_std"] = _mean_std([r["run_time_s"] for r in ok])
         g["cell_wall_s_mean"], g["cell_wall_s_std"] = _mean_std([r.get("wall_s") for r in ok])
         out.append(g)

@@ -75,6 +75,8 @@ from torch_geometric.data import Data
 from torch_geometric.utils import coalesce, remove_self_loops, to_undirected
 
 from ..registry import ContractError, Registry, spec_label
+from .synthetic import PREFIX as SBM_PREFIX
+from .synthetic import load_sbm, sbm_spec
 
 PathLike = Union[str, Path]
 
@@ -88,6 +90,7 @@ KNOWN_DATASETS: Tuple[str, ...] = (
     'lastfm-asia',
     'reddit',
     'facebook100:<College>',
+    'synthetic-sbm:<nodes>:<avg_degree>',
 )
 
 _PLANETOID_NAMES = {'cora': 'Cora', 'citeseer': 'CiteSeer', 'pubmed': 'PubMed'}
@@ -469,6 +472,8 @@ def load_dataset(name: str, root: Optional[PathLike] = None, *,
         name (str): one of ``cora``, ``citeseer``, ``pubmed``,
             ``facebook-pagepage``, ``lastfm-asia``, ``reddit``,
             ``facebook100:<College>`` (e.g. ``facebook100:wisconsin87``),
+            ``synthetic-sbm:<nodes>:<avg_degree>[:<seed>]`` (a seeded sparse stochastic
+            block model, :mod:`fedgraph.data.synthetic`; no files needed),
             ``files`` (``root``: a folder of plain files or a ``.pt``), a name
             registered with :func:`register_dataset` or an import path
             ``"package.module:loader"``.
@@ -503,6 +508,8 @@ def load_dataset(name: str, root: Optional[PathLike] = None, *,
                              "'facebook100:Caltech36'")
         return load_facebook100(_find_facebook100(college, base),
                                 min_class_size=min_class_size)
+    if key.startswith(SBM_PREFIX):  # already normalised: no _finalize copy of a large graph
+        return load_sbm(key)
     loaders = {'facebook-pagepage': _load_facebook_pagepage, 'lastfm-asia': _load_lastfm,
                'reddit': _load_reddit}
     if key in _PLANETOID_NAMES or key in loaders:
@@ -595,6 +602,8 @@ def dataset_spec(name: str) -> str:
         return key
     if key.startswith('facebook100:'):
         return name
+    if key.startswith(SBM_PREFIX):
+        return sbm_spec(key)
     if name not in DATASETS and key in DATASETS:
         name = key
     return DATASETS.check_name(name)

@@ -377,10 +377,15 @@ def local_train(model: nn.Module, x: Tensor, y: Tensor, mask: Tensor | None, epo
         raise ValueError("DP-SGD needs a batch_size (the expected Poisson batch size)")
     q, steps = dpsgd_schedule(n, batch_size, epochs)
     gsm = GradSampleModule(model, loss_reduction="sum", strict=True)  # refuses BatchNorm
+    noise_gen = generator
+    if generator is not None and x.device.type != "cpu":
+        # Opacus draws the noise on the parameters' device: it needs a generator there.
+        noise_gen = torch.Generator(device=x.device).manual_seed(
+            int(torch.randint(2 ** 62, (1,), generator=generator)))
     dp_opt = DPOptimizer(opt, noise_multiplier=dp.noise_multiplier,
                          max_grad_norm=dp.max_grad_norm,
                          expected_batch_size=min(batch_size, n), loss_reduction="mean",
-                         generator=generator)
+                         generator=noise_gen)
     try:
         for _ in range(steps):
             pick = torch.rand(n, generator=generator).to(idx.device) < q

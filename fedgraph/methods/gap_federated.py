@@ -27,7 +27,7 @@ from torch import Tensor
 
 from ..config import GAPConfig
 from ..nn.gap import GAPClassifier, GAPEncoder, normalize_rows
-from ..utils.graph import bound_out_degree
+from ..utils.graph import MAX_MESSAGE_ELEMENTS, bound_out_degree, scatter_sum_chunked
 from .gap import DPSGD, calibrate_gap, dpsgd_schedule, edge_sensitivity, node_sensitivity
 
 
@@ -140,6 +140,7 @@ def client_edges(client, cfg: GAPConfig, generator: torch.Generator) -> tuple[Te
 
 def pma_partial_sums(h_prev: Tensor, local: Tensor, boundary: Tensor, sigma: float,
                      generator: torch.Generator, remote_ids: Tensor | None = None,
+                     max_elements: int = MAX_MESSAGE_ELEMENTS,
                      ) -> tuple[Tensor, Tensor, Tensor]:
     """One hop of PMA on a client (Alg. 1 lines 3-4, split across clients).
 
@@ -151,34 +152,42 @@ def pma_partial_sums(h_prev: Tensor, local: Tensor, boundary: Tensor, sigma: flo
             does not hold: the released ids must not depend on the edges, or their presence
             would reveal which remote nodes are neighbours (an edge leak no noise covers).
             ``None``: the remote targets of ``boundary`` (only for tests and non-private use).
+        max_elements: memory cap of the per-hop aggregation: edges are summed in chunks whose
+            ``[chunk, e]`` message block has at most this many elements
+            (:func:`~fedgraph.utils.graph.scatter_sum_chunked`); no ``[E, e]`` block.
 
     Returns:
-        ``(local_sums [n, e], remote_ids [m], remote_sums [m, e])``, every row noised.
+        ``(local_sums [n, e], remote_ids [m], remote_sums [m, e])``, every row noised, on
+        ``h_prev``'s device (edges and ids may be on the CPU; the noise is drawn from the CPU
+        ``generator``, so a run is the same on CPU and GPU up to float rounding).
     """
     n, e = h_prev.shape
-    local_sums = torch.zeros(n, e, dtype=h_prev.dtype).index_add_(0, local[1], h_prev[local[0]])
+    dev = h_prev.device
+    local = local.to(dev)
+    local_sums = scatter_sum_chunked(h_prev, local[0], local[1], n, max_elements)
     if remote_ids is None:
         remote_ids = torch.unique(boundary[1])
     pos = torch.searchsorted(remote_ids, boundary[1])
     if boundary.shape[1] and (bool((pos >= remote_ids.numel()).any())
                               or not bool((remote_ids[pos.clamp_max(max(remote_ids.numel() - 1, 0))] == boundary[1]).all())):
         raise ValueError("remote_ids must contain every boundary target")
-    remote_sums = torch.zeros(remote_ids.numel(), e, dtype=h_prev.dtype).index_add_(
-        0, pos, h_prev[boundary[0]])
+    remote_sums = scatter_sum_chunked(h_prev, boundary[0].to(dev), pos.to(dev),
+                                      remote_ids.numel(), max_elements)
     if sigma > 0:
-        local_sums += sigma * torch.randn(local_sums.shape, generator=generator)
-        remote_sums += sigma * torch.randn(remote_sums.shape, generator=generator)
+        local_sums += sigma * torch.randn(local_sums.shape, generator=generator).to(dev)
+        remote_sums += sigma * torch.randn(remote_sums.shape, generator=generator).to(dev)
     return local_sums, remote_ids, remote_sums
 
 
 def pma_finish(local_sums: Tensor, node_ids: Tensor, incoming_ids: Tensor,
                incoming_sums: Tensor) -> Tensor:
     """Add the noisy partial sums received for this client's nodes and row-normalize (Alg. 1
-    line 5). ``incoming_ids``: global ids (each must be one of ``node_ids``)."""
+    line 5). ``incoming_ids``: global ids (each must be one of ``node_ids``). Returns ``[n, e]``
+    on ``local_sums``' device (the received sums, CPU tensors from a message, are moved there)."""
     out = local_sums.clone()
     if incoming_ids.numel():
         pos = torch.searchsorted(node_ids, incoming_ids)
         if bool((pos >= node_ids.numel()).any()) or not bool((node_ids[pos.clamp_max(node_ids.numel() - 1)] == incoming_ids).all()):
             raise ValueError("received partial sums for nodes this client does not hold")
-        out.index_add_(0, pos, incoming_sums.to(out.dtype))
+        out.index_add_(0, pos.to(out.device), incoming_sums.to(out.device, out.dtype))
     return normalize_rows(out)

@@ -141,13 +141,22 @@ def server_fit(reports: list[dict[str, Tensor]], cfg: PPGNNConfig, num_nodes: in
     incrementally) and the one with the best validation accuracy is kept: model selection on
     the validation users, whose labels the server holds. Everything here is post-processing
     of the clients' DP reports.
+
+    Runs on ``cfg.device`` (:func:`fedgraph.device.resolve_device`: ``auto`` is the server
+    process's GPU if it has one); the returned tensors and model are on the CPU.
     """
+    from ..device import resolve_device
+
+    dev = resolve_device(cfg.device)
     mech = build_mechanism(cfg)
     x_hat, level_hat, y, train_mask, val_mask, edge_index = assemble(
         reports, mech, num_nodes, num_features)
     w = None
     if cfg.denoiser == "flexprop" and level_hat is not None and cfg.weights != "uniform":
         w = flexprop_weights(level_hat, cfg.budgets, cfg.weights, num_features, 1 - cfg.gamma)
+        w = w.to(dev)
+    x_hat, y, train_mask, val_mask, edge_index = (
+        t.to(dev) for t in (x_hat, y, train_mask, val_mask, edge_index))
     graph = adjacency_for(cfg.backbone, edge_index, num_nodes)
     candidates = [0] if cfg.denoiser == "none" else sorted(set(cfg.steps))
     best, h, done = None, x_hat, 0
@@ -156,7 +165,8 @@ def server_fit(reports: list[dict[str, Tensor]], cfg: PPGNNConfig, num_nodes: in
         done = k
         feats = (h - h.mean(0)) / h.std(0).clamp_min(1e-6) if cfg.standardize else h
         torch.manual_seed(cfg.seed)
-        model = make_backbone(cfg.backbone, num_features, num_classes, cfg.hidden, 2, cfg.dropout)
+        model = make_backbone(cfg.backbone, num_features, num_classes, cfg.hidden, 2,
+                              cfg.dropout).to(dev)
         result = train_node_classifier(model, feats, graph, y.clamp_min(0), train_mask, val_mask,
                                        epochs=cfg.epochs, lr=cfg.lr, weight_decay=cfg.weight_decay)
         if best is None or result.val_accuracy > best[0].val_accuracy:
@@ -165,7 +175,8 @@ def server_fit(reports: list[dict[str, Tensor]], cfg: PPGNNConfig, num_nodes: in
     result.steps = k
     with torch.no_grad():
         pred = result.model(feats, graph).argmax(-1)
-    return ServerFit(result, feats, edge_index, pred, level_hat)
+    result.model = result.model.cpu()
+    return ServerFit(result, feats.cpu(), edge_index.cpu(), pred.cpu(), level_hat)
 
 
 def count_correct(client: ClientGraph, node_ids: Tensor, predictions: Tensor) -> dict[str, int]:
