@@ -52,8 +52,9 @@ class PrivGNNStrategy(PrivateStrategy):
     """Server side of federated PrivGNN (config: :class:`fedgraph.config.PrivGNNConfig`).
 
     Report: ``accuracy`` (``test``: the student on the public test nodes; ``pseudo_label``:
-    agreement of the pseudo-labels with the true labels of the kept queries, a diagnostic the
-    public server can compute; ``holdout``: the student against held-out pseudo-labels;
+    agreement of the pseudo-labels with the true labels of the kept queries, a
+    simulation-only diagnostic: the query nodes are unlabelled for the public server, which
+    could not compute it in a deployment (nothing is trained on it); ``holdout``: the student against held-out pseudo-labels;
     ``majority_class``), ``clients`` (per client: target, limit, asked, answered, refused),
     ``queries`` (asked, kept, dropped per round) and ``privacy.per_subject`` (epsilon per
     client, PLD, with ``rdp`` and a cross-check).
