@@ -161,6 +161,41 @@ def wait_for_nodes(grid, num_nodes: int, timeout: float = 60.0) -> list[int]:
         time.sleep(0.5)
 
 
+def worker_info(partition_id: int) -> str:
+    """Where this client runs, as JSON for a reply's ``meta`` record: ``partition_id``,
+    ``hostname``, ``pid``, ``device`` (``cpu``/``cuda`` as torch sees it here) and, inside a
+    Ray worker (Flower's simulation engine), ``ray_node_id`` and ``ray_node_ip`` of the Ray
+    node (``None`` outside Ray)."""
+    import os
+    import socket
+
+    import torch
+
+    info = {"partition_id": int(partition_id), "hostname": socket.gethostname(),
+            "pid": os.getpid(), "device": "cuda" if torch.cuda.is_available() else "cpu",
+            "ray_node_id": None, "ray_node_ip": None}
+    try:
+        import ray
+
+        if ray.is_initialized():
+            info["ray_node_id"] = ray.get_runtime_context().get_node_id()
+            info["ray_node_ip"] = ray.util.get_node_ip_address()
+    except Exception:  # noqa: BLE001 - placement is informative only
+        pass
+    return json.dumps(info)
+
+
+def record_workers(report, metas) -> None:
+    """Store in ``report.extra["workers"]`` which host / Ray node ran which client, from the
+    ``worker`` entries (:func:`worker_info`) of the replies' ``meta`` records ``metas``."""
+    workers = {}
+    for meta in metas:
+        if "worker" in meta:
+            info = json.loads(meta["worker"])
+            workers[f"client-{info['partition_id']}"] = info
+    report.extra["workers"] = dict(sorted(workers.items(), key=lambda kv: kv[1]["partition_id"]))
+
+
 def tensors(record) -> dict[str, Tensor]:
     """ArrayRecord -> dict of torch tensors."""
     return dict(record.to_torch_state_dict())

@@ -77,6 +77,8 @@ def run_simulation(run_config: dict, num_cpus: Optional[int] = None,
     backend = {"client_resources": {"num_cpus": cpus_per_client, "num_gpus": gpus_per_client},
                "init_args": {"num_cpus": num_cpus or os.cpu_count() or 1,
                              "include_dashboard": False}}
+    if os.environ.get("RAY_ADDRESS"):  # an existing cluster: its resources, not ours
+        backend["init_args"] = {"address": os.environ["RAY_ADDRESS"]}
     flwr_run_simulation(server_app=make_server_app(run_config), client_app=client_app,
                         num_supernodes=cfg.num_clients, backend_config=backend)
     if not report_path.exists():

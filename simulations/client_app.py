@@ -14,7 +14,7 @@ from flwr.clientapp import ClientApp
 
 from fedgraph.config import parse_run_config
 from fedgraph.device import resolve_device, to_cpu
-from fedgraph.federation import client_view, tensors
+from fedgraph.federation import client_view, tensors, worker_info
 from fedgraph.methods import ppgnn
 
 app = ClientApp()
@@ -36,7 +36,7 @@ def ppgnn_query(msg: Message, context: Context) -> Message:
     gen = torch.Generator().manual_seed(zlib.crc32(f"{cfg.seed}:{pid}:ppgnn".encode()))
     report = ppgnn.client_report(view.graph, cfg, view.feature_domain,
                                  view.statistics["num_classes"], gen)
-    meta = ConfigRecord({"statistics": json.dumps(view.statistics)})
+    meta = ConfigRecord({"statistics": json.dumps(view.statistics), "worker": worker_info(pid)})
     return Message(RecordDict({"report": ArrayRecord(report), "meta": meta}), reply_to=msg)
 
 
@@ -69,7 +69,8 @@ def gap_setup(msg: Message, context: Context) -> Message:
     # Counts of nodes are not protected by edge-level DP's unit, edge counts would be: none sent.
     plan = {**_gap_plan(cfg, pid, view).to_dict(), "partition_id": pid,
             "num_nodes": g.num_nodes, "num_train": int(g.train_mask.sum())}
-    meta = ConfigRecord({"statistics": json.dumps(view.statistics), "plan": json.dumps(plan)})
+    meta = ConfigRecord({"statistics": json.dumps(view.statistics), "plan": json.dumps(plan),
+                         "worker": worker_info(pid)})
     return Message(RecordDict({"ids": ArrayRecord({"node_ids": g.node_ids}), "meta": meta}),
                    reply_to=msg)
 

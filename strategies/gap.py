@@ -12,7 +12,7 @@ import json
 import torch
 from flwr.app import ArrayRecord, ConfigRecord, RecordDict
 
-from fedgraph.federation import send_to_all, tensors, wait_for_nodes
+from fedgraph.federation import record_workers, send_to_all, tensors, wait_for_nodes
 from fedgraph.methods.gap_federated import build_classifier, build_encoder, plan_events
 from .base import PrivateStrategy, register_strategy
 from .fedavg import StrictFedAvg
@@ -37,6 +37,7 @@ class GAPStrategy(PrivateStrategy):
                                                           for n in nodes}, cfg.timeout)
         stats = json.loads(next(iter(setup.values()))["meta"]["statistics"])
         self.report.dataset = stats
+        record_workers(self.report, [rec["meta"] for rec in setup.values()])
         owner = torch.full((stats["num_nodes"],), -1, dtype=torch.long)  # index into nodes
         clients = {}
         for n, rec in setup.items():

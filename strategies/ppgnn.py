@@ -13,7 +13,7 @@ import json
 
 from flwr.app import ArrayRecord, ConfigRecord, RecordDict
 
-from fedgraph.federation import send_to_all, tensors, wait_for_nodes
+from fedgraph.federation import record_workers, send_to_all, tensors, wait_for_nodes
 from fedgraph.methods import ppgnn
 from .base import PrivateStrategy, register_strategy
 
@@ -39,6 +39,7 @@ class PPGNNStrategy(PrivateStrategy):
         reports = {n: tensors(r["report"]) for n, r in replies.items()}
         stats = json.loads(next(iter(replies.values()))["meta"]["statistics"])
         self.report.dataset = stats
+        record_workers(self.report, [r["meta"] for r in replies.values()])
         with self.report.phase("calibrate+train (server)"):
             fit = ppgnn.server_fit(list(reports.values()), cfg, stats["num_nodes"],
                                    stats["num_features"], stats["num_classes"])
