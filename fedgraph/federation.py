@@ -179,7 +179,8 @@ def worker_info(partition_id: int) -> str:
 
         if ray.is_initialized():
             info["ray_node_id"] = ray.get_runtime_context().get_node_id()
-            info["ray_node_ip"] = ray.util.get_node_ip_address()
+            # The address the Ray node was started with (not this host's routable address).
+            info["ray_node_ip"] = ray.get_runtime_context().worker.node_ip_address
     except Exception:  # noqa: BLE001 - placement is informative only
         pass
     return json.dumps(info)
