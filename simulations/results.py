@@ -193,7 +193,7 @@ def plot(groups: list[dict], out_dir: str | Path, published: Iterable[Published]
             log_x = bool(xs_all) and min(xs_all) > 0 and max(xs_all) / min(xs_all) >= 4
             for i, ((label, n), gs) in enumerate(series.items()):
                 gs.sort(key=lambda g: g["epsilon"])
-                name = label + (f", {n} clients" if n is not None else "")
+                name = label + (f", {n} client" + ("s" if n != 1 else "") if n is not None else "")
                 # Dodge overlapping error bars a little along x (2% per line on a log axis).
                 shift = 0.02 * (i - (len(series) - 1) / 2)
                 xs = [g["epsilon"] * (2 ** shift if log_x else 1) + (0 if log_x else shift)
