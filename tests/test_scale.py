@@ -59,6 +59,9 @@ def test_gap_run_auto_is_cpu_and_equals_cpu(no_gpu, tmp_path):
     a = run_local({**base, "device": "auto", "run-name": "auto"})
     b = run_local({**base, "device": "cpu", "run-name": "cpu"})
     assert a["status"] == "ok" and a["accuracy"] == b["accuracy"]
+    # The report says where each client ran (no Ray in run_local: no Ray node id).
+    assert sorted(a["workers"]) == ["client-0", "client-1"]
+    assert all(w["device"] == "cpu" and w["ray_node_id"] is None for w in a["workers"].values())
 
 
 @pytest.mark.parametrize("max_elements", [1, 7, 64, 10_000])
