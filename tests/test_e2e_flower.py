@@ -3,6 +3,7 @@ import json
 import os
 import subprocess
 import sys
+import textwrap
 from pathlib import Path
 
 import pytest
@@ -42,14 +43,28 @@ def test_invalid_config_exits_2_and_names_key(tmp_path):
 
 
 def test_failed_run_exits_1_and_report_says_failed(tmp_path):
-    """A client that fails (the classical Gaussian bound needs epsilon/d < 1) fails the run
-    loudly: exit 1, the cause printed once, the report says failed."""
+    """A client that fails fails the run loudly: exit 1, the cause printed once, the report
+    says failed. The mechanism passes preflight's dry run (32 random users) and raises on the
+    clients' real data."""
+    mech = tmp_path / "flaky_mechanism.py"
+    mech.write_text(textwrap.dedent("""
+        from fedgraph.mechanisms.feature import MultiBitMechanism
+
+        class Flaky(MultiBitMechanism):
+            name = "flaky"
+
+            def perturb(self, x, levels, generator=None):
+                if x.shape[0] > 64:
+                    raise RuntimeError("flaky mechanism gave up on real data")
+                return super().perturb(x, levels, generator)
+        """))
     out = tmp_path / "runs"
-    res = fedgraph("run", "--num-cpus", "2", "--set", "num-clients=2", "--set", "mechanism='gaussian'",
-                   "--set", "epsilon=5000.0", "--set", f"output-dir='{out}'",
-                   "--set", "run-name='bad'", "--set", "timeout=120.0", tmp_path=tmp_path)
+    res = fedgraph("run", "--num-cpus", "2", "--set", "num-clients=2",
+                   "--set", f"mechanism='{mech}:Flaky'", "--set", "epsilon=1.0",
+                   "--set", f"output-dir='{out}'", "--set", "run-name='bad'",
+                   "--set", "timeout=120.0", tmp_path=tmp_path)
     assert res.returncode == 1, res.stderr[-2000:]
-    assert "FAILED" in res.stderr and "epsilon / num_features must be < 1" in res.stderr
+    assert "FAILED" in res.stderr and "flaky mechanism gave up on real data" in res.stderr
     report = json.loads((out / "bad.json").read_text())
     assert report["status"] == "failed" and "2 client(s)" in report["error"]
     assert len(report["error"]) < 500  # one line per distinct cause, not the tracebacks
