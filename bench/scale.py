@@ -14,7 +14,8 @@ Phases (``--phase``):
 * ``flexprop``: PPGNN's FlexProp on the server (:func:`fedgraph.nn.weighted_propagation`,
   level weights, ``--steps`` steps) on the graph's 32 binary features.
 * ``flexprop-plain``: the same propagation as a plain loop (``index_add`` of weighted
-  messages, divided by the weight sums), per step.
+  messages, in chunks of 2**24 elements: the whole ``[E, 32]`` block is 13 GB at 1e6 nodes,
+  divided by the weight sums), per step.
 
 Each (phase, size) runs in a fresh process (``resource.getrusage`` peak RSS is per process);
 the graph is ``synthetic-sbm:<nodes>:<degree>`` (:mod:`fedgraph.data.synthetic`), built first
@@ -100,14 +101,16 @@ def run_one(phase: str, nodes: int, degree: float, clients: int, hops: int, dim:
         w = torch.randint(1, 4, (n,), generator=gen).double()  # released levels 1..3
         weighted_propagation(data.x.to(dev), data.edge_index.to(dev), steps, w.to(dev))
     elif phase == "flexprop-plain":
+        from fedgraph.utils.graph import scatter_sum_chunked
+
         src, dst = data.edge_index.to(dev)
         loops = torch.arange(n, device=dev)
         src, dst = torch.cat([src, loops]), torch.cat([dst, loops])
-        w = torch.randint(1, 4, (n,), generator=gen).float().to(dev)[src]
-        norm = torch.zeros(n, device=dev).index_add_(0, dst, w)
+        w = torch.randint(1, 4, (n,), generator=gen).float().to(dev)  # per source node
+        norm = torch.zeros(n, device=dev).index_add_(0, dst, w[src])[:, None]
         h = data.x.to(dev)
-        for _ in range(steps):
-            h = torch.zeros_like(h).index_add_(0, dst, w[:, None] * h[src]) / norm[:, None]
+        for _ in range(steps):  # the [E, d] message block in bounded chunks (13 GB at 1e6)
+            h = scatter_sum_chunked(w[:, None] * h, src, dst, n) / norm
     else:
         raise ValueError(f"unknown phase {phase!r}; allowed: {', '.join(PHASES)}")
     _sync(dev)
