@@ -54,8 +54,10 @@ def load_run_config(preset: Optional[str], overrides: List[str]) -> dict:
 
 
 def run_simulation(run_config: dict, num_cpus: Optional[int] = None,
-                   cpus_per_client: float = 1.0, gpus_per_client: float = 0.0) -> dict:
-    """Run one simulation in-process; return the report dict.
+                   cpus_per_client: float = 1.0, gpus_per_client: float = 0.0,
+                   label: Optional[str] = None) -> dict:
+    """Run one simulation in-process; return the report dict. Without ``run-name`` the report
+    is named ``<label or method>-<dataset>-seed<seed>-<pid>`` (``label``: the preset's name).
 
     Raises:
         fedgraph.config.ConfigError: invalid config (before anything starts).
@@ -64,12 +66,15 @@ def run_simulation(run_config: dict, num_cpus: Optional[int] = None,
     from flwr.simulation import run_simulation as flwr_run_simulation
 
     from fedgraph.federation import preflight
+    from fedgraph.registry import spec_label
     from simulations.client_app import app as client_app
     from simulations.server_app import make_server_app, validate_run_config
 
     _, cfg = validate_run_config(run_config)
     preflight(cfg)
-    run_name = cfg.run_name or f"{cfg.method}-{cfg.dataset.replace(':', '_')}-seed{cfg.seed}-{os.getpid()}"
+    # Default name: the preset's (or the method's) and the dataset's, file-name safe.
+    label = label or cfg.method
+    run_name = cfg.run_name or f"{label}-{spec_label(cfg.dataset)}-seed{cfg.seed}-{os.getpid()}"
     run_config = {**run_config, "run-name": run_name,
                   "output-dir": str(Path(cfg.output_dir).expanduser().resolve())}
     report_path = Path(run_config["output-dir"]) / f"{run_name}.json"
@@ -103,7 +108,8 @@ def run(
 
     try:
         cfg = load_run_config(preset, set_)
-        run_simulation(cfg, num_cpus, cpus_per_client, gpus_per_client)
+        run_simulation(cfg, num_cpus, cpus_per_client, gpus_per_client,
+                       label=Path(preset).stem if preset else None)
     except (ConfigError, typer.BadParameter) as err:
         typer.echo(f"fedgraph: {err}", err=True)
         raise typer.Exit(2)
