@@ -60,7 +60,7 @@ def canonical_spec(spec: str) -> str:
 
 
 def spec_label(spec: str) -> str:
-    """A file-name-safe short label: ``"/x/loader.py:load"`` -> ``"loader_load"``,
+    """A file-name-safe short label: ``"data/loader.py:load"`` -> ``"loader_load"``,
     ``"facebook100:Caltech36"`` -> ``"facebook100_Caltech36"``."""
     if is_file_spec(spec):
         module, _, attr = spec.rpartition(":")

@@ -8,7 +8,7 @@ real thing.
 
     from simulations.local import run_local
     report = run_local({"strategy": "mypkg.mod:MyStrategy", "num-clients": 2, "epochs": 5,
-                        "output-dir": "/tmp/runs"})
+                        "output-dir": "runs"})
 """
 from __future__ import annotations
 
