@@ -30,7 +30,8 @@ def _setup(msg: Message, context: Context):
 
 @app.query("ppgnn")
 def ppgnn_query(msg: Message, context: Context) -> Message:
-    """Answer a PPM request with this client's users' reports."""
+    """Answer a PPM request with this client's users' reports (on the CPU whatever ``device``:
+    see :func:`fedgraph.methods.ppgnn.client_report`)."""
     cfg, pid, view = _setup(msg, context)
     # Simulation: seeded per client for reproducibility. Deployed clients use fresh randomness.
     gen = torch.Generator().manual_seed(zlib.crc32(f"{cfg.seed}:{pid}:ppgnn".encode()))
@@ -190,7 +191,9 @@ def gap_evaluate(msg: Message, context: Context) -> Message:
 def privgnn_query(msg: Message, context: Context) -> Message:
     """Answer the server's queries with Laplace-noised teacher posteriors, as many as this
     client's epsilon budget still allows (the rest refused); only the noisy answers and
-    counts fixed by public parameters leave the client."""
+    counts fixed by public parameters leave the client. The teachers run on this client's
+    device (``device``: the GPU Ray assigned, else the CPU); the draws come from the seeded
+    CPU generator below and the answers come back as CPU tensors."""
     from fedgraph.methods.privgnn_federated import client_answer
 
     cfg = parse_run_config(json.loads(msg.content["config"]["json"]))

@@ -65,6 +65,12 @@ def client_report(client: ClientGraph, cfg: PPGNNConfig, feature_domain, num_cla
     ``labels``, ``is_train`` (training and validation users), ``edge_index [2, e]`` (local
     and boundary edges, global ids). Raw features, levels and test labels never appear.
 
+    Runs on the CPU whatever ``cfg.device``: the mechanism is an elementwise perturbation of
+    this client's own users' features drawn from the seeded CPU ``generator`` (reproducible,
+    the same draws on every machine) and its output goes straight into the Flower message,
+    while the heavy computation (FlexProp and the GNN) is server side and already on
+    ``cfg.device`` (:func:`server_fit`).
+
     Raises:
         ConfigError: if the dataset has no public feature domain, or the client is empty.
     """

@@ -34,6 +34,13 @@ subgraphs. The loss is the *sum* of the teachers' losses and Adam (with L2 decay
 by element, so each teacher's parameters follow exactly the trajectory of training it alone;
 its output depends only on its own subsample, its query's public data and independent
 randomness, which is all the per-query analysis needs.
+
+Devices: a client's teachers (retrieval, training, prediction) run on the ``device`` given to
+:func:`answer_queries` (the federated client passes its run config's ``device``: the GPU Ray
+assigned, else the CPU). Every random draw (Poisson subsamples, teacher initialisation,
+dropout masks, Laplace noise) comes from the caller's CPU :class:`torch.Generator` and is then
+moved to the device, so a seed gives the same draws on every device; the released answers are
+CPU tensors.
 """
 from __future__ import annotations
 
@@ -222,7 +229,8 @@ class BatchedSAGE(nn.Module):
             if layer < len(self.weight) - 1:
                 h = F.relu(h)
                 if self.training and self.dropout > 0:
-                    keep = torch.rand(h.shape, generator=generator) >= self.dropout
+                    # drawn on the CPU generator, then moved: the same mask on every device
+                    keep = (torch.rand(h.shape, generator=generator) >= self.dropout).to(h.device)
                     h = h * keep / (1.0 - self.dropout)
         return h
 
@@ -231,12 +239,12 @@ class BatchedSAGE(nn.Module):
         sparse mean aggregation -> logits ``[n, C]`` (no dropout)."""
         n = x.shape[0]
         src, dst = edge_index
-        deg = torch.zeros(n).index_add_(0, dst, torch.ones(dst.numel())).clamp_min(1.0)
+        deg = x.new_zeros(n).index_add_(0, dst, x.new_ones(dst.numel())).clamp_min(1.0)
         h = x
         for layer, (w, bias) in enumerate(zip(self.weight, self.bias)):
             d_out = w.shape[-1] // 2
             z = h @ w[b]
-            agg = torch.zeros(n, d_out).index_add_(0, dst, z[src, :d_out]) / deg[:, None]
+            agg = z.new_zeros(n, d_out).index_add_(0, dst, z[src, :d_out]) / deg[:, None]
             h = agg + bias[b] + z[:, d_out:]
             if layer < len(self.weight) - 1:
                 h = F.relu(h)
@@ -244,8 +252,9 @@ class BatchedSAGE(nn.Module):
 
 
 def _mean_adjacency(edge_index: Tensor, n: int) -> Tensor:
-    """Dense ``[n, n]`` mean-aggregation matrix of ``edge_index`` (row = target)."""
-    a = torch.zeros(n, n)
+    """Dense ``[n, n]`` mean-aggregation matrix of ``edge_index`` (row = target), on
+    ``edge_index``'s device."""
+    a = torch.zeros(n, n, device=edge_index.device)
     if edge_index.numel():
         a[edge_index[1], edge_index[0]] = 1.0
     return a / a.sum(1, keepdim=True).clamp_min(1.0)
@@ -270,10 +279,12 @@ def train_teachers(xs: Tensor, adjs: Tensor, ys: Tensor, mask: Tensor, num_class
     Every teacher is trained on all its real nodes for ``cfg.epochs`` epochs (there is no
     validation split inside a teacher's ``K`` nodes; as in the authors' code). The loss is the
     sum over teachers of each teacher's mean cross-entropy, so each teacher receives exactly its
-    own gradient (see the module docstring).
+    own gradient (see the module docstring). The teachers are trained on ``xs``'s device; their
+    initial weights and dropout masks are drawn from ``generator`` (CPU) and moved there.
     """
     B, K, Fd = xs.shape
-    model = BatchedSAGE(B, Fd, cfg.hidden, num_classes, cfg.num_layers, cfg.dropout, generator)
+    model = BatchedSAGE(B, Fd, cfg.hidden, num_classes, cfg.num_layers, cfg.dropout,
+                        generator).to(xs.device)
     opt = torch.optim.Adam(model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay,
                            fused=True)
     density = float((xs != 0).float().mean()) if xs.numel() else 1.0
@@ -396,9 +407,10 @@ def teacher_posteriors(private, query_x: Tensor, *, rate: float, k: int, num_cla
                        neighbourhoods: QueryGraphs | None = None,
                        projection: FeatureProjection | None = None,
                        generator: torch.Generator | None = None,
-                       timing: TeacherTiming | None = None) -> Tensor:
-    """The noise-free posteriors of the per-query teachers, ``[Q, C]``. Internal to a client:
-    never release these; :func:`answer_queries` is the release.
+                       timing: TeacherTiming | None = None,
+                       device: torch.device | str | None = None) -> Tensor:
+    """The noise-free posteriors of the per-query teachers, ``[Q, C]`` on ``device`` (``None``:
+    the CPU). Internal to a client: never release these; :func:`answer_queries` is the release.
 
     For query ``q``: a fresh Poisson subsample (rate ``gamma``) of the private nodes, the ``k``
     sampled labelled nodes nearest to the query's features (Euclidean, ``torch.cdist``), a
@@ -408,25 +420,35 @@ def teacher_posteriors(private, query_x: Tensor, *, rate: float, k: int, num_cla
     variant: the teacher sees the query through the nodes it was retrieved with). A query whose
     subsample is empty gets the uniform posterior. With ``projection`` the teachers read
     projected features (retrieval still uses the raw ones).
+
+    Every tensor and teacher lives on ``device``; the random draws come from ``generator``
+    (CPU) and are moved there, so they do not depend on the device.
     """
     cfg = teacher or TeacherConfig()
-    x, y, ei, cand = _private_view(private)
+    dev = torch.device("cpu") if device is None else torch.device(device)
+    x, y, ei, cand = (t.to(dev) for t in _private_view(private))
     n = x.shape[0]
     Q = query_x.shape[0]
     if k < 1:
         raise ValueError(f"k must be >= 1 (got {k})")
     if neighbourhoods is not None and neighbourhoods.center.numel() != Q:
         raise ValueError("neighbourhoods must describe exactly the Q queries")
+    if neighbourhoods is not None:  # ptr/center stay on the CPU: they only index
+        neighbourhoods = QueryGraphs(neighbourhoods.x.to(dev), neighbourhoods.edge_index.to(dev),
+                                     neighbourhoods.ptr, neighbourhoods.center)
+    if projection is not None:
+        projection = FeatureProjection(projection.mean.to(dev), projection.components.to(dev))
+    query_x = query_x.to(dev)
     t0 = time.perf_counter()
     dist = torch.cdist(query_x.float(), x)  # [Q, n]
     proj = projection if projection is not None else (lambda z: z.float())
     tx = proj(x)  # teacher inputs
-    out = torch.full((Q, num_classes), 1.0 / num_classes)
+    out = torch.full((Q, num_classes), 1.0 / num_classes, device=dev)
     for start in range(0, Q, cfg.batch_size):
         qs = list(range(start, min(Q, start + cfg.batch_size)))
         chosen = []
         for q in qs:
-            sample = poisson_subsample(n, rate, generator) & cand
+            sample = poisson_subsample(n, rate, generator).to(dev) & cand
             d = dist[q].masked_fill(~sample, float("inf"))
             kk = min(k, int(sample.sum()))
             chosen.append(torch.topk(d, kk, largest=False).indices if kk else None)
@@ -435,8 +457,9 @@ def teacher_posteriors(private, query_x: Tensor, *, rate: float, k: int, num_cla
             continue
         K = max(chosen[i].numel() for i in live)
         B = len(live)
-        xs, adjs = torch.zeros(B, K, tx.shape[1]), torch.zeros(B, K, K)
-        ys, mask = torch.zeros(B, K, dtype=torch.long), torch.zeros(B, K, dtype=torch.bool)
+        xs, adjs = tx.new_zeros(B, K, tx.shape[1]), tx.new_zeros(B, K, K)
+        ys = torch.zeros(B, K, dtype=torch.long, device=dev)
+        mask = torch.zeros(B, K, dtype=torch.bool, device=dev)
         sub_edges = []
         for j, i in enumerate(live):
             idx = chosen[i]
@@ -455,10 +478,13 @@ def teacher_posteriors(private, query_x: Tensor, *, rate: float, k: int, num_cla
                 else:  # query attached to its retrieved nodes: node m, edges j -> m
                     m = chosen[i].numel()
                     gx = torch.cat([xs[j, :m], proj(query_x[q:q + 1])])
-                    star = torch.stack([torch.arange(m), torch.full((m,), m)])
+                    star = torch.stack([torch.arange(m, device=dev),
+                                        torch.full((m,), m, device=dev)])
                     gei, c = torch.cat([sub_edges[j], star], 1), m
                 out[q] = model.single(j, gx, gei)[c].softmax(-1)
     if timing is not None:
+        if dev.type == "cuda":
+            torch.cuda.synchronize(dev)  # kernels run asynchronously: time them to the end
         timing.seconds += time.perf_counter() - t0
         timing.queries += Q
     return out
@@ -468,10 +494,11 @@ def noisy_answers(posteriors: Tensor, lam: float, mode: Mode = "posterior",
                   generator: torch.Generator | None = None) -> Tensor:
     """Laplace mechanism on the teachers' outputs (paper Sec. 3.1.2): ``posterior`` releases
     the probability vector, ``vote`` the one-hot argmax, each plus i.i.d. Laplace noise of scale
-    ``SENSITIVITY / lam`` (= 2 / lambda) per coordinate.
+    ``SENSITIVITY / lam`` (= 2 / lambda) per coordinate. The noise is drawn from
+    ``generator`` on the CPU and moved to ``posteriors``' device (the same draws everywhere).
 
     Returns:
-        ``[Q, C]`` noisy answers.
+        ``[Q, C]`` noisy answers, on ``posteriors``' device.
     """
     lam = float(lam)
     if not (lam > 0 and math.isfinite(lam)):
@@ -482,7 +509,7 @@ def noisy_answers(posteriors: Tensor, lam: float, mode: Mode = "posterior",
         clean = F.one_hot(posteriors.argmax(-1), posteriors.shape[-1]).float()
     else:
         raise ValueError(f"mode: unknown {mode!r}; allowed: ['posterior', 'vote']")
-    return clean + laplace_noise(clean.shape, SENSITIVITY / lam, generator)
+    return clean + laplace_noise(clean.shape, SENSITIVITY / lam, generator).to(clean.device)
 
 
 def privgnn_events(num_queries: int, rate: float, lam: float,
@@ -583,7 +610,8 @@ def answer_queries(private, query_x: Tensor, *, rate: float, k: int, lam: float,
                    mode: Mode = "posterior", neighbourhoods: QueryGraphs | None = None,
                    projection: FeatureProjection | None = None,
                    budget: QueryBudget | None = None, generator: torch.Generator | None = None,
-                   timing: TeacherTiming | None = None) -> Tensor:
+                   timing: TeacherTiming | None = None,
+                   device: torch.device | str | None = None) -> Tensor:
     """Client side of PrivGNN: noisy answers to ``Q`` queries (paper Alg. 1 lines 3-7).
 
     Args:
@@ -599,9 +627,12 @@ def answer_queries(private, query_x: Tensor, *, rate: float, k: int, lam: float,
         projection: a public feature map for the teachers' inputs (:func:`public_projection`;
             ``None``: raw features, the paper's setting).
         budget: refuses (raises before any computation) if ``Q`` exceeds what is left.
+        generator: every random draw (CPU; see the module docstring).
+        device: where the teachers run (``None``: the CPU).
 
     Returns:
-        ``[Q, C]`` noisy answers. Privacy: :func:`privgnn_events` with ``num_queries=Q``.
+        ``[Q, C]`` noisy answers, a CPU tensor (the release). Privacy: :func:`privgnn_events`
+        with ``num_queries=Q``.
 
     Raises:
         BudgetExceededError: if ``budget`` has fewer than ``Q`` queries left.
@@ -610,8 +641,9 @@ def answer_queries(private, query_x: Tensor, *, rate: float, k: int, lam: float,
         budget.charge(int(query_x.shape[0]))
     post = teacher_posteriors(private, query_x, rate=rate, k=k, num_classes=num_classes,
                               teacher=teacher, neighbourhoods=neighbourhoods,
-                              projection=projection, generator=generator, timing=timing)
-    return noisy_answers(post, lam, mode, generator)
+                              projection=projection, generator=generator, timing=timing,
+                              device=device)
+    return noisy_answers(post, lam, mode, generator).cpu()
 
 
 # --------------------------------------------------------------------------------------------

@@ -34,6 +34,7 @@ import torch
 from torch import Tensor
 
 from ..config import DataConfig, PrivGNNConfig
+from ..device import resolve_device
 from .privgnn import (FeatureProjection, QueryBudget, QueryGraphs, TeacherConfig,
                       answer_queries, max_queries, privgnn_epsilon, privgnn_split,
                       query_neighbourhoods)
@@ -193,12 +194,21 @@ def client_answer(cfg: PrivGNNConfig, partition_id: int, arrays: dict[str, Tenso
         partition_id: this client's index.
         arrays: the message tensors (:func:`encode_queries`).
         answered_before: answers this client released in earlier rounds of the run.
-        generator: randomness of sampling, teachers and noise (deployed clients: fresh).
+        generator: randomness of sampling, teachers and noise (deployed clients: fresh); a
+            CPU generator whatever the device, so a seed gives the same draws everywhere.
+
+    The teachers run on ``resolve_device(cfg.device)`` (the GPU Ray assigned this client,
+    else the CPU; :mod:`fedgraph.device`).
 
     Returns:
-        :class:`ClientReply`; ``answers`` ``[m, C]`` with ``m = min(Q, limit - answered_before)``.
+        :class:`ClientReply`; ``answers`` ``[m, C]`` (a CPU tensor, ready for the Flower
+        message) with ``m = min(Q, limit - answered_before)``.
         Privacy: ``privgnn_events(answered_before + m, gamma, lam)`` for the whole run.
+
+    Raises:
+        ConfigError: ``device = "cuda"`` but this process sees no GPU (names the key).
     """
+    device = resolve_device(cfg.device)  # before any work: a bad device fails every round
     graph, stats = client_graph(cfg, partition_id)
     hoods, proj = decode_queries(arrays)
     asked = int(hoods.center.numel())
@@ -214,7 +224,7 @@ def client_answer(cfg: PrivGNNConfig, partition_id: int, arrays: dict[str, Tenso
         answers = answer_queries(graph, sub.query_x, rate=cfg.gamma, k=cfg.num_neighbours,
                                  lam=cfg.lam, num_classes=C, teacher=teacher_config(cfg),
                                  mode=cfg.answer_mode, neighbourhoods=sub, projection=proj,
-                                 budget=budget, generator=generator)
+                                 budget=budget, generator=generator, device=device)
     meta = {"partition_id": int(partition_id), "asked": asked, "answered": int(m),
             "refused": asked - int(m), "limit": int(limit),
             "answered_total": int(budget.answered), "epsilon_target": float(target)}
