@@ -148,7 +148,7 @@ def load_published(paths: Iterable[str | Path]) -> list[Published]:
 def _dataset_title(name: str) -> str:
     known = {"cora": "Cora", "citeseer": "CiteSeer", "pubmed": "PubMed",
              "facebook-pagepage": "Facebook page-page", "lastfm-asia": "LastFM Asia",
-             "reddit": "Reddit"}
+             "reddit": "Reddit", "ogbn-products": "ogbn-products"}
     if name.lower().startswith("facebook100:"):
         return f"Facebook100 {name.split(':', 1)[1]}"
     return known.get(name.lower(), name)

@@ -92,7 +92,8 @@ def planetoid_split(data: Data, seed: int = 0) -> Data:
     :func:`fedgraph.data.load_dataset` in ``public_{train,val,test}_mask``.
 
     Args:
-        data (Data): a Cora, CiteSeer or PubMed graph from
+        data (Data): a Cora, CiteSeer or PubMed graph (the Planetoid split) or an
+            ogbn-products graph (OGB's sales-ranking split) from
             :func:`~fedgraph.data.load_dataset`.
         seed (int, optional): ignored; for a uniform signature.
 
@@ -103,7 +104,7 @@ def planetoid_split(data: Data, seed: int = 0) -> Data:
     if not all(k in data for k in keys):
         raise ValueError(
             f"Dataset '{getattr(data, 'name', '?')}' has no public Planetoid "
-            f"split (only cora, citeseer and pubmed loaded with "
+            f"split (only cora, citeseer, pubmed and ogbn-products loaded with "
             f"fedgraph.data.load_dataset have one)")
     out = copy.copy(data)
     out.train_mask = data.public_train_mask.clone()
