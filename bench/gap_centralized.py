@@ -4,7 +4,13 @@ Not a test (minutes per seed). Runs ``fedgraph.methods.gap.run_gap`` on
 facebook100:Wisconsin87 (class years with >= 1000 students, 75/10/15 random split per seed):
 
   MLP (edge level, no edges), GAP-inf (no noise), GAP edge level at eps in {1, 2, 4, 8},
-  GAP node level at eps in {4, 8, 16} (D = --max-degree, DP-SGD on encoder and classifier).
+  GAP node level at eps in {4, 8, 16} (D = --max-degree, DP-SGD on encoder and classifier),
+  and the paper's other baselines (issue #3 item 4): GraphSAGE without DP ("sage": PyG's
+  GraphSAGE, K = --hops mean-aggregation layers), MLP-DP ("mlp-node:eps": the MLP trained with
+  DP-SGD at node level) and GraphSAGE with DP-SGD ("sage-node:eps": one mean-aggregation layer
+  on the graph with out-degrees bounded by D = --max-degree, DP-SGD with the group sensitivity
+  (2D + 1) C and no amplification credit, noisy aggregation at inference; see
+  ``fedgraph.methods.gap.train_sage_dp``), each at eps in {4, 8, 16}.
 
 Hyperparameters are the paper's (reference code experiments.ipynb): K = --hops (the paper
 tunes 1..5), encoder 2 layers of width 16, base 1 layer, head 1 layer, cat, SELU, dropout 0,
@@ -20,7 +26,8 @@ resident set so far (ru_maxrss), so it is monotone over the table.
 The paper's numbers on Facebook (UIllinois20, a sibling college) for the expected shape:
 GAP-inf 80.0, GAP edge eps=4 76.3, GAP node eps=8 63.2, MLP 50.8.
 
-Usage: python bench/gap_centralized.py [--seeds 5] [--configs mlp gap-inf edge:4 node:8 ...]
+Usage: python bench/gap_centralized.py [--seeds 5] [--configs mlp gap-inf edge:4 node:8 sage
+       sage-node:8 mlp-node:8 ...]
        [--data-root ../shared/data] [--hops 2] [--max-degree 100]
 Writes bench/results/gap_centralized.json and prints a table (mean +- std accuracy).
 """
@@ -41,17 +48,25 @@ from fedgraph.data import gap_split, load_dataset
 from fedgraph.methods.gap import run_gap
 
 CONFIGS = ["mlp", "gap-inf", "edge:1", "edge:2", "edge:4", "edge:8", "node:4", "node:8",
-           "node:16"]
+           "node:16", "sage", "mlp-node:4", "mlp-node:8", "mlp-node:16", "sage-node:4",
+           "sage-node:8", "sage-node:16"]
+#: config prefix before ":eps" -> (method, level)
+PRIVATE = {"edge": ("gap", "edge"), "node": ("gap", "node"), "mlp-node": ("mlp", "node"),
+           "sage-node": ("sage", "node")}
 PAPER = {"mlp": 50.8, "gap-inf": 80.0, "edge:4": 76.3, "node:8": 63.2}  # UIllinois20
 
 
 def parse(config: str) -> dict:
-    if config in ("mlp", "gap-inf"):
+    """``mlp``, ``gap-inf``, ``sage`` (non-private) or ``<prefix>:<eps>`` with a prefix of
+    :data:`PRIVATE`, as keyword arguments of ``run_gap``."""
+    if config in ("mlp", "gap-inf", "sage"):
         return {"method": config, "level": "edge"}
-    level, eps = config.split(":")
-    if level not in ("edge", "node"):
-        raise ValueError(f"unknown config {config!r}; known: {', '.join(CONFIGS)}")
-    return {"method": "gap", "level": level, "epsilon": float(eps)}
+    prefix, _, eps = config.partition(":")
+    if prefix not in PRIVATE or not eps:
+        raise ValueError(f"unknown config {config!r}; known: mlp, gap-inf, sage, "
+                         f"{', '.join(p + ':<eps>' for p in PRIVATE)}")
+    method, level = PRIVATE[prefix]
+    return {"method": method, "level": level, "epsilon": float(eps)}
 
 
 def _finite(obj):
@@ -96,7 +111,8 @@ def main() -> None:
         for config, spec in specs.items():
             kw = dict(num_hops=args.hops, max_degree=args.max_degree,
                       accountant=args.accountant, seed=seed, **spec)
-            share = spec["method"] != "mlp" and spec["level"] == "edge"
+            # GAP's edge-level encoder is shared; MLP and GraphSAGE have none
+            share = spec["method"] in ("gap", "gap-inf") and spec["level"] == "edge"
             if share and shared is not None:
                 kw["encoder_output"] = shared[0]
             t = time.perf_counter()
@@ -108,14 +124,14 @@ def main() -> None:
                 wall += shared[1]
             r.update(seed=seed, wall_s=wall, peak_rss_mib=rss_mib())
             runs[config].append(r)
-            print(f"seed {seed} {config:<8} test {100 * r['test_acc']:5.1f} val "
+            print(f"seed {seed} {config:<12} test {100 * r['test_acc']:5.1f} val "
                   f"{100 * r['val_acc']:5.1f} sigma {r['sigma']:.3f} eps_spent "
                   f"{r['epsilon_spent']:.3f} delta {r['delta']:.0e} wall {wall:6.1f} s "
                   f"({', '.join(f'{k} {v:.1f}' for k, v in r['timings'].items())}) "
                   f"peak RSS {r['peak_rss_mib']:.0f} MiB", flush=True)
 
     summary = {}
-    print(f"\n{'config':<9} {'test acc':>13} {'val acc':>13} {'sigma':>7} {'eps spent':>9} "
+    print(f"\n{'config':<13} {'test acc':>13} {'val acc':>13} {'sigma':>7} {'eps spent':>9} "
           f"{'wall s':>7} {'peak MiB':>8}  paper (UIllinois20)")
     for config, rs in runs.items():
         acc = [100 * r["test_acc"] for r in rs]
@@ -128,7 +144,7 @@ def main() -> None:
                "peak_rss_mib": max(r["peak_rss_mib"] for r in rs), "paper": PAPER.get(config)}
         summary[config] = row
         paper = f"{row['paper']:.1f}" if row["paper"] is not None else ""
-        print(f"{config:<9} {row['test_mean']:6.1f} +- {row['test_std']:4.1f} "
+        print(f"{config:<13} {row['test_mean']:6.1f} +- {row['test_std']:4.1f} "
               f"{row['val_mean']:6.1f} +- {row['val_std']:4.1f} {row['sigma']:7.3f} "
               f"{row['epsilon_spent']:9.3f} {row['wall_s']:7.1f} {row['peak_rss_mib']:8.0f}  "
               f"{paper}")

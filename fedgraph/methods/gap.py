@@ -44,6 +44,36 @@ in-neighbours is larger than centrally). Node level: a client bounds the out-deg
 nodes over local and boundary edges together (:func:`fedgraph.utils.bound_out_degree`): it owns
 every out-edge of its nodes.
 
+Baselines (paper Sec. 6; the extract we work from lacks that section's details, so the setup
+below is rebuilt from the reference code, ``core/methods/node/sage/`` and
+``core/privacy/algorithms/graph/gnn_sgd.py``, and argued here):
+
+* MLP (``method="mlp"``: no edges; at node level trained with DP-SGD, i.e. MLP-DP) and GAP
+  without noise (``method="gap-inf"``).
+* GraphSAGE without DP (``method="sage"``, ``level="edge"``, ``epsilon=inf``): PyG's
+  ``GraphSAGE``, ``K`` mean-aggregation layers, full batch, Adam, best validation epoch.
+* GraphSAGE with DP-SGD (``method="sage"``, ``level="node"``, finite epsilon): one SAGE layer
+  with mean aggregation on the graph with out-degrees bounded by ``D``
+  (:func:`fedgraph.utils.bound_out_degree`; mean aggregation collects in-neighbours, so node
+  ``v`` enters the aggregates of its out-neighbours: the out-degree is what must be bounded,
+  in-degrees stay free). The aggregation has no parameters, so node ``i``'s input is the fixed
+  row :math:`[\hat x_i, \mathrm{mean}_{j \to i} \hat x_j]` (:func:`sage_dp_features`) and the
+  model an MLP of ``nn.Linear`` layers whose per-example gradients Opacus clips. Removing node
+  ``v`` removes its own clipped gradient (norm <= ``C``) and changes those of its <= ``D``
+  out-neighbours (by <= ``2C`` each: both versions have norm <= ``C``), so the summed gradient
+  has L2 sensitivity :math:`(2D + 1) C` (:func:`sage_dp_sensitivity`) and Opacus is given the
+  noise multiplier :math:`z (2D + 1)`. Accounting: every step is a Gaussian mechanism with
+  multiplier ``z`` relative to that sensitivity, composed over all ``T`` steps with **no**
+  credit for subsampling (Opacus's Poisson amplification assumes that one individual is one
+  example; here one node affects up to ``D + 1`` of them; the reference code claims a
+  hypergeometric amplification bound, which we do not use): conservative. Predictions use the
+  neighbours' features, so inference uses the mean aggregation released once with Gaussian
+  noise (sensitivity :math:`\sqrt D`, multiplier ``z``), one more event, as the reference code
+  does (noise at inference only; training sees the exact rows, protected by DP-SGD).
+  One multiplier ``z`` for all, calibrated with :func:`fedgraph.accounting.calibrate`
+  (:func:`calibrate_sage_dp`). The degree-bounding caveat of :mod:`fedgraph.utils.graph` (the
+  sampling itself depends on the neighbourhood) applies as for GAP.
+
 Randomness comes from ``torch.Generator`` objects (reproducible, not cryptographically secure:
 fine for simulation, not for deployment).
 
@@ -66,16 +96,19 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from ..nn.gap import GAPClassifier, GAPEncoder, normalize_rows, stack_hops
-from ..utils.graph import bound_out_degree
+from ..nn.gap import MLP, GAPClassifier, GAPEncoder, normalize_rows, stack_hops
+from ..utils.graph import (MAX_MESSAGE_ELEMENTS, bound_out_degree, in_degree, out_degree,
+                           scatter_sum_chunked)
 
 __all__ = [
     "aggregate", "perturb", "normalize_rows", "pma", "edge_sensitivity", "node_sensitivity",
     "DPSGD", "dpsgd_schedule", "default_delta", "gap_events", "calibrate_gap", "local_train",
     "evaluate", "FitResult", "fit", "train_encoder", "train_classifier", "run_gap", "METHODS",
+    "mean_aggregate", "sage_dp_features", "sage_dp_sensitivity", "sage_dp_events",
+    "calibrate_sage_dp", "train_sage_dp", "train_sage", "SAGE_COMBINATIONS",
 ]
 
-METHODS = ("gap", "gap-inf", "mlp")
+METHODS = ("gap", "gap-inf", "mlp", "sage")
 LEVELS = ("edge", "node")
 
 # Defaults of the paper's experiments (reference code, experiments.ipynb): Adam, lr 0.01,
@@ -494,6 +527,340 @@ def train_classifier(classifier: GAPClassifier, hops: Tensor | list[Tensor], y: 
 
 
 # --------------------------------------------------------------------------------------------
+# GraphSAGE baselines (paper Sec. 6): without DP, and with DP-SGD at node level
+# --------------------------------------------------------------------------------------------
+#: The (method, level, epsilon) combinations :func:`run_gap` accepts for ``method="sage"``.
+SAGE_COMBINATIONS = ("method='sage', level='edge', epsilon=inf (GraphSAGE without DP)",
+                     "method='sage', level='node', finite epsilon (GraphSAGE with DP-SGD)")
+
+#: Training defaults of node-level GraphSAGE-DP (``"auto"`` in :func:`run_gap`): full batch
+#: (no amplification by sampling is claimed, so smaller batches only add steps, each paying
+#: the full Gaussian mechanism), 10 epochs (= 10 noisy steps) as the level's other modules.
+SAGE_DP_DEFAULTS: dict[str, Any] = dict(epochs=10, batch_size=None)
+
+
+def mean_aggregate(h: Tensor, edge_index: Tensor, num_nodes: int,
+                   max_elements: int = MAX_MESSAGE_ELEMENTS) -> Tensor:
+    r"""GraphSAGE's mean aggregation over in-neighbours:
+    ``out[v] = mean over (u, v) in E of h[u]`` (zero rows for nodes without in-edges).
+
+    The sum by :func:`fedgraph.utils.graph.scatter_sum_chunked` (never an ``N x N`` matrix, and
+    at most ``max_elements`` message elements at a time: raw features are wide, ``[E, F]`` would
+    be 10 GB on Facebook100 Wisconsin87), divided by the in-degree.
+
+    Args:
+        h: ``[N_src, e]`` source rows; edge_index: long ``[2, E]``, ``edge_index[0] ->
+            edge_index[1]``; num_nodes: target rows ``N``; max_elements: message block cap.
+
+    Returns:
+        ``[N, e]``.
+    """
+    if edge_index.dim() != 2 or edge_index.size(0) != 2:
+        raise ValueError(f"edge_index must have shape [2, E], got {tuple(edge_index.shape)}")
+    sums = scatter_sum_chunked(h, edge_index[0], edge_index[1], num_nodes, max_elements)
+    deg = in_degree(edge_index, num_nodes).clamp(min=1).to(sums.dtype)
+    return sums / deg.unsqueeze(-1)
+
+
+def sage_dp_features(x: Tensor, edge_index: Tensor, num_nodes: int, sigma: float = 0.0,
+                     generator: torch.Generator | None = None) -> Tensor:
+    r"""Inputs of node-level GraphSAGE-DP: row ``i`` is
+    :math:`[\hat x_i,\ \bar x_i + \mathcal N(0, \sigma^2 I)]` with
+    :math:`\hat x_i = x_i / \lVert x_i \rVert_2` and
+    :math:`\bar x_i = \mathrm{mean}_{j \to i} \hat x_j` over the (degree-bounded) in-neighbours.
+
+    A linear layer on this row is a SAGE convolution with mean aggregation
+    (:math:`W_1 \hat x_i + W_2 \bar x_i + b`), so a model on these rows is a plain MLP whose
+    per-example gradients Opacus computes. ``sigma = 0`` gives the exact rows (training);
+    ``sigma > 0`` the noisy aggregation of private inference (every row of :math:`\bar x` has
+    norm <= 1 and removing a node ``v`` changes only the rows of its out-neighbours, each by at
+    most 1 in L2: a mean of ``d`` unit vectors moves by at most ``2 / d`` when one is removed,
+    to zero when ``d = 1``; so a Gaussian mechanism with sensitivity :math:`\sqrt D` when
+    out-degrees are bounded by ``D``, :func:`node_sensitivity`).
+
+    Args:
+        x: ``[N, F]`` features; edge_index: ``[2, E]``; num_nodes: ``N``.
+        sigma: noise std on the aggregation (``0``: none).
+        generator: noise source.
+
+    Returns:
+        ``[N, 2F]``.
+    """
+    xh = normalize_rows(x)
+    agg = perturb(mean_aggregate(xh, edge_index, num_nodes), sigma, generator)
+    return torch.cat([xh, agg], dim=-1)
+
+
+def sage_dp_sensitivity(max_degree: int, max_grad_norm: float = 1.0) -> float:
+    r"""Node-level L2 sensitivity :math:`(2D + 1) C` of the sum of clipped per-example gradients
+    of one-layer mean-aggregation GraphSAGE on a graph with out-degrees bounded by ``D``.
+
+    Removing node ``v`` removes its own term (norm <= ``C``) and changes the terms of its at most
+    ``D`` out-neighbours (the only aggregates that contain ``v``); a changed term goes from one
+    vector of norm <= ``C`` to another, a change of up to ``2C``. Nothing else changes. (Counting
+    ``C`` per changed term, ``(D + 1) C``, holds only for terms that vanish.) The GAP reference
+    code (``GNNBasedNoisySGD``) uses the slightly larger ``2 (D + 1) C``.
+    """
+    if isinstance(max_degree, bool) or int(max_degree) != max_degree or max_degree < 1:
+        raise ValueError(f"max_degree must be an integer >= 1, got {max_degree}")
+    if not (max_grad_norm > 0 and math.isfinite(max_grad_norm)):
+        raise ValueError(f"max_grad_norm must be finite and > 0, got {max_grad_norm}")
+    return (2 * int(max_degree) + 1) * float(max_grad_norm)
+
+
+def sage_dp_events(noise_multiplier: float, steps: int, inference: bool = True) -> list:
+    """Privacy events of node-level GraphSAGE-DP: ``steps`` Gaussian mechanisms (the noisy
+    gradient sums, multiplier relative to :func:`sage_dp_sensitivity`, **no** subsampling
+    credit) and, with ``inference``, one more (the noisy aggregation of inference, multiplier
+    relative to :math:`\\sqrt D`); one multiplier for all."""
+    from ..accounting import Gaussian
+
+    count = int(steps) + (1 if inference else 0)
+    return [Gaussian(noise_multiplier, count=count)] if count > 0 else []
+
+
+def calibrate_sage_dp(target_epsilon: float, delta: float, steps: int, *,
+                      inference: bool = True, accountant: str = "prv") -> float:
+    """Smallest noise multiplier for which :func:`sage_dp_events` meets
+    ``(target_epsilon, delta)`` (``inf``: 0, no noise)."""
+    from ..accounting import calibrate
+
+    if math.isinf(target_epsilon):
+        return 0.0
+    return float(calibrate(target_epsilon, delta,
+                           lambda z: sage_dp_events(z, steps, inference), accountant=accountant))
+
+
+def train_sage_dp(model: nn.Module, x: Tensor, y: Tensor, train_mask: Tensor, *, epochs: int,
+                  batch_size: int | None, noise_multiplier: float, max_grad_norm: float,
+                  lr: float = 0.01, weight_decay: float = 0.0, physical_batch_size: int = 1024,
+                  generator: torch.Generator | None = None) -> FitResult:
+    r"""DP-SGD (Opacus, around Adam) on the fixed rows ``x`` (:func:`sage_dp_features`).
+
+    Each step takes a Poisson sample of the training rows with rate ``q = batch_size / n``
+    (``batch_size=None``: all rows, one step per epoch; :func:`dpsgd_schedule` gives the
+    steps), clips every per-example gradient to ``max_grad_norm`` and adds Gaussian noise of
+    std ``noise_multiplier * max_grad_norm`` to their sum (so pass the calibrated multiplier
+    times ``2D + 1``: see :func:`sage_dp_sensitivity`). A sample is processed in chunks of
+    ``physical_batch_size`` rows (per-example gradients of a ``2F x hidden`` layer for 10^4
+    rows would not fit) with Opacus's skipped steps: clipped gradients accumulate and the noise
+    is added once per step. The model is trained in place; hooks are removed afterwards.
+
+    The accounting (:func:`sage_dp_events`) takes no credit for the sampling: each step is a
+    Gaussian mechanism on the sampled sum (sensitivity ``(2D + 1) C`` whatever the sample;
+    with ``q < 1`` a mixture over the other nodes' coins of such mechanisms, which is no less
+    private), so full batch, the default of :func:`run_gap`, gives the fewest noisy steps.
+
+    Returns:
+        a :class:`FitResult` with the last epoch's model (no selection on validation labels).
+    """
+    from opacus import GradSampleModule
+    from opacus.optimizers import DPOptimizer
+
+    idx = _indices(train_mask, x.size(0), x.device)
+    n = int(idx.numel())
+    if n == 0:
+        raise ValueError("no training rows")
+    bsz = n if batch_size is None else min(int(batch_size), n)
+    q, steps = dpsgd_schedule(n, bsz, epochs)
+    per_epoch = steps // epochs if epochs else 0
+    opt = torch.optim.Adam(model.parameters(), lr=lr, weight_decay=weight_decay)
+    gsm = GradSampleModule(model, loss_reduction="sum", strict=True)
+    noise_gen = generator
+    if generator is not None and x.device.type != "cpu":
+        noise_gen = torch.Generator(device=x.device).manual_seed(
+            int(torch.randint(2 ** 62, (1,), generator=generator)))
+    dp_opt = DPOptimizer(opt, noise_multiplier=noise_multiplier, max_grad_norm=max_grad_norm,
+                         expected_batch_size=bsz, loss_reduction="mean", generator=noise_gen)
+    result = FitResult(model, epochs, epochs)
+    model.train()
+    try:
+        for _ in range(epochs):
+            losses = []
+            for _ in range(per_epoch):
+                b = idx if q >= 1.0 else idx[torch.rand(n, generator=generator).to(idx.device) < q]
+                chunks = list(torch.split(b, physical_batch_size)) or [b]
+                dp_opt.zero_grad(set_to_none=True)
+                total = 0.0
+                for c, chunk in enumerate(chunks):
+                    if c:
+                        dp_opt.zero_grad(set_to_none=True)  # keeps the accumulated sum
+                    loss = F.cross_entropy(gsm(x[chunk]), y[chunk], reduction="sum")
+                    with warnings.catch_warnings():
+                        warnings.simplefilter("ignore", UserWarning)
+                        loss.backward()
+                    if c < len(chunks) - 1:
+                        dp_opt.signal_skip_step(True)  # clip and accumulate, no noise yet
+                    dp_opt.step()
+                    total += loss.item()
+                if b.numel():
+                    losses.append(total / b.numel())
+            result.train_loss.append(sum(losses) / len(losses) if losses else float("nan"))
+    finally:
+        gsm._close()
+        for p in model.parameters():
+            p.grad = None
+    model.eval()
+    return result
+
+
+def train_sage(model: nn.Module, x: Tensor, edge_index: Tensor, y: Tensor, train_mask: Tensor,
+               val_mask: Tensor | None, *, epochs: int, lr: float = 0.01,
+               weight_decay: float = 0.0, select_on_val: bool = True) -> FitResult:
+    """Full-batch Adam on a graph model ``model(x, edge_index) -> [N, C]`` logits (no DP;
+    ``edge_index`` may be anything the model takes, e.g. a sparse ``adj_t``),
+    keeping the epoch with the best validation accuracy (ties: lower validation loss) when
+    ``select_on_val``, else the last."""
+    opt = torch.optim.Adam(model.parameters(), lr=lr, weight_decay=weight_decay)
+    result = FitResult(model, epochs, epochs)
+    tr = _indices(train_mask, x.size(0), x.device)
+    va = _indices(val_mask, x.size(0), x.device) if val_mask is not None else None
+    best, best_state = None, None
+    for epoch in range(1, epochs + 1):
+        model.train()
+        opt.zero_grad(set_to_none=True)
+        loss = F.cross_entropy(model(x, edge_index)[tr], y[tr])
+        loss.backward()
+        opt.step()
+        result.train_loss.append(loss.item())
+        if select_on_val and va is not None and va.numel():
+            model.eval()
+            with torch.no_grad():
+                out = model(x, edge_index)[va]
+            acc = float((out.argmax(-1) == y[va]).float().mean())
+            result.val_accuracy.append(acc)
+            key = (acc, -float(F.cross_entropy(out, y[va])))
+            if best is None or key > best:
+                best, best_state, result.best_epoch = key, copy.deepcopy(model.state_dict()), epoch
+    if best_state is not None:
+        model.load_state_dict(best_state)
+    model.eval()
+    return result
+
+
+def _run_sage(data, *, level: str, epsilon: float, delta: float | str, num_hops: int,
+              hidden: int, head_layers: int, dropout: float, batch_norm: bool | None,
+              epochs: int | None, lr: float, weight_decay: float, batch_size: int | None | str,
+              max_degree: int, max_grad_norm: float, select_on_val: bool | None,
+              accountant: str, seed: int) -> dict[str, Any]:
+    """GraphSAGE baselines for :func:`run_gap` (``method="sage"``; see its docstring)."""
+    private = not math.isinf(epsilon)
+    if (level == "edge") == private:
+        raise ValueError(f"method='sage' with level={level!r} and epsilon={epsilon}: not "
+                         f"supported; allowed: {'; '.join(SAGE_COMBINATIONS)}")
+    if private and not epsilon > 0:
+        raise ValueError(f"epsilon must be > 0, got {epsilon}")
+    if num_hops < 1:
+        raise ValueError(f"num_hops must be >= 1 for GraphSAGE, got {num_hops}")
+    if level == "node" and batch_norm:
+        raise ValueError("batch_norm cannot be used with DP-SGD (node level)")
+    t_start = time.perf_counter()
+    timings: dict[str, float] = {}
+    torch.manual_seed(seed)
+    gen = torch.Generator().manual_seed(seed)
+    x, y, n = data.x, data.y, int(data.num_nodes)
+    num_classes = int(y.max()) + 1
+    n_train = int(data.train_mask.sum())
+    dflt = LEVEL_DEFAULTS[level]
+    select = dflt["select_on_val"] if select_on_val is None else select_on_val
+    if level == "node" and select_on_val:
+        raise ValueError("GraphSAGE-DP keeps the last epoch: validation labels are private "
+                         "at node level (select_on_val must be None or False)")
+
+    if level == "edge":  # GraphSAGE without DP: PyG's model, full batch
+        from torch_geometric.nn import GraphSAGE
+        from torch_geometric.utils import to_torch_csr_tensor
+
+        bn = dflt["batch_norm"] if batch_norm is None else batch_norm
+        ep = dflt["classifier_epochs"] if epochs is None else epochs
+        model = GraphSAGE(x.size(1), hidden, num_layers=num_hops, out_channels=num_classes,
+                          dropout=dropout, act="selu", norm="batchnorm" if bn else None)
+        t = time.perf_counter()
+        # sparse adj_t[target, source]: PyG then aggregates by sparse matmul; with edge_index
+        # it would build the [E, F] message block (12.7 GB on Wisconsin87)
+        with warnings.catch_warnings():  # "sparse CSR support is in beta", invariant checks
+            warnings.simplefilter("ignore", UserWarning)
+            adj_t = to_torch_csr_tensor(data.edge_index.flip(0), size=(n, n))
+        timings["aggregation"] = time.perf_counter() - t
+        t = time.perf_counter()
+        fit_result = train_sage(model, x, adj_t, y, data.train_mask, data.val_mask,
+                                epochs=ep, lr=lr, weight_decay=weight_decay,
+                                select_on_val=select)
+        timings["classifier"] = time.perf_counter() - t
+        with torch.no_grad():
+            pred = model(x, adj_t).argmax(-1)
+        metrics = {f"{s}_acc": float((pred[m] == y[m]).float().mean())
+                   for s in ("train", "val", "test") for m in [getattr(data, f"{s}_mask")]}
+        timings["total"] = time.perf_counter() - t_start
+        return {
+            "method": "sage", "level": level, **metrics, "epsilon": epsilon,
+            "delta": default_delta(int(data.edge_index.size(1))) if delta == "auto"
+            else float(delta),
+            "epsilon_spent": float("inf"),  # edges and features used without noise
+            "noise_multiplier": 0.0, "sigma": 0.0, "sensitivity": 0.0, "events": [],
+            "accountant": accountant, "num_edges_used": int(data.edge_index.size(1)),
+            "encoder_best_epoch": None, "classifier_best_epoch": fit_result.best_epoch,
+            "timings": timings, "peak_rss_mib": _peak_rss_mib(),
+            "config": dict(num_hops=num_hops, hidden=hidden, dropout=dropout, batch_norm=bn,
+                           classifier_epochs=ep, lr=lr, weight_decay=weight_decay,
+                           batch_size=None, select_on_val=select, seed=seed),
+        }
+
+    # ---- GraphSAGE with DP-SGD (node level): calibration, sensitivity, events together ----
+    ep = SAGE_DP_DEFAULTS["epochs"] if epochs is None else epochs
+    bsz = SAGE_DP_DEFAULTS["batch_size"] if batch_size == "auto" else batch_size
+    bsz = n_train if bsz is None else min(int(bsz), n_train)
+    t = time.perf_counter()
+    if delta == "auto":
+        delta = default_delta(n_train)
+    delta = float(delta)
+    q, steps = dpsgd_schedule(n_train, bsz, ep)
+    grad_sensitivity = sage_dp_sensitivity(max_degree, max_grad_norm)
+    noise_multiplier = calibrate_sage_dp(epsilon, delta, steps, accountant=accountant)
+    events = sage_dp_events(noise_multiplier, steps)
+    epsilon_spent = _compose(events, delta, accountant)
+    opacus_multiplier = noise_multiplier * grad_sensitivity / max_grad_norm  # = z (2D + 1)
+    sensitivity = node_sensitivity(max_degree)  # of the inference aggregation
+    sigma = noise_multiplier * sensitivity
+    timings["calibration"] = time.perf_counter() - t
+
+    t = time.perf_counter()
+    edge_index = bound_out_degree(data.edge_index, n, max_degree, gen)
+    train_x = sage_dp_features(x, edge_index, n)  # exact rows: DP-SGD protects training
+    timings["aggregation"] = time.perf_counter() - t
+
+    t = time.perf_counter()
+    model = MLP(train_x.size(1), hidden, num_classes, 1 + head_layers, dropout, False)
+    fit_result = train_sage_dp(model, train_x, y, data.train_mask, epochs=ep, batch_size=bsz,
+                               noise_multiplier=opacus_multiplier, max_grad_norm=max_grad_norm,
+                               lr=lr, weight_decay=weight_decay, generator=gen)
+    timings["classifier"] = time.perf_counter() - t
+    t = time.perf_counter()
+    del train_x
+    eval_x = sage_dp_features(x, edge_index, n, sigma, gen)  # private inference
+    metrics = {f"{s}_acc": evaluate(model, eval_x, y, getattr(data, f"{s}_mask"))["accuracy"]
+               for s in ("train", "val", "test")}
+    timings["inference"] = time.perf_counter() - t
+    timings["total"] = time.perf_counter() - t_start
+    return {
+        "method": "sage", "level": level, **metrics, "epsilon": epsilon, "delta": delta,
+        "epsilon_spent": epsilon_spent, "noise_multiplier": noise_multiplier, "sigma": sigma,
+        "sensitivity": sensitivity, "dpsgd_noise_multiplier": opacus_multiplier,
+        "dpsgd_sensitivity": grad_sensitivity, "dpsgd_steps": steps,
+        "events": [repr(e) for e in events], "accountant": accountant,
+        "num_edges_used": int(edge_index.size(1)),
+        "max_out_degree_used": int(out_degree(edge_index, n).max()) if edge_index.numel() else 0,
+        "encoder_best_epoch": None, "classifier_best_epoch": fit_result.best_epoch,
+        "timings": timings, "peak_rss_mib": _peak_rss_mib(),
+        "config": dict(num_hops=1, hidden=hidden, head_layers=head_layers, dropout=dropout,
+                       batch_norm=False, classifier_epochs=ep, lr=lr,
+                       weight_decay=weight_decay, batch_size=bsz, sample_rate=q,
+                       max_degree=max_degree, max_grad_norm=max_grad_norm,
+                       select_on_val=False, seed=seed),
+    }
+
+
+# --------------------------------------------------------------------------------------------
 # Centralized end-to-end run (one client)
 # --------------------------------------------------------------------------------------------
 def _peak_rss_mib() -> float:
@@ -518,7 +885,15 @@ def run_gap(data, *, method: str = "gap", level: str = "edge",
             ``train_mask``/``val_mask``/``test_mask`` (e.g. :func:`fedgraph.data.gap_split`).
         method: ``"gap"``; ``"gap-inf"`` (GAP without noise, ``sigma = 0``); ``"mlp"`` (no
             edges: the classifier on hop 0 of the raw features, with ``encoder_layers`` base
-            layers, as the paper's MLP baseline; at node level trained with DP-SGD = MLP-DP).
+            layers, as the paper's MLP baseline; at node level trained with DP-SGD = MLP-DP);
+            ``"sage"``: GraphSAGE, only at ``level="edge"`` with ``epsilon=inf`` (without DP:
+            ``num_hops`` layers, ``classifier_epochs`` epochs) or at ``level="node"`` with a
+            finite epsilon (DP-SGD, see the module docstring: one layer, ``head_layers``
+            linear layers after it, ``classifier_epochs`` epochs, default 10, full batch
+            unless ``batch_size`` is given, last epoch kept; extra result keys
+            ``dpsgd_noise_multiplier`` (given to Opacus), ``dpsgd_sensitivity``,
+            ``dpsgd_steps``, ``max_out_degree_used``; ``sigma``/``sensitivity`` are those of
+            the inference aggregation); other combinations raise ``ValueError``.
         level: ``"edge"`` or ``"node"`` (defaults per level in :data:`LEVEL_DEFAULTS`).
         epsilon, delta: privacy target (``delta="auto"``: :func:`default_delta`); ignored by
             ``gap-inf``; ``epsilon=inf`` trains without noise.
@@ -553,6 +928,16 @@ def run_gap(data, *, method: str = "gap", level: str = "edge",
     for key in ("train_mask", "val_mask", "test_mask"):
         if getattr(data, key, None) is None:
             raise ValueError(f"data has no {key}: apply a split first (fedgraph.data.gap_split)")
+    if method == "sage":
+        if encoder_output is not None or return_encoder_output:
+            raise ValueError("method='sage' has no encoder: encoder_output and "
+                             "return_encoder_output apply to GAP only")
+        return _run_sage(data, level=level, epsilon=epsilon, delta=delta, num_hops=num_hops,
+                         hidden=hidden, head_layers=head_layers, dropout=dropout,
+                         batch_norm=batch_norm, epochs=classifier_epochs, lr=lr,
+                         weight_decay=weight_decay, batch_size=batch_size,
+                         max_degree=max_degree, max_grad_norm=max_grad_norm,
+                         select_on_val=select_on_val, accountant=accountant, seed=seed)
     dflt = LEVEL_DEFAULTS[level]
     enc_epochs = dflt["encoder_epochs"] if encoder_epochs is None else encoder_epochs
     cls_epochs = dflt["classifier_epochs"] if classifier_epochs is None else classifier_epochs
