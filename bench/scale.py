@@ -1,6 +1,6 @@
 """Wall time and peak memory of the heaviest phases against graph size, beside a plain loop.
 
-Phases (``--phase``):
+Phases (``--phases``):
 
 * ``gap-pma``: GAP's edge-level aggregation perturbation, federated: ``K`` hops over
   ``--clients`` clients (random partition). Per hop every client runs
@@ -16,19 +16,79 @@ Phases (``--phase``):
 * ``flexprop-plain``: the same propagation as a plain loop (``index_add`` of weighted
   messages, in chunks of 2**24 elements: the whole ``[E, 32]`` block is 13 GB at 1e6 nodes,
   divided by the weight sums), per step.
+* ``privgnn-answer``: PrivGNN's heaviest client phase, one client answering ``--queries``
+  queries: :func:`fedgraph.methods.privgnn_federated.client_answer`, the function the real
+  ClientApp calls (decode the message, budget, then per query a Poisson subsample of the
+  client's private nodes, the ``K`` nearest sampled nodes, a teacher GraphSAGE trained on their
+  induced subgraph, batched :class:`~fedgraph.methods.privgnn.BatchedSAGE`, its posterior at
+  the query from the query's public neighbourhood, Laplace noise). Setup (``setup_s``, not
+  timed): :func:`~fedgraph.methods.privgnn.privgnn_split` of the graph, the private half
+  partitioned over ``--clients`` clients (random; client 0 answers), the server's query
+  selection and message (:func:`~fedgraph.methods.privgnn_federated.make_queries`). The
+  hyperparameters are :data:`RUN_SETTINGS` ``["privgnn"]`` (K = 100, teachers of 32 hidden
+  units trained 100 epochs, 64 at a time; no PCA, client epsilon ``inf`` so no PLD in the
+  budget lookup). The client's private graph holds ``1 / (2 * clients)`` of the nodes and about
+  ``1 / (4 * clients)`` of the edges; the teachers' size does not depend on the graph's.
+* ``privgnn-answer-plain``: the same per-query computation as a plain loop, one query at a
+  time: Poisson subsample, distances, ``topk``, PyG ``subgraph``, a fresh PyG ``GraphSAGE``
+  (:func:`~fedgraph.methods.privgnn.make_sage`, the same sizes) trained alone with Adam, its
+  softmax at the query in the query's public neighbourhood, Laplace noise of scale ``2 / lam``.
+  Here the ratio is not a federation overhead (there is no transport in either): it is what
+  the client's batching of teachers saves (ratio < 1) or costs over the naive loop.
+* ``run:<method>`` (``gap``, ``ppgnn``, ``privgnn``): a whole federated run, the real
+  ``fedgraph run`` CLI (Flower's simulation engine on a fresh local Ray cluster) with
+  ``--num-cpus --run-cpus`` (default 1: one Ray actor runs the clients one after the other,
+  one thread, like the plain run), ``--clients`` clients (random partition) and the small
+  training budgets of :data:`RUN_SETTINGS` (the data size dominates). ``phase_s`` is the wall
+  time of the ``fedgraph`` process from start to exit (interpreter, imports, Ray start and
+  stop, every client's data loading: each Ray worker loads and partitions the graph itself).
+* ``run-plain:<method>``: the same method and hyperparameters in one plain process without
+  Flower or Ray (a child process, timed the same way): ``gap``: load, split and
+  :func:`fedgraph.methods.gap.run_gap` (encoder and classifier epochs = rounds x local
+  epochs of the federated run; the same architecture, noise calibration and accountant);
+  ``ppgnn``: the one-client path of ``bench/ppgnn_table.py``'s ``run_once``
+  (:func:`~fedgraph.federation.load_federated`, :func:`~fedgraph.methods.ppgnn.client_report`,
+  :func:`~fedgraph.methods.ppgnn.server_fit`); ``privgnn``: the steps of
+  :func:`fedgraph.methods.privgnn.run_centralized` with the private half partitioned over the
+  same ``--clients`` parts, each answering the same ``Q`` queries (:func:`answer_queries`),
+  answers summed, student trained, epsilon composed per client (PLD). ``run_centralized``
+  itself is the one-client case: beside a 4-client federation it would train a quarter of the
+  teachers and the ratio would measure the method, not the federation.
+
+Memory of whole runs: ``peak_gib`` is ``getrusage(RUSAGE_CHILDREN).ru_maxrss`` of the cell's
+process, i.e. the **largest single process** among those reaped within the tree: Ray's worker
+processes are not always among them (in ``run:gap`` at 1e6 the sampled Ray worker, 3.26 GiB,
+was above ``peak_gib`` = 3.18), so read ``largest_proc_gib`` beside it. With ``psutil``, the
+tree (the ``fedgraph`` process and all its descendants: GCS, raylet, workers) is also sampled
+every 0.5 s:
+``tree_rss_gib`` is the peak of the **summed RSS** (counts shared pages such as torch's
+libraries and Ray's object store once per process: an upper bound), ``tree_pss_gib`` the peak
+of the **summed PSS** (shared pages divided among their users: the tree's own footprint), and
+``largest_proc`` the sampled process with the largest RSS. ``mem_ratio`` divides a federated
+row's ``tree_pss_gib`` by its plain row's.
 
 Each (phase, size) runs in a fresh process (``resource.getrusage`` peak RSS is per process);
-the graph is ``synthetic-sbm:<nodes>:<degree>`` (:mod:`fedgraph.data.synthetic`), built first
-in that process: ``graph_s`` and ``graph_peak_gib`` are its cost alone, ``phase_s`` the phase's
-wall time (for ``gap-pma`` without ``setup_s``, the partition into clients), ``peak_gib`` the
-process's peak RSS (graph included). The ratio column divides a
-federated phase's time by its plain loop's.
+for every phase but the whole runs the graph is ``synthetic-sbm:<nodes>:<degree>``
+(:mod:`fedgraph.data.synthetic`), built first in that process: ``graph_s`` and
+``graph_peak_gib`` are its cost alone, ``phase_s`` the phase's wall time (without
+``setup_s``), ``peak_gib`` the process's peak RSS (graph included). The ratio column divides a
+federated phase's time by its plain loop's. A cell whose process tree's summed RSS exceeds
+``--mem-limit`` GiB (default 18), or that leaves the machine less than ``--min-avail`` GiB
+(default 1) available, is killed and reported as aborted.
 
     nice -n 19 python bench/scale.py --sizes 1e4,1e5,1e6 --degree 50 --out bench/results/scale.json
     nice -n 19 python bench/scale.py --sizes 1e6 --phases gap-pma --device cpu   # one cell
+    OMP_NUM_THREADS=1 nice -n 5 python bench/scale.py --sizes 1e4,1e5 --degree 50 --clients 4 \\
+        --phases privgnn-answer-plain,privgnn-answer,run-plain:gap,run:gap,run-plain:ppgnn,\\
+run:ppgnn,run-plain:privgnn,run:privgnn --device cpu --out bench/results/scale_runs.json
+    OMP_NUM_THREADS=1 nice -n 5 python bench/scale.py --sizes 1e6 --degree 50 --clients 4 \\
+        --phases run-plain:gap,run:gap --device cpu --timeout 900 --min-avail 1.5 \\
+        --out 1e6.json   # then its two rows appended to scale_runs.json
 
 Output: a table on stdout and, with ``--out``, JSON rows ``{phase, nodes, edges, graph_s,
-graph_peak_gib, setup_s, phase_s, peak_gib, device, threads, ratio}``.
+graph_peak_gib, setup_s, phase_s, peak_gib, device, threads, ratio}`` (``run`` rows also
+``tree_rss_gib``, ``tree_pss_gib``, ``largest_proc``, ``mem_ratio``, ``test_acc``,
+``settings``, ``timings``; ``privgnn-answer`` rows ``queries`` and the client's size).
 """
 from __future__ import annotations
 
@@ -36,13 +96,36 @@ import argparse
 import json
 import os
 import resource
+import shutil
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 PHASES = ("gap-plain", "gap-pma", "flexprop-plain", "flexprop")
+RUN_METHODS = ("gap", "ppgnn", "privgnn")
+ALL_PHASES = PHASES + ("privgnn-answer-plain", "privgnn-answer") + tuple(
+    f"{kind}:{m}" for m in RUN_METHODS for kind in ("run-plain", "run"))
+#: federated phase -> its plain counterpart (the ratio's denominator)
+PLAIN = {"gap-pma": "gap-plain", "flexprop": "flexprop-plain",
+         "privgnn-answer": "privgnn-answer-plain",
+         **{f"run:{m}": f"run-plain:{m}" for m in RUN_METHODS}}
+#: run-config keys of the whole runs (and of ``privgnn-answer``), besides ``dataset``,
+#: ``num-clients``, ``seed`` and ``device``: small training budgets, random partitions.
+RUN_SETTINGS = {
+    "gap": {"method": "gap", "partitioner": "random", "level": "edge", "client-epsilons": "4",
+            "delta": 1e-7, "hops": 2, "encoder-rounds": 2, "classifier-rounds": 2,
+            "local-epochs": 5},
+    "ppgnn": {"method": "ppgnn", "partitioner": "random", "budgets": "1,2,4",
+              "mechanism": "ppm", "gamma": 0.1, "denoiser": "flexprop", "steps": "16",
+              "backbone": "sage", "epochs": 10},
+    "privgnn": {"method": "privgnn", "partitioner": "random", "num-queries": 64,
+                "num-neighbours": 100, "teacher-hidden": 32, "teacher-epochs": 100,
+                "teacher-batch-size": 64, "lam": 2.0, "gamma": 0.3, "client-epsilons": "inf",
+                "hops": 2, "neighbourhood-size": 50, "projection-dim": 0, "epochs": 10},
+}
 
 
 def _peak_gib() -> float:
@@ -56,10 +139,25 @@ def _sync(dev) -> None:
         torch.cuda.synchronize()
 
 
+def _settings(method: str, nodes: int, degree: float, clients: int, device: str,
+              queries: int | None = None) -> dict:
+    """The run config of ``method`` on ``synthetic-sbm:<nodes>:<degree>`` (:data:`RUN_SETTINGS`)."""
+    cfg = {**RUN_SETTINGS[method], "dataset": f"synthetic-sbm:{nodes}:{degree:g}",
+           "num-clients": clients, "seed": 0, "device": device}
+    if method == "privgnn" and queries:
+        cfg["num-queries"] = queries
+    return cfg
+
+
 def run_one(phase: str, nodes: int, degree: float, clients: int, hops: int, dim: int,
-            steps: int, sigma: float, device: str, cache: str = "") -> dict:
+            steps: int, sigma: float, device: str, cache: str = "", queries: int = 64,
+            run_cpus: int = 1, mem_limit: float = 18.0, timeout: float = 3600.0,
+            min_avail: float = 1.0) -> dict:
     """One (phase, size) cell in this process; returns its JSON row. ``cache``: a folder where
     the generated graph is saved once and loaded by later cells (``graph_s``: the load)."""
+    if phase.startswith("run"):
+        return _whole_run(phase, nodes, degree, clients, device, queries, run_cpus, mem_limit,
+                          timeout, min_avail)
     import torch
 
     sys.path.insert(0, str(ROOT))
@@ -84,7 +182,7 @@ def run_one(phase: str, nodes: int, degree: float, clients: int, hops: int, dim:
     if dev.type == "cuda":
         torch.cuda.reset_peak_memory_stats()
     t0 = time.perf_counter()
-    setup_s = 0.0
+    setup_s, extra = 0.0, {}
     if phase == "gap-plain":
         from fedgraph.nn.gap import normalize_rows
 
@@ -111,15 +209,17 @@ def run_one(phase: str, nodes: int, degree: float, clients: int, hops: int, dim:
         h = data.x.to(dev)
         for _ in range(steps):  # the [E, d] message block in bounded chunks (13 GB at 1e6)
             h = scatter_sum_chunked(w[:, None] * h, src, dst, n) / norm
+    elif phase in ("privgnn-answer", "privgnn-answer-plain"):
+        setup_s, extra = _privgnn_answer(phase, data, degree, clients, queries, device, dev)
     else:
-        raise ValueError(f"unknown phase {phase!r}; allowed: {', '.join(PHASES)}")
+        raise ValueError(f"unknown phase {phase!r}; allowed: {', '.join(ALL_PHASES)}")
     _sync(dev)
     phase_s = time.perf_counter() - t0 - setup_s
     row = {"phase": phase, "nodes": n, "edges": e, "graph_s": round(graph_s, 2),
            "graph_peak_gib": round(graph_peak, 2), "setup_s": round(setup_s, 2),
            "phase_s": round(phase_s, 2),
            "peak_gib": round(_peak_gib(), 2), "device": str(dev),
-           "threads": torch.get_num_threads()}
+           "threads": torch.get_num_threads(), **extra}
     if dev.type == "cuda":
         row["gpu_peak_gib"] = round(torch.cuda.max_memory_allocated() / 2 ** 30, 2)
     return row
@@ -169,63 +269,430 @@ def _gap_pma(data, num_clients: int, hops: int, dim: int, sigma: float, dev, gen
     return setup_s
 
 
+def _privgnn_answer(phase: str, data, degree: float, num_clients: int, queries: int,
+                    device: str, dev):
+    """Client 0 of ``num_clients`` answers ``queries`` queries (module docs): the real client
+    function (``privgnn-answer``) or the plain per-query loop. Returns ``(setup_s, extra)``."""
+    import torch
+
+    from fedgraph.config import parse_run_config
+    from fedgraph.data import dataset_statistics, partition
+    from fedgraph.methods import privgnn as pg
+    from fedgraph.methods import privgnn_federated as pf
+
+    t0 = time.perf_counter()
+    cfg = parse_run_config(_settings("privgnn", data.num_nodes, degree, num_clients, device,
+                                     queries))
+    private, public = pg.privgnn_split(data, public_fraction=cfg.public_fraction,
+                                       public_test_fraction=cfg.public_test_fraction,
+                                       seed=cfg.seed)
+    clients = partition(private, cfg.num_clients, cfg.partitioner, cfg.seed)
+    stats = dataset_statistics(data)
+    gen = torch.Generator().manual_seed(cfg.seed)
+    qidx = pg.select_queries(public, cfg.num_queries, "random", generator=gen)
+    arrays = pf.make_queries(public, qidx, cfg, gen)  # the server's message (public data)
+    client = clients[0]
+    extra = {"clients": num_clients, "queries": int(qidx.numel()), "k": cfg.num_neighbours,
+             "teacher_epochs": cfg.teacher_epochs, "client_nodes": int(client.num_nodes),
+             "client_edges": int(client.edge_index.size(1))}
+    answer_gen = torch.Generator().manual_seed(1)
+    if phase == "privgnn-answer":
+        # The client's data as client_graph() would load it (same split and partition), here
+        # from the graph already in memory instead of a second load of the dataset.
+        pf.client_graph = lambda _cfg, pid: (clients[pid], stats)
+        setup_s = time.perf_counter() - t0
+        reply = pf.client_answer(cfg, 0, arrays, 0, answer_gen)
+        assert reply.answers.shape[0] == extra["queries"]
+        return setup_s, extra
+    hoods, _ = pf.decode_queries(arrays)
+    setup_s = time.perf_counter() - t0
+    _plain_answers(client, hoods, cfg, int(stats["num_classes"]), dev, answer_gen)
+    return setup_s, extra
+
+
+def _plain_answers(client, hoods, cfg, num_classes: int, dev, gen):
+    """PrivGNN's client computation as a plain loop, one query and one teacher at a time."""
+    import torch
+    import torch.nn.functional as F
+    from torch_geometric.utils import subgraph
+
+    from fedgraph.methods.privgnn import SENSITIVITY, laplace_noise, make_sage
+
+    x, y, ei = client.x.float().to(dev), client.y.to(dev), client.edge_index.to(dev)
+    n = x.shape[0]
+    out = []
+    for q in range(int(hoods.center.numel())):
+        gx, gei, c = hoods.graph(q)
+        gx, gei = gx.float().to(dev), gei.to(dev)
+        sample = (torch.rand(n, generator=gen, dtype=torch.float64) < cfg.gamma).to(dev)
+        dist = (x - gx[c]).pow(2).sum(1).masked_fill(~sample, float("inf"))
+        kk = min(cfg.num_neighbours, int(sample.sum()))
+        if kk == 0:
+            out.append(torch.full((num_classes,), 1.0 / num_classes))
+            continue
+        idx = torch.topk(dist, kk, largest=False).indices
+        sei, _ = subgraph(idx, ei, relabel_nodes=True, num_nodes=n)
+        teacher = make_sage(x.shape[1], num_classes, cfg.teacher_hidden, 2, cfg.dropout).to(dev)
+        opt = torch.optim.Adam(teacher.parameters(), lr=cfg.lr)
+        teacher.train()
+        for _ in range(cfg.teacher_epochs):
+            opt.zero_grad()
+            F.cross_entropy(teacher(x[idx], sei), y[idx]).backward()
+            opt.step()
+        teacher.eval()
+        with torch.no_grad():
+            post = teacher(gx, gei)[c].softmax(-1)
+        out.append(post.cpu() + laplace_noise(post.shape, SENSITIVITY / cfg.lam, gen))
+    return torch.stack(out)
+
+
+# --------------------------------------------------------------------------------------------
+# Whole runs: a child process (``fedgraph run`` or the plain run), its process tree sampled
+# --------------------------------------------------------------------------------------------
+def _measure(cmd: list[str], env: dict, timeout: float, mem_limit: float, out_path: Path,
+             err_path: Path, pss: bool = True, min_avail: float = 1.0) -> dict:
+    """Run ``cmd`` to its end (stdout, stderr to files); with psutil, sample its process tree
+    every 0.5 s (peak summed RSS and, with ``pss``, PSS: reading smaps costs some
+    milliseconds per process; largest process); kill the whole tree past
+    ``timeout`` s, ``mem_limit`` GiB of summed RSS or when the machine has less than
+    ``min_avail`` GiB available. Processes of the tree still alive 10 s
+    after the root exits (none expected: Ray stops its own) are terminated: all were started
+    here."""
+    import threading
+
+    try:
+        import psutil
+    except ImportError:  # wall time and ru_maxrss only
+        psutil = None
+    gib, want_pss = 2 ** 30, pss
+    stats = {"tree_rss_gib": None, "tree_pss_gib": None, "largest_proc": None,
+             "largest_proc_gib": None, "samples": 0, "status": "ok"}
+    seen: dict = {}
+    stop = threading.Event()
+    t0 = time.perf_counter()
+    with open(out_path, "w") as out, open(err_path, "w") as err:
+        proc = subprocess.Popen(cmd, stdout=out, stderr=err, env=env, cwd=ROOT)
+
+    def tree():
+        try:
+            root = seen.setdefault(proc.pid, psutil.Process(proc.pid))
+            kids = root.children(recursive=True)
+        except psutil.Error:
+            return []
+        return [root] + [seen.setdefault(k.pid, k) for k in kids]
+
+    def kill_tree(why: str) -> None:
+        stats["status"] = why
+        for p in reversed(tree()):  # descendants first
+            try:
+                p.kill()
+            except psutil.Error:
+                pass
+
+    def sample() -> None:
+        peak_rss = peak_pss = big = 0
+        while not stop.is_set():
+            rss = pss = 0
+            for p in tree():
+                try:
+                    m = p.memory_full_info() if want_pss else p.memory_info()
+                except psutil.Error:
+                    continue
+                rss, pss = rss + m.rss, pss + getattr(m, "pss", m.rss)
+                if m.rss > big:
+                    big = m.rss
+                    try:
+                        stats["largest_proc"] = " ".join(p.cmdline()).strip()[:80] or p.name()
+                    except psutil.Error:
+                        pass
+            stats["samples"] += 1
+            peak_rss, peak_pss = max(peak_rss, rss), max(peak_pss, pss)
+            stats.update(tree_rss_gib=round(peak_rss / gib, 2),
+                         tree_pss_gib=round(peak_pss / gib, 2),
+                         largest_proc_gib=round(big / gib, 2))
+            if rss > mem_limit * gib:
+                kill_tree(f"aborted: process tree RSS {rss / gib:.1f} GiB > {mem_limit:g} GiB")
+                return
+            avail = psutil.virtual_memory().available
+            if avail < min_avail * gib:  # a shared machine: never drive it to the OOM killer
+                kill_tree(f"aborted: the machine has {avail / gib:.1f} GiB available "
+                          f"< {min_avail:g} GiB (tree RSS {rss / gib:.1f} GiB)")
+                return
+            stop.wait(0.5)
+
+    thread = threading.Thread(target=sample, daemon=True) if psutil else None
+    if thread:
+        thread.start()
+    try:
+        proc.wait(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        if psutil:
+            kill_tree(f"timed out after {timeout:.0f} s")
+        else:
+            proc.kill()
+            stats["status"] = f"timed out after {timeout:.0f} s"
+        proc.wait()
+    wall = time.perf_counter() - t0
+    stop.set()
+    if thread:
+        thread.join()
+    stats.update(wall_s=round(wall, 2), rc=proc.returncode,
+                 ru_maxrss_gib=round(resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
+                                     / 2 ** 20, 2))
+    if psutil:
+        left = [p for pid, p in seen.items() if pid != proc.pid and p.is_running()]
+        if left:
+            _, left = psutil.wait_procs(left, timeout=10)
+        for p in left:
+            try:
+                p.terminate()
+            except psutil.Error:
+                pass
+        stats["leftover_terminated"] = len(left)
+    return stats
+
+
+def _whole_run(phase: str, nodes: int, degree: float, clients: int, device: str,
+               queries: int, run_cpus: int, mem_limit: float, timeout: float,
+               min_avail: float = 1.0) -> dict:
+    """``run:<method>`` (the ``fedgraph run`` CLI) or ``run-plain:<method>`` (a plain child
+    process, :func:`_plain_run`), measured by :func:`_measure`; returns the row."""
+    kind, method = phase.split(":", 1)
+    if method not in RUN_METHODS or kind not in ("run", "run-plain"):
+        raise ValueError(f"unknown phase {phase!r}; allowed: {', '.join(ALL_PHASES)}")
+    settings = _settings(method, nodes, degree, clients, device, queries)
+    work = Path(tempfile.mkdtemp(prefix=f"fedgraph-scale-{method}-"))
+    env = dict(os.environ)
+    env.pop("RAY_ADDRESS", None)  # a fresh local Ray cluster, never someone else's
+    if kind == "run":
+        cmd = [str(Path(sys.executable).with_name("fedgraph")), "run", "--num-cpus",
+               str(run_cpus), "--cpus-per-client", "1"]
+        for k, v in {**settings, "output-dir": str(work), "run-name": "scale",
+                     "timeout": float(timeout)}.items():
+            cmd += ["--set", f"{k}={v}"]
+    else:
+        cmd = [sys.executable, __file__, "--plain-child", "--phases", phase, "--sizes",
+               str(nodes), "--degree", str(degree), "--clients", str(clients), "--queries",
+               str(queries), "--device", device]
+    st = _measure(cmd, env, timeout, mem_limit, work / "stdout.log", work / "stderr.log",
+                  min_avail=min_avail)
+    if st["status"] != "ok" or st["rc"] != 0:
+        tail = (work / "stderr.log").read_text().strip().splitlines()[-3:]
+        raise RuntimeError(f"{phase} {nodes}: {st['status']}, exit {st['rc']}: {tail} "
+                           f"(logs in {work})")
+    if kind == "run":
+        rep = json.loads((work / "scale.json").read_text())
+        res = {"edges": rep["dataset"]["num_edges"], "test_acc": rep["accuracy"].get("test"),
+               "timings": rep.get("timings_s"), "threads": os.environ.get("OMP_NUM_THREADS")}
+        res["ray_cpus"] = run_cpus
+    else:
+        res = json.loads((work / "stdout.log").read_text().strip().splitlines()[-1])
+    shutil.rmtree(work, ignore_errors=True)
+    return {"phase": phase, "nodes": nodes, "edges": res["edges"], "graph_s": None,
+            "graph_peak_gib": None, "setup_s": None, "phase_s": st["wall_s"],
+            "peak_gib": st["ru_maxrss_gib"], "tree_rss_gib": st["tree_rss_gib"],
+            "tree_pss_gib": st["tree_pss_gib"], "largest_proc": st["largest_proc"],
+            "largest_proc_gib": st["largest_proc_gib"], "samples": st["samples"],
+            "leftover_terminated": st.get("leftover_terminated"), "device": device,
+            "threads": res.get("threads"), "clients": clients,
+            **({"ray_cpus": run_cpus} if kind == "run" else {}),
+            "test_acc": None if res.get("test_acc") is None else round(res["test_acc"], 4),
+            "timings": res.get("timings"), "settings": settings}
+
+
+def _plain_run(method: str, settings: dict) -> dict:
+    """``run-plain:<method>`` in this process (module docs); returns edges, test accuracy,
+    timings and torch's thread count."""
+    import torch
+
+    sys.path.insert(0, str(ROOT))
+    from fedgraph.config import parse_run_config
+    from fedgraph.data import apply_split, load_dataset, partition
+    from fedgraph.device import resolve_device
+
+    t0 = time.perf_counter()
+    timings = {}
+    if method == "gap":
+        from fedgraph.methods.gap import run_gap
+
+        cfg = parse_run_config(settings)
+        data = apply_split(load_dataset(cfg.dataset), cfg.split, cfg.seed)
+        timings["load + split"] = time.perf_counter() - t0
+        res = run_gap(data, method=cfg.variant, level=cfg.level, epsilon=cfg.client_epsilon(0),
+                      delta=cfg.delta, num_hops=cfg.hops, encoder_dim=cfg.encoder_dim,
+                      hidden=cfg.hidden, encoder_layers=2, base_layers=1, head_layers=1,
+                      combine=cfg.combine, dropout=0.0, batch_norm=False,
+                      encoder_epochs=cfg.encoder_rounds * cfg.local_epochs,
+                      classifier_epochs=cfg.classifier_rounds * cfg.local_epochs, lr=cfg.lr,
+                      batch_size=cfg.batch_size or None, max_degree=cfg.max_degree,
+                      max_grad_norm=cfg.max_grad_norm, edge_unit=cfg.edge_unit,
+                      accountant=cfg.accountant, seed=cfg.seed)
+        acc = res["test_acc"]
+        timings.update(res.get("timings", {}))
+    elif method == "ppgnn":  # bench/ppgnn_table.py's run_once: one client holds every user
+        from fedgraph.federation import load_federated
+        from fedgraph.methods import ppgnn
+
+        cfg = parse_run_config({**settings, "num-clients": 1})
+        data, clients = load_federated(cfg, cfg.budgets, cfg.shares)
+        timings["load + split"] = time.perf_counter() - t0
+        t = time.perf_counter()
+        c = int(data.y.max()) + 1
+        rep = ppgnn.client_report(clients[0], cfg, data.feature_domain, c,
+                                  torch.Generator().manual_seed(cfg.seed))
+        timings["perturb"] = time.perf_counter() - t
+        t = time.perf_counter()
+        fit = ppgnn.server_fit([rep], cfg, data.num_nodes, data.num_features, c)
+        timings["calibrate + train"] = time.perf_counter() - t
+        mask = clients[0].test_mask
+        acc = float((fit.predictions[mask] == clients[0].y[mask]).float().mean())
+    else:  # privgnn: run_centralized's steps, the private half over the same clients
+        from fedgraph.methods import privgnn as pg
+        from fedgraph.methods.privgnn_federated import teacher_config
+
+        cfg = parse_run_config(settings)
+        data = load_dataset(cfg.dataset)
+        private, public = pg.privgnn_split(data, public_fraction=cfg.public_fraction,
+                                           public_test_fraction=cfg.public_test_fraction,
+                                           seed=cfg.seed)
+        parts = partition(private, cfg.num_clients, cfg.partitioner, cfg.seed, alpha=cfg.alpha)
+        timings["load + split"] = time.perf_counter() - t0
+        t = time.perf_counter()
+        c = int(data.y.max()) + 1
+        gen = torch.Generator().manual_seed(cfg.seed)
+        qidx = pg.select_queries(public, cfg.num_queries, "random", generator=gen)
+        hoods = pg.query_neighbourhoods(public, qidx, cfg.hops, cfg.neighbourhood_size, gen)
+        proj = (pg.public_projection(public.x, cfg.projection_dim, cfg.seed)
+                if cfg.projection_dim else None)
+        timings["queries"] = time.perf_counter() - t
+        t = time.perf_counter()
+        answers = [pg.answer_queries(p, hoods.query_x, rate=cfg.gamma, k=cfg.num_neighbours,
+                                     lam=cfg.lam, num_classes=c, teacher=teacher_config(cfg),
+                                     mode=cfg.answer_mode, neighbourhoods=hoods,
+                                     projection=proj, generator=gen,
+                                     device=resolve_device(cfg.device)) for p in parts]
+        timings["answers"] = time.perf_counter() - t
+        t = time.perf_counter()
+        st = pg.train_student(public, qidx, pg.aggregate_answers(answers), hidden=cfg.hidden,
+                              dropout=cfg.dropout, epochs=cfg.epochs, lr=cfg.lr,
+                              weight_decay=cfg.weight_decay, seed=cfg.seed)
+        timings["student"] = time.perf_counter() - t
+        t = time.perf_counter()
+        for _ in parts:  # the server's ledger: one PLD composition per client
+            pg.privgnn_epsilon(int(qidx.numel()), cfg.gamma, cfg.lam, cfg.delta, "pld")
+        timings["epsilon"] = time.perf_counter() - t
+        acc = st.test_accuracy
+    timings["total"] = time.perf_counter() - t0
+    return {"edges": int(data.edge_index.size(1)), "test_acc": float(acc),
+            "timings": {k: round(v, 3) for k, v in timings.items()},
+            "threads": torch.get_num_threads()}
+
+
+# --------------------------------------------------------------------------------------------
+# Table
+# --------------------------------------------------------------------------------------------
+HEADER = (f"{'phase':<21}{'nodes':>9}{'edges':>11}{'graph s':>8}{'setup s':>8}{'phase s':>9}"
+          f"{'peak GiB':>9}{'tree RSS':>9}{'tree PSS':>9}{'ratio':>7}{'mem r':>7}  device")
+
+
+def _fmt(row: dict) -> str:
+    if row.get("status", "ok") != "ok":
+        return f"{row['phase']:<21}{row['nodes']:>9}  {row['status']}"
+
+    def c(key, width):
+        v = row.get(key)
+        return f"{'-' if v is None else v:>{width}}"
+
+    note = f"  Q={row['queries']}" if "queries" in row else ""
+    return (f"{row['phase']:<21}{row['nodes']:>9}{row['edges']:>11}{c('graph_s', 8)}"
+            f"{c('setup_s', 8)}{c('phase_s', 9)}{c('peak_gib', 9)}{c('tree_rss_gib', 9)}"
+            f"{c('tree_pss_gib', 9)}{c('ratio', 7)}{c('mem_ratio', 7)}  {row['device']}{note}")
+
+
+def _ratios(rows: list[dict]) -> None:
+    """``ratio`` (time) and, for whole runs, ``mem_ratio`` (tree PSS) of every federated row
+    whose plain row of the same size is there."""
+    for r in rows:
+        plain = next((x for x in rows if x["nodes"] == r["nodes"]
+                      and x["phase"] == PLAIN.get(r["phase"]) and x.get("status", "ok") == "ok"
+                      and r.get("status", "ok") == "ok"), None)
+        if plain:
+            r["ratio"] = round(r["phase_s"] / max(plain["phase_s"], 1e-9), 2)
+            if r.get("tree_pss_gib") and plain.get("tree_pss_gib"):
+                r["mem_ratio"] = round(r["tree_pss_gib"] / plain["tree_pss_gib"], 2)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--sizes", default="1e4,1e5,1e6", help="node counts, comma-separated")
     ap.add_argument("--degree", type=float, default=50.0, help="average degree (directed)")
-    ap.add_argument("--phases", default=",".join(PHASES))
+    ap.add_argument("--phases", default=",".join(PHASES),
+                    help=f"comma-separated, of: {', '.join(ALL_PHASES)}")
     ap.add_argument("--clients", type=int, default=10)
     ap.add_argument("--hops", type=int, default=2, help="GAP's K")
     ap.add_argument("--dim", type=int, default=16, help="GAP encoder dimension")
     ap.add_argument("--steps", type=int, default=16, help="FlexProp steps")
     ap.add_argument("--sigma", type=float, default=1.0, help="PMA noise std")
+    ap.add_argument("--queries", type=int, default=64,
+                    help="PrivGNN queries (privgnn-answer and the privgnn runs)")
+    ap.add_argument("--run-cpus", type=int, default=1, help="fedgraph run --num-cpus (Ray)")
+    ap.add_argument("--mem-limit", type=float, default=18.0,
+                    help="GiB of summed RSS of a cell's process tree before it is killed")
+    ap.add_argument("--min-avail", type=float, default=1.0,
+                    help="GiB the machine must keep available, else the cell is killed")
     ap.add_argument("--device", default="auto", help="auto, cpu or cuda")
     ap.add_argument("--timeout", type=float, default=3600.0, help="seconds per cell")
     ap.add_argument("--out", default="", help="JSON file for the rows")
     ap.add_argument("--cache", default="", help="folder to keep generated graphs in (.pt)")
     ap.add_argument("--one", action="store_true", help=argparse.SUPPRESS)
+    ap.add_argument("--plain-child", action="store_true", help=argparse.SUPPRESS)
     a = ap.parse_args()
     sizes = [int(float(s)) for s in a.sizes.split(",") if s.strip()]
     phases = [p.strip() for p in a.phases.split(",") if p.strip()]
+    unknown = [p for p in phases if p not in ALL_PHASES]
+    if unknown:
+        ap.error(f"unknown phases {unknown}; allowed: {', '.join(ALL_PHASES)}")
+    if a.plain_child:
+        method = phases[0].split(":", 1)[1]
+        print(json.dumps(_plain_run(method, _settings(method, sizes[0], a.degree, a.clients,
+                                                      a.device, a.queries))), flush=True)
+        return
     if a.one:
         print(json.dumps(run_one(phases[0], sizes[0], a.degree, a.clients, a.hops, a.dim,
-                                 a.steps, a.sigma, a.device, a.cache)))
+                                 a.steps, a.sigma, a.device, a.cache, a.queries, a.run_cpus,
+                                 a.mem_limit, a.timeout, a.min_avail)), flush=True)
         return
     rows = []
-    print(f"{'phase':<15}{'nodes':>10}{'edges':>12}{'graph s':>9}{'setup s':>9}{'phase s':>9}"
-          f"{'peak GiB':>10}{'ratio':>7}  device", flush=True)
+    print(HEADER, flush=True)
     for nodes in sizes:
         for phase in phases:
             cmd = [sys.executable, __file__, "--one", "--sizes", str(nodes), "--phases", phase,
                    "--degree", str(a.degree), "--clients", str(a.clients), "--hops",
                    str(a.hops), "--dim", str(a.dim), "--steps", str(a.steps), "--sigma",
-                   str(a.sigma), "--device", a.device, "--cache", a.cache]
-            try:
-                r = subprocess.run(cmd, capture_output=True, text=True, timeout=a.timeout)
-            except subprocess.TimeoutExpired:
-                print(f"{phase:<15}{nodes:>10}  timed out after {a.timeout:.0f} s", flush=True)
-                continue
-            if r.returncode != 0:
-                print(f"{phase:<15}{nodes:>10}  failed: {r.stderr.strip().splitlines()[-1:]}",
-                      flush=True)
-                continue
-            row = json.loads(r.stdout.strip().splitlines()[-1])
-            plain = next((x for x in rows if x["nodes"] == row["nodes"]
-                          and x["phase"] == row["phase"].split("-")[0] + "-plain"
-                          and not row["phase"].endswith("plain")), None)
-            if plain is None and row["phase"] == "flexprop":
-                plain = next((x for x in rows if x["nodes"] == row["nodes"]
-                              and x["phase"] == "flexprop-plain"), None)
-            if plain:
-                row["ratio"] = round(row["phase_s"] / max(plain["phase_s"], 1e-9), 2)
+                   str(a.sigma), "--device", a.device, "--cache", a.cache, "--queries",
+                   str(a.queries), "--run-cpus", str(a.run_cpus), "--mem-limit",
+                   str(a.mem_limit), "--min-avail", str(a.min_avail), "--timeout",
+                   str(a.timeout)]
+            work = Path(tempfile.mkdtemp(prefix="fedgraph-scale-cell-"))
+            st = _measure(cmd, dict(os.environ), a.timeout + 60, a.mem_limit,
+                          work / "stdout.log", work / "stderr.log", pss=False,
+                          min_avail=a.min_avail)
+            if st["status"] != "ok" or st["rc"] != 0:
+                err = (work / "stderr.log").read_text().strip().splitlines()
+                why = st["status"] if st["status"] != "ok" else f"failed: {err[-1:]}"
+                row = {"phase": phase, "nodes": nodes, "status": why}
+            else:
+                row = json.loads((work / "stdout.log").read_text().strip().splitlines()[-1])
+            shutil.rmtree(work, ignore_errors=True)
             rows.append(row)
-            print(f"{row['phase']:<15}{row['nodes']:>10}{row['edges']:>12}{row['graph_s']:>9}"
-                  f"{row['setup_s']:>9}"
-                  f"{row['phase_s']:>9}{row['peak_gib']:>10}{row.get('ratio', ''):>7}  "
-                  f"{row['device']}", flush=True)
+            _ratios(rows)
+            print(_fmt(row), flush=True)
             if a.out:
                 Path(a.out).parent.mkdir(parents=True, exist_ok=True)
                 Path(a.out).write_text(json.dumps(rows, indent=1))
+    print("\n" + HEADER)
+    for row in rows:
+        print(_fmt(row))
 
 
 if __name__ == "__main__":

@@ -1,0 +1,59 @@
+"""bench/scale.py's new cells on tiny graphs: PrivGNN's client answers (real and plain loop),
+a plain whole run, the process-tree measurement and the ratios (no Ray: the ``run:`` cells
+start a Ray cluster and take half a minute each; bench/results/scale_runs.json has them)."""
+import importlib.util
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture(scope="module")
+def scale():
+    spec = importlib.util.spec_from_file_location("bench_scale", ROOT / "bench" / "scale.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+@pytest.mark.parametrize("phase", ["privgnn-answer", "privgnn-answer-plain"])
+def test_privgnn_answer_cells(scale, phase, monkeypatch):
+    from fedgraph.methods import privgnn_federated as pf
+
+    monkeypatch.setattr(pf, "client_graph", pf.client_graph)  # the cell patches it: restore
+    row = scale.run_one(phase, 400, 8.0, 2, 2, 16, 2, 1.0, "cpu", queries=3)
+    assert row["phase"] == phase and row["queries"] == 3 and row["clients"] == 2
+    assert row["edges"] == 3200 and row["phase_s"] >= 0 and 0 < row["client_nodes"] < 400
+
+
+def test_plain_gap_run(scale):
+    out = scale._plain_run("gap", scale._settings("gap", 300, 6.0, 2, "cpu"))
+    assert out["edges"] == 1800 and 0.0 <= out["test_acc"] <= 1.0
+    assert out["timings"]["total"] > 0
+
+
+def test_measure_samples_the_tree_and_kills_past_the_limit(scale, tmp_path):
+    # A parent holding ~100 MB and a child holding ~100 MB: the tree's sum sees both.
+    code = ("import subprocess, sys, time; b = bytearray(100_000_000); "
+            "p = subprocess.Popen([sys.executable, '-c', "
+            "'import time; b = bytearray(100_000_000); time.sleep(2)']); time.sleep(2); p.wait()")
+    st = scale._measure([sys.executable, "-c", code], {}, 60, 10.0, tmp_path / "o",
+                        tmp_path / "e")
+    assert st["status"] == "ok" and st["rc"] == 0 and st["samples"] >= 2
+    assert st["tree_rss_gib"] >= 0.18 and st["ru_maxrss_gib"] >= 0.09
+    st = scale._measure([sys.executable, "-c", code], {}, 60, 0.05, tmp_path / "o",
+                        tmp_path / "e")
+    assert st["status"].startswith("aborted") and st["rc"] != 0
+
+
+def test_ratios_pair_each_phase_with_its_plain(scale):
+    rows = [{"phase": "run-plain:gap", "nodes": 10, "phase_s": 2.0, "tree_pss_gib": 1.0},
+            {"phase": "run:gap", "nodes": 10, "phase_s": 6.0, "tree_pss_gib": 3.0},
+            {"phase": "privgnn-answer-plain", "nodes": 10, "phase_s": 4.0},
+            {"phase": "privgnn-answer", "nodes": 10, "phase_s": 1.0},
+            {"phase": "run:ppgnn", "nodes": 10, "phase_s": 1.0}]
+    scale._ratios(rows)
+    assert rows[1]["ratio"] == 3.0 and rows[1]["mem_ratio"] == 3.0
+    assert rows[3]["ratio"] == 0.25 and "ratio" not in rows[4]
