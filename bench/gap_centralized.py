@@ -26,7 +26,7 @@ resident set so far (ru_maxrss), so it is monotone over the table.
 The paper's numbers on Facebook (UIllinois20, a sibling college) for the expected shape:
 GAP-inf 80.0, GAP edge eps=4 76.3, GAP node eps=8 63.2, MLP 50.8.
 
-Usage: python bench/gap_centralized.py [--seeds 5] [--configs mlp gap-inf edge:4 node:8 sage
+Usage: python bench/gap_centralized.py [--seeds 5] [--first-seed 0] [--configs mlp gap-inf edge:4 node:8 sage
        sage-node:8 mlp-node:8 ...]
        [--data-root ../shared/data] [--hops 2] [--max-degree 100]
 Writes bench/results/gap_centralized.json and prints a table (mean +- std accuracy).
@@ -84,6 +84,62 @@ def rss_mib() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
+def summarize(runs: dict[str, list[dict]], quiet: bool = False) -> dict:
+    """Mean and std (population) over seeds per config; prints the table unless ``quiet``."""
+    summary = {}
+    if not quiet:
+        print(f"\n{'config':<13} {'test acc':>13} {'val acc':>13} {'sigma':>7} {'eps spent':>9} "
+              f"{'wall s':>7} {'peak MiB':>8}  paper (UIllinois20)")
+    for config, rs in runs.items():
+        if not rs:
+            continue
+        acc = [100 * r["test_acc"] for r in rs]
+        val = [100 * r["val_acc"] for r in rs]
+        eps = [float(r["epsilon_spent"]) for r in rs]
+        row = {"seeds": sorted(r["seed"] for r in rs),
+               "test_mean": statistics.mean(acc), "test_std": statistics.pstdev(acc),
+               "val_mean": statistics.mean(val), "val_std": statistics.pstdev(val),
+               "sigma": statistics.mean(float(r["sigma"]) for r in rs),
+               "epsilon_spent": max(eps),
+               "wall_s": statistics.mean(r["wall_s"] for r in rs),
+               "peak_rss_mib": max(r["peak_rss_mib"] for r in rs), "paper": PAPER.get(config)}
+        summary[config] = row
+        if not quiet:
+            paper = f"{row['paper']:.1f}" if row["paper"] is not None else ""
+            print(f"{config:<13} {row['test_mean']:6.1f} +- {row['test_std']:4.1f} "
+                  f"{row['val_mean']:6.1f} +- {row['val_std']:4.1f} {row['sigma']:7.3f} "
+                  f"{row['epsilon_spent']:9.3f} {row['wall_s']:7.1f} {row['peak_rss_mib']:8.0f}  "
+                  f"{paper}")
+    return summary
+
+
+def write(out: str | Path, payload: dict) -> Path:
+    """Atomic JSON write (temporary file + ``os.replace``)."""
+    out = Path(out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = out.with_name(f"{out.name}.tmp-{os.getpid()}")
+    tmp.write_text(json.dumps(_finite(payload), indent=2, default=str, allow_nan=False))
+    os.replace(tmp, out)
+    return out
+
+
+def merge(paths: list[str], out: str) -> None:
+    """Combine the runs of several result files (e.g. seeds run in parallel processes)."""
+    parts = [json.loads(Path(p).read_text()) for p in paths]
+    runs: dict[str, list[dict]] = {}
+    for part in parts:
+        for config, rs in part["runs"].items():
+            have = {r["seed"] for r in runs.get(config, [])}
+            dup = have & {r["seed"] for r in rs}
+            if dup:
+                raise ValueError(f"{config}: seeds {sorted(dup)} appear in more than one file")
+            runs.setdefault(config, []).extend(rs)
+    payload = {k: parts[0][k] for k in ("args", "num_nodes", "num_edges")}
+    payload["merged_from"] = paths
+    payload.update(summary=summarize(runs), runs=runs)
+    print(f"wrote {write(out, payload)}")
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--dataset", default="facebook100:Wisconsin87")
@@ -91,11 +147,18 @@ def main() -> None:
     p.add_argument("--data-root", default=str(Path(__file__).resolve().parents[2] / "shared" / "data"))
     p.add_argument("--configs", nargs="+", default=CONFIGS)
     p.add_argument("--seeds", type=int, default=5)
+    p.add_argument("--first-seed", type=int, default=0,
+                   help="run seeds first-seed .. first-seed + seeds - 1")
     p.add_argument("--hops", type=int, default=2)
     p.add_argument("--max-degree", type=int, default=100)
     p.add_argument("--accountant", default="prv")
     p.add_argument("--out", default=str(Path(__file__).parent / "results" / "gap_centralized.json"))
+    p.add_argument("--merge", nargs="+", metavar="JSON",
+                   help="only combine these result files' runs into --out (no training)")
     args = p.parse_args()
+    if args.merge:
+        merge(args.merge, args.out)
+        return
     specs = {c: parse(c) for c in args.configs}
 
     t0 = time.perf_counter()
@@ -105,7 +168,9 @@ def main() -> None:
           f"(loaded in {time.perf_counter() - t0:.1f} s); torch threads {torch.get_num_threads()}",
           flush=True)
     runs: dict[str, list[dict]] = {c: [] for c in specs}
-    for seed in range(args.seeds):
+    payload = {"args": vars(args), "num_nodes": int(data.num_nodes),
+               "num_edges": int(data.edge_index.size(1))}
+    for seed in range(args.first_seed, args.first_seed + args.seeds):
         split = gap_split(data, seed)
         shared = None  # (encoder output, seconds) of this seed's edge-level encoder
         for config, spec in specs.items():
@@ -129,35 +194,11 @@ def main() -> None:
                   f"{r['epsilon_spent']:.3f} delta {r['delta']:.0e} wall {wall:6.1f} s "
                   f"({', '.join(f'{k} {v:.1f}' for k, v in r['timings'].items())}) "
                   f"peak RSS {r['peak_rss_mib']:.0f} MiB", flush=True)
+        # after every seed, so an interrupted bench keeps what it finished
+        write(args.out, {**payload, "summary": summarize(runs, quiet=True), "runs": runs})
 
-    summary = {}
-    print(f"\n{'config':<13} {'test acc':>13} {'val acc':>13} {'sigma':>7} {'eps spent':>9} "
-          f"{'wall s':>7} {'peak MiB':>8}  paper (UIllinois20)")
-    for config, rs in runs.items():
-        acc = [100 * r["test_acc"] for r in rs]
-        val = [100 * r["val_acc"] for r in rs]
-        row = {"test_mean": statistics.mean(acc), "test_std": statistics.pstdev(acc),
-               "val_mean": statistics.mean(val), "val_std": statistics.pstdev(val),
-               "sigma": statistics.mean(r["sigma"] for r in rs),
-               "epsilon_spent": max(r["epsilon_spent"] for r in rs),
-               "wall_s": statistics.mean(r["wall_s"] for r in rs),
-               "peak_rss_mib": max(r["peak_rss_mib"] for r in rs), "paper": PAPER.get(config)}
-        summary[config] = row
-        paper = f"{row['paper']:.1f}" if row["paper"] is not None else ""
-        print(f"{config:<13} {row['test_mean']:6.1f} +- {row['test_std']:4.1f} "
-              f"{row['val_mean']:6.1f} +- {row['val_std']:4.1f} {row['sigma']:7.3f} "
-              f"{row['epsilon_spent']:9.3f} {row['wall_s']:7.1f} {row['peak_rss_mib']:8.0f}  "
-              f"{paper}")
-
-    out = Path(args.out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = out.with_name(f"{out.name}.tmp-{os.getpid()}")
-    tmp.write_text(json.dumps(_finite({"args": vars(args), "num_nodes": int(data.num_nodes),
-                                       "num_edges": int(data.edge_index.size(1)),
-                                       "summary": summary, "runs": runs}),
-                              indent=2, default=str, allow_nan=False))
-    os.replace(tmp, out)  # atomic
-    print(f"wrote {out} ({time.perf_counter() - t0:.0f} s in all)")
+    summarize(runs)
+    print(f"wrote {args.out} ({time.perf_counter() - t0:.0f} s in all)")
 
 
 if __name__ == "__main__":
