@@ -284,3 +284,22 @@ def test_compose_argument_errors():
         compose([ApproxDP(1.0, 1e-6)], 1e-5, "rdp")
     with pytest.raises(TypeError):
         PrivacyLedger().record("a", "b", {"epsilon": 1.0})
+
+
+def test_analytic_gaussian_epsilon_tiny_noise_does_not_overflow():
+    """Calibration probes tiny noise multipliers; e^eps * Phi(.) must not overflow (it did at
+    z ~ 0.01, eps > 709: OverflowError: math range error in gap-node-cora's setup)."""
+    from fedgraph.accounting.accountants import analytic_gaussian_epsilon
+
+    zs = [1e-3, 1e-2, 0.05, 0.3, 1.0, 3.0]
+    eps = [analytic_gaussian_epsilon(z, 1e-7) for z in zs]
+    assert all(math.isfinite(e) and e > 0 for e in eps)
+    assert all(a > b for a, b in zip(eps, eps[1:]))  # less noise, more epsilon
+    # the test's own closed form (bracket to 500) where it reaches
+    for z, e in zip(zs[2:], eps[2:]):
+        assert e == pytest.approx(analytic_epsilon(z, 1e-7), rel=1e-6)
+    # and delta(eps) is met at the returned epsilon for the tiny ones too
+    for z, e in zip(zs[:2], eps[:2]):
+        mu = 1 / z
+        d = norm.cdf(-e / mu + mu / 2) - math.exp(e + norm.logcdf(-e / mu - mu / 2))
+        assert d == pytest.approx(1e-7, rel=1e-3)

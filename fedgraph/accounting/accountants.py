@@ -364,7 +364,10 @@ def analytic_gaussian_epsilon(noise_multiplier: float, delta: float) -> float:
     mu = 1.0 / noise_multiplier
 
     def gap(eps: float) -> float:
-        return norm.cdf(-eps / mu + mu / 2) - math.exp(eps) * norm.cdf(-eps / mu - mu / 2) - delta
+        # e^eps Phi(-a) as exp(eps + log Phi(-a)): the exponent is <= 0 (a^2 >= 2 eps), so it
+        # cannot overflow for the large epsilons of tiny noise multipliers (calibration probes them)
+        tail = math.exp(eps + norm.logcdf(-eps / mu - mu / 2))
+        return norm.cdf(-eps / mu + mu / 2) - tail - delta
 
     if gap(0.0) <= 0:
         return 0.0
