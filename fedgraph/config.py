@@ -198,6 +198,9 @@ class GAPConfig(DataConfig):
     cross_client_edges: bool = True
     accountant: Literal["analytic", "prv", "pld", "rdp"] = Field(
         "analytic", description="analytic: exact for Gaussian-only (edge level), else prv")
+    inference: Literal["transductive", "inductive"] = Field(
+        "transductive", description="inductive: train on the train/val graph, evaluate the test "
+        "nodes on the held-out test graph (edges between the two dropped)")
     output_dir: str = "outputs"
     run_name: str = ""
     timeout: float = Field(600.0, gt=0)

@@ -27,6 +27,10 @@ class ClientView:
     feature_domain: tuple[float, float] | None
     statistics: dict
     num_clients: int
+    #: the global test mask ``[N]`` (GAP's inductive inference: both ends of a cross-client
+    #: edge must be classified). Public: a random split is a seeded permutation of the public
+    #: node count (``split``, ``seed``), ``planetoid`` the published masks.
+    test_mask: Tensor | None = None
 
 
 def _data_key(cfg: DataConfig) -> str:
@@ -71,8 +75,9 @@ def _client_views(key: str, budgets: tuple | None, shares: tuple | None) -> tupl
     data, clients = load_federated(cfg, list(budgets) if budgets else None,
                                    list(shares) if shares else None)
     stats = dataset_statistics(data)
-    return tuple(ClientView(c, getattr(data, "feature_domain", None), stats, len(clients))
-                 for c in clients)
+    test_mask = getattr(data, "test_mask", None)
+    return tuple(ClientView(c, getattr(data, "feature_domain", None), stats, len(clients),
+                            test_mask) for c in clients)
 
 
 def client_view(cfg: DataConfig, partition_id: int, budgets=None, shares=None) -> ClientView:

@@ -76,11 +76,18 @@ def gap_setup(msg: Message, context: Context) -> Message:
                    reply_to=msg)
 
 
-def _gap_inputs(cfg, view, context: Context, phase: str, arrays=None):
+def _gap_state_key(graph: str) -> str:
+    """``context.state`` key of the private hops of a PMA run on ``graph`` (``all``/``train``:
+    the classifier's training inputs; ``test``: the held-out graph's, inductive inference)."""
+    return "gap.hops.test" if graph == "test" else "gap.hops"
+
+
+def _gap_inputs(cfg, view, context: Context, phase: str, arrays=None, heldout: bool = False):
     """Model and inputs of a training phase, on this client's device (``device``: the GPU Ray
     assigned, else the CPU): the encoder on raw features, the classifier on the stacked private
     hops kept in ``context.state`` (the MLP baseline: raw features). ``arrays``: an
-    ``ArrayRecord`` of weights to load (empty or ``None``: fresh weights)."""
+    ``ArrayRecord`` of weights to load (empty or ``None``: fresh weights). ``heldout``
+    (inductive inference): the test nodes' rows come from the held-out graph's PMA."""
     from fedgraph.methods.gap_federated import build_classifier, build_encoder
 
     g, s = view.graph, view.statistics
@@ -94,6 +101,10 @@ def _gap_inputs(cfg, view, context: Context, phase: str, arrays=None):
         else:
             hops = tensors(context.state["gap.hops"])
             x = torch.stack([hops[f"hop{k}"] for k in range(cfg.hops + 1)], dim=1)
+            if heldout and cfg.inference == "inductive":
+                held = tensors(context.state[_gap_state_key("test")])
+                x_test = torch.stack([held[f"hop{k}"] for k in range(cfg.hops + 1)], dim=1)
+                x = torch.where(g.test_mask.view(-1, 1, 1), x_test.to(x.dtype), x)
     if arrays is not None and len(arrays):
         model.load_state_dict(arrays.to_torch_state_dict())
     return model.to(dev), x.to(dev)
@@ -127,35 +138,48 @@ def gap_train(msg: Message, context: Context) -> Message:
 @app.query("gap_pma")
 def gap_pma(msg: Message, context: Context) -> Message:
     """PMA hop k: finish hop k-1 with the partial sums received, then release this client's
-    noisy partial sums of hop k for remote nodes (k = K+1: finish only)."""
-    from fedgraph.methods.gap_federated import client_edges, pma_finish, pma_partial_sums
+    noisy partial sums of hop k for remote nodes (k = K+1: finish only). The ``pma`` record's
+    ``graph`` selects the edge set (``all``: the whole graph; inductive inference: ``train``,
+    the training graph, or ``test``, the held-out graph, see
+    :mod:`fedgraph.methods.gap_federated`); each run draws its own noise."""
+    from fedgraph.methods.gap_federated import (client_edges, graph_nodes, pma_finish,
+                                                pma_partial_sums)
 
     cfg, pid, view = _setup(msg, context)
     g = view.graph
     k = int(msg.content["pma"]["hop"])
+    graph = str(msg.content["pma"]["graph"]) if "graph" in msg.content["pma"] else "all"
+    in_graph = graph_nodes(view.test_mask, graph)
+    tag = ":test" if graph == "test" else ""  # fresh noise for the held-out run
+    key = _gap_state_key(graph)
     dev = resolve_device(cfg.device)
     if k == 1:
         model, x = _gap_inputs(cfg, view, context, "gap.encoder", msg.content["encoder"])
         state = {"hop0": model.embed(x)}
     else:
-        state = tensors(context.state["gap.hops"])
+        state = tensors(context.state[key])
         inc = tensors(msg.content["incoming"])
         state[f"hop{k - 1}"] = pma_finish(state.pop("local_sums").to(dev), g.node_ids,
                                           inc["ids"], inc["sums"])
     out = {"ids": torch.zeros(0, dtype=torch.long), "sums": torch.zeros(0, cfg.encoder_dim)}
     if k <= cfg.hops:
         plan = _gap_plan(cfg, pid, view)
-        local, boundary = client_edges(g, cfg, _gap_generator(cfg, pid, "degree"))
-        # Release a row for every node held elsewhere (ids independent of the edges).
+        local, boundary = client_edges(g, cfg, _gap_generator(cfg, pid, f"degree{tag}"),
+                                       in_graph)
+        # Release a row for every node of the graph held elsewhere (ids independent of the
+        # edges: fixed by who holds which node and by the public split).
         others = torch.ones(view.statistics["num_nodes"], dtype=torch.bool)
         others[g.node_ids] = False
+        if in_graph is not None:
+            others &= in_graph
         remote = others.nonzero().flatten() if cfg.cross_client_edges else others.nonzero()[:0].flatten()
         local_sums, ids, sums = pma_partial_sums(state[f"hop{k - 1}"].to(dev), local, boundary,
-                                                 plan.sigma, _gap_generator(cfg, pid, f"pma{k}"),
+                                                 plan.sigma,
+                                                 _gap_generator(cfg, pid, f"pma{k}{tag}"),
                                                  remote_ids=remote)
         state["local_sums"] = local_sums
         out = {"ids": ids, "sums": sums}
-    context.state["gap.hops"] = ArrayRecord(to_cpu(state))
+    context.state[key] = ArrayRecord(to_cpu(state))
     return Message(RecordDict({"partial_sums": ArrayRecord(to_cpu(out))}), reply_to=msg)
 
 
@@ -174,11 +198,13 @@ def gap_evaluate_round(msg: Message, context: Context) -> Message:
 
 @app.evaluate("gap")
 def gap_evaluate(msg: Message, context: Context) -> Message:
-    """Final evaluation: correct predictions per split on this client."""
+    """Final evaluation: correct predictions per split on this client (inductive inference:
+    the test nodes on the held-out graph's aggregates)."""
     from fedgraph.methods.gap import evaluate
 
     cfg, _, view = _setup(msg, context)
-    model, x = _gap_inputs(cfg, view, context, "gap.classifier", msg.content["arrays"])
+    model, x = _gap_inputs(cfg, view, context, "gap.classifier", msg.content["arrays"],
+                           heldout=True)
     counts = {}
     for split in ("train", "val", "test"):
         r = evaluate(model, x, _on(x, view.graph.y), _on(x, getattr(view.graph, f"{split}_mask")))

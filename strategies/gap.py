@@ -4,6 +4,14 @@ Phases: setup (each client calibrates its noise for its own epsilon target and r
 plan) -> encoder rounds (FedAvg; node level: DP-SGD on the clients) -> PMA hop by hop, with
 cross-client edges served by noisy partial sums routed through the server -> classifier rounds
 (FedAvg, best round by validation accuracy at edge level) -> evaluation on the clients.
+
+``inference = "inductive"``: PMA runs on the training graph (edges between train/val nodes),
+and once more after the classifier rounds on the held-out graph (edges between test nodes;
+fresh noise, same sigma and K), whose aggregates the test nodes are evaluated on. The two
+graphs share no edge and no node, so their PMA releases compose in parallel and a client's
+epsilon is that of one run; see :mod:`fedgraph.methods.gap_federated` for who decides which
+cross-client edges exist and for the argument. The ledger records the held-out run under a
+subject of its own, ``client-i (held-out graph)``.
 """
 from __future__ import annotations
 
@@ -13,7 +21,8 @@ import torch
 from flwr.app import ArrayRecord, ConfigRecord, RecordDict
 
 from fedgraph.federation import record_workers, send_to_all, tensors, wait_for_nodes
-from fedgraph.methods.gap_federated import build_classifier, build_encoder, plan_events
+from fedgraph.methods.gap_federated import (build_classifier, build_encoder, heldout_events,
+                                            plan_events)
 from .base import PrivateStrategy, register_strategy
 from .fedavg import StrictFedAvg
 
@@ -56,7 +65,16 @@ class GAPStrategy(PrivateStrategy):
                 f" (protected unit: {cfg.edge_unit} edge)" if cfg.level == "edge" else
                 f" (out-degree bounded by {cfg.max_degree})"),
             "unit": "epsilon per client for the whole run, at the client's delta",
+            "inference": cfg.inference,
         })
+        inductive = cfg.inference == "inductive" and cfg.variant != "mlp"
+        if inductive:
+            self.report.privacy["inference_note"] = (
+                "inductive: training and held-out graphs share no edge (and no node); their PMA "
+                "releases compose in parallel. The held-out graph's PMA is recorded under "
+                "'client-i (held-out graph)'; client i's epsilon is the larger of its two "
+                "subjects', i.e. client-i's")
+        self.report.extra["inference"] = cfg.inference
         encoder_arrays = ArrayRecord()
         if cfg.variant != "mlp" and cfg.encoder_rounds > 0:
             with self.report.phase("encoder rounds (FedAvg)"):
@@ -67,7 +85,8 @@ class GAPStrategy(PrivateStrategy):
                 encoder_arrays = res.arrays
         if cfg.variant != "mlp":
             with self.report.phase("PMA (clients, via server)"):
-                self._pma(grid, nodes, owner, payload, encoder_arrays)
+                self._pma(grid, nodes, owner, payload, encoder_arrays,
+                          "train" if inductive else "all")
         with self.report.phase("classifier rounds (FedAvg)"):
             clf = build_classifier(cfg, num_features, num_classes)
             select = cfg.level == "edge"  # node level: validation labels are private
@@ -78,17 +97,26 @@ class GAPStrategy(PrivateStrategy):
             arrays = fedavg.best[2] if select and fedavg.best else res.arrays
             self.report.extra["training"] = {"selected_round": fedavg.best[1] if select and fedavg.best
                                              else cfg.classifier_rounds}
+        if inductive:
+            with self.report.phase("PMA on the held-out graph (clients, via server)"):
+                self._pma(grid, nodes, owner, payload, encoder_arrays, "test")
+            for meta in clients.values():
+                for release, event in heldout_events(meta):
+                    self.ledger.record(f"client-{meta['partition_id']} (held-out graph)",
+                                       release, event)
         with self.report.phase("evaluate (clients)"):
             counts = send_to_all(grid, "evaluate.gap", {
                 n: RecordDict({"config": payload, "arrays": arrays}) for n in nodes}, cfg.timeout)
         self.record_accuracy(counts, stats)
 
-    def _pma(self, grid, nodes, owner, payload, encoder_arrays) -> None:
-        """Hops 1..K; message k also carries the partial sums for hop k-1 (k = K+1: finish)."""
+    def _pma(self, grid, nodes, owner, payload, encoder_arrays, graph: str = "all") -> None:
+        """Hops 1..K; message k also carries the partial sums for hop k-1 (k = K+1: finish).
+        ``graph``: the edge set (``all``, ``train``: the training graph, ``test``: the
+        held-out graph), decided on the clients."""
         empty = {"ids": torch.zeros(0, dtype=torch.long), "sums": torch.zeros(0, self.config.encoder_dim)}
         incoming = {n: empty for n in nodes}
         for k in range(1, self.config.hops + 2):
-            contents = {n: RecordDict({"config": payload, "pma": ConfigRecord({"hop": k}),
+            contents = {n: RecordDict({"config": payload, "pma": ConfigRecord({"hop": k, "graph": graph}),
                                        "incoming": ArrayRecord(incoming[n]),
                                        "encoder": encoder_arrays}) for n in nodes}
             replies = send_to_all(grid, "query.gap_pma", contents, self.config.timeout)

@@ -15,6 +15,28 @@ hop by hop across clients:
 One directed edge changes one row of one released sum by a unit vector, so each hop of each
 client is a Gaussian mechanism with L2 sensitivity 1 (sqrt(2) for an undirected edge, sqrt(D)
 for a node with out-degree bounded by D).
+
+Inference (``GAPConfig.inference``). Transductive: one PMA on the whole graph serves training
+and evaluation. Inductive: the masks split the graph into a *training graph* (edges with both
+ends in train or val nodes) and a *held-out graph* (edges with both ends in test nodes); edges
+between the two are dropped (:func:`graph_nodes`, :func:`client_edges`). PMA runs on the
+training graph for the classifier's inputs, and once more, after the classifier rounds, on the
+held-out graph (fresh noise, same sigma and K) for the test nodes' inputs. Who decides: the
+client that owns an edge's source, from both endpoints' split membership, which every client
+and the server know (the split is public: a seeded permutation of the public node count, or
+the published Planetoid masks); the owner of the target therefore receives sums over exactly
+the edges of the current graph, and the released rows are those of the current graph's remote
+nodes (fixed by the public split, not by the edges).
+
+Privacy of the inductive mode: the two graphs share no edge and no node. Edge level: an edge
+enters at most one of the two PMA runs, which therefore compose in parallel (each run is
+calibrated for the client's whole epsilon). Node level: a train/val node's features and edges
+enter only the training PMA and DP-SGD; a test node's only the held-out PMA (its features reach
+the training graph's aggregates only through dropped edges); the held-out run's other input,
+the encoder, is a released output (post-processing). So a client's epsilon is that of one PMA
+run (plus DP-SGD at node level), as in the transductive mode; the ledger records the held-out
+run under its own subject ``client-i (held-out graph)`` (it cannot express parallel
+composition), and a client's epsilon is the larger of its two subjects', i.e. ``client-i``'s.
 """
 from __future__ import annotations
 
@@ -79,6 +101,14 @@ def plan_events(plan: dict) -> list[tuple[str, object]]:
     return out
 
 
+def heldout_events(plan: dict) -> list[tuple[str, object]]:
+    """``(release, event)`` pairs of the inductive mode's PMA on the held-out graph (the ``K``
+    Gaussian mechanisms of :func:`plan_events`' ``pma``, same noise): a ledger subject of its
+    own, since it composes in parallel with the training graph's releases (module docstring)."""
+    return [(f"{release} (held-out graph)", event) for release, event in plan_events(plan)
+            if release == "pma"]
+
+
 @lru_cache(maxsize=64)
 def _calibrate(epsilon, delta, hops, level, enc, cls, accountant) -> float:
     return calibrate_gap(epsilon, delta, num_hops=hops, level=level, encoder_schedule=enc,
@@ -119,13 +149,40 @@ def build_classifier(cfg: GAPConfig, num_features: int, num_classes: int) -> GAP
                          dropout=0.0, batch_norm=False)
 
 
-def client_edges(client, cfg: GAPConfig, generator: torch.Generator) -> tuple[Tensor, Tensor]:
+GRAPHS = ("all", "train", "test")  # PMA's edge sets: whole graph, training graph, held-out graph
+
+
+def graph_nodes(test_mask: Tensor | None, graph: str) -> Tensor | None:
+    """Global boolean mask ``[N]`` of the nodes of ``graph`` (``"train"``: train and val
+    nodes, i.e. not test; ``"test"``: test nodes); ``None`` for ``"all"`` (every node).
+    ``test_mask``: the global test mask (public, see the module docstring).
+
+    Raises:
+        ValueError: unknown ``graph``, or no test mask for a split graph.
+    """
+    if graph not in GRAPHS:
+        raise ValueError(f"graph must be one of {GRAPHS}, got {graph!r}")
+    if graph == "all":
+        return None
+    if test_mask is None:
+        raise ValueError("inductive inference needs the split's test mask")
+    return test_mask.clone() if graph == "test" else ~test_mask
+
+
+def client_edges(client, cfg: GAPConfig, generator: torch.Generator,
+                 in_graph: Tensor | None = None) -> tuple[Tensor, Tensor]:
     """The client's directed edges ``(local [2, e], boundary [2, b])`` that PMA uses: boundary
-    edges only with ``cross_client_edges``; node level: out-degree bounded by ``D`` over both
-    (the client owns its nodes' out-edges)."""
+    edges only with ``cross_client_edges``; ``in_graph`` (global boolean mask ``[N]``, from
+    :func:`graph_nodes`; ``None``: all nodes): only edges with both ends in it, local and
+    boundary alike; node level: then out-degree bounded by ``D`` over both (the client owns its
+    nodes' out-edges)."""
     local = client.edge_index
     boundary = client.boundary_edge_index if cfg.cross_client_edges else \
         client.boundary_edge_index[:, :0]
+    if in_graph is not None:
+        mine = in_graph[client.node_ids]
+        local = local[:, mine[local[0]] & mine[local[1]]]
+        boundary = boundary[:, mine[boundary[0]] & in_graph[boundary[1]]]
     if cfg.level != "node" or cfg.variant == "gap-inf":
         return local, boundary
     n = client.num_nodes
