@@ -303,3 +303,29 @@ def test_analytic_gaussian_epsilon_tiny_noise_does_not_overflow():
         mu = 1 / z
         d = norm.cdf(-e / mu + mu / 2) - math.exp(e + norm.logcdf(-e / mu - mu / 2))
         assert d == pytest.approx(1e-7, rel=1e-3)
+
+
+def test_calibrate_probes_the_tight_accountant_only_near_the_answer():
+    """RDP brackets first; prv is never asked about noise far below the answer (there it
+    fails numerically and its PLD fallback took 8.7 GB for a node-level GAP client)."""
+    from fedgraph.accounting.accountants import PrvAccountant
+    from fedgraph.accounting.calibrate import calibrate
+    from fedgraph.accounting.events import SubsampledGaussian
+
+    probed: list[float] = []
+
+    class Recording(PrvAccountant):
+        def compose(self, events, delta):
+            probed.append(events[0].noise_multiplier)
+            return super().compose(events, delta)
+
+    def make(z):
+        return [SubsampledGaussian(0.15, z, 300), Gaussian(z, count=2)]
+
+    z = calibrate(8.0, 1e-7, make, accountant=Recording())
+    assert compose_epsilon(make(z), 1e-7, "prv") <= 8.0
+    assert compose_epsilon(make(z / 1.01), 1e-7, "prv") > 8.0  # smallest, up to rtol + 1 %
+    assert probed and min(probed) >= z / 4
+    # the plain search (rdp skipped when it is the accountant itself) agrees with RDP's own
+    z_rdp = calibrate(8.0, 1e-7, make, accountant="rdp")
+    assert z <= z_rdp * 1.001 and z > z_rdp / 2
