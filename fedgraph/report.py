@@ -106,11 +106,18 @@ def format_table(report: dict) -> str:
     if acc:
         lines.append("  accuracy  " + "  ".join(
             f"{k} {v:.4f}" for k, v in acc.items() if isinstance(v, float) and not math.isnan(v)))
-    for subject, row in report.get("privacy", {}).get("per_subject", {}).items():
+    subjects = report.get("privacy", {}).get("per_subject", {})
+    width = max([10, *(len(s) for s in subjects)])
+    for subject, row in subjects.items():
         extra = f" (budget {row['budget']:g})" if "budget" in row else ""
         delta = f", delta {row['delta']:g}" if row.get("delta") else ""
-        lines.append(f"  {subject:<10} epsilon {row['epsilon']:.4g}{delta}{extra}  "
-                     f"[{', '.join(r['release'] for r in row['releases'])}]")
+        releases = ", ".join(r["release"] + (f" ({r['reason']})" if "reason" in r else "")
+                             for r in row["releases"])
+        lines.append(f"  {subject:<{width}} epsilon {row['epsilon']:.4g}{delta}{extra}  "
+                     f"[{releases}]")
+    note = report.get("privacy", {}).get("inference_note")
+    if note:
+        lines.append(f"  note: {note}")
     t = report.get("timings_s", {})
     if t:
         lines.append("  time (s)  " + "  ".join(f"{k} {v:.2f}" for k, v in t.items()))

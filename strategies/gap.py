@@ -16,6 +16,7 @@ subject of its own, ``client-i (held-out graph)``.
 from __future__ import annotations
 
 import json
+import math
 
 import torch
 from flwr.app import ArrayRecord, ConfigRecord, RecordDict
@@ -54,8 +55,7 @@ class GAPStrategy(PrivateStrategy):
             ids = tensors(rec["ids"])["node_ids"]
             owner[ids] = nodes.index(n)
             clients[n] = meta
-            for release, event in plan_events(meta):
-                self.ledger.record(f"client-{meta['partition_id']}", release, event)
+            self._record_plan(f"client-{meta['partition_id']}", meta, plan_events(meta))
         self.report.extra["clients"] = {f"client-{m['partition_id']}": {
             k: m[k] for k in ("epsilon_target", "delta", "noise_multiplier", "sigma", "sensitivity",
                               "num_nodes", "num_train")} for m in clients.values()}
@@ -101,13 +101,26 @@ class GAPStrategy(PrivateStrategy):
             with self.report.phase("PMA on the held-out graph (clients, via server)"):
                 self._pma(grid, nodes, owner, payload, encoder_arrays, "test")
             for meta in clients.values():
-                for release, event in heldout_events(meta):
-                    self.ledger.record(f"client-{meta['partition_id']} (held-out graph)",
-                                       release, event)
+                self._record_plan(f"client-{meta['partition_id']} (held-out graph)", meta,
+                                  heldout_events(meta))
         with self.report.phase("evaluate (clients)"):
             counts = send_to_all(grid, "evaluate.gap", {
                 n: RecordDict({"config": payload, "arrays": arrays}) for n in nodes}, cfg.timeout)
         self.record_accuracy(counts, stats)
+
+    def _record_plan(self, subject: str, plan: dict, events: list) -> None:
+        """Ledger entries of one client's plan: its accountable events; a client with no
+        noise (epsilon target inf, or the gap-inf variant) is listed with epsilon inf; the MLP
+        variant at edge level reads no edge (epsilon 0)."""
+        for release, event in events:
+            self.ledger.record(subject, release, event)
+        if events:
+            return
+        if self.config.level == "edge" and not plan["hops"]:
+            self.ledger.record_unused(subject, "training", "MLP: no edge is read")
+        else:  # epsilon target inf or the gap-inf variant
+            self.ledger.record_unprotected(subject, "pma" if plan["hops"] else "training",
+                                           "epsilon target inf: no noise")
 
     def _pma(self, grid, nodes, owner, payload, encoder_arrays, graph: str = "all") -> None:
         """Hops 1..K; message k also carries the partial sums for hop k-1 (k = K+1: finish).

@@ -49,3 +49,28 @@ def test_event_validation():
         PrivacyLedger().epsilon("nobody")
     with pytest.raises(TypeError):
         PrivacyLedger().record("a", "b", 1.0)
+
+
+def test_unprotected_and_unused_releases_are_listed_not_dropped():
+    """A client without noise must show epsilon inf (not vanish from the report); a release that
+    never reads the protected unit gives epsilon 0; accountable events still compose."""
+    import math
+
+    from fedgraph.accounting import Gaussian, PrivacyLedger
+
+    ledger = PrivacyLedger()
+    ledger.record("client-0", "pma", Gaussian(2.0, count=2))
+    ledger.record_unprotected("client-1", "pma", "epsilon target inf: no noise")
+    ledger.record_unused("client-2", "training", "MLP: no edge is read")
+    assert ledger.subjects == ["client-0", "client-1", "client-2"]
+    assert ledger.epsilon("client-1", 1e-5) == (math.inf, 0.0)
+    assert ledger.epsilon("client-2", 1e-5) == (0.0, 0.0)
+    eps0 = ledger.epsilon("client-0", 1e-5)[0]
+    assert 0 < eps0 < math.inf
+    summary = ledger.summary(1e-5)
+    assert math.isinf(summary["client-1"]["epsilon"]) and summary["client-2"]["epsilon"] == 0.0
+    assert summary["client-1"]["releases"][0]["event"] == "none"
+    assert summary["client-0"]["epsilon"] == eps0
+    # an unprotected release dominates accountable ones of the same subject
+    ledger.record_unprotected("client-0", "extra", "no noise")
+    assert math.isinf(ledger.epsilon("client-0", 1e-5)[0])

@@ -46,6 +46,10 @@ class PrivacyLedger:
     """
 
     entries: dict[str, list[_Entry]] = field(default_factory=lambda: defaultdict(list))
+    #: releases outside the accountants, per subject: ``(release, reason, epsilon)`` with
+    #: epsilon ``inf`` (released without noise) or ``0`` (the protected unit was not used)
+    unprotected: dict[str, list[tuple[str, str, float]]] = field(
+        default_factory=lambda: defaultdict(list))
 
     def record(self, subject: str, release: str, event: Event) -> None:
         """Record that ``subject``'s data went through ``event`` in the release ``release``.
@@ -56,15 +60,36 @@ class PrivacyLedger:
         check_event(event)
         self.entries[subject].append(_Entry(release, event))
 
+    def record_unprotected(self, subject: str, release: str, reason: str = "no noise") -> None:
+        """Record that ``subject``'s data left in ``release`` **without** a DP guarantee (e.g. a
+        client whose epsilon target is inf adds no noise). The subject is listed with epsilon
+        ``inf`` (:meth:`epsilon`, :meth:`summary`) instead of vanishing from the report."""
+        self.unprotected[subject].append((release, reason, math.inf))
+
+    def record_unused(self, subject: str, release: str, reason: str) -> None:
+        """Record that ``release`` did not use ``subject``'s protected unit at all (e.g. an MLP
+        baseline under edge-level DP reads no edge): epsilon 0 unless other releases add some."""
+        self.unprotected[subject].append((release, reason, 0.0))
+
+    def _fixed_epsilon(self, subject: str) -> float | None:
+        """inf if a release of ``subject`` had no noise; 0 if it only has unused releases;
+        None if its accountable events decide."""
+        fixed = self.unprotected.get(subject, [])
+        if any(math.isinf(e) for _, _, e in fixed):
+            return math.inf
+        if fixed and not self.entries.get(subject):
+            return 0.0
+        return None
+
     @property
     def subjects(self) -> list[str]:
-        return sorted(self.entries)
+        return sorted(set(self.entries) | set(self.unprotected))
 
     def events(self, subject: str) -> list[Event]:
         """``subject``'s events in recording order. Raises ``KeyError`` if none."""
-        if subject not in self.entries:
+        if subject not in self.entries and subject not in self.unprotected:
             raise KeyError(f"no release recorded for {subject!r}; known: {self.subjects}")
-        return [e.event for e in self.entries[subject]]
+        return [e.event for e in self.entries.get(subject, [])]
 
     def is_pure(self, subject: str) -> bool:
         """True if all of ``subject``'s events are PureDP / ApproxDP."""
@@ -88,6 +113,9 @@ class PrivacyLedger:
             ValueError: ``delta`` outside [0, 1), or 0 with a Gaussian event.
         """
         events = self.events(subject)
+        fixed = self._fixed_epsilon(subject)
+        if fixed is not None:
+            return fixed, 0.0
         if all(is_pure(e) for e in events):
             return (sum(e.epsilon * e.count for e in events),
                     sum(event_delta(e) for e in events))
@@ -100,6 +128,11 @@ class PrivacyLedger:
         from .accountants import Composition
 
         events = self.events(subject)
+        fixed = self._fixed_epsilon(subject)
+        if fixed is not None:
+            note = ("released without noise: no differential privacy" if math.isinf(fixed)
+                    else "the protected unit was not used")
+            return Composition(fixed, 0.0, "none", "none", None, (note,))
         if all(is_pure(e) for e in events):
             eps, d = self.epsilon(subject)
             return Composition(eps, d, "basic composition", "basic composition")
@@ -186,7 +219,15 @@ class PrivacyLedger:
         out = {}
         for s in self.subjects:
             row: dict = {"releases": [{"release": e.release, "event": type(e.event).__name__,
-                                       **asdict(e.event)} for e in self.entries[s]]}
+                                       **asdict(e.event)} for e in self.entries.get(s, [])]}
+            row["releases"] += [{"release": r, "event": "none", "reason": why, "epsilon": e}
+                                for r, why, e in self.unprotected.get(s, [])]
+            fixed = self._fixed_epsilon(s)
+            if fixed is not None:
+                c = self.composition(s)
+                row.update(epsilon=fixed, delta=0.0, accountant="none", notes=list(c.notes))
+                out[s] = row
+                continue
             try:
                 c = self.composition(s, delta, accountant)
                 row.update(epsilon=c.epsilon, delta=c.delta, accountant=c.accountant)
