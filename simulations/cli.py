@@ -262,6 +262,9 @@ def datasets(root: Optional[str] = typer.Option(None, help="dataset root (defaul
     from fedgraph.data import (KNOWN_DATASETS, dataset_statistics, known_datasets, load_dataset,
                                resolve_root)
 
+    where = ("--root" if root else "$FEDGRAPH_DATA" if os.environ.get("FEDGRAPH_DATA")
+             else "the user cache; set $FEDGRAPH_DATA or --root to use another folder")
+    typer.echo(f"data root: {resolve_root(root)} (from {where})")
     for name in known_datasets():
         if name.startswith("facebook100:"):
             colleges = sorted((resolve_root(root) / "facebook100").glob("*.mat"))
@@ -279,7 +282,7 @@ def datasets(root: Optional[str] = typer.Option(None, help="dataset root (defaul
                        f"features {s['num_features']:>5}  classes {s['num_classes']}")
         except Exception as err:  # noqa: BLE001 - missing files; a registered loader's own needs
             if name in KNOWN_DATASETS and isinstance(err, FileNotFoundError):
-                typer.echo(f"{name:<27} not available offline (downloads when online)")
+                typer.echo(f"{name:<27} not under the data root (downloads when online)")
             else:
                 typer.echo(f"{name:<27} registered; not loadable with this root: "
                            f"{str(err).splitlines()[0][:100]}")

@@ -224,7 +224,8 @@ def _not_found(name: str, paths: Sequence[Path], extra: str = '') -> None:
         f"Raw files of dataset '{name}' not found (looked for: {listed}). "
         f"Place them there, point the {ENV_DATA} environment variable or the "
         f"'root' argument (run config: data-root) at a folder with the layout described in "
-        f"fedgraph.data.datasets, or pass download=True when online.{extra}")
+        f"fedgraph.data.datasets, or download them once when online with "
+        f"fedgraph.data.load_dataset('{name}', root, download=True).{extra}")
 
 
 def _prepare_pyg_dir(name: str, dataset_dir: Path, rel: Path,
