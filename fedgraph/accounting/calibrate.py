@@ -45,14 +45,7 @@ def calibrate(target_epsilon: float, delta: float, make_events: Callable[[float]
 
     seed = _rdp_bracket(target_epsilon, delta, make_events, accountant, lower, upper, eps)
     if seed is not None:
-        lo, hi = seed
-        while hi / lo - 1 > rtol:
-            mid = math.sqrt(lo * hi)
-            if eps(mid) <= target_epsilon:
-                hi = mid
-            else:
-                lo = mid
-        return hi
+        return _bisect(*seed, lambda sigma: eps(sigma) <= target_epsilon, rtol)
     # Bracket from below, a decade at a time, so that extreme noise is rarely evaluated.
     lo, hi, e = lower, None, eps(lower)
     if e <= target_epsilon:  # lower already feasible: expand the bracket downward
@@ -76,10 +69,15 @@ def calibrate(target_epsilon: float, delta: float, make_events: Callable[[float]
                     f"largest noise multiplier {upper:g}; raise `upper`")
             else:
                 lo = x
-    # invariant: eps(lo) > target >= eps(hi)
+    return _bisect(lo, hi, lambda sigma: eps(sigma) <= target_epsilon, rtol)
+
+
+def _bisect(lo: float, hi: float, feasible: Callable[[float], bool], rtol: float) -> float:
+    """Bisection on ``log sigma`` keeping ``feasible(hi)`` and not ``feasible(lo)`` until
+    ``hi / lo - 1 <= rtol``; returns ``hi`` (feasible)."""
     while hi / lo - 1 > rtol:
         mid = math.sqrt(lo * hi)
-        if eps(mid) <= target_epsilon:
+        if feasible(mid):
             hi = mid
         else:
             lo = mid

@@ -754,13 +754,8 @@ def _run_sage(data, *, level: str, epsilon: float, delta: float | str, num_hops:
         raise ValueError(f"num_hops must be >= 1 for GraphSAGE, got {num_hops}")
     if level == "node" and batch_norm:
         raise ValueError("batch_norm cannot be used with DP-SGD (node level)")
-    t_start = time.perf_counter()
-    timings: dict[str, float] = {}
-    torch.manual_seed(seed)
-    gen = torch.Generator().manual_seed(seed)
-    x, y, n = data.x, data.y, int(data.num_nodes)
-    num_classes = int(y.max()) + 1
-    n_train = int(data.train_mask.sum())
+    t_start, timings, gen = time.perf_counter(), {}, _seeded(seed)
+    x, y, n, num_classes, n_train = _shape(data)
     dflt = LEVEL_DEFAULTS[level]
     select = dflt["select_on_val"] if select_on_val is None else select_on_val
     if level == "node" and select_on_val:
@@ -867,6 +862,19 @@ def _peak_rss_mib() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
 
 
+def _seeded(seed: int) -> torch.Generator:
+    """Seed torch's global generator (initialization) and return a CPU generator for the
+    run's sampling and noise."""
+    torch.manual_seed(seed)
+    return torch.Generator().manual_seed(seed)
+
+
+def _shape(data) -> tuple[Tensor, Tensor, int, int, int]:
+    """``(x, y, num_nodes, num_classes, num_train)`` of a split graph."""
+    return (data.x, data.y, int(data.num_nodes), int(data.y.max()) + 1,
+            int(data.train_mask.sum()))
+
+
 def run_gap(data, *, method: str = "gap", level: str = "edge",
             epsilon: float = float("inf"), delta: float | str = "auto", num_hops: int = 2,
             encoder_dim: int = 16, hidden: int = 16, encoder_layers: int = 2,
@@ -958,13 +966,8 @@ def run_gap(data, *, method: str = "gap", level: str = "edge",
     if method != "mlp" and k < 0:
         raise ValueError(f"num_hops must be >= 0, got {num_hops}")
 
-    t_start = time.perf_counter()
-    timings: dict[str, float] = {}
-    torch.manual_seed(seed)
-    gen = torch.Generator().manual_seed(seed)
-    x, y, n = data.x, data.y, int(data.num_nodes)
-    num_classes = int(y.max()) + 1
-    n_train = int(data.train_mask.sum())
+    t_start, timings, gen = time.perf_counter(), {}, _seeded(seed)
+    x, y, n, num_classes, n_train = _shape(data)
     if encoder_output is not None and (use_dpsgd or method == "mlp"):
         raise ValueError("encoder_output can only replace a non-private encoder of GAP "
                          "(node-level DP needs the encoder trained with DP-SGD, accounted here)")
