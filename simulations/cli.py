@@ -43,6 +43,9 @@ def load_run_config(preset: Optional[str], overrides: List[str]) -> dict:
             path = PRESETS / f"{preset}.toml"
         if not path.exists():
             names = sorted(p.stem for p in PRESETS.glob("*.toml"))
+            if preset.endswith(".toml") or "/" in preset or "\\" in preset:
+                raise typer.BadParameter(f"preset file {preset!r} not found (looked at "
+                                         f"{Path(preset).resolve()}); bundled presets: {names}")
             raise typer.BadParameter(f"preset {preset!r} not found; known presets: {names}")
         cfg.update(tomllib.loads(path.read_text()))
     for item in overrides:

@@ -40,6 +40,9 @@ def test_invalid_config_exits_2_and_names_key(tmp_path):
     assert "budgets" in res.stderr and "> 0" in res.stderr
     res = fedgraph("run", "no-such-preset", tmp_path=tmp_path)
     assert res.returncode == 2 and "known presets" in res.stderr
+    missing = tmp_path / "no-such-file.toml"
+    res = fedgraph("run", str(missing), tmp_path=tmp_path)
+    assert res.returncode == 2 and "preset file" in res.stderr and str(missing) in res.stderr
 
 
 def test_failed_run_exits_1_and_report_says_failed(tmp_path):
