@@ -39,6 +39,9 @@ SETTINGS = {
     # Reference, not a baseline: every user at the largest level. PPGNN should land between
     # this and "LPGNN eps=1 (all)"; the gap between the two bounds is all PPGNN can win.
     "ref: LPGNN eps=4 (all)": {"budgets": "1,2,4", "mechanism": "multi-bit", "epsilon": 4.0, "denoiser": "kprop"},
+    # Ablation: PPGNN's reports (PPM) propagated uniformly (KProp) instead of with FlexProp's
+    # level weights (Eq. 12, applied at every step).
+    "ablation: PPM + KProp E={1,2,4}": {"budgets": "1,2,4", "mechanism": "ppm", "denoiser": "kprop"},
     # Control: features at eps = 0.01 carry almost nothing (a report's sign is +-1 with
     # probability 1/2 +- 0.0025 x). What this row reaches, the graph and the labels reach alone.
     "control: LPGNN eps=0.01 (all)": {"budgets": "1,2,4", "mechanism": "multi-bit", "epsilon": 0.01, "denoiser": "kprop"},
@@ -59,7 +62,7 @@ def run_once(dataset: str, setting: dict, seed: int, data_root: str, extra: dict
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--datasets", nargs="+", default=["cora", "citeseer", "facebook-pagepage"])
-    p.add_argument("--settings", nargs="+", default=[k for k in SETTINGS if not k.startswith(("ref", "control"))])
+    p.add_argument("--settings", nargs="+", default=[k for k in SETTINGS if not k.startswith(("ref", "control", "ablation"))])
     p.add_argument("--seeds", type=int, default=5)
     p.add_argument("--data-root", default=str(Path(__file__).parents[2] / "shared" / "data"))
     p.add_argument("--set", nargs="*", default=[], help="extra run-config key=value")
