@@ -92,7 +92,7 @@ class PPGNNConfig(DataConfig):
     denoiser: Literal["flexprop", "kprop", "none"] = "flexprop"
     steps: list[int] = Field(default_factory=lambda: [16],
                              description="propagation steps K; several: chosen on validation")
-    weights: Literal["level", "inverse-variance"] = "level"
+    weights: Literal["level", "inverse-variance", "posterior"] = "level"
     standardize: bool = Field(True, description="standardize features after propagation")
     backbone: Literal["gcn", "sage", "gat"] = "sage"
     hidden: int = Field(16, ge=1)

@@ -902,3 +902,30 @@ def test_randomized_response_keep_rate_domain_and_privacy_ratio():
         randomized_response(y, k, 0.0)
     with pytest.raises(ValueError, match="labels"):
         randomized_response(torch.tensor([k]), k, 1.0)
+
+
+def test_decoded_level_posterior_matches_simulated_esw():
+    """P(tau | decoded tau_hat) against 2e5 simulated ESW releases (equal shares), rows sum to 1;
+    the FlexProp 'posterior' weights are the expected inverse variance given tau_hat: nearly
+    uniform when ESW is weak (gamma 0.1), ordered by level when it is strong (gamma 0.9)."""
+    from fedgraph.mechanisms.esw import esw, esw_decode
+    from fedgraph.mechanisms.ppm import (PPMParams, decoded_level_posterior,
+                                         posterior_inverse_variance)
+
+    g = torch.Generator().manual_seed(0)
+    for gamma in (0.1, 0.9):
+        params = PPMParams((1.0, 2.0, 4.0), gamma)
+        post = decoded_level_posterior(params)
+        assert torch.allclose(post.sum(1), torch.ones(3, dtype=torch.float64))
+        n = 200_000
+        levels = torch.randint(1, 4, (n,), generator=g)
+        eps = params.esw_share * params.budget_of(levels)
+        hat = esw_decode(esw(levels, eps, 3, params.window, g), 3, params.window)
+        for t_hat in (1, 2, 3):
+            sel = levels[hat == t_hat]
+            emp = torch.bincount(sel - 1, minlength=3).double() / sel.numel()
+            assert torch.allclose(emp, post[t_hat - 1], atol=0.01), (gamma, t_hat, emp, post)
+    weak = posterior_inverse_variance(torch.tensor([1, 2, 3]), PPMParams((1.0, 2.0, 4.0), 0.1), 32)
+    strong = posterior_inverse_variance(torch.tensor([1, 2, 3]), PPMParams((1.0, 2.0, 4.0), 0.9), 32)
+    assert float(weak.max() / weak.min()) < 1.3
+    assert strong[0] < strong[1] < strong[2] and float(strong[2] / strong[0]) > 3

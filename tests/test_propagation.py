@@ -45,3 +45,24 @@ def test_kprop_is_uniform_mean_and_inverse_variance_prefers_high_budgets():
     assert torch.equal(weighted_propagation(x, ei, 0, None), x)
     w = flexprop_weights(torch.tensor([1, 2, 3]), [1.0, 2.0, 4.0], "inverse-variance", 100, 0.9)
     assert bool((w[1:] > w[:-1]).all())
+
+
+def test_ppgnn_server_fit_with_posterior_flexprop_weights():
+    """weights = "posterior" (expected inverse variance given the decoded level) runs end to
+    end in the server half and learns (synthetic SBM with class-dependent features)."""
+    from fedgraph.config import parse_run_config
+    from fedgraph.federation import load_federated
+    from fedgraph.methods import ppgnn
+
+    cfg = parse_run_config({"dataset": "synthetic-sbm:600:4", "num-clients": 1, "seed": 0,
+                            "budgets": "1,2,4", "mechanism": "ppm", "denoiser": "flexprop",
+                            "weights": "posterior", "epochs": 50})
+    data, clients = load_federated(cfg, cfg.budgets, cfg.shares)
+    num_classes = int(data.y.max()) + 1
+    rep = ppgnn.client_report(clients[0], cfg, data.feature_domain, num_classes,
+                              torch.Generator().manual_seed(0))
+    fit = ppgnn.server_fit([rep], cfg, data.num_nodes, data.num_features, num_classes)
+    c = clients[0]
+    acc = float((fit.predictions[c.test_mask] == c.y[c.test_mask]).float().mean())
+    majority = float(torch.bincount(c.y[c.test_mask]).max()) / int(c.test_mask.sum())
+    assert acc > majority + 0.2, (acc, majority)

@@ -131,6 +131,45 @@ def level_posterior(released: Tensor, params: PPMParams) -> Tensor:
     return post / post.sum(1, keepdim=True)
 
 
+def decoded_level_posterior(params: PPMParams) -> Tensor:
+    r"""``P(tau | tau_hat)``, float64 ``[h, h]`` (row: the decoded level ``tau_hat``, column: the
+    true level ``tau``), marginalising the ESW output over the releases that decode to
+    ``tau_hat`` (:func:`~fedgraph.mechanisms.esw.esw_decode`); public level shares as prior.
+    With one level: ``[[1.]]``."""
+    from .esw import esw_probabilities
+
+    h, b = params.num_levels, params.window
+    if h == 1:
+        return torch.ones(1, 1, dtype=torch.float64)
+    released = torch.arange(1, h + 2 * b + 1)
+    taus = torch.arange(1, h + 1)
+    p, q = esw_probabilities(params.esw_share * torch.tensor(params.budgets, dtype=torch.float64),
+                             h, b)
+    inside = (released.view(-1, 1) - (taus.view(1, -1) + b)).abs() <= b  # [R, h]
+    like = torch.where(inside, p.view(1, -1), q.view(1, -1))  # P(release | tau)
+    decoded = esw_decode(released, h, b)  # [R]
+    given = torch.zeros(h, h, dtype=torch.float64).index_add_(0, decoded - 1, like)  # P(tau_hat|tau)
+    prior = torch.tensor(params.shares or [1.0 / h] * h, dtype=torch.float64)
+    post = given * prior.view(1, -1)
+    return post / post.sum(1, keepdim=True).clamp_min(1e-300)
+
+
+def posterior_inverse_variance(level_hat: Tensor, params: PPMParams, num_features: int) -> Tensor:
+    r"""FlexProp source weights ``w_j`` = the inverse of the expected variance of user ``j``'s
+    estimate given its decoded level: :math:`(m/d)\, E[\tanh(\epsilon'_\tau / 2m) \mid
+    \hat\tau_j]^2` (multi-bit variance :math:`(d/m) / c^2` up to the :math:`x^2` term,
+    :math:`c` averaged over :func:`decoded_level_posterior`). When ESW tells little (small
+    ``gamma``), the weights are nearly uniform instead of trusting a noisy level as
+    Eq. (12)'s ``w_j = tau'_j`` does. float64 ``[n]``.
+    """
+    post = decoded_level_posterior(params)  # [h_hat, h]
+    eps_feat = (1 - params.esw_share) * torch.tensor(params.budgets, dtype=torch.float64)
+    m_hat = mlr_num_dims(eps_feat, num_features).double()  # m of each decoded level
+    c = torch.tanh(eps_feat.view(1, -1) / (2.0 * m_hat.view(-1, 1)))  # [h_hat, h]
+    w = (m_hat / num_features) * (post * c).sum(1) ** 2  # [h_hat]
+    return w[level_hat.cpu() - 1].to(level_hat.device)
+
+
 def ppm_estimate(report: PPMReport, num_features: int, params: PPMParams,
                  rescale: str = "released") -> tuple[Tensor, Tensor]:
     r"""Server side of PPM: rescale each user's signs into a feature estimate.

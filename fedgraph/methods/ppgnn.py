@@ -158,7 +158,12 @@ def server_fit(reports: list[dict[str, Tensor]], cfg: PPGNNConfig, num_nodes: in
     x_hat, level_hat, y, train_mask, val_mask, edge_index = assemble(
         reports, mech, num_nodes, num_features)
     w = None
-    if cfg.denoiser == "flexprop" and level_hat is not None and cfg.weights != "uniform":
+    if cfg.denoiser == "flexprop" and level_hat is not None and cfg.weights == "posterior":
+        from ..mechanisms.ppm import PPMParams, posterior_inverse_variance
+
+        params = PPMParams(tuple(cfg.budgets), cfg.gamma, tuple(cfg.shares) if cfg.shares else None)
+        w = posterior_inverse_variance(level_hat, params, num_features).to(dev)
+    elif cfg.denoiser == "flexprop" and level_hat is not None and cfg.weights != "uniform":
         w = flexprop_weights(level_hat, cfg.budgets, cfg.weights, num_features, 1 - cfg.gamma)
         w = w.to(dev)
     x_hat, y, train_mask, val_mask, edge_index = (
