@@ -119,16 +119,22 @@ def level_posterior(released: Tensor, params: PPMParams) -> Tensor:
     :math:`P(\tau' | \tau) = p_\tau` inside the window of ``tau``, ``q_tau`` outside, with
     ``p_tau, q_tau`` at the ESW budget ``gamma * eps_tau``.
     """
+    h = params.num_levels
+    prior = torch.tensor(params.shares or [1.0 / h] * h, dtype=torch.float64)
+    post = _esw_likelihood(released.cpu(), params) * prior.view(1, -1)
+    return post / post.sum(1, keepdim=True)
+
+
+def _esw_likelihood(released: Tensor, params: PPMParams) -> Tensor:
+    """``P(released | tau)`` by Eq. (6), float64 ``[n, h]``: ``p_tau`` inside the window of
+    ``tau``, ``q_tau`` outside, at the ESW budget ``gamma * eps_tau``."""
     from .esw import esw_probabilities
 
     h, b = params.num_levels, params.window
-    prior = torch.tensor(params.shares or [1.0 / h] * h, dtype=torch.float64)
     taus = torch.arange(1, h + 1)
     p, q = esw_probabilities(params.esw_share * torch.tensor(params.budgets, dtype=torch.float64), h, b)
-    inside = (released.cpu().view(-1, 1) - (taus.view(1, -1) + b)).abs() <= b  # [n, h]
-    like = torch.where(inside, p.view(1, -1), q.view(1, -1))
-    post = like * prior.view(1, -1)
-    return post / post.sum(1, keepdim=True)
+    inside = (released.view(-1, 1) - (taus.view(1, -1) + b)).abs() <= b  # [n, h]
+    return torch.where(inside, p.view(1, -1), q.view(1, -1))
 
 
 def decoded_level_posterior(params: PPMParams) -> Tensor:
@@ -136,17 +142,11 @@ def decoded_level_posterior(params: PPMParams) -> Tensor:
     true level ``tau``), marginalising the ESW output over the releases that decode to
     ``tau_hat`` (:func:`~fedgraph.mechanisms.esw.esw_decode`); public level shares as prior.
     With one level: ``[[1.]]``."""
-    from .esw import esw_probabilities
-
     h, b = params.num_levels, params.window
     if h == 1:
         return torch.ones(1, 1, dtype=torch.float64)
     released = torch.arange(1, h + 2 * b + 1)
-    taus = torch.arange(1, h + 1)
-    p, q = esw_probabilities(params.esw_share * torch.tensor(params.budgets, dtype=torch.float64),
-                             h, b)
-    inside = (released.view(-1, 1) - (taus.view(1, -1) + b)).abs() <= b  # [R, h]
-    like = torch.where(inside, p.view(1, -1), q.view(1, -1))  # P(release | tau)
+    like = _esw_likelihood(released, params)  # [R, h]
     decoded = esw_decode(released, h, b)  # [R]
     given = torch.zeros(h, h, dtype=torch.float64).index_add_(0, decoded - 1, like)  # P(tau_hat|tau)
     prior = torch.tensor(params.shares or [1.0 / h] * h, dtype=torch.float64)
