@@ -351,6 +351,24 @@ def _indices(mask: Tensor | None, n: int, device) -> Tensor:
     return mask.to(torch.long).view(-1)
 
 
+class _BestEpoch:
+    """Keeps the model state of the epoch with the largest ``(val accuracy, -val loss)``."""
+
+    def __init__(self):
+        self.key, self.state = None, None
+
+    def update(self, model: nn.Module, key: tuple, epoch: int, result) -> None:
+        if self.key is None or key > self.key:
+            self.key, self.state = key, copy.deepcopy(model.state_dict())
+            result.best_epoch = epoch
+
+    def restore(self, model: nn.Module) -> None:
+        """Load the best state (if any epoch was scored) and switch to eval mode."""
+        if self.state is not None:
+            model.load_state_dict(self.state)
+        model.eval()
+
+
 def local_train(model: nn.Module, x: Tensor, y: Tensor, mask: Tensor | None, epochs: int,
                 batch_size: int | None, lr: float, dp: DPSGD | None = None, *,
                 weight_decay: float = 0.0, optimizer: torch.optim.Optimizer | None = None,
@@ -485,7 +503,7 @@ def fit(model: nn.Module, x: Tensor, y: Tensor, train_mask: Tensor, val_mask: Te
     """
     opt = torch.optim.Adam(model.parameters(), lr=lr, weight_decay=weight_decay)
     result = FitResult(model, epochs, epochs)
-    best, best_state = None, None
+    best = _BestEpoch()
     tr = _indices(train_mask, x.size(0), x.device)
     x_tr, y_tr = x[tr], y[tr]  # slice once, not every epoch
     use_val = select_on_val and val_mask is not None
@@ -500,11 +518,8 @@ def fit(model: nn.Module, x: Tensor, y: Tensor, train_mask: Tensor, val_mask: Te
             ev = evaluate(model, x_va, y_va, None)
             result.val_accuracy.append(ev["accuracy"])
             key = (ev["accuracy"], -ev["loss"])
-            if best is None or key > best:
-                best, best_state, result.best_epoch = key, copy.deepcopy(model.state_dict()), epoch
-    if best_state is not None:
-        model.load_state_dict(best_state)
-    model.eval()
+            best.update(model, key, epoch, result)
+    best.restore(model)
     return result
 
 
@@ -715,7 +730,7 @@ def train_sage(model: nn.Module, x: Tensor, edge_index: Tensor, y: Tensor, train
     result = FitResult(model, epochs, epochs)
     tr = _indices(train_mask, x.size(0), x.device)
     va = _indices(val_mask, x.size(0), x.device) if val_mask is not None else None
-    best, best_state = None, None
+    best = _BestEpoch()
     for epoch in range(1, epochs + 1):
         model.train()
         opt.zero_grad(set_to_none=True)
@@ -730,11 +745,8 @@ def train_sage(model: nn.Module, x: Tensor, edge_index: Tensor, y: Tensor, train
             acc = float((out.argmax(-1) == y[va]).float().mean())
             result.val_accuracy.append(acc)
             key = (acc, -float(F.cross_entropy(out, y[va])))
-            if best is None or key > best:
-                best, best_state, result.best_epoch = key, copy.deepcopy(model.state_dict()), epoch
-    if best_state is not None:
-        model.load_state_dict(best_state)
-    model.eval()
+            best.update(model, key, epoch, result)
+    best.restore(model)
     return result
 
 
