@@ -99,15 +99,19 @@ def _gap_inputs(cfg, view, context: Context, phase: str, arrays=None, heldout: b
         if cfg.variant == "mlp":
             x = g.x.unsqueeze(1)
         else:
-            hops = tensors(context.state["gap.hops"])
-            x = torch.stack([hops[f"hop{k}"] for k in range(cfg.hops + 1)], dim=1)
+            x = _stacked_hops(context, _gap_state_key("all"), cfg.hops)
             if heldout and cfg.inference == "inductive":
-                held = tensors(context.state[_gap_state_key("test")])
-                x_test = torch.stack([held[f"hop{k}"] for k in range(cfg.hops + 1)], dim=1)
+                x_test = _stacked_hops(context, _gap_state_key("test"), cfg.hops)
                 x = torch.where(g.test_mask.view(-1, 1, 1), x_test.to(x.dtype), x)
     if arrays is not None and len(arrays):
         model.load_state_dict(arrays.to_torch_state_dict())
     return model.to(dev), x.to(dev)
+
+
+def _stacked_hops(context: Context, key: str, num_hops: int) -> torch.Tensor:
+    """The private hops 0..K kept under ``context.state[key]``, stacked ``[n, K + 1, e]``."""
+    hops = tensors(context.state[key])
+    return torch.stack([hops[f"hop{k}"] for k in range(num_hops + 1)], dim=1)
 
 
 def _on(x, tensor):
