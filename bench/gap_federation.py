@@ -2,7 +2,7 @@
 without cross-client edges, through real Flower simulations (Ray backend).
 
 Usage: python bench/gap_federation.py [--dataset facebook100:Wisconsin87] [--clients 10]
-       [--epsilon 4] [--seeds 1] [--data-root ../shared/data] [--reuse]
+       [--epsilon 4] [--seeds 1] [--data-root ../shared/data] [--reuse] [--settings louvain random]
 Prints a table and writes bench/results/gap_federation.json.
 """
 from __future__ import annotations
@@ -44,6 +44,9 @@ def main() -> None:
     p.add_argument("--seeds", type=int, default=1)
     p.add_argument("--data-root", default=str(Path(__file__).parents[2] / "shared" / "data"))
     p.add_argument("--out", default=str(Path(__file__).parent / "results" / "gap_federation.json"))
+    p.add_argument("--settings", nargs="*", default=None,
+                   help="substrings of the settings to run besides '1 client' (default: the "
+                        "first three; e.g. random)")
     p.add_argument("--reuse", action="store_true",
                    help="take a run's accuracy from its report in gap_federation_runs/ when that "
                         "report exists with status ok and the same config (e.g. after a crash)")
@@ -54,7 +57,15 @@ def main() -> None:
             "num-clients": args.clients, "partitioner": "louvain", "cross-client-edges": True},
         f"{args.clients} clients (louvain), no cross-client edges": {
             "num-clients": args.clients, "partitioner": "louvain", "cross-client-edges": False},
+        # Diagnostic: the same number of clients without label skew (each a random sample).
+        f"{args.clients} clients (random), cross-client edges": {
+            "num-clients": args.clients, "partitioner": "random", "cross-client-edges": True},
     }
+    if args.settings is None:
+        settings.pop(f"{args.clients} clients (random), cross-client edges")
+    else:
+        keep = [name for name in settings if any(k in name for k in args.settings)]
+        settings = {name: settings[name] for name in dict.fromkeys(["1 client", *keep])}
     results = {}
     for name, s in settings.items():
         accs, secs = [], []

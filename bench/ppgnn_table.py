@@ -12,12 +12,18 @@ B. heterogeneous levels E = {1, 2, 4}, equal shares: PPGNN (PPM + FlexProp), BAS
    the accuracy the graph structure and the training labels give without the features.
 
 Usage: python bench/ppgnn_table.py [--datasets cora citeseer facebook-pagepage] [--seeds 5]
-       [--data-root ../shared/data]
-Writes bench/results/ppgnn_table.json and prints a table (mean +- std test accuracy).
+       [--first-seed 0] [--data-root ../shared/data] [--paired "B: LPGNN eps=1 (all)"]
+       python bench/ppgnn_table.py --merge a.json b.json --paired "B: LPGNN eps=1 (all)"
+Writes bench/results/ppgnn_table.json and prints a table (mean +- std test accuracy). With
+``--paired REF`` it also prints, per dataset, every setting's difference to REF paired by seed
+(same seed = same split, same level assignment): mean +- standard error and wins/ties/losses.
+``--merge`` combines earlier result files (runs keyed by seed; a later file wins a seed) and
+prints the same tables without running anything.
 """
 from __future__ import annotations
 
 import argparse
+import json
 import resource
 import statistics
 import time
@@ -34,6 +40,10 @@ SETTINGS = {
     "A: LPGNN eps=1": {"budgets": "1", "mechanism": "multi-bit", "epsilon": 1.0, "denoiser": "kprop"},
     "A: PPGNN eps=1": {"budgets": "1", "mechanism": "ppm", "denoiser": "flexprop"},
     "B: PPGNN E={1,2,4}": {"budgets": "1,2,4", "mechanism": "ppm", "denoiser": "flexprop"},
+    # PPGNN with FlexProp source weights from the posterior of the level given ESW's output
+    # (``weights = "posterior"``, fedgraph.mechanisms.ppm.posterior_inverse_variance).
+    "B: PPGNN E={1,2,4} posterior": {"budgets": "1,2,4", "mechanism": "ppm", "denoiser": "flexprop",
+                                     "weights": "posterior"},
     "B: BASE E={1,2,4}": {"budgets": "1,2,4", "mechanism": "ppm", "denoiser": "none"},
     "B: LPGNN eps=1 (all)": {"budgets": "1,2,4", "mechanism": "multi-bit", "epsilon": 1.0, "denoiser": "kprop"},
     # Reference, not a baseline: every user at the largest level. PPGNN should land between
@@ -45,6 +55,13 @@ SETTINGS = {
     # Control: features at eps = 0.01 carry almost nothing (a report's sign is +-1 with
     # probability 1/2 +- 0.0025 x). What this row reaches, the graph and the labels reach alone.
     "control: LPGNN eps=0.01 (all)": {"budgets": "1,2,4", "mechanism": "multi-bit", "epsilon": 0.01, "denoiser": "kprop"},
+    # NonPriv (the paper's upper bound): clean features, no propagation. Multi-bit at
+    # eps = 1e5 samples every dimension (m = d) at eps / d >= 21 per dimension on these datasets,
+    # so a sign flips with probability < 1e-9: the features arrive unchanged.
+    "ref: NonPriv (clean features)": {"budgets": "1", "mechanism": "multi-bit", "epsilon": 1e5, "denoiser": "none"},
+    # The same clean features propagated (KProp), K in {1, 2, 4, 8, 16} chosen on validation.
+    "ref: clean features + KProp": {"budgets": "1", "mechanism": "multi-bit", "epsilon": 1e5, "denoiser": "kprop",
+                                    "steps": "1,2,4,8,16"},
 }
 
 
@@ -64,27 +81,98 @@ def main() -> None:
     p.add_argument("--datasets", nargs="+", default=["cora", "citeseer", "facebook-pagepage"])
     p.add_argument("--settings", nargs="+", default=[k for k in SETTINGS if not k.startswith(("ref", "control", "ablation"))])
     p.add_argument("--seeds", type=int, default=5)
+    p.add_argument("--first-seed", type=int, default=0)
+    p.add_argument("--paired", default=None, metavar="REF", help="setting to compare against, by seed")
+    p.add_argument("--merge", nargs="+", default=None, metavar="JSON", help="combine result files")
     p.add_argument("--data-root", default=str(Path(__file__).parents[2] / "shared" / "data"))
     p.add_argument("--set", nargs="*", default=[], help="extra run-config key=value")
     p.add_argument("--out", default=str(Path(__file__).parent / "results" / "ppgnn_table.json"))
     args = p.parse_args()
-    extra = dict(kv.split("=", 1) for kv in args.set)
-    results = {}
-    for ds in args.datasets:
-        for name in args.settings:
-            accs, t0 = [], time.time()
-            for seed in range(args.seeds):
-                accs.append(run_once(ds, SETTINGS[name], seed, args.data_root, extra))
-            row = {"mean": statistics.mean(accs), "std": statistics.pstdev(accs), "runs": accs,
-                   "seconds_per_run": (time.time() - t0) / args.seeds,
-                   "peak_rss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}
-            results[f"{ds} | {name}"] = row
-            print(f"{ds:<18} {name:<22} test acc {100 * row['mean']:.1f} +- {100 * row['std']:.1f}"
-                  f"   ({row['seconds_per_run']:.1f} s/run, peak RSS {row['peak_rss_mib']:.0f} MiB)",
-                  flush=True)
+    if args.merge:
+        results = merge_results(args.merge)
+        print_table(results)
+    else:
+        results = run_table(args)
+    if args.paired:
+        print_paired(results, args.paired)
     out = write_json_atomic(args.out, {"args": vars(args), "results": results})
     print(f"wrote {out}")
 
+
+def run_table(args) -> dict:
+    extra = dict(kv.split("=", 1) for kv in args.set)
+    results = {}
+    seeds = list(range(args.first_seed, args.first_seed + args.seeds))
+    for ds in args.datasets:
+        for name in args.settings:
+            accs, t0 = [], time.time()
+            for seed in seeds:
+                accs.append(run_once(ds, SETTINGS[name], seed, args.data_root, extra))
+            row = summarize(accs, seeds)
+            row.update({"seconds_per_run": (time.time() - t0) / len(seeds),
+                        "peak_rss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024})
+            results[f"{ds} | {name}"] = row
+            print_row(f"{ds} | {name}", row)
+    return results
+
+
+def summarize(accs: list[float], seeds: list[int]) -> dict:
+    return {"mean": statistics.mean(accs), "std": statistics.pstdev(accs), "runs": accs,
+            "seeds": seeds}
+
+
+def print_row(key: str, row: dict) -> None:
+    ds, name = key.split(" | ", 1)
+    timing = (f"   ({row['seconds_per_run']:.1f} s/run, peak RSS {row['peak_rss_mib']:.0f} MiB)"
+              if "seconds_per_run" in row else "")
+    print(f"{ds:<18} {name:<30} test acc {100 * row['mean']:.1f} +- {100 * row['std']:.1f}"
+          f"  ({len(row['runs'])} seeds){timing}", flush=True)
+
+
+def print_table(results: dict) -> None:
+    for key, row in results.items():
+        print_row(key, row)
+
+
+def merge_results(paths: list[str]) -> dict:
+    """Rows of several result files, runs keyed by seed (files without ``seeds`` ran 0..n-1)."""
+    by_key: dict[str, dict[int, float]] = {}
+    for path in paths:
+        for key, row in json.loads(Path(path).read_text())["results"].items():
+            seeds = row.get("seeds", list(range(len(row["runs"]))))
+            by_key.setdefault(key, {}).update(zip(seeds, row["runs"]))
+    merged = {}
+    for key, runs in by_key.items():
+        seeds = sorted(runs)
+        merged[key] = summarize([runs[s] for s in seeds], seeds)
+    return merged
+
+
+def paired_difference(row: dict, ref: dict) -> dict | None:
+    """``row - ref`` over the seeds both ran: mean, standard error, wins/ties/losses (points)."""
+    a = dict(zip(row.get("seeds", range(len(row["runs"]))), row["runs"]))
+    b = dict(zip(ref.get("seeds", range(len(ref["runs"]))), ref["runs"]))
+    common = sorted(set(a) & set(b))
+    if not common:
+        return None
+    diffs = [100 * (a[s] - b[s]) for s in common]
+    se = statistics.stdev(diffs) / len(diffs) ** 0.5 if len(diffs) > 1 else float("nan")
+    return {"mean": statistics.mean(diffs), "se": se, "n": len(diffs),
+            "wins": sum(d > 1e-9 for d in diffs), "ties": sum(abs(d) <= 1e-9 for d in diffs),
+            "losses": sum(d < -1e-9 for d in diffs)}
+
+
+def print_paired(results: dict, ref_name: str) -> None:
+    print(f"\npaired by seed, difference to '{ref_name}' (test accuracy points):")
+    for key, row in results.items():
+        ds, name = key.split(" | ", 1)
+        ref = results.get(f"{ds} | {ref_name}")
+        if ref is None or name == ref_name:
+            continue
+        d = paired_difference(row, ref)
+        if d is not None:
+            print(f"{ds:<18} {name:<30} {d['mean']:+.2f} +- {d['se']:.2f} (se, n={d['n']})"
+                  f"   wins/ties/losses {d['wins']}/{d['ties']}/{d['losses']}")
 
 if __name__ == "__main__":
     main()

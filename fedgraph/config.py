@@ -191,6 +191,11 @@ class GAPConfig(DataConfig):
     encoder_rounds: int = Field(10, ge=0)
     classifier_rounds: int = Field(10, ge=1)
     local_epochs: int = Field(10, ge=1)
+    server_optimizer: Literal["fedavg", "fedavgm", "fedadam", "fedyogi"] = Field(
+        "fedavg", description="how the server applies the clients' averaged update (Flower's "
+        "FedAvg, FedAvgM, FedAdam, FedYogi); the adaptive ones help label-skewed clients")
+    server_lr: Optional[float] = Field(None, gt=0, description="server learning rate (FedAvgM: "
+                                       "1.0, FedAdam/FedYogi eta: 0.1 when unset)")
     batch_size: int = Field(0, ge=0, description="0: full batch (edge level); node level: 256")
     lr: float = Field(0.01, gt=0)
     max_degree: int = Field(100, ge=1, description="node level: out-degree bound D")
@@ -206,6 +211,15 @@ class GAPConfig(DataConfig):
     timeout: float = Field(600.0, gt=0)
 
     _parse_eps = field_validator("client_epsilons", mode="before")(_client_epsilons)
+
+    @field_validator("server_lr", mode="before")
+    @classmethod
+    def _server_lr(cls, v: Any) -> Any:
+        if isinstance(v, str) and not v.strip():
+            return None
+        if v is not None and not math.isfinite(float(v)):
+            raise ValueError(f"server-lr must be finite and > 0 (allowed: (0, inf) or empty), got {v}")
+        return v
 
     def client_epsilon(self, partition_id: int) -> float:
         return self.client_epsilons[partition_id % len(self.client_epsilons)]

@@ -25,7 +25,7 @@ from fedgraph.federation import record_workers, send_to_all, tensors, wait_for_n
 from fedgraph.methods.gap_federated import (build_classifier, build_encoder, heldout_events,
                                             plan_events)
 from .base import PrivateStrategy, register_strategy
-from .fedavg import StrictFedAvg
+from .fedavg import strict_strategy
 
 
 @register_strategy("gap")
@@ -79,7 +79,8 @@ class GAPStrategy(PrivateStrategy):
         if cfg.variant != "mlp" and cfg.encoder_rounds > 0:
             with self.report.phase("encoder rounds (FedAvg)"):
                 enc = build_encoder(cfg, num_features, num_classes)
-                fedavg = StrictFedAvg(cfg.num_clients)
+                fedavg = strict_strategy(cfg.server_optimizer, cfg.num_clients,
+                                         server_lr=cfg.server_lr)
                 res = fedavg.start(grid, ArrayRecord(enc.state_dict()), cfg.encoder_rounds,
                                    cfg.timeout, ConfigRecord({"json": cfg_json, "phase": "gap.encoder"}))
                 encoder_arrays = res.arrays
@@ -90,7 +91,8 @@ class GAPStrategy(PrivateStrategy):
         with self.report.phase("classifier rounds (FedAvg)"):
             clf = build_classifier(cfg, num_features, num_classes)
             select = cfg.level == "edge"  # node level: validation labels are private
-            fedavg = StrictFedAvg(cfg.num_clients, select_on_val=select)
+            fedavg = strict_strategy(cfg.server_optimizer, cfg.num_clients, select,
+                                     server_lr=cfg.server_lr)
             train_cfg = ConfigRecord({"json": cfg_json, "phase": "gap.classifier"})
             res = fedavg.start(grid, ArrayRecord(clf.state_dict()), cfg.classifier_rounds,
                                cfg.timeout, train_cfg, train_cfg)
