@@ -77,7 +77,8 @@ def main() -> None:
                 "level": args.level, "client-epsilons": str(args.epsilon), "seed": seed,
                 "encoder-rounds": 10, "classifier-rounds": 10, "local-epochs": 10,
                 "output-dir": str(Path(args.out).parent / "gap_federation_runs"),
-                "run-name": f"{name.replace(' ', '_').replace(',', '')}-seed{seed}", **s}
+                "run-name": (f"{name.replace(' ', '_').replace(',', '')}-{args.level}"
+                             f"-eps{args.epsilon:g}-seed{seed}"), **s}
             report = _reusable(run_config) if args.reuse else None
             if report is None:
                 report = run_simulation(run_config, num_cpus=2)

@@ -120,6 +120,8 @@ def test_node_level_bounds_out_degree_over_local_and_boundary_edges():
 
 @pytest.mark.skipif(not (SHARED / "facebook100" / "Caltech36.mat").exists(), reason="needs ../shared/data")
 def test_gap_flower_run_two_clients(tmp_path):
+    """Two clients with their own epsilon targets, through Flower, with an adaptive server
+    optimizer (Flower's FedAdam, kept strict); the default FedAvg runs in the other e2e tests."""
     import os
     import subprocess
     import sys
@@ -129,7 +131,8 @@ def test_gap_flower_run_two_clients(tmp_path):
     res = subprocess.run(
         [sys.executable, "-m", "simulations.cli", "run", "gap-edge-caltech", "--num-cpus", "2",
          "--set", "num-clients=2", "--set", "client-epsilons='2,8'", "--set", "encoder-rounds=3",
-         "--set", "classifier-rounds=3", "--set", f"output-dir='{out}'", "--set", "run-name='gap'"],
+         "--set", "classifier-rounds=3", "--set", "server-optimizer=fedadam",
+         "--set", f"output-dir='{out}'", "--set", "run-name='gap'"],
         cwd=Path(__file__).parents[1], env=env, capture_output=True, text=True, timeout=600)
     assert res.returncode == 0, res.stderr[-3000:]
     report = json.loads((out / "gap.json").read_text())
@@ -138,3 +141,4 @@ def test_gap_flower_run_two_clients(tmp_path):
     assert per["client-1"]["epsilon"] == pytest.approx(8.0, rel=0.01)
     assert all(per[c]["cross_check"]["agrees"] for c in per)
     assert report["accuracy"]["test"] > report["accuracy"]["majority_class"]
+    assert report["config"]["server_optimizer"] == "fedadam"
