@@ -329,3 +329,40 @@ def parse_run_config(run_config: dict[str, Any]) -> _Base:
                     msg += f" (got {got!r})"
                 lines.append(f"{key}: {msg}")
         raise ConfigError("invalid run config:\n  " + "\n  ".join(lines)) from None
+
+
+def keys_of_other_methods(run_config: dict[str, Any]) -> dict[str, list[str]]:
+    """Keys of ``run_config`` that its method does not have but another method does, with the
+    methods that have them: ``{"budgets": ["ppgnn"]}`` for a GAP run given ``budgets``.
+
+    :func:`parse_run_config` ignores such keys, because ``flwr run`` passes every key
+    ``pyproject.toml`` declares to every run; ``fedgraph run`` knows which keys the user set
+    (preset and ``--set``) and rejects them with :func:`reject_keys_of_other_methods`.
+    """
+    strategy = str(run_config.get("strategy", "") or "")
+    method = strategy if strategy in METHOD_CONFIGS else str(run_config.get("method", "ppgnn"))
+    if method not in METHOD_CONFIGS:
+        return {}  # parse_run_config names the unknown method
+    own = set(METHOD_CONFIGS[method].model_fields)
+    found = {}
+    for key in run_config:
+        name = str(key).replace("-", "_")
+        if key == "strategy" or name in own:
+            continue
+        owners = [m for m, model in METHOD_CONFIGS.items() if name in model.model_fields]
+        if owners:
+            found[str(key)] = owners
+    return found
+
+
+def reject_keys_of_other_methods(run_config: dict[str, Any]) -> None:
+    """Raise :class:`ConfigError` naming every key of ``run_config`` that belongs only to
+    another method (see :func:`keys_of_other_methods`): such a key would be ignored."""
+    found = keys_of_other_methods(run_config)
+    if found:
+        strategy = str(run_config.get("strategy", "") or "")
+        method = strategy if strategy in METHOD_CONFIGS else str(run_config.get("method", "ppgnn"))
+        raise ConfigError("invalid run config:\n  " + "\n  ".join(
+            f"{k}: a key of method {' and '.join(repr(m) for m in owners)}, not of this run's "
+            f"method {method!r} (it would be ignored); remove it or set method"
+            for k, owners in found.items()))

@@ -107,10 +107,11 @@ def run(
     gpus_per_client: float = typer.Option(0.0, help="GPU share per client (0: CPU)"),
 ) -> None:
     """Run one simulation; exit 1 if it fails, 2 if the config is invalid."""
-    from fedgraph.config import ConfigError
+    from fedgraph.config import ConfigError, reject_keys_of_other_methods
 
     try:
         cfg = load_run_config(preset, set_)
+        reject_keys_of_other_methods(cfg)  # only the keys the user set: preset and --set
         run_simulation(cfg, num_cpus, cpus_per_client, gpus_per_client,
                        label=Path(preset).stem if preset else None)
     except (ConfigError, typer.BadParameter) as err:

@@ -2,7 +2,7 @@ import math
 
 import pytest
 
-from fedgraph.config import ConfigError, PPGNNConfig, parse_run_config
+from fedgraph.config import ConfigError, PPGNNConfig, keys_of_other_methods, parse_run_config
 
 
 def test_defaults_and_flat_keys():
@@ -62,5 +62,26 @@ def test_every_preset_validates():
     presets = sorted((Path(__file__).parents[1] / "simulations" / "presets").glob("*.toml"))
     assert len(presets) >= 8
     for path in presets:
-        strategy, cfg = validate_run_config(tomllib.loads(path.read_text()))
+        preset = tomllib.loads(path.read_text())
+        strategy, cfg = validate_run_config(preset)
         assert strategy.method == cfg.method, path.name
+        assert not keys_of_other_methods(preset), path.name
+
+
+def test_keys_of_other_methods_are_found_and_rejected_by_fedgraph_run(tmp_path):
+    from typer.testing import CliRunner
+
+    from simulations.cli import cli
+
+    assert keys_of_other_methods({"method": "gap", "budgets": "1,2", "hops": 2, "seed": 1}) == {
+        "budgets": ["ppgnn"]}
+    assert keys_of_other_methods({"strategy": "privgnn", "server-optimizer": "fedadam"}) == {
+        "server-optimizer": ["gap"]}
+    assert keys_of_other_methods({"gamma": 0.2, "denoiser": "kprop"}) == {}  # ppgnn's own
+    # flwr run passes every declared key: parse_run_config still ignores them
+    assert parse_run_config({"method": "gap", "budgets": "1,2"}).method == "gap"
+    res = CliRunner().invoke(cli, ["run", "gap-edge-cora", "-s", "budgets=1,2", "-s",
+                                   f"output-dir={tmp_path}"])
+    assert res.exit_code == 2
+    assert "budgets: a key of method 'ppgnn', not of this run's method 'gap'" in res.output
+    assert not list(tmp_path.iterdir())  # nothing started, nothing written
