@@ -39,7 +39,9 @@ from fedgraph.report import write_json_atomic
 SETTINGS = {
     "A: LPGNN eps=1": {"budgets": "1", "mechanism": "multi-bit", "epsilon": 1.0, "denoiser": "kprop"},
     "A: PPGNN eps=1": {"budgets": "1", "mechanism": "ppm", "denoiser": "flexprop"},
-    "B: PPGNN E={1,2,4}": {"budgets": "1,2,4", "mechanism": "ppm", "denoiser": "flexprop"},
+    # PPGNN as published: FlexProp with the level weights of Eq. 12 at every step.
+    "B: PPGNN E={1,2,4}": {"budgets": "1,2,4", "mechanism": "ppm", "denoiser": "flexprop",
+                           "weights": "level"},
     # PPGNN with FlexProp source weights from the posterior of the level given ESW's output
     # (``weights = "posterior"``, fedgraph.mechanisms.ppm.posterior_inverse_variance).
     "B: PPGNN E={1,2,4} posterior": {"budgets": "1,2,4", "mechanism": "ppm", "denoiser": "flexprop",
@@ -79,15 +81,25 @@ def run_once(dataset: str, setting: dict, seed: int, data_root: str, extra: dict
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--datasets", nargs="+", default=["cora", "citeseer", "facebook-pagepage"])
-    p.add_argument("--settings", nargs="+", default=[k for k in SETTINGS if not k.startswith(("ref", "control", "ablation"))])
+    p.add_argument("--settings", nargs="+", choices=list(SETTINGS), metavar="SETTING",
+                   default=[k for k in SETTINGS if not k.startswith(("ref", "control", "ablation"))],
+                   help="rows to run (quote each): " + "; ".join(f"'{k}'" for k in SETTINGS))
     p.add_argument("--seeds", type=int, default=5)
     p.add_argument("--first-seed", type=int, default=0)
     p.add_argument("--paired", default=None, metavar="REF", help="setting to compare against, by seed")
     p.add_argument("--merge", nargs="+", default=None, metavar="JSON", help="combine result files")
     p.add_argument("--data-root", default=str(Path(__file__).parents[2] / "shared" / "data"))
     p.add_argument("--set", nargs="*", default=[], help="extra run-config key=value")
-    p.add_argument("--out", default=str(Path(__file__).parent / "results" / "ppgnn_table.json"))
+    p.add_argument("--out", default=str(Path(__file__).parent / "results" / "ppgnn_table.json"),
+                   help="result JSON (default: bench/results/ppgnn_table.json)")
     args = p.parse_args()
+    if args.paired is not None and args.paired not in SETTINGS:
+        p.error(f"--paired: unknown setting {args.paired!r}; allowed: {', '.join(SETTINGS)}")
+    if not args.merge and args.paired is not None and args.paired not in args.settings:
+        p.error(f"--paired: {args.paired!r} is not among --settings")
+    for path in args.merge or []:
+        if not Path(path).is_file():
+            p.error(f"--merge: no file {path!r}")
     if args.merge:
         results = merge_results(args.merge)
         print_table(results)

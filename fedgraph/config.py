@@ -92,7 +92,9 @@ class PPGNNConfig(DataConfig):
     denoiser: Literal["flexprop", "kprop", "none"] = "flexprop"
     steps: list[int] = Field(default_factory=lambda: [16],
                              description="propagation steps K; several: chosen on validation")
-    weights: Literal["level", "inverse-variance", "posterior"] = "level"
+    weights: Literal["level", "inverse-variance", "posterior"] = Field(
+        "posterior", description="FlexProp source weights: posterior (default; expected inverse "
+        "variance given the ESW-decoded level), level (the paper's Eq. 12), inverse-variance")
     standardize: bool = Field(True, description="standardize features after propagation")
     backbone: Literal["gcn", "sage", "gat"] = "sage"
     hidden: int = Field(16, ge=1)
@@ -217,8 +219,22 @@ class GAPConfig(DataConfig):
     def _server_lr(cls, v: Any) -> Any:
         if isinstance(v, str) and not v.strip():
             return None
-        if v is not None and not math.isfinite(float(v)):
-            raise ValueError(f"server-lr must be finite and > 0 (allowed: (0, inf) or empty), got {v}")
+        try:
+            ok = v is None or math.isfinite(float(v))
+        except (TypeError, ValueError):
+            ok = False
+        if not ok:
+            raise ValueError("must be a finite number > 0 (allowed: (0, inf), or empty for "
+                             "Flower's default)")
+        return v
+
+    @field_validator("server_lr", mode="after")
+    @classmethod
+    def _server_lr_needs_a_server_optimizer(cls, v: Optional[float], info) -> Optional[float]:
+        if v is not None and info.data.get("server_optimizer") == "fedavg":
+            raise ValueError("has no effect with server-optimizer 'fedavg' (plain averaging); "
+                             "set server-optimizer to 'fedavgm', 'fedadam' or 'fedyogi', or "
+                             "leave server-lr empty")
         return v
 
     def client_epsilon(self, partition_id: int) -> float:

@@ -77,7 +77,7 @@ class GAPStrategy(PrivateStrategy):
         self.report.extra["inference"] = cfg.inference
         encoder_arrays = ArrayRecord()
         if cfg.variant != "mlp" and cfg.encoder_rounds > 0:
-            with self.report.phase("encoder rounds (FedAvg)"):
+            with self.report.phase(f"encoder rounds ({self._server_name()})"):
                 enc = build_encoder(cfg, num_features, num_classes)
                 fedavg = strict_strategy(cfg.server_optimizer, cfg.num_clients,
                                          server_lr=cfg.server_lr)
@@ -88,7 +88,7 @@ class GAPStrategy(PrivateStrategy):
             with self.report.phase("PMA (clients, via server)"):
                 self._pma(grid, nodes, owner, payload, encoder_arrays,
                           "train" if inductive else "all")
-        with self.report.phase("classifier rounds (FedAvg)"):
+        with self.report.phase(f"classifier rounds ({self._server_name()})"):
             clf = build_classifier(cfg, num_features, num_classes)
             select = cfg.level == "edge"  # node level: validation labels are private
             fedavg = strict_strategy(cfg.server_optimizer, cfg.num_clients, select,
@@ -109,6 +109,12 @@ class GAPStrategy(PrivateStrategy):
             counts = send_to_all(grid, "evaluate.gap", {
                 n: RecordDict({"config": payload, "arrays": arrays}) for n in nodes}, cfg.timeout)
         self.record_accuracy(counts, stats)
+
+    def _server_name(self) -> str:
+        """The server optimizer's Flower name, for the phase labels (e.g. ``FedAdam``)."""
+        from .fedavg import SERVER_OPTIMIZERS
+
+        return SERVER_OPTIMIZERS[self.config.server_optimizer].__name__
 
     def _record_plan(self, subject: str, plan: dict, events: list) -> None:
         """Ledger entries of one client's plan: its accountable events; a client with no

@@ -142,3 +142,4 @@ def test_gap_flower_run_two_clients(tmp_path):
     assert all(per[c]["cross_check"]["agrees"] for c in per)
     assert report["accuracy"]["test"] > report["accuracy"]["majority_class"]
     assert report["config"]["server_optimizer"] == "fedadam"
+    assert "classifier rounds (FedAdam)" in report["timings_s"]

@@ -83,8 +83,10 @@ def test_unknown_server_optimizer_names_the_key_and_the_allowed_values():
         strict_strategy("sgd", 2)
     with pytest.raises(ConfigError, match="server-optimizer"):
         parse_run_config({"method": "gap", "server-optimizer": "sgd"})
-    for bad in ("0", "-1", "nan", "inf"):
+    for bad in ("0", "-1", "nan", "inf", "abc"):
         with pytest.raises(ConfigError, match="server-lr"):
-            parse_run_config({"method": "gap", "server-lr": bad})
+            parse_run_config({"method": "gap", "server-optimizer": "fedadam", "server-lr": bad})
+    with pytest.raises(ConfigError, match="server-lr: has no effect with server-optimizer 'fedavg'"):
+        parse_run_config({"method": "gap", "server-lr": "0.5"})  # would be silently ignored
     cfg = parse_run_config({"method": "gap", "server-optimizer": "fedadam", "server-lr": ""})
     assert cfg.server_optimizer == "fedadam" and cfg.server_lr is None
