@@ -135,7 +135,8 @@ def summarize(accs: list[float], seeds: list[int]) -> dict:
 
 def print_row(key: str, row: dict) -> None:
     ds, name = key.split(" | ", 1)
-    timing = (f"   ({row['seconds_per_run']:.1f} s/run, peak RSS {row['peak_rss_mib']:.0f} MiB)"
+    timing = (f"   ({row['seconds_per_run']:.1f} s/run, process peak RSS so far "
+              f"{row['peak_rss_mib']:.0f} MiB)"
               if "seconds_per_run" in row else "")
     print(f"{ds:<18} {name:<30} test acc {100 * row['mean']:.1f} +- {100 * row['std']:.1f}"
           f"  ({len(row['runs'])} seeds){timing}", flush=True)

@@ -56,11 +56,19 @@ def load_run_config(preset: Optional[str], overrides: List[str]) -> dict:
     return cfg
 
 
+def default_run_name(label: str, dataset: str, seed: int, pid: int) -> str:
+    """``<label>-<dataset>-seed<seed>-<pid>``, without repeating a dataset the label ends with
+    (preset ``gap-edge-cora`` on ``cora``: ``gap-edge-cora-seed0-<pid>``)."""
+    stem = label if label.endswith(f"-{dataset}") or label == dataset else f"{label}-{dataset}"
+    return f"{stem}-seed{seed}-{pid}"
+
+
 def run_simulation(run_config: dict, num_cpus: Optional[int] = None,
                    cpus_per_client: float = 1.0, gpus_per_client: float = 0.0,
                    label: Optional[str] = None) -> dict:
     """Run one simulation in-process; return the report dict. Without ``run-name`` the report
-    is named ``<label or method>-<dataset>-seed<seed>-<pid>`` (``label``: the preset's name).
+    is named ``<label or method>-<dataset>-seed<seed>-<pid>`` (``label``: the preset's name;
+    the dataset is not repeated when the label ends with it: ``gap-edge-cora-seed0-<pid>``).
 
     Raises:
         fedgraph.config.ConfigError: invalid config (before anything starts).
@@ -76,8 +84,8 @@ def run_simulation(run_config: dict, num_cpus: Optional[int] = None,
     _, cfg = validate_run_config(run_config)
     preflight(cfg)
     # Default name: the preset's (or the method's) and the dataset's, file-name safe.
-    label = label or cfg.method
-    run_name = cfg.run_name or f"{label}-{spec_label(cfg.dataset)}-seed{cfg.seed}-{os.getpid()}"
+    run_name = cfg.run_name or default_run_name(label or cfg.method, spec_label(cfg.dataset),
+                                                cfg.seed, os.getpid())
     run_config = {**run_config, "run-name": run_name,
                   "output-dir": str(Path(cfg.output_dir).expanduser().resolve())}
     report_path = Path(run_config["output-dir"]) / f"{run_name}.json"

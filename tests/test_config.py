@@ -85,3 +85,12 @@ def test_keys_of_other_methods_are_found_and_rejected_by_fedgraph_run(tmp_path):
     assert res.exit_code == 2
     assert "budgets: a key of method 'ppgnn', not of this run's method 'gap'" in res.output
     assert not list(tmp_path.iterdir())  # nothing started, nothing written
+
+
+def test_default_run_name_does_not_repeat_the_dataset():
+    from simulations.cli import default_run_name
+
+    assert default_run_name("gap-edge-cora", "cora", 0, 7) == "gap-edge-cora-seed0-7"
+    assert default_run_name("ppgnn", "cora", 3, 7) == "ppgnn-cora-seed3-7"
+    assert default_run_name("gap-edge-cora", "citeseer", 0, 7) == "gap-edge-cora-citeseer-seed0-7"
+    assert default_run_name("mycora", "cora", 0, 7) == "mycora-cora-seed0-7"
