@@ -305,6 +305,13 @@ METHOD_CONFIGS: dict[str, type[_Base]] = {"ppgnn": PPGNNConfig, "gap": GAPConfig
                                              "privgnn": PrivGNNConfig}
 
 
+def method_of(run_config: dict[str, Any]) -> str:
+    """The method a flat run config selects: ``strategy`` if it names a method (``ppgnn``,
+    ``gap``, ``privgnn``), else ``method`` (default ``ppgnn``); not validated here."""
+    strategy = str(dict(run_config).get("strategy", "") or "")
+    return strategy if strategy in METHOD_CONFIGS else str(dict(run_config).get("method", "ppgnn"))
+
+
 def parse_run_config(run_config: dict[str, Any]) -> _Base:
     """Validate a flat Flower run config (keys with ``-`` or ``_``) into its method's model:
     ``strategy`` if it names a method (``ppgnn``, ``gap``, ``privgnn``), else ``method``.
@@ -312,16 +319,14 @@ def parse_run_config(run_config: dict[str, Any]) -> _Base:
     Raises:
         ConfigError: unknown method or key, or a value out of range; the message names the key.
     """
-    strategy = str(dict(run_config).get("strategy", "") or "")
     cfg = {str(k).replace("-", "_"): v for k, v in dict(run_config).items() if k != "strategy"}
-    if strategy in METHOD_CONFIGS:  # a registered strategy name selects its method's config
-        cfg["method"] = strategy
+    cfg["method"] = method_of(run_config)
     bad = [k for k, v in cfg.items() if isinstance(v, float) and not math.isfinite(v)
            or isinstance(v, str) and v.strip().lower() in ("nan", "inf", "-inf", "+inf")]
     if bad and not all(k == "client_epsilons" and str(cfg[k]).strip().lower() == "inf" for k in bad):
         raise ConfigError("invalid run config:\n  " + "\n  ".join(
             f"{k.replace('_', '-')}: must be a finite number (got {cfg[k]!r})" for k in bad))
-    method = str(cfg.get("method", "ppgnn"))
+    method = cfg["method"]
     if method not in METHOD_CONFIGS:
         raise ConfigError(f"method: unknown {method!r}; allowed: {', '.join(METHOD_CONFIGS)}")
     model = METHOD_CONFIGS[method]
@@ -355,8 +360,7 @@ def keys_of_other_methods(run_config: dict[str, Any]) -> dict[str, list[str]]:
     ``pyproject.toml`` declares to every run; ``fedgraph run`` knows which keys the user set
     (preset and ``--set``) and rejects them with :func:`reject_keys_of_other_methods`.
     """
-    strategy = str(run_config.get("strategy", "") or "")
-    method = strategy if strategy in METHOD_CONFIGS else str(run_config.get("method", "ppgnn"))
+    method = method_of(run_config)
     if method not in METHOD_CONFIGS:
         return {}  # parse_run_config names the unknown method
     own = set(METHOD_CONFIGS[method].model_fields)
@@ -376,8 +380,7 @@ def reject_keys_of_other_methods(run_config: dict[str, Any]) -> None:
     another method (see :func:`keys_of_other_methods`): such a key would be ignored."""
     found = keys_of_other_methods(run_config)
     if found:
-        strategy = str(run_config.get("strategy", "") or "")
-        method = strategy if strategy in METHOD_CONFIGS else str(run_config.get("method", "ppgnn"))
+        method = method_of(run_config)
         raise ConfigError("invalid run config:\n  " + "\n  ".join(
             f"{k}: a key of method {' and '.join(repr(m) for m in owners)}, not of this run's "
             f"method {method!r} (it would be ignored); remove it or set method"
