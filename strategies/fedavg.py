@@ -14,6 +14,8 @@ The server step is post-processing of the aggregated arrays: it changes no clien
 """
 from __future__ import annotations
 
+import logging
+
 from flwr.serverapp.strategy import FedAdam, FedAvg, FedAvgM, FedYogi
 
 from fedgraph.federation import ClientFailure, last_error_line
@@ -22,14 +24,28 @@ from fedgraph.federation import ClientFailure, last_error_line
 SERVER_OPTIMIZERS = {"fedavg": FedAvg, "fedavgm": FedAvgM, "fedadam": FedAdam, "fedyogi": FedYogi}
 
 
+class _QuietSkippedEvaluation(logging.Filter):
+    """Drops Flower's "fraction_evaluate is set to 0.0" warning (and nothing else)."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return "fraction_evaluate is set to 0.0" not in record.getMessage()
+
+
 class _Strict:
     """Mixin over a Flower FedAvg-family strategy: all clients every round, fail loudly, keep
     the best round by validation accuracy (``select_on_val``)."""
 
     def __init__(self, num_clients: int, select_on_val: bool = False, **kwargs):
-        super().__init__(fraction_train=1.0, fraction_evaluate=1.0 if select_on_val else 0.0,
-                         min_train_nodes=num_clients, min_evaluate_nodes=num_clients,
-                         min_available_nodes=num_clients, **kwargs)
+        # Without select_on_val the clients' evaluation is skipped on purpose (the strategy
+        # evaluates once at the end); Flower's warning about it would only confuse.
+        flwr_logger, quiet = logging.getLogger("flwr"), _QuietSkippedEvaluation()
+        flwr_logger.addFilter(quiet)
+        try:
+            super().__init__(fraction_train=1.0, fraction_evaluate=1.0 if select_on_val else 0.0,
+                             min_train_nodes=num_clients, min_evaluate_nodes=num_clients,
+                             min_available_nodes=num_clients, **kwargs)
+        finally:
+            flwr_logger.removeFilter(quiet)
         self.num_clients = num_clients
         self.best = None
         self._latest = None

@@ -90,3 +90,30 @@ def test_unknown_server_optimizer_names_the_key_and_the_allowed_values():
         parse_run_config({"method": "gap", "server-lr": "0.5"})  # would be silently ignored
     cfg = parse_run_config({"method": "gap", "server-optimizer": "fedadam", "server-lr": ""})
     assert cfg.server_optimizer == "fedadam" and cfg.server_lr is None
+
+
+def test_the_skipped_evaluation_warning_is_dropped_and_nothing_else():
+    import logging
+
+    class Capture(logging.Handler):
+        def __init__(self):
+            super().__init__()
+            self.messages = []
+
+        def emit(self, record):
+            self.messages.append(record.getMessage())
+
+    logger, capture = logging.getLogger("flwr"), Capture()
+    logger.addHandler(capture)
+    try:
+        FedAvg(fraction_evaluate=0.0)  # Flower itself warns
+        assert any("fraction_evaluate is set to 0.0" in m for m in capture.messages)
+        capture.messages.clear()
+        strict_strategy("fedadam", 2)  # no evaluation on purpose: no warning
+        assert not any("fraction_evaluate" in m for m in capture.messages)
+        s = strict_strategy("fedavg", 2)
+        s.summary()  # other Flower logs still pass
+        assert any("Sampling" in m for m in capture.messages)
+    finally:
+        logger.removeHandler(capture)
+    assert not logger.filters  # the filter was removed again
