@@ -203,6 +203,10 @@ class GAPConfig(DataConfig):
     max_degree: int = Field(100, ge=1, description="node level: out-degree bound D")
     max_grad_norm: float = Field(1.0, gt=0)
     cross_client_edges: bool = True
+    secure_aggregation: bool = Field(
+        False, description="assume the server learns only the sum of the clients' rows for a "
+        "node (a secure-aggregation protocol): every client adds noise std sigma_max / "
+        "sqrt(n - 1) to its remote rows instead of its own sigma")
     accountant: Literal["analytic", "prv", "pld", "rdp"] = Field(
         "analytic", description="analytic: exact for Gaussian-only (edge level), else prv")
     inference: Literal["transductive", "inductive"] = Field(
@@ -213,6 +217,14 @@ class GAPConfig(DataConfig):
     timeout: float = Field(600.0, gt=0)
 
     _parse_eps = field_validator("client_epsilons", mode="before")(_client_epsilons)
+
+    @field_validator("secure_aggregation", mode="after")
+    @classmethod
+    def _secure_aggregation_needs_remote_rows(cls, v: bool, info) -> bool:
+        if v and (not info.data.get("cross_client_edges", True) or info.data.get("variant") == "mlp"):
+            raise ValueError("has no effect without cross-client edges (cross-client-edges = "
+                             "true, variant gap or gap-inf): no row leaves a client")
+        return v
 
     @field_validator("server_lr", mode="before")
     @classmethod

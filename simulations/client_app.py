@@ -146,8 +146,8 @@ def gap_pma(msg: Message, context: Context) -> Message:
     ``graph`` selects the edge set (``all``: the whole graph; inductive inference: ``train``,
     the training graph, or ``test``, the held-out graph, see
     :mod:`fedgraph.methods.gap_federated`); each run draws its own noise."""
-    from fedgraph.methods.gap_federated import (client_edges, graph_nodes, pma_finish,
-                                                pma_partial_sums)
+    from fedgraph.methods.gap_federated import (check_remote_sigma, client_edges, graph_nodes,
+                                                pma_finish, pma_partial_sums)
 
     cfg, pid, view = _setup(msg, context)
     g = view.graph
@@ -177,10 +177,14 @@ def gap_pma(msg: Message, context: Context) -> Message:
         if in_graph is not None:
             others &= in_graph
         remote = others.nonzero().flatten() if cfg.cross_client_edges else others.nonzero()[:0].flatten()
+        remote_sigma = None
+        if "remote-sigma" in msg.content["pma"]:  # secure aggregation: a share of the noise
+            remote_sigma = float(msg.content["pma"]["remote-sigma"])
+            check_remote_sigma(remote_sigma, plan.sigma, cfg.num_clients)
         local_sums, ids, sums = pma_partial_sums(state[f"hop{k - 1}"].to(dev), local, boundary,
                                                  plan.sigma,
                                                  _gap_generator(cfg, pid, f"pma{k}{tag}"),
-                                                 remote_ids=remote)
+                                                 remote_ids=remote, remote_sigma=remote_sigma)
         state["local_sums"] = local_sums
         out = {"ids": ids, "sums": sums}
     context.state[key] = ArrayRecord(to_cpu(state))

@@ -23,8 +23,18 @@ from flwr.app import ArrayRecord, ConfigRecord, RecordDict
 
 from fedgraph.federation import record_workers, send_to_all, tensors, wait_for_nodes
 from fedgraph.methods.gap_federated import (build_classifier, build_encoder, heldout_events,
-                                            plan_events)
+                                            plan_events, secure_remote_sigma)
 from .base import PrivateStrategy, register_strategy
+
+
+def _sum_rows(inc: dict) -> dict:
+    """``{"ids", "sums"}`` with one row per id: the rows of equal ids summed (secure
+    aggregation's output: the sum over the clients)."""
+    if not inc["ids"].numel():
+        return inc
+    ids, inverse = torch.unique(inc["ids"], return_inverse=True)
+    sums = torch.zeros(ids.numel(), inc["sums"].shape[1], dtype=inc["sums"].dtype)
+    return {"ids": ids, "sums": sums.index_add_(0, inverse, inc["sums"])}
 from .fedavg import strict_strategy
 
 
@@ -75,6 +85,19 @@ class GAPStrategy(PrivateStrategy):
                 "'client-i (held-out graph)'; client i's epsilon is the larger of its two "
                 "subjects', i.e. client-i's")
         self.report.extra["inference"] = cfg.inference
+        self._remote_sigma = None  # per-client sigma on remote rows
+        if cfg.secure_aggregation and cfg.cross_client_edges and cfg.variant != "mlp":
+            self._remote_sigma = secure_remote_sigma([m["sigma"] for m in clients.values()],
+                                                     cfg.num_clients)
+            self.report.privacy["aggregation"] = (
+                f"secure aggregation assumed: the server and a node's owner learn only the sum "
+                f"of the other clients' rows for it; each client adds noise std "
+                f"{self._remote_sigma:.4g} to its remote rows (sigma_max / sqrt(n - 1)), so every "
+                f"summed row has std sigma_max = {max(m['sigma'] for m in clients.values()):.4g}, "
+                f"at least each client's own sigma. Holds if the protocol reveals only sums, the "
+                f"server colludes with no client, and every client adds its share. This "
+                f"simulation sums in the clear on the server; a deployment needs a protocol "
+                f"such as SecAgg+.")
         encoder_arrays = ArrayRecord()
         if cfg.variant != "mlp" and cfg.encoder_rounds > 0:
             with self.report.phase(f"encoder rounds ({self._server_name()})"):
@@ -137,7 +160,10 @@ class GAPStrategy(PrivateStrategy):
         empty = {"ids": torch.zeros(0, dtype=torch.long), "sums": torch.zeros(0, self.config.encoder_dim)}
         incoming = {n: empty for n in nodes}
         for k in range(1, self.config.hops + 2):
-            contents = {n: RecordDict({"config": payload, "pma": ConfigRecord({"hop": k, "graph": graph}),
+            pma = {"hop": k, "graph": graph}
+            if self._remote_sigma is not None:
+                pma["remote-sigma"] = float(self._remote_sigma)
+            contents = {n: RecordDict({"config": payload, "pma": ConfigRecord(pma),
                                        "incoming": ArrayRecord(incoming[n]),
                                        "encoder": encoder_arrays}) for n in nodes}
             replies = send_to_all(grid, "query.gap_pma", contents, self.config.timeout)
@@ -152,3 +178,5 @@ class GAPStrategy(PrivateStrategy):
                         routed[n][1].append(out["sums"][sel])
             incoming = {n: {"ids": torch.cat(ids), "sums": torch.cat(sums)} if ids else empty
                         for n, (ids, sums) in routed.items()}
+            if self._remote_sigma is not None:  # the owner gets one summed row per node
+                incoming = {n: _sum_rows(inc) for n, inc in incoming.items()}

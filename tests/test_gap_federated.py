@@ -121,7 +121,9 @@ def test_node_level_bounds_out_degree_over_local_and_boundary_edges():
 @pytest.mark.skipif(not (SHARED / "facebook100" / "Caltech36.mat").exists(), reason="needs ../shared/data")
 def test_gap_flower_run_two_clients(tmp_path):
     """Two clients with their own epsilon targets, through Flower, with an adaptive server
-    optimizer (Flower's FedAdam, kept strict); the default FedAvg runs in the other e2e tests."""
+    optimizer (Flower's FedAdam, kept strict) and secure aggregation of the remote rows (each
+    client adds the larger client's sigma); the default FedAvg without secure aggregation runs
+    in the other e2e tests."""
     import os
     import subprocess
     import sys
@@ -132,6 +134,7 @@ def test_gap_flower_run_two_clients(tmp_path):
         [sys.executable, "-m", "simulations.cli", "run", "gap-edge-caltech", "--num-cpus", "2",
          "--set", "num-clients=2", "--set", "client-epsilons='2,8'", "--set", "encoder-rounds=3",
          "--set", "classifier-rounds=3", "--set", "server-optimizer=fedadam",
+         "--set", "secure-aggregation=true",
          "--set", f"output-dir='{out}'", "--set", "run-name='gap'"],
         cwd=Path(__file__).parents[1], env=env, capture_output=True, text=True, timeout=600)
     assert res.returncode == 0, res.stderr[-3000:]
@@ -143,3 +146,6 @@ def test_gap_flower_run_two_clients(tmp_path):
     assert report["accuracy"]["test"] > report["accuracy"]["majority_class"]
     assert report["config"]["server_optimizer"] == "fedadam"
     assert "classifier rounds (FedAdam)" in report["timings_s"]
+    clients = report["clients"]
+    sigma_max = max(c["sigma"] for c in clients.values())
+    assert f"{sigma_max:.4g}" in report["privacy"]["aggregation"]  # n - 1 = 1: share = sigma_max

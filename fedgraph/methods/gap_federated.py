@@ -198,6 +198,7 @@ def client_edges(client, cfg: GAPConfig, generator: torch.Generator,
 def pma_partial_sums(h_prev: Tensor, local: Tensor, boundary: Tensor, sigma: float,
                      generator: torch.Generator, remote_ids: Tensor | None = None,
                      max_elements: int = MAX_MESSAGE_ELEMENTS,
+                     remote_sigma: float | None = None,
                      ) -> tuple[Tensor, Tensor, Tensor]:
     """One hop of PMA on a client (Alg. 1 lines 3-4, split across clients).
 
@@ -212,6 +213,9 @@ def pma_partial_sums(h_prev: Tensor, local: Tensor, boundary: Tensor, sigma: flo
         max_elements: memory cap of the per-hop aggregation: edges are summed in chunks whose
             ``[chunk, e]`` message block has at most this many elements
             (:func:`~fedgraph.utils.graph.scatter_sum_chunked`); no ``[E, e]`` block.
+        remote_sigma: noise std of the remote rows (``None``: ``sigma``). Secure aggregation
+            (:func:`secure_remote_sigma`): the server learns only the sum over the clients of a
+            node's remote rows, so each adds a share of the noise.
 
     Returns:
         ``(local_sums [n, e], remote_ids [m], remote_sums [m, e])``, every row noised, on
@@ -230,10 +234,49 @@ def pma_partial_sums(h_prev: Tensor, local: Tensor, boundary: Tensor, sigma: flo
         raise ValueError("remote_ids must contain every boundary target")
     remote_sums = scatter_sum_chunked(h_prev, boundary[0].to(dev), pos.to(dev),
                                       remote_ids.numel(), max_elements)
+    remote_sigma = sigma if remote_sigma is None else remote_sigma
     if sigma > 0:
         local_sums += sigma * torch.randn(local_sums.shape, generator=generator).to(dev)
-        remote_sums += sigma * torch.randn(remote_sums.shape, generator=generator).to(dev)
+    if remote_sigma > 0:
+        remote_sums += remote_sigma * torch.randn(remote_sums.shape, generator=generator).to(dev)
     return local_sums, remote_ids, remote_sums
+
+
+def secure_remote_sigma(sigmas: list[float], num_clients: int) -> float:
+    """Noise std of every client's remote rows under secure aggregation.
+
+    A node's row of hop ``k`` is the sum of the partial sums of the ``num_clients - 1`` clients
+    that do not hold it (every client releases a row for every node held elsewhere). When the
+    server (and the owner, who receives the sum) learns only that sum, its noise is the sum of
+    the ``n - 1`` shares: with std ``sigma_max / sqrt(n - 1)`` each, std ``sigma_max``, at least
+    every client's own ``sigma`` (``sigmas``: the clients' calibrated PMA noise stds). So an edge
+    ``u -> v`` of any client, which changes one summed row by at most the sensitivity, is
+    protected by a Gaussian mechanism at least as noisy as its own client's plan, and every
+    client's epsilon is at most its target. Trust assumption (stated in the report): the
+    protocol reveals only the sums, the server does not collude with clients, and every client
+    adds its share (a client that does not reply fails the run).
+
+    Returns ``sigma_max`` for one client (no remote rows), ``0.0`` when nobody adds noise.
+    """
+    if not sigmas:
+        raise ValueError("secure aggregation needs the clients' sigmas")
+    sigma_max = max(sigmas)
+    return sigma_max / math.sqrt(num_clients - 1) if num_clients > 1 else sigma_max
+
+
+def check_remote_sigma(remote_sigma: float, own_sigma: float, num_clients: int) -> None:
+    """A client's check before it adds only a share of the noise (secure aggregation): the
+    ``num_clients - 1`` shares together must be at least as noisy as its own plan.
+
+    Raises:
+        ValueError: ``remote_sigma * sqrt(num_clients - 1) < own_sigma`` (the client refuses to
+            release; e.g. a server that sent a smaller value than :func:`secure_remote_sigma`).
+    """
+    others = max(num_clients - 1, 1)
+    if not remote_sigma >= 0 or remote_sigma * math.sqrt(others) < own_sigma * (1 - 1e-9):
+        raise ValueError(f"secure aggregation: the server asked for remote noise std "
+                         f"{remote_sigma:.4g}, whose sum over {others} clients is below this "
+                         f"client's sigma {own_sigma:.4g}; refusing to release")
 
 
 def pma_finish(local_sums: Tensor, node_ids: Tensor, incoming_ids: Tensor,
