@@ -178,9 +178,10 @@ def gap_pma(msg: Message, context: Context) -> Message:
             others &= in_graph
         remote = others.nonzero().flatten() if cfg.cross_client_edges else others.nonzero()[:0].flatten()
         remote_sigma = None
-        if "remote-sigma" in msg.content["pma"]:  # secure aggregation: a share of the noise
+        if "remote-sigma" in msg.content["pma"]:  # fedgraph.methods.gap_federated.remote_noise
             remote_sigma = float(msg.content["pma"]["remote-sigma"])
-            check_remote_sigma(remote_sigma, plan.sigma, cfg.num_clients)
+            check_remote_sigma(remote_sigma, plan.sigma,
+                               int(msg.content["pma"]["remote-contributors"]))
         local_sums, ids, sums = pma_partial_sums(state[f"hop{k - 1}"].to(dev), local, boundary,
                                                  plan.sigma,
                                                  _gap_generator(cfg, pid, f"pma{k}{tag}"),

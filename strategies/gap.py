@@ -23,7 +23,7 @@ from flwr.app import ArrayRecord, ConfigRecord, RecordDict
 
 from fedgraph.federation import record_workers, send_to_all, tensors, wait_for_nodes
 from fedgraph.methods.gap_federated import (build_classifier, build_encoder, heldout_events,
-                                            plan_events, secure_remote_sigma)
+                                            plan_events, remote_noise)
 from .base import PrivateStrategy, register_strategy
 
 
@@ -85,19 +85,24 @@ class GAPStrategy(PrivateStrategy):
                 "'client-i (held-out graph)'; client i's epsilon is the larger of its two "
                 "subjects', i.e. client-i's")
         self.report.extra["inference"] = cfg.inference
-        self._remote_sigma = None  # per-client sigma on remote rows
-        if cfg.secure_aggregation and cfg.cross_client_edges and cfg.variant != "mlp":
-            self._remote_sigma = secure_remote_sigma([m["sigma"] for m in clients.values()],
-                                                     cfg.num_clients)
+        sigmas = [m["sigma"] for m in clients.values()]
+        self._remote = remote_noise(cfg, sigmas)  # (std on remote rows, contributors) or None
+        if cfg.secure_aggregation and self._remote is not None:
             self.report.privacy["aggregation"] = (
                 f"secure aggregation assumed: the server and a node's owner learn only the sum "
                 f"of the other clients' rows for it; each client adds noise std "
-                f"{self._remote_sigma:.4g} to its remote rows (sigma_max / sqrt(n - 1)), so every "
-                f"summed row has std sigma_max = {max(m['sigma'] for m in clients.values()):.4g}, "
-                f"at least each client's own sigma. Holds if the protocol reveals only sums, the "
-                f"server colludes with no client, and every client adds its share. This "
-                f"simulation sums in the clear on the server; a deployment needs a protocol "
-                f"such as SecAgg+.")
+                f"{self._remote[0]:.4g} to its remote rows (sigma_max / sqrt(n - 1)), so every "
+                f"summed row has std sigma_max = {max(sigmas):.4g}, at least each client's own "
+                f"sigma. Holds if the protocol reveals only the sum over all n - 1 other clients "
+                f"(no dropout-tolerant partial sums), every client gets and adds the same share, "
+                f"and neither the server nor a coalition of clients that includes the owner "
+                f"removes shares. This simulation sums in the clear on the server; a deployment "
+                f"needs a protocol such as SecAgg+ under those conditions.")
+        elif self._remote is not None:
+            self.report.privacy["aggregation"] = (
+                f"undirected edges with different client sigmas: every remote row gets "
+                f"sigma_max = {self._remote[0]:.4g}, so both halves of a cross-client edge carry "
+                f"at least the noise either client planned for")
         encoder_arrays = ArrayRecord()
         if cfg.variant != "mlp" and cfg.encoder_rounds > 0:
             with self.report.phase(f"encoder rounds ({self._server_name()})"):
@@ -161,8 +166,8 @@ class GAPStrategy(PrivateStrategy):
         incoming = {n: empty for n in nodes}
         for k in range(1, self.config.hops + 2):
             pma = {"hop": k, "graph": graph}
-            if self._remote_sigma is not None:
-                pma["remote-sigma"] = float(self._remote_sigma)
+            if self._remote is not None:
+                pma["remote-sigma"], pma["remote-contributors"] = float(self._remote[0]), self._remote[1]
             contents = {n: RecordDict({"config": payload, "pma": ConfigRecord(pma),
                                        "incoming": ArrayRecord(incoming[n]),
                                        "encoder": encoder_arrays}) for n in nodes}
@@ -178,5 +183,5 @@ class GAPStrategy(PrivateStrategy):
                         routed[n][1].append(out["sums"][sel])
             incoming = {n: {"ids": torch.cat(ids), "sums": torch.cat(sums)} if ids else empty
                         for n, (ids, sums) in routed.items()}
-            if self._remote_sigma is not None:  # the owner gets one summed row per node
+            if self.config.secure_aggregation:  # the owner gets one summed row per node
                 incoming = {n: _sum_rows(inc) for n, inc in incoming.items()}

@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from fedgraph.config import ConfigError, parse_run_config
-from fedgraph.methods.gap_federated import (check_remote_sigma, pma_partial_sums,
+from fedgraph.methods.gap_federated import (check_remote_sigma, pma_partial_sums, remote_noise,
                                             secure_remote_sigma)
 from fedgraph.nn.gap import normalize_rows
 from strategies.gap import _sum_rows
@@ -58,11 +58,42 @@ def test_remote_and_local_rows_get_their_own_noise():
 
 
 def test_a_client_refuses_a_share_below_its_own_sigma():
-    check_remote_sigma(1.0 / math.sqrt(4), 1.0, 5)  # exactly enough
+    check_remote_sigma(1.0 / math.sqrt(4), 1.0, 4)  # 4 contributors: exactly enough
     with pytest.raises(ValueError, match="refusing to release"):
-        check_remote_sigma(0.49, 1.0, 5)
+        check_remote_sigma(0.49, 1.0, 4)
     with pytest.raises(ValueError, match="refusing to release"):
-        check_remote_sigma(float("nan"), 1.0, 5)
+        check_remote_sigma(float("nan"), 1.0, 4)
+    check_remote_sigma(2.0, 1.0, 1)  # sigma_max on remote rows (undirected edges)
+    with pytest.raises(ValueError, match="refusing to release"):
+        check_remote_sigma(0.9, 1.0, 1)
+
+
+def _gap(**kw):
+    return parse_run_config({"method": "gap", "num-clients": 5, **kw})
+
+
+def test_remote_noise_per_mode():
+    sigmas = [1.0, 2.0, 4.0, 1.0, 1.0]
+    assert remote_noise(_gap(), sigmas) is None  # directed edges: each client's own sigma
+    assert remote_noise(_gap(**{"edge-unit": "undirected"}), [1.5] * 5) is None  # equal sigmas
+    assert remote_noise(_gap(**{"edge-unit": "undirected"}), sigmas) == (4.0, 1)
+    assert remote_noise(_gap(**{"secure-aggregation": True}), sigmas) == (2.0, 4)
+    assert remote_noise(_gap(**{"cross-client-edges": False}), sigmas) is None
+
+
+def test_undirected_cross_client_edge_keeps_every_clients_guarantee():
+    """An undirected edge {u, v} across clients c (sigma_c) and i (sigma_i) is released in c's
+    row for v and i's row for u. Each client calibrated for two halves at its own sigma
+    (effective noise multiplier sigma / sqrt 2 at sensitivity 1 per half). With remote_noise's
+    sigma_max on both halves, the pair's effective noise, 1 / sqrt(sum 1 / s^2), is at least
+    both clients' planned sigma / sqrt 2; with each client's own sigma it is not."""
+    sigmas = [1.0, 3.0]
+    def effective(halves):
+        return 1 / math.sqrt(sum(1 / s ** 2 for s in halves))
+    own = effective(sigmas)  # default before the fix: c's half at 1.0, i's half at 3.0
+    assert own < sigmas[1] / math.sqrt(2)  # the client with sigma 3 gets less than it planned
+    std, _ = remote_noise(_gap(**{"edge-unit": "undirected", "num-clients": 2}), sigmas)
+    assert all(effective([std, std]) >= s / math.sqrt(2) - 1e-12 for s in sigmas)
 
 
 def test_the_server_sums_rows_per_node():

@@ -264,19 +264,42 @@ def secure_remote_sigma(sigmas: list[float], num_clients: int) -> float:
     return sigma_max / math.sqrt(num_clients - 1) if num_clients > 1 else sigma_max
 
 
-def check_remote_sigma(remote_sigma: float, own_sigma: float, num_clients: int) -> None:
-    """A client's check before it adds only a share of the noise (secure aggregation): the
-    ``num_clients - 1`` shares together must be at least as noisy as its own plan.
+def remote_noise(cfg: GAPConfig, sigmas: list[float]) -> tuple[float, int] | None:
+    """Noise of the remote rows when a client's own ``sigma`` is not enough, else ``None``.
+
+    Returns ``(std, contributors)``: every client adds ``std`` to each remote row, and
+    ``contributors`` clients' noise adds up in the row an observer sees.
+
+    * ``secure_aggregation``: :func:`secure_remote_sigma`, ``n - 1`` contributors.
+    * Edge level with ``edge_unit = "undirected"`` and clients of different ``sigma``: an
+      undirected cross-client edge ``{u, v}`` (``u`` at client c, ``v`` at client i) is released
+      twice, in c's row for ``v`` and in i's row for ``u``. Client c calibrated for both halves
+      at its own ``sigma_c``; if ``sigma_i < sigma_c``, the pair leaks more than c's target. So
+      every remote row gets ``sigma_max`` (1 contributor): both halves have at least the noise
+      either client planned for. Local rows (both halves at the same client) keep its sigma.
+    """
+    if not cfg.cross_client_edges or cfg.variant == "mlp" or not sigmas:
+        return None
+    if cfg.secure_aggregation:
+        return secure_remote_sigma(sigmas, cfg.num_clients), max(cfg.num_clients - 1, 1)
+    if cfg.level == "edge" and cfg.edge_unit == "undirected" and max(sigmas) > min(sigmas):
+        return max(sigmas), 1
+    return None
+
+
+def check_remote_sigma(remote_sigma: float, own_sigma: float, contributors: int) -> None:
+    """A client's check before it adds ``remote_sigma`` instead of its own ``sigma`` to its
+    remote rows: the noise of ``contributors`` clients adding up in a row must be at least its
+    own plan's. It cannot see the shares the other clients were sent: an honest server sends
+    every client the same value (:func:`remote_noise`).
 
     Raises:
-        ValueError: ``remote_sigma * sqrt(num_clients - 1) < own_sigma`` (the client refuses to
-            release; e.g. a server that sent a smaller value than :func:`secure_remote_sigma`).
+        ValueError: ``remote_sigma * sqrt(contributors) < own_sigma`` (the client refuses to
+            release).
     """
-    others = max(num_clients - 1, 1)
-    if not remote_sigma >= 0 or remote_sigma * math.sqrt(others) < own_sigma * (1 - 1e-9):
-        raise ValueError(f"secure aggregation: the server asked for remote noise std "
-                         f"{remote_sigma:.4g}, whose sum over {others} clients is below this "
-                         f"client's sigma {own_sigma:.4g}; refusing to release")
+    if not remote_sigma >= 0 or remote_sigma * math.sqrt(max(contributors, 1)) < own_sigma * (1 - 1e-9):
+        raise ValueError(f"remote noise std {remote_sigma:.4g} over {contributors} client(s) is "
+                         f"below this client's sigma {own_sigma:.4g}; refusing to release")
 
 
 def pma_finish(local_sums: Tensor, node_ids: Tensor, incoming_ids: Tensor,
