@@ -3,6 +3,7 @@ without cross-client edges, through real Flower simulations (Ray backend).
 
 Usage: python bench/gap_federation.py [--dataset facebook100:Wisconsin87] [--clients 10]
        [--epsilon 4] [--seeds 1] [--data-root ../shared/data] [--reuse] [--settings louvain random]
+       [--set secure-aggregation=true]
 Prints a table and writes bench/results/gap_federation.json.
 """
 from __future__ import annotations
@@ -14,7 +15,7 @@ import time
 from pathlib import Path
 
 from fedgraph.report import write_json_atomic
-from simulations.cli import run_simulation
+from simulations.cli import load_run_config, run_simulation
 
 
 def _reusable(run_config: dict) -> dict | None:
@@ -47,6 +48,8 @@ def main() -> None:
     p.add_argument("--settings", nargs="*", default=None,
                    help="substrings of the settings to run besides '1 client' (default: the "
                         "first three; e.g. random)")
+    p.add_argument("--set", nargs="*", default=[], metavar="KEY=VALUE",
+                   help="extra run-config keys for every run, e.g. secure-aggregation=true")
     p.add_argument("--reuse", action="store_true",
                    help="take a run's accuracy from its report in gap_federation_runs/ when that "
                         "report exists with status ok and the same config (e.g. after a crash)")
@@ -66,6 +69,9 @@ def main() -> None:
     else:
         keep = [name for name in settings if any(k in name for k in args.settings)]
         settings = {name: settings[name] for name in dict.fromkeys(["1 client", *keep])}
+
+    extra = load_run_config(None, args.set)  # typed like fedgraph run --set
+    tag = "".join(f"-{k}={v}" for k, v in sorted(extra.items()))
     results = {}
     for name, s in settings.items():
         accs, secs = [], []
@@ -78,7 +84,9 @@ def main() -> None:
                 "encoder-rounds": 10, "classifier-rounds": 10, "local-epochs": 10,
                 "output-dir": str(Path(args.out).parent / "gap_federation_runs"),
                 "run-name": (f"{name.replace(' ', '_').replace(',', '')}-{args.level}"
-                             f"-eps{args.epsilon:g}-seed{seed}"), **s}
+                             f"-eps{args.epsilon:g}{tag}-seed{seed}"), **s, **extra}
+            if not s.get("cross-client-edges", True):  # nothing to aggregate securely
+                run_config.pop("secure-aggregation", None)
             report = _reusable(run_config) if args.reuse else None
             if report is None:
                 report = run_simulation(run_config, num_cpus=2)

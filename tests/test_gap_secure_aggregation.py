@@ -79,6 +79,7 @@ def test_remote_noise_per_mode():
     assert remote_noise(_gap(**{"edge-unit": "undirected"}), sigmas) == (4.0, 1)
     assert remote_noise(_gap(**{"secure-aggregation": True}), sigmas) == (2.0, 4)
     assert remote_noise(_gap(**{"cross-client-edges": False}), sigmas) is None
+    assert remote_noise(_gap(**{"secure-aggregation": True, "num-clients": 1}), [2.0]) is None
 
 
 def test_undirected_cross_client_edge_keeps_every_clients_guarantee():

@@ -278,8 +278,8 @@ def remote_noise(cfg: GAPConfig, sigmas: list[float]) -> tuple[float, int] | Non
       every remote row gets ``sigma_max`` (1 contributor): both halves have at least the noise
       either client planned for. Local rows (both halves at the same client) keep its sigma.
     """
-    if not cfg.cross_client_edges or cfg.variant == "mlp" or not sigmas:
-        return None
+    if not cfg.cross_client_edges or cfg.variant == "mlp" or not sigmas or cfg.num_clients < 2:
+        return None  # no remote rows
     if cfg.secure_aggregation:
         return secure_remote_sigma(sigmas, cfg.num_clients), max(cfg.num_clients - 1, 1)
     if cfg.level == "edge" and cfg.edge_unit == "undirected" and max(sigmas) > min(sigmas):
