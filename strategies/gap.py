@@ -12,6 +12,12 @@ graphs share no edge and no node, so their PMA releases compose in parallel and 
 epsilon is that of one run; see :mod:`fedgraph.methods.gap_federated` for who decides which
 cross-client edges exist and for the argument. The ledger records the held-out run under a
 subject of its own, ``client-i (held-out graph)``.
+
+Remote rows' noise: each client's own sigma by default; with ``secure_aggregation`` (a stated
+trust assumption: the server learns only sums) a share sigma_max / sqrt(n - 1), and the server
+sums the rows per node before routing; with undirected edges and different client sigmas,
+sigma_max (:func:`fedgraph.methods.gap_federated.remote_noise`). Clients check the value they
+are sent (:func:`~fedgraph.methods.gap_federated.check_remote_sigma`).
 """
 from __future__ import annotations
 
@@ -25,6 +31,7 @@ from fedgraph.federation import record_workers, send_to_all, tensors, wait_for_n
 from fedgraph.methods.gap_federated import (build_classifier, build_encoder, heldout_events,
                                             plan_events, remote_noise)
 from .base import PrivateStrategy, register_strategy
+from .fedavg import strict_strategy
 
 
 def _sum_rows(inc: dict) -> dict:
@@ -35,7 +42,24 @@ def _sum_rows(inc: dict) -> dict:
     ids, inverse = torch.unique(inc["ids"], return_inverse=True)
     sums = torch.zeros(ids.numel(), inc["sums"].shape[1], dtype=inc["sums"].dtype)
     return {"ids": ids, "sums": sums.index_add_(0, inverse, inc["sums"])}
-from .fedavg import strict_strategy
+
+
+def _aggregation_note(cfg, remote: tuple[float, int], sigmas: list[float]) -> str:
+    """The report's ``privacy.aggregation``: why the remote rows carry ``remote`` noise
+    (:func:`fedgraph.methods.gap_federated.remote_noise`) and what that assumes."""
+    if cfg.secure_aggregation:
+        return (f"secure aggregation assumed: the server and a node's owner learn only the sum "
+                f"of the other clients' rows for it; each client adds noise std "
+                f"{remote[0]:.4g} to its remote rows (sigma_max / sqrt(n - 1)), so every "
+                f"summed row has std sigma_max = {max(sigmas):.4g}, at least each client's own "
+                f"sigma. Holds if the protocol reveals only the sum over all n - 1 other clients "
+                f"(no dropout-tolerant partial sums), every client gets and adds the same share, "
+                f"and neither the server nor a coalition of clients that includes the owner "
+                f"removes shares. This simulation sums in the clear on the server; a deployment "
+                f"needs a protocol such as SecAgg+ under those conditions.")
+    return (f"undirected edges with different client sigmas: every remote row gets "
+            f"sigma_max = {remote[0]:.4g}, so both halves of a cross-client edge carry at least "
+            f"the noise either client planned for")
 
 
 @register_strategy("gap")
@@ -87,22 +111,8 @@ class GAPStrategy(PrivateStrategy):
         self.report.extra["inference"] = cfg.inference
         sigmas = [m["sigma"] for m in clients.values()]
         self._remote = remote_noise(cfg, sigmas)  # (std on remote rows, contributors) or None
-        if cfg.secure_aggregation and self._remote is not None:
-            self.report.privacy["aggregation"] = (
-                f"secure aggregation assumed: the server and a node's owner learn only the sum "
-                f"of the other clients' rows for it; each client adds noise std "
-                f"{self._remote[0]:.4g} to its remote rows (sigma_max / sqrt(n - 1)), so every "
-                f"summed row has std sigma_max = {max(sigmas):.4g}, at least each client's own "
-                f"sigma. Holds if the protocol reveals only the sum over all n - 1 other clients "
-                f"(no dropout-tolerant partial sums), every client gets and adds the same share, "
-                f"and neither the server nor a coalition of clients that includes the owner "
-                f"removes shares. This simulation sums in the clear on the server; a deployment "
-                f"needs a protocol such as SecAgg+ under those conditions.")
-        elif self._remote is not None:
-            self.report.privacy["aggregation"] = (
-                f"undirected edges with different client sigmas: every remote row gets "
-                f"sigma_max = {self._remote[0]:.4g}, so both halves of a cross-client edge carry "
-                f"at least the noise either client planned for")
+        if self._remote is not None:
+            self.report.privacy["aggregation"] = _aggregation_note(cfg, self._remote, sigmas)
         encoder_arrays = ArrayRecord()
         if cfg.variant != "mlp" and cfg.encoder_rounds > 0:
             with self.report.phase(f"encoder rounds ({self._server_name()})"):
