@@ -147,13 +147,17 @@ def print_table(results: dict) -> None:
         print_row(key, row)
 
 
+def runs_by_seed(row: dict) -> dict[int, float]:
+    """A result row's test accuracies keyed by seed (rows without ``seeds`` ran 0..n-1)."""
+    return dict(zip(row.get("seeds", range(len(row["runs"]))), row["runs"]))
+
+
 def merge_results(paths: list[str]) -> dict:
-    """Rows of several result files, runs keyed by seed (files without ``seeds`` ran 0..n-1)."""
+    """Rows of several result files, runs keyed by seed (a later file wins a seed)."""
     by_key: dict[str, dict[int, float]] = {}
     for path in paths:
         for key, row in json.loads(Path(path).read_text())["results"].items():
-            seeds = row.get("seeds", list(range(len(row["runs"]))))
-            by_key.setdefault(key, {}).update(zip(seeds, row["runs"]))
+            by_key.setdefault(key, {}).update(runs_by_seed(row))
     merged = {}
     for key, runs in by_key.items():
         seeds = sorted(runs)
@@ -163,8 +167,7 @@ def merge_results(paths: list[str]) -> dict:
 
 def paired_difference(row: dict, ref: dict) -> dict | None:
     """``row - ref`` over the seeds both ran: mean, standard error, wins/ties/losses (points)."""
-    a = dict(zip(row.get("seeds", range(len(row["runs"]))), row["runs"]))
-    b = dict(zip(ref.get("seeds", range(len(ref["runs"]))), ref["runs"]))
+    a, b = runs_by_seed(row), runs_by_seed(ref)
     common = sorted(set(a) & set(b))
     if not common:
         return None

@@ -20,10 +20,6 @@ from flwr.serverapp.strategy import FedAdam, FedAvg, FedAvgM, FedYogi
 
 from fedgraph.federation import ClientFailure, last_error_line
 
-#: ``server-optimizer`` names -> Flower strategy classes.
-SERVER_OPTIMIZERS = {"fedavg": FedAvg, "fedavgm": FedAvgM, "fedadam": FedAdam, "fedyogi": FedYogi}
-
-
 class _QuietSkippedEvaluation(logging.Filter):
     """Drops Flower's "fraction_evaluate is set to 0.0" warning (and nothing else)."""
 
@@ -84,7 +80,21 @@ class StrictFedAvg(_Strict, FedAvg):
     """
 
 
-_STRICT = {FedAvg: StrictFedAvg}
+class StrictFedAvgM(_Strict, FedAvgM):
+    """:class:`StrictFedAvg` with Flower's server momentum (FedAvgM)."""
+
+
+class StrictFedAdam(_Strict, FedAdam):
+    """:class:`StrictFedAvg` with Flower's server Adam step (FedAdam)."""
+
+
+class StrictFedYogi(_Strict, FedYogi):
+    """:class:`StrictFedAvg` with Flower's server Yogi step (FedYogi)."""
+
+
+#: ``server-optimizer`` names -> strict strategy classes.
+STRICT_STRATEGIES = {"fedavg": StrictFedAvg, "fedavgm": StrictFedAvgM,
+                     "fedadam": StrictFedAdam, "fedyogi": StrictFedYogi}
 
 
 def strict_strategy(server_optimizer: str, num_clients: int, select_on_val: bool = False,
@@ -102,18 +112,15 @@ def strict_strategy(server_optimizer: str, num_clients: int, select_on_val: bool
     Raises:
         ValueError: unknown ``server_optimizer`` (the message lists the allowed names).
     """
-    if server_optimizer not in SERVER_OPTIMIZERS:
+    if server_optimizer not in STRICT_STRATEGIES:
         raise ValueError(f"server-optimizer: unknown {server_optimizer!r}; allowed: "
-                         + ", ".join(SERVER_OPTIMIZERS))
-    base = SERVER_OPTIMIZERS[server_optimizer]
+                         + ", ".join(STRICT_STRATEGIES))
+    cls = STRICT_STRATEGIES[server_optimizer]
     kwargs: dict = {}
-    if base is FedAvgM:
+    if cls is StrictFedAvgM:
         kwargs["server_momentum"] = 0.9
         if server_lr is not None:
             kwargs["server_learning_rate"] = server_lr
-    elif base is not FedAvg and server_lr is not None:
+    elif cls is not StrictFedAvg and server_lr is not None:
         kwargs["eta"] = server_lr
-    cls = _STRICT.get(base)
-    if cls is None:
-        cls = _STRICT[base] = type(f"Strict{base.__name__}", (_Strict, base), {})
     return cls(num_clients, select_on_val, **kwargs)

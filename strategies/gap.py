@@ -150,9 +150,9 @@ class GAPStrategy(PrivateStrategy):
 
     def _server_name(self) -> str:
         """The server optimizer's Flower name, for the phase labels (e.g. ``FedAdam``)."""
-        from .fedavg import SERVER_OPTIMIZERS
+        from .fedavg import STRICT_STRATEGIES
 
-        return SERVER_OPTIMIZERS[self.config.server_optimizer].__name__
+        return STRICT_STRATEGIES[self.config.server_optimizer].__bases__[-1].__name__
 
     def _record_plan(self, subject: str, plan: dict, events: list) -> None:
         """Ledger entries of one client's plan: its accountable events; a client with no

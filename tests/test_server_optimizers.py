@@ -11,7 +11,7 @@ from flwr.supercore.task_identity import TaskIdentity
 
 from fedgraph.config import ConfigError, parse_run_config
 from fedgraph.federation import ClientFailure
-from strategies.fedavg import SERVER_OPTIMIZERS, StrictFedAvg, strict_strategy
+from strategies.fedavg import STRICT_STRATEGIES, StrictFedAvg, strict_strategy
 
 
 @pytest.fixture(autouse=True)
@@ -68,7 +68,7 @@ def test_server_optimizers_are_flowers_and_step_towards_the_clients(name, base):
         np.testing.assert_allclose(step[0], step[1], rtol=0.02)
 
 
-@pytest.mark.parametrize("name", sorted(SERVER_OPTIMIZERS))
+@pytest.mark.parametrize("name", sorted(STRICT_STRATEGIES))
 def test_a_failed_or_missing_client_fails_the_round(name):
     s = strict_strategy(name, 2)
     _set_current(s, [0.0, 0.0])
