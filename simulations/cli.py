@@ -106,15 +106,23 @@ def run_simulation(run_config: dict, num_cpus: Optional[int] = None,
     return report
 
 
-@cli.command()
+def _run_help() -> str:
+    # The command's help names PRESET (typer 0.20 with click 8.5 drops arguments' own help).
+    names = ", ".join(sorted(f.stem for f in PRESETS.glob("*.toml")))
+    return ("Run one simulation; exit 1 if it fails, 2 if the config is invalid.\n\n"
+            f"PRESET: a preset's name ({names}) or the path of a TOML run config; without it, "
+            "the main job (the defaults of pyproject.toml's \\[tool.flwr.app.config]: PPGNN on "
+            "Cora). Keys set with --set go on top.")
+
+
+@cli.command(help=_run_help())
 def run(
-    preset: Optional[str] = typer.Argument(None, help="preset name in simulations/presets or a TOML file"),
+    preset: Optional[str] = typer.Argument(None, help="preset name or TOML file"),
     set_: List[str] = typer.Option([], "--set", "-s", help="override a run-config key: key=value"),
     num_cpus: Optional[int] = typer.Option(None, help="CPUs Ray may use (default: all)"),
     cpus_per_client: float = typer.Option(1.0, help="CPUs reserved per client"),
     gpus_per_client: float = typer.Option(0.0, help="GPU share per client (0: CPU)"),
 ) -> None:
-    """Run one simulation; exit 1 if it fails, 2 if the config is invalid."""
     from fedgraph.config import ConfigError, reject_keys_of_other_methods
 
     try:
@@ -227,7 +235,7 @@ def report(
                                         "DIR/plots, or img/ beside --markdown)"),
     markdown_path: Optional[str] = typer.Option(None, "--markdown", help="also write a results page"),
     published: List[str] = typer.Option([], "--published", help="another sweep file whose "
-                                        "[[published]] numbers to show"),
+                                        r"\[\[published]] numbers to show"),
 ) -> None:
     """Aggregate sweep folders: one CSV (mean and std per cell over seeds: accuracy per split,
     epsilon, wall time) and privacy-utility plots (PNG), optionally a markdown page."""
@@ -274,6 +282,10 @@ def datasets(root: Optional[str] = typer.Option(None, help="dataset root (defaul
     from fedgraph.data import (KNOWN_DATASETS, dataset_statistics, known_datasets, load_dataset,
                                resolve_root)
 
+    if root is not None and not Path(root).expanduser().is_dir():
+        typer.echo(f"fedgraph: --root: {root} is not a folder (give an existing data root, or "
+                   "leave --root out to use $FEDGRAPH_DATA or the user cache)", err=True)
+        raise typer.Exit(2)
     where = ("--root" if root else "$FEDGRAPH_DATA" if os.environ.get("FEDGRAPH_DATA")
              else "the user cache; set $FEDGRAPH_DATA or --root to use another folder")
     typer.echo(f"data root: {resolve_root(root)} (from {where})")

@@ -162,6 +162,11 @@ class Figure:
     lines: list[str] = field(default_factory=list)
 
 
+def seeds_footer(seeds: list[int]) -> str:
+    """The plot's footer for the seed counts of its curves, e.g. ``[1]`` -> "... over 1 seed"."""
+    return f"error bars: ± 1 std over {'/'.join(map(str, seeds))} seed{'' if seeds == [1] else 's'}"
+
+
 def plot(groups: list[dict], out_dir: str | Path, published: Iterable[Published] = ()) -> list[Figure]:
     """One PNG per (dataset, DP level): test accuracy (%) against epsilon, one line per method
     (and client count, if several), error bars one std over seeds. Methods without an epsilon
@@ -229,7 +234,7 @@ def plot(groups: list[dict], out_dir: str | Path, published: Iterable[Published]
                     ax.text(0.99, 0.02, f"majority class: {m:.1f}%", transform=ax.transAxes,
                             ha="right", va="bottom", fontsize=8, color="dimgrey")
             seeds = sorted({g["seeds"] for g in curves})
-            ax.text(0.01, 0.02, f"error bars: ± 1 std over {'/'.join(map(str, seeds))} seeds",
+            ax.text(0.01, 0.02, seeds_footer(seeds),
                     transform=ax.transAxes, ha="left", va="bottom", fontsize=8, color="dimgrey")
             for i, p in enumerate(pub):
                 ax.plot([p.epsilon], [p.test], marker="*", markersize=13, color="black",

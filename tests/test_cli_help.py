@@ -1,0 +1,51 @@
+"""The command line's help and bad-root messages (issue 17, item 4) and the plot's plurals."""
+from __future__ import annotations
+
+from typer.testing import CliRunner
+
+from simulations.cli import PRESETS, cli
+
+
+def _help(*args: str) -> str:
+    res = CliRunner().invoke(cli, [*args, "--help"], env={"COLUMNS": "200"})
+    assert res.exit_code == 0, res.output
+    return " ".join(res.output.split())
+
+
+def test_run_help_describes_preset_and_lists_every_preset():
+    text = _help("run")
+    assert "PRESET: a preset's name" in text and "TOML" in text
+    assert "[tool.flwr.app.config]" in text  # not swallowed as rich markup
+    for f in PRESETS.glob("*.toml"):
+        assert f.stem in text
+
+
+def test_report_help_keeps_its_brackets():
+    assert "[[published]]" in _help("report")
+
+
+def test_every_command_has_help_and_every_option_a_description():
+    import click
+    import typer.main
+
+    group = typer.main.get_command(cli)
+    for name, cmd in group.commands.items():
+        assert cmd.help, f"command {name} has no help"
+        for p in cmd.params:
+            if isinstance(p, click.Option) and p.name != "help":
+                assert p.help, f"{name} {p.opts} has no help"
+
+
+def test_datasets_with_a_missing_root_fails_naming_it(tmp_path):
+    missing = tmp_path / "nope"
+    res = CliRunner().invoke(cli, ["datasets", "--root", str(missing)])
+    assert res.exit_code == 2
+    assert "--root" in res.output and str(missing) in res.output
+
+
+def test_plot_footer_plurals():
+    from simulations.results import seeds_footer
+
+    assert seeds_footer([1]).endswith("over 1 seed")
+    assert seeds_footer([3]).endswith("over 3 seeds")
+    assert seeds_footer([1, 3]).endswith("over 1/3 seeds")
