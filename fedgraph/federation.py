@@ -266,4 +266,47 @@ def preflight(cfg) -> dict:
     if cfg.num_clients > stats["num_nodes"]:
         raise ConfigError(f"num-clients: must lie in [1, {stats['num_nodes']}] for dataset "
                           f"{cfg.dataset!r} (one node at least per client), got {cfg.num_clients}")
+    check_nonempty(cfg)
     return stats
+
+
+#: the splits each method's clients need nodes of (the others only need the global split).
+_CLIENT_SPLITS = {"gap": ("train",), "ppgnn": ()}
+
+
+def check_nonempty(cfg) -> None:
+    """Every split of the whole graph holds a node, every client holds a node, and every client
+    holds a node of each split its method trains on (GAP: ``train``), so that no accuracy is
+    NaN and no client trains on nothing. Runs where the simulation knows the whole graph
+    (:func:`preflight`), before any client starts; PrivGNN's splits are checked by its own
+    setup (public and private graphs).
+
+    Raises:
+        fedgraph.config.ConfigError: naming the split (and the client) that is empty and what
+            to change (``split``, ``num-clients``, ``partitioner``).
+    """
+    from .config import ConfigError
+
+    method = getattr(cfg, "method", None)
+    if method not in _CLIENT_SPLITS:
+        return
+    levels = (cfg.budgets, cfg.shares) if method == "ppgnn" else (None, None)
+    views = _client_views(_data_key(cfg), *(tuple(v) if v else None for v in levels))
+    for split in ("train", "val", "test"):
+        if sum(int(getattr(v.graph, f"{split}_mask").sum()) for v in views) == 0:
+            raise ConfigError(
+                f"split: the {split} split of dataset {cfg.dataset!r} is empty under split "
+                f"{cfg.split!r} ({views[0].statistics['num_nodes']} nodes): use a larger graph "
+                "or another split")
+    for pid, v in enumerate(views):
+        if v.graph.num_nodes == 0:
+            raise ConfigError(f"num-clients: client {pid} holds no node under partitioner "
+                              f"{cfg.partitioner!r}: use fewer clients (num-clients = "
+                              f"{cfg.num_clients}) or another partitioner")
+        for split in _CLIENT_SPLITS[method]:
+            if int(getattr(v.graph, f"{split}_mask").sum()) == 0:
+                raise ConfigError(
+                    f"num-clients: client {pid} holds no {split} node (split {cfg.split!r}, "
+                    f"partitioner {cfg.partitioner!r}, {cfg.num_clients} clients): method "
+                    f"{method!r} trains on every client; use fewer clients or another "
+                    "partitioner")

@@ -1,0 +1,56 @@
+"""Preflight refuses runs whose splits or clients are empty, naming what to change (issue 17,
+item 3): before, a 3-node graph ran every phase and failed on a NaN test accuracy (PPGNN) or
+ended ``ok`` with a NaN validation accuracy (GAP)."""
+from __future__ import annotations
+
+import textwrap
+
+import pytest
+
+from fedgraph.config import ConfigError
+from simulations.local import run_local
+
+TINY = """
+import torch
+from torch_geometric.data import Data
+
+def load(root):
+    n = {n}
+    src = torch.arange(n - 1)
+    edges = torch.stack([torch.cat([src, src + 1]), torch.cat([src + 1, src])])
+    return Data(x=torch.rand(n, 4), y=torch.arange(n) % 2, edge_index=edges,
+                feature_domain=(0.0, 1.0))
+"""
+
+
+@pytest.fixture
+def graph_module(tmp_path, monkeypatch):
+    def make(n: int) -> str:
+        name = f"tinygraph{n}"
+        (tmp_path / f"{name}.py").write_text(textwrap.dedent(TINY.format(n=n)))
+        monkeypatch.syspath_prepend(str(tmp_path))
+        return f"{name}:load"
+    return make
+
+
+@pytest.mark.parametrize("method", ["ppgnn", "gap"])
+def test_three_node_graph_is_refused_naming_the_empty_split(graph_module, tmp_path, method):
+    with pytest.raises(ConfigError, match=r"^split: the (val|test) split .* is empty"):
+        run_local({"method": method, "dataset": graph_module(3), "num-clients": 3,
+                   "output-dir": str(tmp_path / "out")})
+    assert not list((tmp_path / "out").glob("*.json"))  # refused before any run
+
+
+def test_gap_client_without_training_nodes_is_named(graph_module, tmp_path):
+    with pytest.raises(ConfigError, match=r"num-clients: client \d+ holds no train node"):
+        run_local({"method": "gap", "dataset": graph_module(40), "num-clients": 30,
+                   "partitioner": "random", "output-dir": str(tmp_path)})
+
+
+def test_ppgnn_clients_need_no_training_nodes_of_their_own(graph_module, tmp_path):
+    # PPGNN trains on the server: a client with users of one split only is fine.
+    from fedgraph.federation import check_nonempty
+    from fedgraph.config import parse_run_config
+
+    check_nonempty(parse_run_config({"method": "ppgnn", "dataset": graph_module(40),
+                                     "num-clients": 30, "output-dir": str(tmp_path)}))
