@@ -144,6 +144,10 @@ def last_error_line(reason: str) -> str:
     return lines[-1].removesuffix("'>") if lines else "unknown error"
 
 
+#: seconds a simulation's supernode count must hold still before it is taken as final
+SETTLE_S = 3.0
+
+
 def wait_for_nodes(grid, num_nodes: int, timeout: float = 60.0) -> list[int]:
     """Block until ``num_nodes`` supernodes are connected; returns their ids (sorted).
 
@@ -151,9 +155,19 @@ def wait_for_nodes(grid, num_nodes: int, timeout: float = 60.0) -> list[int]:
         ClientFailure: if fewer connect within ``timeout`` seconds, or more are connected
             (each client holds one partition: num-supernodes must equal num-clients).
     """
-    start = time.time()
+    start = seen_at = time.time()
+    seen = -1
+    # A simulation (Flower's in-memory grid) registers all its supernodes at once, so a count
+    # that holds still for a few seconds is final: a mismatch fails at once, not after timeout.
+    simulated = type(grid).__name__ == "InMemoryGrid"
     while True:
         nodes = sorted(grid.get_node_ids())
+        if len(nodes) != seen:
+            seen, seen_at = len(nodes), time.time()
+        if simulated and 0 < len(nodes) < num_nodes and time.time() - seen_at > SETTLE_S:
+            raise ClientFailure(f"the simulation has {len(nodes)} supernodes but the run config "
+                                f"has num-clients={num_nodes}; set num-supernodes={num_nodes} in "
+                                "the federation config (or num-clients to match)")
         if len(nodes) > num_nodes:
             raise ClientFailure(f"{len(nodes)} supernodes are connected but the run config has "
                                 f"num-clients={num_nodes}; set num-supernodes={num_nodes} in the "

@@ -1,12 +1,41 @@
 """The fedgraph ServerApp: validate the run config, run the method's strategy, write the report."""
 from __future__ import annotations
 
+import logging
+
 from flwr.app import Context
 from flwr.serverapp import Grid, ServerApp
 
 from fedgraph.config import ConfigError, parse_run_config
-from fedgraph.federation import preflight
+from fedgraph.federation import ClientFailure, preflight
+from fedgraph.registry import ContractError
 from strategies import resolve_strategy
+
+#: errors whose message says everything (the key and its allowed values, the failing clients):
+#: under ``flwr run`` they are logged as one line, without a traceback.
+USER_ERRORS = (ConfigError, ClientFailure, ContractError)
+
+
+class OneLineUserErrors(logging.Filter):
+    """A filter for Flower's ``flwr`` logger: a record carrying one of :data:`USER_ERRORS`
+    (Flower logs the ServerApp's exception with its traceback, e.g. "Simulation raised an
+    exception") becomes the plain line ``fedgraph: <error>``; other records pass unchanged."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        err = record.exc_info[1] if record.exc_info else None
+        while err is not None and not isinstance(err, USER_ERRORS):
+            err = err.__cause__ or err.__context__
+        if err is not None:
+            lines = [ln.strip() for ln in str(err).splitlines() if ln.strip()]
+            record.msg, record.args = "fedgraph: %s", (" ".join(lines),)
+            record.exc_info = record.exc_text = None
+        return True
+
+
+def _install_log_filter() -> None:
+    log = logging.getLogger("flwr")
+    if not any(isinstance(f, OneLineUserErrors) for f in log.filters):
+        log.addFilter(OneLineUserErrors())
 
 
 def run_server(grid: Grid, run_config: dict) -> dict:
@@ -38,6 +67,7 @@ def make_server_app(overrides: dict | None = None) -> ServerApp:
 
     @app.main()
     def main(grid: Grid, context: Context) -> None:
+        _install_log_filter()
         run_server(grid, {**dict(context.run_config), **(overrides or {})})
 
     return app
