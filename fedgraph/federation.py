@@ -98,6 +98,13 @@ class ClientFailure(RuntimeError):
     """A client answered with an error or did not answer in time."""
 
 
+class RunInterrupted(Exception):
+    """The user interrupted the run (Ctrl-C or SIGTERM): the report says ``interrupted``."""
+
+    def __init__(self, message: str = "interrupted by the user (Ctrl-C)") -> None:
+        super().__init__(message)
+
+
 def send_to_all(grid, message_type: str, contents: dict[int, "object"], timeout: float):
     """Send one message per node (``contents``: node id -> RecordDict) and wait for all replies.
 

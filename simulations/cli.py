@@ -76,7 +76,7 @@ def run_simulation(run_config: dict, num_cpus: Optional[int] = None,
     """
     from flwr.simulation import run_simulation as flwr_run_simulation
 
-    from fedgraph.federation import preflight
+    from fedgraph.federation import RunInterrupted, preflight
     from fedgraph.registry import spec_label
     from simulations.client_app import app as client_app
     from simulations.server_app import make_server_app, validate_run_config
@@ -90,6 +90,9 @@ def run_simulation(run_config: dict, num_cpus: Optional[int] = None,
                   "output-dir": str(Path(cfg.output_dir).expanduser().resolve())}
     report_path = Path(run_config["output-dir"]) / f"{run_name}.json"
     report_path.unlink(missing_ok=True)
+    from simulations.interrupt import REPORT_PATH
+
+    REPORT_PATH[:] = [report_path]
     backend = {"client_resources": {"num_cpus": cpus_per_client, "num_gpus": gpus_per_client},
                "init_args": {"num_cpus": num_cpus or os.cpu_count() or 1,
                              "include_dashboard": False}}
@@ -101,6 +104,8 @@ def run_simulation(run_config: dict, num_cpus: Optional[int] = None,
         raise RuntimeError(f"the run wrote no report at {report_path}: it failed before the "
                            "strategy started (see the log above)")
     report = json.loads(report_path.read_text())
+    if report["status"] == "interrupted":
+        raise RunInterrupted(f"run interrupted; its report, with what was spent: {report_path}")
     if report["status"] != "ok":
         raise RuntimeError(f"run failed: {report['error']} (report: {report_path})")
     return report
@@ -109,7 +114,7 @@ def run_simulation(run_config: dict, num_cpus: Optional[int] = None,
 def _run_help() -> str:
     # The command's help names PRESET (typer 0.20 with click 8.5 drops arguments' own help).
     names = ", ".join(sorted(f.stem for f in PRESETS.glob("*.toml")))
-    return ("Run one simulation; exit 1 if it fails, 2 if the config is invalid.\n\n"
+    return ("Run one simulation; exit 1 if it fails, 2 if the config is invalid, 130 if interrupted (Ctrl-C: the report is written with status interrupted; Ctrl-C twice quits at once).\n\n"
             f"PRESET: a preset's name ({names}) or the path of a TOML run config; without it, "
             "the main job (the defaults of pyproject.toml's \\[tool.flwr.app.config]: PPGNN on "
             "Cora). Keys set with --set go on top.")
@@ -125,14 +130,25 @@ def run(
 ) -> None:
     from fedgraph.config import ConfigError, reject_keys_of_other_methods
 
+    from fedgraph.federation import RunInterrupted
+    from simulations.interrupt import StopOnSignal, kill_descendants
+
+    stop = StopOnSignal(lambda line: typer.echo(line, err=True))
     try:
         cfg = load_run_config(preset, set_)
         reject_keys_of_other_methods(cfg)  # only the keys the user set: preset and --set
-        run_simulation(cfg, num_cpus, cpus_per_client, gpus_per_client,
-                       label=Path(preset).stem if preset else None)
+        with stop:
+            try:
+                run_simulation(cfg, num_cpus, cpus_per_client, gpus_per_client,
+                               label=Path(preset).stem if preset else None)
+            finally:  # Ray's processes (GCS, raylet, agents) outlive a cut-short run
+                kill_descendants(stop.remember())
     except (ConfigError, typer.BadParameter) as err:
         typer.echo(f"fedgraph: {err}", err=True)
         raise typer.Exit(2)
+    except (RunInterrupted, KeyboardInterrupt) as err:
+        typer.echo(f"fedgraph: {err}", err=True)
+        raise typer.Exit(130)
     except Exception as err:  # noqa: BLE001 - report every failure and exit non-zero
         typer.echo(f"fedgraph: FAILED: {err}", err=True)
         raise typer.Exit(1)

@@ -9,6 +9,7 @@ from flwr.serverapp import Grid, ServerApp
 from fedgraph.config import ConfigError, parse_run_config
 from fedgraph.federation import ClientFailure, preflight
 from fedgraph.registry import ContractError
+from simulations.interrupt import InterruptibleGrid, serving
 from strategies import resolve_strategy
 
 #: errors whose message says everything (the key and its allowed values, the failing clients):
@@ -68,7 +69,8 @@ def make_server_app(overrides: dict | None = None) -> ServerApp:
     @app.main()
     def main(grid: Grid, context: Context) -> None:
         _install_log_filter()
-        run_server(grid, {**dict(context.run_config), **(overrides or {})})
+        serving()
+        run_server(InterruptibleGrid(grid), {**dict(context.run_config), **(overrides or {})})
 
     return app
 

@@ -194,7 +194,10 @@ class PrivateStrategy(ABC):
             self.check_contract()
             self.report.status = "ok"
         except BaseException as err:
-            self.report.status = "failed"
+            from fedgraph.federation import RunInterrupted
+
+            interrupted = isinstance(err, (RunInterrupted, KeyboardInterrupt))
+            self.report.status = "interrupted" if interrupted else "failed"
             self.report.error = f"{type(err).__name__}: {err}"
             self.report.extra["traceback"] = traceback.format_exc()
             raise

@@ -1,0 +1,214 @@
+"""Ctrl-C for ``fedgraph run``: stop the run in seconds, write its report, leave no process.
+
+The first SIGINT (or SIGTERM) sets :data:`STOP`; the ServerApp's grid is wrapped in
+:class:`InterruptibleGrid`, whose ``send_and_receive`` polls for replies and raises
+:class:`RunInterrupted` as soon as :data:`STOP` is set (Flower's own strategies call the same
+method), so the strategy's ``start`` writes its report with status ``interrupted`` and what
+was spent so far. :func:`kill_descendants` then ends every process the run started (Ray's
+GCS, raylet, workers and agents), which outlive ``ray.shutdown`` when a run is cut short. A
+second SIGINT ends the command at once.
+"""
+from __future__ import annotations
+
+import os
+import signal
+import threading
+import time
+from typing import Iterable
+
+from flwr.serverapp import Grid
+
+from fedgraph.federation import RunInterrupted
+
+__all__ = ["STOP", "InterruptibleGrid", "RunInterrupted", "StopOnSignal", "descendants",
+           "kill_descendants"]
+
+#: set by the first Ctrl-C of ``fedgraph run``; every grid call after it raises.
+STOP = threading.Event()
+#: the report the running ``fedgraph run`` writes (named in the last line of an interrupt)
+REPORT_PATH: list = []
+#: ident of the thread running the ServerApp (set by :func:`serving`), to interrupt its
+#: server-side computation (training, propagation) as well as its waits
+_SERVER_THREAD: list[int] = []
+
+
+def serving() -> None:
+    """Called by the ServerApp's ``main``: this thread is the one a Ctrl-C interrupts."""
+    _SERVER_THREAD[:] = [threading.get_ident()]
+
+
+def _interrupt_server_thread() -> None:
+    """Raise :class:`RunInterrupted` in the ServerApp's thread at its next Python step (CPython's
+    ``PyThreadState_SetAsyncExc``: a torch call in C finishes first)."""
+    import ctypes
+
+    for ident in _SERVER_THREAD:
+        ctypes.pythonapi.PyThreadState_SetAsyncExc(ctypes.c_ulong(ident),
+                                                   ctypes.py_object(RunInterrupted))
+
+
+class InterruptibleGrid(Grid):
+    """A Flower ``Grid`` that forwards every call to ``grid`` and gives up waiting for replies
+    (:class:`RunInterrupted`) within ``poll`` seconds of :data:`STOP` being set."""
+
+    def __init__(self, grid: Grid, poll: float = 0.2) -> None:
+        self._grid, self._poll = grid, poll
+
+    def set_run(self, run) -> None:
+        self._grid.set_run(run)
+
+    @property
+    def run(self):
+        return self._grid.run
+
+    def create_message(self, *args, **kwargs):
+        return self._grid.create_message(*args, **kwargs)
+
+    def get_node_ids(self) -> Iterable[int]:
+        self._check()
+        return self._grid.get_node_ids()
+
+    def push_messages(self, messages):
+        self._check()
+        return self._grid.push_messages(messages)
+
+    def pull_messages(self, message_ids):
+        return self._grid.pull_messages(message_ids)
+
+    def send_and_receive(self, messages, *, timeout: float | None = None):
+        """As Flower's: push, then pull until every reply arrived or ``timeout`` passed.
+
+        Raises:
+            RunInterrupted: :data:`STOP` was set (Ctrl-C) before all replies arrived.
+        """
+        pending = set(self.push_messages(messages))
+        end = None if timeout is None else time.monotonic() + timeout
+        replies = []
+        while pending and (end is None or time.monotonic() < end):
+            self._check()
+            got = list(self.pull_messages(pending))
+            replies.extend(got)
+            pending -= {m.metadata.reply_to_message_id for m in got}
+            if pending:
+                time.sleep(self._poll)
+        return replies
+
+    def __getattr__(self, name):  # anything else a grid offers
+        return getattr(self._grid, name)
+
+    @staticmethod
+    def _check() -> None:
+        if STOP.is_set():
+            raise RunInterrupted("interrupted by the user (Ctrl-C)")
+
+
+def descendants(pid: int | None = None) -> set[int]:
+    """Process ids of every descendant of ``pid`` (default: this process), read from /proc;
+    empty where /proc is not there."""
+    pid = os.getpid() if pid is None else pid
+    children: dict[int, list[int]] = {}
+    try:
+        entries = os.listdir("/proc")
+    except OSError:
+        return set()
+    for entry in entries:
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat") as f:
+                stat = f.read()
+        except OSError:
+            continue
+        ppid = int(stat.rsplit(")", 1)[1].split()[1])
+        children.setdefault(ppid, []).append(int(entry))
+    out, todo = set(), [pid]
+    while todo:
+        for child in children.get(todo.pop(), []):
+            if child not in out:
+                out.add(child)
+                todo.append(child)
+    return out
+
+
+def kill_descendants(pids: set[int] | None = None, grace: float = 3.0) -> None:
+    """SIGTERM ``pids`` (default: every descendant of this process), then SIGKILL those alive
+    after ``grace`` seconds."""
+    pids = descendants() if pids is None else set(pids)
+    for sig in (signal.SIGTERM, signal.SIGKILL):
+        alive = set()
+        for p in pids:
+            try:
+                os.kill(p, sig)
+                alive.add(p)
+            except (ProcessLookupError, PermissionError):
+                pass
+        if sig == signal.SIGKILL or not alive:
+            return
+        end = time.monotonic() + grace
+        while alive and time.monotonic() < end:
+            alive = {p for p in alive if _alive(p)}
+            time.sleep(0.1)
+        pids = alive
+
+
+def _alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+class StopOnSignal:
+    """Context manager of ``fedgraph run``: the first SIGINT/SIGTERM sets :data:`STOP` and
+    prints one line; a second one kills the run's processes and exits (code 130) at once.
+    Ray's processes started meanwhile are remembered so that :func:`kill_descendants` finds
+    them even after their parent died."""
+
+    def __init__(self, echo, grace: float = 3.0, report_wait: float = 30.0) -> None:
+        self.echo, self.grace, self.report_wait = echo, grace, report_wait
+        self.previous: dict = {}
+        self.seen: set[int] = set()
+
+    def _handler(self, signum, frame) -> None:
+        if STOP.is_set():
+            self.echo("fedgraph: interrupted again: stopping now")
+            kill_descendants(self.remember(), grace=0.5)
+            os._exit(130)
+        STOP.set()
+        _interrupt_server_thread()
+        self.remember()
+        self.echo("fedgraph: interrupted: stopping the run and writing its report "
+                  "(Ctrl-C again to quit at once)")
+        threading.Thread(target=self._watchdog, daemon=True).start()
+
+    def _watchdog(self) -> None:
+        """Once the ServerApp's thread has ended (its report written), give the simulation
+        ``grace`` seconds to wind down (Flower may still be starting Ray in the main thread),
+        then end the run's processes and exit 130."""
+        end = time.monotonic() + self.report_wait
+        while time.monotonic() < end and any(t.ident in _SERVER_THREAD and t.is_alive()
+                                             for t in threading.enumerate()):
+            time.sleep(0.1)
+        time.sleep(self.grace)
+        self.echo(f"fedgraph: interrupted by the user (Ctrl-C); report: {REPORT_PATH[0]}"
+                  if REPORT_PATH else "fedgraph: interrupted by the user (Ctrl-C)")
+        kill_descendants(self.remember(), grace=1.0)
+        os._exit(130)
+
+    def remember(self) -> set[int]:
+        self.seen |= descendants()
+        return self.seen
+
+    def __enter__(self):
+        STOP.clear()
+        _SERVER_THREAD.clear()
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            self.previous[sig] = signal.signal(sig, self._handler)
+        return self
+
+    def __exit__(self, *exc) -> None:
+        for sig, handler in self.previous.items():
+            signal.signal(sig, handler)
+        STOP.clear()
+        _SERVER_THREAD.clear()

@@ -1,0 +1,123 @@
+"""Ctrl-C on ``fedgraph run`` (issue 17, item 1): the run stops, its report says
+``interrupted``, and no process it started outlives the command; a second Ctrl-C quits at once.
+Real runs (Ray backend) in a subprocess; every process of the run carries a marker in its
+environment, so leftovers are found whoever their parent is by then."""
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+import uuid
+from pathlib import Path
+
+import pytest
+
+from simulations.interrupt import InterruptibleGrid, RunInterrupted, STOP, descendants
+
+ROOT = Path(__file__).parents[1]
+
+
+def _marked(marker: str) -> list[int]:
+    pids = []
+    for env in Path("/proc").glob("[0-9]*/environ"):
+        try:
+            if f"FEDGRAPH_TEST_MARKER={marker}".encode() in env.read_bytes():
+                pids.append(int(env.parent.name))
+        except OSError:
+            pass
+    return pids
+
+
+def _start(tmp_path, marker):
+    env = {**os.environ, "FEDGRAPH_TEST_MARKER": marker, "XDG_CACHE_HOME": str(tmp_path / "c")}
+    log = open(tmp_path / "log.txt", "w")
+    proc = subprocess.Popen([sys.executable, "-u", "-m", "simulations.cli", "run", "ppgnn-cora",
+                             "--num-cpus", "2", "--set", "num-clients=3",
+                             "--set", f"output-dir='{tmp_path}'", "--set", "run-name='run'"],
+                            cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT)
+    deadline = time.time() + 300
+    while "connect done" not in (tmp_path / "log.txt").read_text():
+        assert proc.poll() is None, (tmp_path / "log.txt").read_text()[-3000:]
+        assert time.time() < deadline, "the run never connected"
+        time.sleep(0.5)
+    return proc
+
+
+def _gone(marker: str, within: float) -> list[int]:
+    end = time.time() + within
+    while _marked(marker) and time.time() < end:
+        time.sleep(0.5)
+    return _marked(marker)
+
+
+@pytest.mark.skipif(not Path("/proc/self/environ").exists(), reason="needs /proc")
+def test_ctrl_c_stops_the_run_writes_an_interrupted_report_and_leaves_no_process(tmp_path):
+    marker = uuid.uuid4().hex
+    proc = _start(tmp_path, marker)
+    proc.send_signal(signal.SIGINT)
+    t0 = time.time()
+    rc = proc.wait(timeout=120)  # seconds on a quiet machine; generous for a loaded CI
+    log = (tmp_path / "log.txt").read_text()
+    assert rc == 130, log[-3000:]
+    assert "interrupted" in log and "Ctrl-C again" in log
+    report = json.loads((tmp_path / "run.json").read_text())
+    assert report["status"] == "interrupted" and "Ctrl-C" in report["error"]
+    assert not _gone(marker, within=10), f"processes left {time.time() - t0:.0f} s after Ctrl-C"
+
+
+@pytest.mark.skipif(not Path("/proc/self/environ").exists(), reason="needs /proc")
+def test_second_ctrl_c_quits_at_once(tmp_path):
+    marker = uuid.uuid4().hex
+    proc = _start(tmp_path, marker)
+    proc.send_signal(signal.SIGINT)
+    time.sleep(0.5)
+    proc.send_signal(signal.SIGINT)
+    t0 = time.time()
+    assert proc.wait(timeout=30) == 130
+    assert time.time() - t0 < 15
+    assert not _gone(marker, within=10)
+
+
+class _SlowGrid:
+    """A grid whose replies never come."""
+
+    def push_messages(self, messages):
+        return ["m1"]
+
+    def pull_messages(self, ids):
+        return []
+
+    def get_node_ids(self):
+        return [1]
+
+
+def test_interruptible_grid_gives_up_waiting_when_stopped():
+    import threading
+
+    grid = InterruptibleGrid(_SlowGrid(), poll=0.05)
+    threading.Timer(0.3, STOP.set).start()
+    t0 = time.time()
+    try:
+        with pytest.raises(RunInterrupted):
+            grid.send_and_receive([], timeout=60)
+    finally:
+        STOP.clear()
+    assert time.time() - t0 < 5
+    assert grid.send_and_receive([], timeout=0.2) == []  # not stopped: waits out the timeout
+
+
+def test_descendants_finds_grandchildren():
+    child = subprocess.Popen(["sh", "-c", "sleep 30 & wait"])
+    try:
+        time.sleep(0.5)
+        found = descendants()
+        assert child.pid in found and len(found & set(descendants(child.pid))) >= 1
+    finally:
+        for p in descendants(child.pid) | {child.pid}:
+            try:
+                os.kill(p, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
