@@ -63,6 +63,46 @@ def default_run_name(label: str, dataset: str, seed: int, pid: int) -> str:
     return f"{stem}-seed{seed}-{pid}"
 
 
+def check_resources(num_cpus: Optional[int], cpus_per_client: float,
+                    gpus_per_client: float) -> None:
+    """Refuse, before Ray starts, resource requests no client could get on this machine (Ray
+    would leave every client unscheduled: "ActorPool is empty"). With ``RAY_ADDRESS`` (an
+    existing cluster) the cluster's resources decide, so only the numbers are checked.
+
+    Raises:
+        fedgraph.config.ConfigError: naming the option and the allowed values.
+    """
+    import math
+
+    from fedgraph.config import ConfigError
+
+    for name, value in (("--cpus-per-client", cpus_per_client),
+                        ("--gpus-per-client", gpus_per_client)):
+        if not math.isfinite(value) or value < 0:
+            raise ConfigError(f"{name}: must be a finite number >= 0, got {value}")
+    if cpus_per_client <= 0:
+        raise ConfigError("--cpus-per-client: must be > 0 (each client needs some CPU)")
+    if num_cpus is not None and num_cpus < 1:
+        raise ConfigError(f"--num-cpus: must be >= 1, got {num_cpus}")
+    if os.environ.get("RAY_ADDRESS"):
+        return
+    cpus = num_cpus or os.cpu_count() or 1
+    if cpus_per_client > cpus:
+        raise ConfigError(f"--cpus-per-client: {cpus_per_client} is more than the {cpus} CPUs "
+                          "Ray may use here (--num-cpus); no client could start")
+    if gpus_per_client > 0:
+        import torch
+
+        gpus = torch.cuda.device_count()
+        if gpus == 0:
+            raise ConfigError(f"--gpus-per-client: {gpus_per_client} asked but this machine "
+                              "has no GPU that torch can see; use 0 (CPU), or set RAY_ADDRESS "
+                              "to a Ray cluster with GPUs")
+        if gpus_per_client > gpus:
+            raise ConfigError(f"--gpus-per-client: {gpus_per_client} is more than the {gpus} "
+                              "GPU(s) of this machine; no client could start")
+
+
 def run_simulation(run_config: dict, num_cpus: Optional[int] = None,
                    cpus_per_client: float = 1.0, gpus_per_client: float = 0.0,
                    label: Optional[str] = None) -> dict:
@@ -82,6 +122,7 @@ def run_simulation(run_config: dict, num_cpus: Optional[int] = None,
     from simulations.server_app import make_server_app, validate_run_config
 
     _, cfg = validate_run_config(run_config)
+    check_resources(num_cpus, cpus_per_client, gpus_per_client)
     preflight(cfg)
     # Default name: the preset's (or the method's) and the dataset's, file-name safe.
     run_name = cfg.run_name or default_run_name(label or cfg.method, spec_label(cfg.dataset),

@@ -49,3 +49,31 @@ def test_plot_footer_plurals():
     assert seeds_footer([1]).endswith("over 1 seed")
     assert seeds_footer([3]).endswith("over 3 seeds")
     assert seeds_footer([1, 3]).endswith("over 1/3 seeds")
+
+
+def test_gpu_request_without_a_gpu_is_refused_before_ray_starts(monkeypatch):
+    import time
+
+    import torch
+
+    if torch.cuda.device_count():
+        import pytest
+
+        pytest.skip("this machine has a GPU")
+    monkeypatch.delenv("RAY_ADDRESS", raising=False)
+    t0 = time.time()
+    res = CliRunner().invoke(cli, ["run", "--gpus-per-client", "0.5", "--num-cpus", "2",
+                                   "--set", "num-clients=1"])
+    assert res.exit_code == 2, res.output
+    assert "--gpus-per-client" in res.output and "no GPU" in res.output
+    assert time.time() - t0 < 20
+
+
+def test_impossible_cpu_requests_are_refused(monkeypatch):
+    monkeypatch.delenv("RAY_ADDRESS", raising=False)
+    for args, key in ((["--cpus-per-client", "0"], "--cpus-per-client"),
+                      (["--num-cpus", "1", "--cpus-per-client", "2"], "--cpus-per-client"),
+                      (["--num-cpus", "0"], "--num-cpus"),
+                      (["--gpus-per-client", "-1"], "--gpus-per-client")):
+        res = CliRunner().invoke(cli, ["run", *args, "--set", "num-clients=1"])
+        assert res.exit_code == 2 and key in res.output, (args, res.output)
