@@ -16,6 +16,18 @@ from rich.console import Console
 _CONSOLE = Console(stderr=True, highlight=False)
 
 
+def default_run_name(label: str, dataset: str, seed: int, when: float | None = None,
+                     pid: int | None = None) -> str:
+    """The report name of a run without ``run-name``, the same under ``fedgraph run`` and
+    ``flwr run``: ``<label>-<dataset>-seed<seed>-<YYYYmmdd-HHMMSS>-<pid>`` (``label``: the
+    preset's name, else the method's; the dataset is not repeated when the label ends with
+    it: ``gap-edge-cora-seed0-20261201-101500-4242``). The process id keeps two runs started
+    in the same second apart."""
+    stem = label if label.endswith(f"-{dataset}") or label == dataset else f"{label}-{dataset}"
+    stamp = time.strftime("%Y%m%d-%H%M%S", time.localtime(when))
+    return f"{stem}-seed{seed}-{stamp}-{os.getpid() if pid is None else pid}"
+
+
 def write_json_atomic(path: str | Path, obj) -> Path:
     """Write ``obj`` as JSON to ``path`` via a temporary file and ``os.replace`` (atomic)."""
     return write_bytes_atomic(path, json.dumps(obj, indent=2, default=_jsonable).encode())

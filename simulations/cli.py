@@ -56,13 +56,6 @@ def load_run_config(preset: Optional[str], overrides: List[str]) -> dict:
     return cfg
 
 
-def default_run_name(label: str, dataset: str, seed: int, pid: int) -> str:
-    """``<label>-<dataset>-seed<seed>-<pid>``, without repeating a dataset the label ends with
-    (preset ``gap-edge-cora`` on ``cora``: ``gap-edge-cora-seed0-<pid>``)."""
-    stem = label if label.endswith(f"-{dataset}") or label == dataset else f"{label}-{dataset}"
-    return f"{stem}-seed{seed}-{pid}"
-
-
 def check_resources(num_cpus: Optional[int], cpus_per_client: float,
                     gpus_per_client: float) -> None:
     """Refuse, before Ray starts, resource requests no client could get on this machine (Ray
@@ -118,6 +111,7 @@ def run_simulation(run_config: dict, num_cpus: Optional[int] = None,
 
     from fedgraph.federation import RunInterrupted, preflight
     from fedgraph.registry import spec_label
+    from fedgraph.report import default_run_name
     from simulations.client_app import app as client_app
     from simulations.server_app import make_server_app, validate_run_config
 
@@ -126,7 +120,7 @@ def run_simulation(run_config: dict, num_cpus: Optional[int] = None,
     preflight(cfg)
     # Default name: the preset's (or the method's) and the dataset's, file-name safe.
     run_name = cfg.run_name or default_run_name(label or cfg.method, spec_label(cfg.dataset),
-                                                cfg.seed, os.getpid())
+                                                cfg.seed)
     run_config = {**run_config, "run-name": run_name,
                   "output-dir": str(Path(cfg.output_dir).expanduser().resolve())}
     report_path = Path(run_config["output-dir"]) / f"{run_name}.json"

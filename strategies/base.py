@@ -170,9 +170,10 @@ class PrivateStrategy(ABC):
                                 "[0, 1]")
 
     def report_path(self) -> Path:
-        name = self.config.run_name or (
-            f"{self.method}-{spec_label(self.config.dataset)}-seed{self.config.seed}-"
-            f"{time.strftime('%Y%m%d-%H%M%S')}")
+        from fedgraph.report import default_run_name
+
+        name = self.config.run_name or default_run_name(
+            self.method, spec_label(self.config.dataset), self.config.seed)
         return Path(self.config.output_dir).expanduser().resolve() / f"{name}.json"
 
     def start(self, grid) -> dict:

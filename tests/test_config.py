@@ -88,9 +88,30 @@ def test_keys_of_other_methods_are_found_and_rejected_by_fedgraph_run(tmp_path):
 
 
 def test_default_run_name_does_not_repeat_the_dataset():
-    from simulations.cli import default_run_name
+    from fedgraph.report import default_run_name
 
-    assert default_run_name("gap-edge-cora", "cora", 0, 7) == "gap-edge-cora-seed0-7"
-    assert default_run_name("ppgnn", "cora", 3, 7) == "ppgnn-cora-seed3-7"
-    assert default_run_name("gap-edge-cora", "citeseer", 0, 7) == "gap-edge-cora-citeseer-seed0-7"
-    assert default_run_name("mycora", "cora", 0, 7) == "mycora-cora-seed0-7"
+    t = 1796083200.0  # a fixed instant; the name carries the local time of day
+    stamp = __import__("time").strftime("%Y%m%d-%H%M%S", __import__("time").localtime(t))
+    assert default_run_name("gap-edge-cora", "cora", 0, t, 7) == f"gap-edge-cora-seed0-{stamp}-7"
+    assert default_run_name("ppgnn", "cora", 3, t, 7) == f"ppgnn-cora-seed3-{stamp}-7"
+    assert default_run_name("gap-edge-cora", "citeseer", 0, t, 7) == \
+        f"gap-edge-cora-citeseer-seed0-{stamp}-7"
+    assert default_run_name("mycora", "cora", 0, t, 7) == f"mycora-cora-seed0-{stamp}-7"
+
+
+def test_flwr_run_reports_are_named_like_fedgraph_run_reports(tmp_path):
+    """One naming scheme (issue 17, item 5): a strategy without run-name (what flwr run
+    writes) names its report as fedgraph run does, process id included."""
+    import os
+    import re
+
+    from fedgraph.config import parse_run_config
+    from strategies.base import PrivateStrategy
+
+    class Named(PrivateStrategy):
+        def run(self, grid):
+            pass
+
+    cfg = parse_run_config({"output-dir": str(tmp_path)})
+    stem = Named(cfg).report_path().stem
+    assert re.fullmatch(rf"named-cora-seed0-\d{{8}}-\d{{6}}-{os.getpid()}", stem), stem
