@@ -30,7 +30,25 @@ def default_run_name(label: str, dataset: str, seed: int, when: float | None = N
 
 def write_json_atomic(path: str | Path, obj) -> Path:
     """Write ``obj`` as JSON to ``path`` via a temporary file and ``os.replace`` (atomic)."""
-    return write_bytes_atomic(path, json.dumps(obj, indent=2, default=_jsonable).encode())
+    return write_bytes_atomic(path, json.dumps(strict_json(obj), indent=2, allow_nan=False,
+                                               default=_jsonable).encode())
+
+
+def strict_json(obj):
+    """``obj`` with every non-finite float replaced so that the JSON is strict (RFC 8259 has no
+    NaN or Infinity): NaN -> ``null`` (no value), +-inf -> the strings ``"inf"`` / ``"-inf"``
+    (an epsilon of a release without noise; ``float("inf")`` reads it back). Tensors and
+    arrays become lists first."""
+    if isinstance(obj, float) or type(obj).__name__ in ("float32", "float64", "float16"):
+        v = float(obj)
+        return None if math.isnan(v) else ("inf" if v > 0 else "-inf") if math.isinf(v) else v
+    if isinstance(obj, dict):
+        return {k: strict_json(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [strict_json(v) for v in obj]
+    if hasattr(obj, "tolist") and not isinstance(obj, (str, bytes)):
+        return strict_json(obj.tolist())
+    return obj
 
 
 def write_bytes_atomic(path: str | Path, data: bytes) -> Path:
