@@ -288,3 +288,25 @@ def test_level_errors():
         geometric_budgets(-1.0, 3)
     with pytest.raises(ValueError, match='num_levels'):
         geometric_budgets(1.0, 0)
+
+
+def test_truncated_raw_file_fails_clearly_and_leaves_no_empty_processed_folder(tmp_path,
+                                                                              monkeypatch):
+    """Issue 17, item 5: a truncated data file used to leave an empty ``processed/`` behind."""
+    import shutil
+    from pathlib import Path
+
+    import fedgraph.data.datasets as datasets
+
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    bundled = Path(datasets.__file__).parent / "_bundled" / "planetoid" / "Cora" / "raw"
+    root = tmp_path / "data"
+    raw = root / "planetoid" / "Cora" / "raw"
+    shutil.copytree(bundled, raw)
+    graph = raw / "ind.cora.graph"
+    graph.write_bytes(graph.read_bytes()[:100])  # truncated
+    with pytest.raises(ValueError, match="corrupt or truncated"):
+        datasets.load_dataset("cora", root)
+    leftovers = [p for base in (root, tmp_path / "cache") for p in base.rglob("processed")
+                 if p.is_dir() and not any(p.iterdir())]
+    assert not leftovers, leftovers

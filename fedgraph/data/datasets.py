@@ -69,6 +69,7 @@ import math
 import os
 import shutil
 import stat
+import time
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
 
@@ -255,6 +256,21 @@ def _prepare_pyg_dir(name: str, dataset_dir: Path, rel: Path,
         if not processed.exists() or _is_writable_dir(processed):
             return dataset_dir
     return _writable_copy(dataset_dir, rel, raw_files)
+
+
+def _remove_empty_processed(base: Path, since: float) -> None:
+    """Remove the empty ``processed`` folders a failed load created (under ``base`` and the
+    user cache's writable copies) at or after ``since``: a failed load leaves nothing behind."""
+    for root in (base, user_cache_dir() / 'processed-copies'):
+        if not root.is_dir():
+            continue
+        for folder in root.rglob('processed'):
+            try:
+                if (folder.is_dir() and not any(folder.iterdir())
+                        and folder.stat().st_mtime >= since - 1):
+                    folder.rmdir()
+            except OSError:
+                pass
 
 
 # --------------------------------------------------------------------------
@@ -681,13 +697,16 @@ def load_dataset(name: str, root: Optional[PathLike] = None, *,
     loaders = {'facebook-pagepage': _load_facebook_pagepage, 'lastfm-asia': _load_lastfm,
                'reddit': _load_reddit, 'ogbn-products': _load_ogbn_products}
     if key in _PLANETOID_NAMES or key in loaders:
+        started = time.time()
         try:
             if key in _PLANETOID_NAMES:
                 return _load_planetoid(key, base, download)
             return loaders[key](base, download)
         except (FileNotFoundError, ValueError, TypeError):
+            _remove_empty_processed(base, started)
             raise
         except Exception as err:  # unreadable / truncated raw files
+            _remove_empty_processed(base, started)
             raise ValueError(
                 f"could not read dataset '{name}' under {base}: {type(err).__name__}: {err}. "
                 "A raw file is probably corrupt or truncated: replace it (and delete the "
