@@ -1,0 +1,37 @@
+"""Suite-wide hooks.
+
+Ray's memory monitor kills workers when the machine is short of memory (a loaded CI host):
+such a test is reported as *skipped*, with the reason and Ray's own line, instead of failing
+the suite for something the code did not do (issue 17, item 8). Every other failure stays a
+failure.
+"""
+from __future__ import annotations
+
+import re
+
+import pytest
+
+#: what Ray prints when its memory monitor kills a task or actor
+RAY_OOM = re.compile(r"OutOfMemoryError|running low on memory|memory usage threshold|"
+                     r"killed by the memory monitor", re.IGNORECASE)
+
+
+def ray_oom_line(text: str) -> str | None:
+    """The first line of ``text`` that says Ray's memory monitor killed a worker, else None."""
+    for line in text.splitlines():
+        if RAY_OOM.search(line):
+            return line.strip()[:300]
+    return None
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item, call):
+    outcome = yield
+    report = outcome.get_result()
+    if report.when == "call" and report.failed:
+        line = ray_oom_line(report.longreprtext or "")
+        if line:
+            report.outcome = "skipped"
+            report.longrepr = (str(item.path), item.location[1] or 0,
+                               "Skipped: Ray's memory monitor killed a worker (this machine "
+                               f"was short of memory, not a fedgraph failure): {line}")
