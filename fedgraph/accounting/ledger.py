@@ -14,7 +14,7 @@ import math
 from collections import defaultdict
 from dataclasses import asdict, dataclass, field
 
-from .accountants import PldAccountant, PrvAccountant, compose
+from .accountants import PldAccountant, PrvAccountant, check_delta, compose
 from .events import (ApproxDP, Event, Gaussian, Laplace, PureDP, SubsampledGaussian,
                      check_event, event_delta, is_pure)
 
@@ -215,7 +215,11 @@ class PrivacyLedger:
         Subjects with only PureDP / ApproxDP events: basic composition (at their own delta),
         cross-checked by prv at ``delta``. Others: ``accountant`` at ``delta``. Never raises
         for a subject: failures land in the row as ``error`` strings (epsilon ``nan``).
+
+        Raises:
+            ValueError: ``delta`` outside ``[1e-12, 1)`` (:func:`~.accountants.check_delta`).
         """
+        check_delta(delta)
         out = {}
         for s in self.subjects:
             row: dict = {"releases": [{"release": e.release, "event": type(e.event).__name__,
