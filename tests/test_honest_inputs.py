@@ -78,6 +78,17 @@ def test_run_config_accepts_the_floor(method):
     assert parse_run_config({"method": method, "delta": DELTA_FLOOR}).delta == DELTA_FLOOR
 
 
+def test_ledger_reports_and_cross_checks_an_rdp_figure():
+    """When RDP's bound is the tightest, the row names rdp and its cross-check (PLD's lower
+    bound below it) agrees instead of showing '?' or a false disagreement."""
+    ledger = PrivacyLedger()
+    ledger.record("client-0", "pma", Gaussian(1.0, 1))
+    loose = PrvAccountant(rel_eps_error=0.5, min_eps_error=2.0)
+    row = ledger.summary(delta=1e-5, accountant=loose)["client-0"]
+    assert row["accountant"] == "rdp"
+    assert row["cross_check"]["accountant"] == "pld" and row["cross_check"]["agrees"]
+
+
 def test_ledger_summary_rejects_a_tiny_delta():
     ledger = PrivacyLedger()
     ledger.record("client-0", "pma", Gaussian(2.0, 2))
