@@ -18,22 +18,24 @@ class _Budget:
     shares it); :meth:`spend` raises :class:`CalibrationError` once either is used up."""
 
     def __init__(self, max_evaluations: int, time_budget_s: float | None, what: str):
-        self.left = max_evaluations
+        self.done = 0
         self.max_evaluations = max_evaluations
         self.time_budget_s = time_budget_s
         self.start = time.monotonic()
         self.what = what
 
     def spend(self) -> None:
+        """Count one evaluation about to run; raise if the budget is already used up."""
         used = time.monotonic() - self.start
-        self.left -= 1
-        if self.left < 0 or (self.time_budget_s is not None and used > self.time_budget_s):
+        if self.done >= self.max_evaluations or (self.time_budget_s is not None
+                                                 and used > self.time_budget_s):
             raise CalibrationError(
                 f"calibration for {self.what} did not finish: stopped after "
-                f"{self.max_evaluations - self.left} accountant evaluations and {used:.1f} s "
+                f"{self.done} accountant evaluations and {used:.1f} s "
                 f"(budget: {self.max_evaluations} evaluations, "
                 f"{self.time_budget_s if self.time_budget_s is not None else 'no'} s limit); "
                 "raise delta or epsilon, use accountant='rdp', or raise the budget")
+        self.done += 1
 
 
 def calibrate(target_epsilon: float, delta: float, make_events: Callable[[float], list[Event]],
