@@ -24,6 +24,10 @@ composition (sum of epsilons), which holds at every delta.
 
 Every result carries the accountant actually used and notes on fallbacks; ``delta`` of a
 result is the requested delta plus the deltas the ApproxDP events carry themselves.
+:func:`compose` returns the tightest of the valid upper bounds that succeed (the requested
+accountant's, RDP's, and PLD's when the requested one fails or gives infinity), never infinity
+when one of them is finite; deltas below :data:`DELTA_FLOOR` are refused by run configs,
+ledger summaries and calibration.
 """
 from __future__ import annotations
 
