@@ -37,6 +37,14 @@ def _client_epsilons(cls, v: Any) -> list[float]:
     return vals
 
 
+def _delta(cls, v: float) -> float:
+    """``delta``: in ``[1e-12, 1)`` (:data:`fedgraph.accounting.DELTA_FLOOR`: below it the
+    accountants are not reliable)."""
+    from .accounting.accountants import check_delta
+
+    return check_delta(v, "delta")
+
+
 class _Base(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
@@ -140,6 +148,8 @@ class PPGNNConfig(DataConfig):
             raise ValueError(f"epsilon must be finite and > 0 (allowed: (0, inf)), got {v}")
         return v
 
+    _check_delta = field_validator("delta", mode="after")(_delta)
+
     @field_validator("gamma", "label_epsilon", "lr", "delta", "alpha", mode="after")
     @classmethod
     def _finite(cls, v: float) -> float:
@@ -217,6 +227,7 @@ class GAPConfig(DataConfig):
     timeout: float = Field(600.0, gt=0)
 
     _parse_eps = field_validator("client_epsilons", mode="before")(_client_epsilons)
+    _check_delta = field_validator("delta", mode="after")(_delta)
 
     @field_validator("secure_aggregation", mode="after")
     @classmethod
@@ -300,6 +311,7 @@ class PrivGNNConfig(DataConfig):
     timeout: float = Field(600.0, gt=0)
 
     _parse_eps = field_validator("client_epsilons", mode="before")(_client_epsilons)
+    _check_delta = field_validator("delta", mode="after")(_delta)
 
     @field_validator("lam", "gamma", "lr", "delta", "alpha", mode="after")
     @classmethod

@@ -8,6 +8,7 @@ Flower simulation pattern: one deterministic partition, each client takes its pa
 from __future__ import annotations
 
 import json
+import math
 import os
 import re
 import time
@@ -111,7 +112,9 @@ def send_to_all(grid, message_type: str, contents: dict[int, "object"], timeout:
     Returns:
         dict node id -> reply content (RecordDict).
     Raises:
-        ClientFailure: naming the nodes that failed or timed out and their error reasons.
+        ClientFailure: naming the nodes that failed or timed out and their error reasons, or
+            the client and field of a reply with a non-finite value
+            (:func:`check_finite_reply`).
     """
     from flwr.app import Message
 
@@ -126,6 +129,9 @@ def send_to_all(grid, message_type: str, contents: dict[int, "object"], timeout:
         else:
             out[node] = r.content
     missing = set(contents) - set(out) - set(failed)
+    if not failed and not missing:
+        for node, content in out.items():
+            check_finite_reply(content, client_label(node, content), message_type)
     if failed or missing:
         causes: dict[str, int] = {}
         for reason in failed.values():
@@ -137,6 +143,55 @@ def send_to_all(grid, message_type: str, contents: dict[int, "object"], timeout:
         raise ClientFailure(f"{message_type} failed on {len(failed) + len(missing)} of "
                             f"{len(contents)} clients: " + "; ".join(lines))
     return out
+
+
+def client_label(node: int, content) -> str:
+    """``"node N"``, with ``" (partition P)"`` when the reply's ``meta`` record carries a
+    ``worker`` entry (:func:`worker_info`)."""
+    try:
+        return f"node {node} (partition {json.loads(content['meta']['worker'])['partition_id']})"
+    except (KeyError, TypeError, ValueError):
+        return f"node {node}"
+
+
+def _non_finite(value, allow_inf: bool = False) -> bool:
+    """Whether ``value`` (an Array, a float, or a list of them) holds NaN or (unless
+    ``allow_inf``) +-inf."""
+    import numpy as np
+
+    if hasattr(value, "numpy"):  # flwr Array
+        a = value.numpy()
+        return (np.issubdtype(a.dtype, np.floating) or np.issubdtype(a.dtype, np.complexfloating)
+                ) and not bool(np.isfinite(a).all())
+    if isinstance(value, float):
+        return math.isnan(value) or (not allow_inf and math.isinf(value))
+    if isinstance(value, (list, tuple)):
+        return any(_non_finite(v, allow_inf) for v in value)
+    return False
+
+
+def check_finite_reply(content, client: str, message_type: str = "reply") -> None:
+    """Reject a reply holding a non-finite number in any float field: NaN or +-inf in every
+    array of its ArrayRecords and every value of its MetricRecords, NaN in its ConfigRecords
+    (metadata, where ``inf`` has a meaning: e.g. PrivGNN's ``epsilon_target`` of a client
+    without a limit). A noisy release is finite by construction; a non-finite one comes from
+    a faulty or malicious client, and averaging it in would silently wreck the model (one NaN
+    makes every average NaN) while the round reports "ok".
+
+    Args:
+        content: the reply's RecordDict.
+        client: how to name the client (:func:`client_label`).
+    Raises:
+        ClientFailure: naming ``message_type``, the client, the record and the field.
+    """
+    from flwr.app import ConfigRecord
+
+    for name, record in content.items():
+        allow_inf = isinstance(record, ConfigRecord)
+        for key, value in record.items():
+            if _non_finite(value, allow_inf):
+                raise ClientFailure(f"{message_type}: {client} replied with a non-finite value "
+                                    f"(NaN or inf) in {name}[{key!r}]")
 
 
 _ANSI = re.compile(r"\x1b\[[0-9;]*m")

@@ -18,7 +18,8 @@ import logging
 
 from flwr.serverapp.strategy import FedAdam, FedAvg, FedAvgM, FedYogi
 
-from fedgraph.federation import ClientFailure, last_error_line
+from fedgraph.federation import (ClientFailure, check_finite_reply, client_label,
+                                 last_error_line)
 
 class _QuietSkippedEvaluation(logging.Filter):
     """Drops Flower's "fraction_evaluate is set to 0.0" warning (and nothing else)."""
@@ -53,6 +54,9 @@ class _Strict:
             errors.append(f"{self.num_clients - len(replies)} client(s) did not reply in time")
         if errors:
             raise ClientFailure(f"{phase} round {server_round}: " + "; ".join(errors))
+        for r in replies:
+            check_finite_reply(r.content, client_label(r.metadata.src_node_id, r.content),
+                               f"{phase} round {server_round}")
         return replies
 
     def aggregate_train(self, server_round, replies):

@@ -24,6 +24,10 @@ composition (sum of epsilons), which holds at every delta.
 
 Every result carries the accountant actually used and notes on fallbacks; ``delta`` of a
 result is the requested delta plus the deltas the ApproxDP events carry themselves.
+:func:`compose` returns the tightest of the valid upper bounds that succeed (the requested
+accountant's, RDP's, and PLD's when the requested one fails or gives infinity), never infinity
+when one of them is finite; deltas below :data:`DELTA_FLOOR` are refused by run configs,
+ledger summaries and calibration.
 """
 from __future__ import annotations
 
@@ -37,6 +41,28 @@ from dataclasses import dataclass, field
 from .events import (ApproxDP, Event, Gaussian, Laplace, PureDP, SubsampledGaussian,
                      check_event, event_delta, pure_epsilon)
 from .rdp import CONVERSIONS, DEFAULT_ORDERS, event_rdp, rdp_to_epsilon
+
+
+#: The smallest delta a run config, a ledger summary or a calibration accepts. Below it the
+#: tight accountants are not reliable: prv-accountant's ``delta_error`` (1e-3 of delta) meets
+#: float64 round-off and it fails (seen at 1e-14 for ``SubsampledGaussian(0.00033, 4, 10^4)``,
+#: fine at 1e-12), and dp-accounting's PLD truncates tails of mass 1e-15 (infinity at 1e-18).
+#: :func:`compose` itself still answers below it (with RDP's bound, see :func:`_tightest`).
+DELTA_FLOOR = 1e-12
+
+
+def check_delta(delta: float, name: str = "delta") -> float:
+    """``delta`` as a float if it lies in ``[DELTA_FLOOR, 1)``.
+
+    Raises:
+        ValueError: naming ``name`` and the allowed range, for a delta that is not a real
+            number, is NaN, or lies outside ``[1e-12, 1)``.
+    """
+    if isinstance(delta, bool) or not isinstance(delta, (int, float)) or not (
+            DELTA_FLOOR <= float(delta) < 1.0):
+        raise ValueError(f"{name} must lie in [{DELTA_FLOOR:g}, 1) (below {DELTA_FLOOR:g} the "
+                         f"prv and pld accountants are not reliable), got {delta!r}")
+    return float(delta)
 
 
 @dataclass(frozen=True)
@@ -422,7 +448,13 @@ def compose(events: Sequence[Event], delta: float, accountant: str | Accountant 
     lists at ``delta > 0`` the accountant's figure is capped by basic composition.
 
     ``"prv"`` falls back to ``"pld"`` for Poisson-subsampled Laplace and on numerical failure
-    (the reason goes to ``notes``).
+    (the reason goes to ``notes``). The figure is then the tightest of the valid upper bounds
+    that succeed (:func:`_tightest`): the requested accountant's, RDP's (always, where it
+    applies) and, when the former is missing or infinite, pessimistic PLD's; ``accountant``
+    names the one that gave it. So a finite bound is never reported as infinity (e.g. at
+    ``delta = 1.1e-18`` prv fails, PLD gives infinity and RDP 0.146 for
+    ``SubsampledGaussian(0.00033, 4.0, 10000)``). Run configs, ledger summaries and
+    calibration reject deltas below :data:`DELTA_FLOOR` (see :func:`check_delta`).
 
     Raises:
         TypeError: an unknown event.
@@ -448,20 +480,74 @@ def compose(events: Sequence[Event], delta: float, accountant: str | Accountant 
     notes: list[str] = []
     if isinstance(acc, PrvAccountant) and not acc.supports(events):
         notes.append("prv-accountant has no Poisson-subsampled Laplace: used pld")
-        result = PldAccountant().compose(events, delta)
+        result = _try(PldAccountant(), events, delta, notes)
+    elif isinstance(acc, PrvAccountant) and delta < DELTA_FLOOR:
+        # Its numerics fail there, after seconds to minutes of discretisation.
+        notes.append(f"prv skipped: delta {delta:g} below {DELTA_FLOOR:g}; used pld")
+        result = _try(PldAccountant(), events, delta, notes)
     else:
         try:
             result = acc.compose(events, delta)
         except _PrvNumericalFailure as err:
             notes.extend(err.notes)
             notes.append("prv numerics failed: used pld")
-            result = PldAccountant().compose(events, delta)
-    notes = notes + list(result.notes)
+            result = _try(PldAccountant(), events, delta, notes)
+    if result is not None:
+        notes.extend(result.notes)
+    result = _tightest(result, events, delta, notes)
     eps, used = result.epsilon, result.accountant
     if basic < eps:
         notes.append(f"{used} gave {eps:.6g} > basic composition {basic:.6g}: used basic")
         eps, used = basic, "basic composition"
     return Composition(eps, result.delta, used, acc.name, result.bounds, tuple(notes))
+
+
+def _try(acc: Accountant, events: list[Event], delta: float, notes: list[str]
+         ) -> Composition | None:
+    """``acc.compose(events, delta)``, or ``None`` (the reason noted) if its numerics fail."""
+    try:
+        return acc.compose(events, delta)
+    except (RuntimeError, ValueError, FloatingPointError, OverflowError, ArithmeticError) as err:
+        notes.append(f"{acc.name} failed: {type(err).__name__}: {err}")
+        return None
+
+
+def _tightest(result: Composition | None, events: list[Event], delta: float,
+              notes: list[str]) -> Composition:
+    """The smallest finite epsilon among ``result`` and the valid upper bounds that back it up.
+
+    Every candidate is an upper bound on the true epsilon at the same total delta (prv's
+    ``upper``, PLD's pessimistic estimate, RDP converted with Balle et al. 2020), so their
+    minimum is one too. RDP (milliseconds) is always a candidate where it applies (no
+    ApproxDP); when ``result`` is missing or infinite, pessimistic PLD is tried as well. So
+    the figure is never infinite when one of them gives a finite bound: at tiny deltas
+    (below ~1e-14) prv-accountant fails and PLD's tail truncation (1e-15) makes it return
+    infinity while RDP is still finite. The chosen accountant is named in ``accountant`` and
+    the others' figures go to the notes.
+
+    Raises:
+        RuntimeError: no accountant produced a result at all.
+    """
+    candidates = [result] if result is not None else []
+    names = {c.accountant for c in candidates}
+    if not candidates or not math.isfinite(candidates[0].epsilon):
+        if "pld" not in names:
+            c = _try(PldAccountant(), events, delta, notes)
+            if c is not None:
+                candidates.append(c)
+    rdp = RdpAccountant()
+    if "rdp" not in names and rdp.supports(events):
+        c = _try(rdp, events, delta, notes)
+        if c is not None:
+            candidates.append(c)
+    if not candidates:
+        raise RuntimeError("every accountant failed: " + "; ".join(notes))
+    best = min(candidates, key=lambda c: c.epsilon)
+    if result is None or best.epsilon < result.epsilon:
+        figures = ", ".join(f"{c.accountant} {c.epsilon:.6g}" for c in candidates)
+        notes.append(f"tightest valid upper bound: {best.accountant} ({figures})")
+        notes.extend(n for n in best.notes if n not in notes)
+    return best
 
 
 def compose_epsilon(events: Sequence[Event], delta: float,

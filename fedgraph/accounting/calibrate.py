@@ -2,15 +2,46 @@
 from __future__ import annotations
 
 import math
+import time
 from collections.abc import Callable
 
-from .accountants import Accountant, compose_epsilon
+from .accountants import Accountant, check_delta, compose_epsilon
 from .events import Event
+
+
+class CalibrationError(ValueError):
+    """Calibration ran out of its evaluation or time budget (the message names the target)."""
+
+
+class _Budget:
+    """Counts accountant evaluations and wall time of one calibration (the RDP pre-search
+    shares it); :meth:`spend` raises :class:`CalibrationError` once either is used up."""
+
+    def __init__(self, max_evaluations: int, time_budget_s: float | None, what: str):
+        self.done = 0
+        self.max_evaluations = max_evaluations
+        self.time_budget_s = time_budget_s
+        self.start = time.monotonic()
+        self.what = what
+
+    def spend(self) -> None:
+        """Count one evaluation about to run; raise if the budget is already used up."""
+        used = time.monotonic() - self.start
+        if self.done >= self.max_evaluations or (self.time_budget_s is not None
+                                                 and used > self.time_budget_s):
+            raise CalibrationError(
+                f"calibration for {self.what} did not finish: stopped after "
+                f"{self.done} accountant evaluations and {used:.1f} s "
+                f"(budget: {self.max_evaluations} evaluations, "
+                f"{self.time_budget_s if self.time_budget_s is not None else 'no'} s limit); "
+                "raise delta or epsilon, use accountant='rdp', or raise the budget")
+        self.done += 1
 
 
 def calibrate(target_epsilon: float, delta: float, make_events: Callable[[float], list[Event]],
               accountant: str | Accountant = "prv", lower: float = 0.1, upper: float = 1e3,
-              rtol: float = 1e-3) -> float:
+              rtol: float = 1e-3, max_evaluations: int = 200,
+              time_budget_s: float | None = 600.0, _budget: _Budget | None = None) -> float:
     """The smallest noise multiplier ``sigma`` in ``[lower, upper]`` (up to ``rtol``) with
     ``compose_epsilon(make_events(sigma), delta, accountant) <= target_epsilon``.
 
@@ -25,25 +56,41 @@ def calibrate(target_epsilon: float, delta: float, make_events: Callable[[float]
     If ``make_events(lower)`` already meets the target, the bracket is expanded downward
     (factors of 10, down to ``lower * 1e-6``); if that still meets it, it is returned.
 
+    The search is bounded: at most ``max_evaluations`` accountant evaluations (a search
+    needs about 20-40) and ``time_budget_s`` seconds of wall time (checked after each
+    evaluation, so one slow evaluation may overrun it; ``None``: no time limit).
+
     Raises:
-        ValueError: ``target_epsilon`` not finite and > 0; ``delta`` outside (0, 1);
-            ``lower``/``upper``/``rtol`` invalid; "unreachable target" when even
-            ``sigma = upper`` does not reach ``target_epsilon``.
+        ValueError: ``target_epsilon`` not finite and > 0; ``delta`` outside
+            ``[DELTA_FLOOR, 1)`` (:func:`~fedgraph.accounting.check_delta`);
+            ``lower``/``upper``/``rtol``/``max_evaluations``/``time_budget_s`` invalid;
+            "unreachable target" when even ``sigma = upper`` does not reach ``target_epsilon``.
+        CalibrationError: (a ValueError) the evaluation or time budget ran out; the message
+            names ``target_epsilon`` and ``delta``.
     """
     if isinstance(target_epsilon, bool) or not (target_epsilon > 0
                                                 and math.isfinite(target_epsilon)):
         raise ValueError(f"target_epsilon must be finite and > 0, got {target_epsilon!r}")
-    if not (0.0 < delta < 1.0):
-        raise ValueError(f"delta must lie in (0, 1), got {delta!r}")
+    delta = check_delta(delta)
+    if isinstance(max_evaluations, bool) or not (isinstance(max_evaluations, int)
+                                                 and max_evaluations >= 1):
+        raise ValueError(f"max_evaluations must be an int >= 1, got {max_evaluations!r}")
+    if time_budget_s is not None and not (time_budget_s > 0):
+        raise ValueError(f"time_budget_s must be > 0 or None, got {time_budget_s!r}")
     if not (0 < lower < upper and math.isfinite(upper)):
         raise ValueError(f"need 0 < lower < upper < inf, got lower={lower!r}, upper={upper!r}")
     if not (0 < rtol < 1):
         raise ValueError(f"rtol must lie in (0, 1), got {rtol!r}")
 
+    budget = _budget or _Budget(max_evaluations, time_budget_s,
+                                f"target_epsilon={target_epsilon:g}, delta={delta:g}")
+
     def eps(sigma: float) -> float:
+        budget.spend()
         return compose_epsilon(make_events(sigma), delta, accountant)
 
-    seed = _rdp_bracket(target_epsilon, delta, make_events, accountant, lower, upper, eps)
+    seed = _rdp_bracket(target_epsilon, delta, make_events, accountant, lower, upper, eps,
+                        budget)
     if seed is not None:
         return _bisect(*seed, lambda sigma: eps(sigma) <= target_epsilon, rtol)
     # Bracket from below, a decade at a time, so that extreme noise is rarely evaluated.
@@ -84,7 +131,7 @@ def _bisect(lo: float, hi: float, feasible: Callable[[float], bool], rtol: float
     return hi
 
 
-def _rdp_bracket(target_epsilon, delta, make_events, accountant, lower, upper, eps):
+def _rdp_bracket(target_epsilon, delta, make_events, accountant, lower, upper, eps, budget):
     """``(lo, hi)`` with ``eps(lo) > target >= eps(hi)`` found near the answer, or ``None``.
 
     A tight accountant (prv, pld) is slow and memory-hungry far from the answer: at noise
@@ -101,7 +148,10 @@ def _rdp_bracket(target_epsilon, delta, make_events, accountant, lower, upper, e
     if get_accountant(accountant).name == "rdp":
         return None
     try:
-        hi = calibrate(target_epsilon, delta, make_events, "rdp", lower, upper, rtol=1e-2)
+        hi = calibrate(target_epsilon, delta, make_events, "rdp", lower, upper, rtol=1e-2,
+                       _budget=budget)
+    except CalibrationError:
+        raise
     except ValueError:
         return None  # e.g. unreachable under RDP: let the plain search decide (and explain)
     while eps(hi) > target_epsilon:  # the tight accountant's error made it infeasible

@@ -14,7 +14,7 @@ import math
 from collections import defaultdict
 from dataclasses import asdict, dataclass, field
 
-from .accountants import PldAccountant, PrvAccountant, compose
+from .accountants import PldAccountant, PrvAccountant, check_delta, compose
 from .events import (ApproxDP, Event, Gaussian, Laplace, PureDP, SubsampledGaussian,
                      check_event, event_delta, is_pure)
 
@@ -201,6 +201,11 @@ class PrivacyLedger:
                     "test": "pld epsilon <= rdp bound (+1%)",
                     "agrees": bool(eps <= rdp * (1 + AGREE_RTOL) + AGREE_ATOL)}
         lo, est, hi = self.cross_check(subject, delta)
+        if main_acc == "rdp":  # the tightest bound that held (compose's RDP cap or fallback)
+            return {"accountant": "pld", "delta": delta, "epsilon_lower": lo,
+                    "epsilon_estimate": est, "epsilon_upper": hi,
+                    "test": "pld optimistic (lower) <= rdp bound (+1%)",
+                    "agrees": bool(lo <= eps * (1 + AGREE_RTOL) + AGREE_ATOL)}
         name = "prv-accountant" if main_acc == "pld" else "pld"
         return {"accountant": name, "delta": delta, "epsilon_lower": lo,
                 "epsilon_estimate": est, "epsilon_upper": hi,
@@ -215,7 +220,11 @@ class PrivacyLedger:
         Subjects with only PureDP / ApproxDP events: basic composition (at their own delta),
         cross-checked by prv at ``delta``. Others: ``accountant`` at ``delta``. Never raises
         for a subject: failures land in the row as ``error`` strings (epsilon ``nan``).
+
+        Raises:
+            ValueError: ``delta`` outside ``[1e-12, 1)`` (:func:`~.accountants.check_delta`).
         """
+        check_delta(delta)
         out = {}
         for s in self.subjects:
             row: dict = {"releases": [{"release": e.release, "event": type(e.event).__name__,

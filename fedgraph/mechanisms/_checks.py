@@ -19,6 +19,27 @@ def check_epsilon(epsilon: float | Tensor, name: str = "epsilon") -> Tensor:
     return eps
 
 
+def check_noise_scale(value: float, name: str, *, allow_zero: bool = False) -> float:
+    """``value`` as a float if it is a valid noise scale (a standard deviation, a Laplace
+    scale, a noise multiplier): finite and > 0, or ``== 0`` when ``allow_zero`` (only where
+    "no noise" is a documented case whose release the ledger records as unprotected, e.g.
+    GAP-inf's ``sigma = 0``).
+
+    Raises:
+        ValueError: naming ``name`` and the allowed values, for NaN, +-inf, a negative value,
+            ``0`` without ``allow_zero``, or a non-number.
+    """
+    allowed = "[0, inf)" if allow_zero else "(0, inf)"
+    try:
+        v = float(value)
+    except (TypeError, ValueError):
+        v = math.nan
+    if isinstance(value, bool) or not math.isfinite(v) or v < 0 or (v == 0 and not allow_zero):
+        raise ValueError(f"{name} must be finite and {'>= 0' if allow_zero else '> 0'} "
+                         f"(allowed: {allowed}), got {value!r}")
+    return v
+
+
 def check_delta(delta: float, name: str = "delta") -> float:
     if not (isinstance(delta, (int, float)) and 0.0 < float(delta) < 1.0) or math.isnan(delta):
         raise ValueError(f"{name} must lie in the open interval (0, 1), got {delta!r}")

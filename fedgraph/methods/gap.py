@@ -159,8 +159,9 @@ def perturb(sums: Tensor, sigma: float, generator: torch.Generator | None = None
         sigma: noise standard deviation (noise multiplier x L2 sensitivity); ``0`` adds nothing.
         generator: noise source (``None``: the global RNG).
     """
-    if not (sigma >= 0 and math.isfinite(sigma)):
-        raise ValueError(f"sigma must be finite and >= 0, got {sigma}")
+    from ..mechanisms._checks import check_noise_scale
+
+    sigma = check_noise_scale(sigma, "sigma", allow_zero=True)
     if sigma == 0:
         return sums
     noise = torch.randn(sums.shape, generator=generator, dtype=sums.dtype, device="cpu")
@@ -309,9 +310,15 @@ def calibrate_gap(target_epsilon: float, delta: float, *, num_hops: int, level: 
     Returns:
         the noise multiplier (PMA's noise std is it times the sensitivity; DP-SGD's noise std
         is it times the clipping norm).
+    Raises:
+        ValueError: unknown ``level``; ``delta`` outside ``[1e-12, 1)``
+            (:func:`fedgraph.accounting.check_delta`).
+        fedgraph.accounting.CalibrationError: the search ran out of its evaluation or time
+            budget (:func:`fedgraph.accounting.calibrate`).
     """
-    from ..accounting import calibrate
+    from ..accounting import calibrate, check_delta
 
+    check_delta(delta)
     if level not in LEVELS:
         raise ValueError(f"level: unknown {level!r}; allowed: {', '.join(LEVELS)}")
     if math.isinf(target_epsilon):
@@ -672,6 +679,7 @@ def train_sage_dp(model: nn.Module, x: Tensor, y: Tensor, train_mask: Tensor, *,
     from opacus import GradSampleModule
     from opacus.optimizers import DPOptimizer
 
+    DPSGD(noise_multiplier, max_grad_norm)  # ValueError unless both are finite and > 0
     idx = _indices(train_mask, x.size(0), x.device)
     n = int(idx.numel())
     if n == 0:

@@ -215,13 +215,22 @@ def pma_partial_sums(h_prev: Tensor, local: Tensor, boundary: Tensor, sigma: flo
             (:func:`~fedgraph.utils.graph.scatter_sum_chunked`); no ``[E, e]`` block.
         remote_sigma: noise std of the remote rows (``None``: ``sigma``). Secure aggregation
             (:func:`secure_remote_sigma`): the server learns only the sum over the clients of a
-            node's remote rows, so each adds a share of the noise.
+            node's remote rows, so each adds a share of the noise. ``> 0`` when ``sigma > 0``.
+
+    Raises:
+        ValueError: ``sigma`` not finite and >= 0; ``remote_sigma`` not finite and > 0 (>= 0
+            when ``sigma == 0``); ``remote_ids`` missing a boundary target.
 
     Returns:
         ``(local_sums [n, e], remote_ids [m], remote_sums [m, e])``, every row noised, on
         ``h_prev``'s device (edges and ids may be on the CPU; the noise is drawn from the CPU
         ``generator``, so a run is the same on CPU and GPU up to float rounding).
     """
+    from ..mechanisms._checks import check_noise_scale
+
+    sigma = check_noise_scale(sigma, "sigma", allow_zero=True)
+    remote_sigma = sigma if remote_sigma is None else check_noise_scale(
+        remote_sigma, "remote_sigma", allow_zero=sigma == 0)
     n, e = h_prev.shape
     dev = h_prev.device
     local = local.to(dev)
@@ -234,7 +243,6 @@ def pma_partial_sums(h_prev: Tensor, local: Tensor, boundary: Tensor, sigma: flo
         raise ValueError("remote_ids must contain every boundary target")
     remote_sums = scatter_sum_chunked(h_prev, boundary[0].to(dev), pos.to(dev),
                                       remote_ids.numel(), max_elements)
-    remote_sigma = sigma if remote_sigma is None else remote_sigma
     if sigma > 0:
         local_sums += sigma * torch.randn(local_sums.shape, generator=generator).to(dev)
     if remote_sigma > 0:

@@ -167,7 +167,14 @@ def poisson_subsample(num_nodes: int, rate: float,
 
 
 def laplace_noise(shape, scale: float, generator: torch.Generator | None = None) -> Tensor:
-    """i.i.d. ``Laplace(0, scale)`` samples (inversion of a uniform; float32)."""
+    """i.i.d. ``Laplace(0, scale)`` samples (inversion of a uniform; float32).
+
+    Raises:
+        ValueError: ``scale`` not finite and > 0.
+    """
+    from ..mechanisms._checks import check_noise_scale
+
+    scale = check_noise_scale(scale, "scale (Laplace noise)")
     u = torch.rand(shape, generator=generator, dtype=torch.float64) - 0.5
     return (-float(scale) * torch.sign(u) * torch.log1p(-2.0 * u.abs())).float()
 
