@@ -16,7 +16,7 @@ from simulations.server_app import OneLineUserErrors
 def _record_for(err: BaseException) -> logging.LogRecord:
     try:
         raise RuntimeError("An error was encountered. Ending simulation.") from err
-    except RuntimeError as wrapped:
+    except RuntimeError:
         import sys
 
         return logging.LogRecord("flwr", logging.ERROR, __file__, 1,
