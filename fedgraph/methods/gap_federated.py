@@ -47,6 +47,7 @@ from functools import lru_cache
 import torch
 from torch import Tensor
 
+from .. import randomness as rng
 from ..config import GAPConfig
 from ..nn.gap import GAPClassifier, GAPEncoder, normalize_rows
 from ..utils.graph import MAX_MESSAGE_ELEMENTS, bound_out_degree, scatter_sum_chunked
@@ -236,9 +237,9 @@ def pma_partial_sums(h_prev: Tensor, local: Tensor, boundary: Tensor, sigma: flo
                                       remote_ids.numel(), max_elements)
     remote_sigma = sigma if remote_sigma is None else remote_sigma
     if sigma > 0:
-        local_sums += sigma * torch.randn(local_sums.shape, generator=generator).to(dev)
+        local_sums += sigma * rng.randn(local_sums.shape, generator).to(dev)
     if remote_sigma > 0:
-        remote_sums += remote_sigma * torch.randn(remote_sums.shape, generator=generator).to(dev)
+        remote_sums += remote_sigma * rng.randn(remote_sums.shape, generator).to(dev)
     return local_sums, remote_ids, remote_sums
 
 
