@@ -3,33 +3,40 @@
 Every noise draw, sample and shuffle a client makes (GAP's PMA noise, degree sampling and DP-SGD
 with its Poisson sampling; PrivGNN's Poisson samples, teachers and Laplace noise; PPGNN's
 PPM/ESW/multi-bit/one-bit/Laplace/Gaussian draws and randomized response) comes from the
-generator :func:`client_generator` returns. The run config's ``noise-source`` picks it:
+generator :func:`client_generator` returns. Every release gets its own key,
+``HMAC-SHA256(root, run digest | partition id | purpose)``; the run config's ``noise-source``
+picks the root, which never comes from the run config (the server holds it):
 
 ``os`` (default)
-    fresh OS entropy (``os.urandom``) for every release; runs are not reproducible.
+    256 bits of fresh OS entropy (``os.urandom``) drawn at the client's first release of a run
+    and kept in its Flower ``context.state``; runs are not reproducible.
 ``secret``
-    reproducible simulations: the generator's key is
-    ``HMAC-SHA256(secret, run digest | partition id | purpose)`` where ``secret`` is the
-    client's own: ``node_config["noise-secret"]`` (a deployed ``flower-supernode
-    --node-config "noise-secret='...'"``), else the environment variable
-    ``FEDGRAPH_NOISE_SECRET`` of the client's process (a simulation: Ray's workers inherit the
-    driver's environment, so one master secret serves every simulated client, an artifact of
-    simulating; deployments give each supernode its own). Never from the run config, which the
-    server holds. The run digest covers every run-config key that changes what is released
-    (all but :data:`NOT_RELEASE_KEYS`), so two runs that release different values never share
-    noise; the same secret and config give the same release bit for bit.
+    reproducible simulations: the root is the client's own secret,
+    ``node_config["noise-secret"]`` (a deployed ``flower-supernode --node-config
+    "noise-secret='...'"``), else the environment variable ``FEDGRAPH_NOISE_SECRET`` of the
+    client's process (a simulation: Ray's workers inherit the driver's environment, so one
+    master secret serves every simulated client, an artifact of simulating; deployments give
+    each supernode its own). The run digest covers every run-config key that changes what is
+    released (all but :data:`NOT_RELEASE_KEYS`), so two runs that release different values
+    never share noise; the same secret and config give the same release bit for bit.
 ``secure``
-    a cryptographically secure generator (:class:`SecureRandom`: a ChaCha20 keystream keyed from
-    ``os.urandom``) for deployments; Gaussian noise is drawn as Opacus's ``secure_mode`` draws
-    it (the sum of four Gaussians halved, arXiv 2107.10138 Sec. 5.1), DP-SGD included. Opacus's
-    own secure mode needs ``torchcsprng``, which no longer builds for current PyTorch, so the
-    CSPRNG is ours.
+    the root of ``os``, but each release draws from a cryptographically secure generator
+    (:class:`SecureRandom`: a ChaCha20 keystream under the release's key) for deployments;
+    Gaussian noise is drawn as Opacus's ``secure_mode`` draws it (the sum of four Gaussians
+    halved, arXiv 2107.10138 Sec. 5.1), DP-SGD included. Opacus's own secure mode needs
+    ``torchcsprng``, which no longer builds for current PyTorch, so the CSPRNG is ours.
 
 Why not ``torch.Generator().manual_seed(os_entropy)``: PyTorch's CPU generator (MT19937) keeps
 only the low 32 bits of a seed, so a server could try all 2^32 seeds against a row it knows to
 be pure noise. :func:`torch_generator` fills the whole 19,937-bit state from a 256-bit key.
 MT19937 is still no CSPRNG (its state follows from 624 exact outputs, which a client never
 releases: every output is added to private data): use ``secure`` where that matters.
+
+Threat model: an honest-but-curious server (it follows the protocol and reads everything it
+receives). Within a run one purpose gets one stream, so a request repeated with the same inputs
+gets the same release back (no fresh noise to average); a malicious server that repeats a
+request with other inputs would learn the difference of the two noise-free values (nothing
+refuses a repeated purpose yet).
 
 The draw functions :func:`rand`, :func:`randn`, :func:`randint` and :func:`randperm` take either
 kind of generator; with a :class:`torch.Generator` they are exactly ``torch.rand(...,
@@ -199,7 +206,8 @@ def client_generator(cfg, context, partition_id: int, purpose: str) -> Generator
 
 def describe(source: str) -> str:
     """One line for the report: where the clients' randomness came from (no secret in it)."""
-    return {"os": "fresh OS entropy per release (os.urandom -> MT19937 state); not reproducible",
+    return {"os": "fresh OS entropy per run and client (os.urandom -> HMAC-SHA256 per release -> "
+                  "MT19937 state); not reproducible",
             "secret": f"HMAC-SHA256 of each client's own secret (node config {SECRET_NODE_KEY!r}"
                       f" or ${SECRET_ENV}; never in the run config) -> MT19937 state",
             "secure": "ChaCha20 CSPRNG keyed from os.urandom; Gaussian noise as Opacus "
