@@ -5,10 +5,15 @@ Usage: python bench/gap_federation.py [--dataset facebook100:Wisconsin87] [--cli
        [--epsilon 4] [--seeds 1] [--data-root ../shared/data] [--reuse] [--settings louvain random]
        [--set secure-aggregation=true]
 Prints a table and writes bench/results/gap_federation.json.
+
+Settings are compared paired by seed, so the clients' noise is reproducible:
+``noise-source = secret`` with ``$FEDGRAPH_NOISE_SECRET`` (default: a fixed benchmark secret;
+benchmark releases are not private releases). ``--set noise-source=os`` for fresh noise.
 """
 from __future__ import annotations
 
 import argparse
+import os
 import resource
 import statistics
 import time
@@ -71,6 +76,7 @@ def main() -> None:
         settings = {name: settings[name] for name in dict.fromkeys(["1 client", *keep])}
 
     extra = load_run_config(None, args.set)  # typed like fedgraph run --set
+    os.environ.setdefault("FEDGRAPH_NOISE_SECRET", "fedgraph-bench-gap-federation")
     tag = "".join(f"-{k}={v}" for k, v in sorted(extra.items()))
     results = {}
     for name, s in settings.items():
@@ -82,6 +88,7 @@ def main() -> None:
                 "min-class-size": args.min_class_size, "split": "random-75-10-15",
                 "level": args.level, "client-epsilons": str(args.epsilon), "seed": seed,
                 "encoder-rounds": 10, "classifier-rounds": 10, "local-epochs": 10,
+                "noise-source": "secret",
                 "output-dir": str(Path(args.out).parent / "gap_federation_runs"),
                 "run-name": (f"{name.replace(' ', '_').replace(',', '')}-{args.level}"
                              f"-eps{args.epsilon:g}{tag}-seed{seed}"), **s, **extra}

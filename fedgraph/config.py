@@ -62,6 +62,11 @@ class DataConfig(_Base):
     seed: int = Field(0, ge=0)
     device: Literal["auto", "cpu", "cuda"] = Field(
         "auto", description="auto: cuda when the process has a GPU (Ray's share), else cpu")
+    noise_source: Literal["os", "secret", "secure"] = Field(
+        "os", description="where a client's randomness comes from (fedgraph.randomness): os "
+        "(fresh OS entropy, default), secret (reproducible from each client's own secret: node "
+        "config noise-secret or $FEDGRAPH_NOISE_SECRET, never the run config), secure (ChaCha20 "
+        "CSPRNG)")
 
     @field_validator("dataset")
     @classmethod

@@ -118,6 +118,11 @@ def run_simulation(run_config: dict, num_cpus: Optional[int] = None,
     _, cfg = validate_run_config(run_config)
     check_resources(num_cpus, cpus_per_client, gpus_per_client)
     preflight(cfg)
+    if cfg.noise_source == "secret" and not os.environ.get("RAY_ADDRESS"):
+        # a local Ray's workers inherit this environment: check the secret before they start
+        from fedgraph.randomness import check_secret
+
+        check_secret({})
     # Default name: the preset's (or the method's) and the dataset's, file-name safe.
     run_name = cfg.run_name or default_run_name(label or cfg.method, spec_label(cfg.dataset),
                                                 cfg.seed)

@@ -6,7 +6,6 @@ It holds no method logic: ``query.<method>`` and ``evaluate.<method>`` call
 from __future__ import annotations
 
 import json
-import zlib
 
 import torch
 from flwr.app import ArrayRecord, ConfigRecord, Context, Message, MetricRecord, RecordDict
@@ -16,6 +15,7 @@ from fedgraph.config import parse_run_config
 from fedgraph.device import resolve_device, to_cpu
 from fedgraph.federation import client_view, tensors, worker_info
 from fedgraph.methods import ppgnn
+from fedgraph.randomness import client_generator
 
 app = ClientApp()
 
@@ -33,8 +33,7 @@ def ppgnn_query(msg: Message, context: Context) -> Message:
     """Answer a PPM request with this client's users' reports (on the CPU whatever ``device``:
     see :func:`fedgraph.methods.ppgnn.client_report`)."""
     cfg, pid, view = _setup(msg, context)
-    # Simulation: seeded per client for reproducibility. Deployed clients use fresh randomness.
-    gen = torch.Generator().manual_seed(zlib.crc32(f"{cfg.seed}:{pid}:ppgnn".encode()))
+    gen = client_generator(cfg, context, pid, "ppgnn")
     report = ppgnn.client_report(view.graph, cfg, view.feature_domain,
                                  view.statistics["num_classes"], gen)
     meta = ConfigRecord({"statistics": json.dumps(view.statistics), "worker": worker_info(pid)})
@@ -51,11 +50,6 @@ def ppgnn_evaluate(msg: Message, context: Context) -> Message:
 
 
 # ---------------------------------------------------------------------------------- GAP
-def _gap_generator(cfg, pid: int, what: str) -> torch.Generator:
-    # Simulation: seeded for reproducibility. Deployed clients use fresh randomness.
-    return torch.Generator().manual_seed(zlib.crc32(f"{cfg.seed}:{pid}:gap:{what}".encode()))
-
-
 def _gap_plan(cfg, pid: int, view):
     from fedgraph.methods.gap_federated import privacy_plan
 
@@ -133,7 +127,7 @@ def gap_train(msg: Message, context: Context) -> Message:
     n, loss = local_train(model, x, _on(x, view.graph.y), _on(x, view.graph.train_mask),
                           cfg.local_epochs,
                           cfg.dpsgd_batch_size if dp else (cfg.batch_size or None), cfg.lr, dp,
-                          generator=_gap_generator(cfg, pid, f"{phase}:{rnd}"))
+                          generator=client_generator(cfg, context, pid, f"gap:{phase}:{rnd}"))
     metrics = MetricRecord({"num-examples": max(n, 1), "train-loss": float(loss)})
     return Message(RecordDict({"arrays": ArrayRecord(to_cpu(model.state_dict())),
                                "metrics": metrics}), reply_to=msg)
@@ -168,8 +162,8 @@ def gap_pma(msg: Message, context: Context) -> Message:
     out = {"ids": torch.zeros(0, dtype=torch.long), "sums": torch.zeros(0, cfg.encoder_dim)}
     if k <= cfg.hops:
         plan = _gap_plan(cfg, pid, view)
-        local, boundary = client_edges(g, cfg, _gap_generator(cfg, pid, f"degree{tag}"),
-                                       in_graph)
+        degree_gen = client_generator(cfg, context, pid, f"gap:degree{tag}")
+        local, boundary = client_edges(g, cfg, degree_gen, in_graph)
         # Release a row for every node of the graph held elsewhere (ids independent of the
         # edges: fixed by who holds which node and by the public split).
         others = torch.ones(view.statistics["num_nodes"], dtype=torch.bool)
@@ -184,7 +178,8 @@ def gap_pma(msg: Message, context: Context) -> Message:
                                int(msg.content["pma"]["remote-contributors"]))
         local_sums, ids, sums = pma_partial_sums(state[f"hop{k - 1}"].to(dev), local, boundary,
                                                  plan.sigma,
-                                                 _gap_generator(cfg, pid, f"pma{k}{tag}"),
+                                                 client_generator(cfg, context, pid,
+                                                                  f"gap:pma{k}{tag}"),
                                                  remote_ids=remote, remote_sigma=remote_sigma)
         state["local_sums"] = local_sums
         out = {"ids": ids, "sums": sums}
@@ -227,16 +222,16 @@ def privgnn_query(msg: Message, context: Context) -> Message:
     """Answer the server's queries with Laplace-noised teacher posteriors, as many as this
     client's epsilon budget still allows (the rest refused); only the noisy answers and
     counts fixed by public parameters leave the client. The teachers run on this client's
-    device (``device``: the GPU Ray assigned, else the CPU); the draws come from the seeded
-    CPU generator below and the answers come back as CPU tensors."""
+    device (``device``: the GPU Ray assigned, else the CPU); the draws come from the client's
+    own generator (:func:`fedgraph.randomness.client_generator`) and the answers come back as
+    CPU tensors."""
     from fedgraph.methods.privgnn_federated import client_answer
 
     cfg = parse_run_config(json.loads(msg.content["config"]["json"]))
     pid = int(context.node_config["partition-id"])
     state = context.state["privgnn"] if "privgnn" in context.state else {"answered": 0, "rounds": 0}
     before, rnd = int(state["answered"]), int(state["rounds"])
-    # Simulation: seeded per client and round for reproducibility. Deployed: fresh randomness.
-    gen = torch.Generator().manual_seed(zlib.crc32(f"{cfg.seed}:{pid}:privgnn:{rnd}".encode()))
+    gen = client_generator(cfg, context, pid, f"privgnn:{rnd}")
     reply = client_answer(cfg, pid, tensors(msg.content["queries"]), before, gen)
     context.state["privgnn"] = ConfigRecord({"answered": reply.meta["answered_total"],
                                              "rounds": rnd + 1})

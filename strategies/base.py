@@ -25,6 +25,7 @@ from pathlib import Path
 import torch
 
 from fedgraph.accounting import PrivacyLedger
+from fedgraph.randomness import describe as describe_noise_source
 from fedgraph.registry import ContractError, Registry, spec_label
 from fedgraph.report import RunReport, format_table
 
@@ -204,6 +205,10 @@ class PrivateStrategy(ABC):
             raise
         finally:
             self.report.privacy["per_subject"] = self.ledger.summary(delta=self.privacy_delta, accountant=self.privacy_accountant)
+            # where the clients' noise came from (fedgraph.randomness); never the secret itself
+            self.report.privacy["noise_source"] = self.config.noise_source
+            self.report.privacy["noise_source_detail"] = describe_noise_source(
+                self.config.noise_source)
             path = self.report_path()
             self.report.write(path.parent, path.stem)
             print(format_table(self.report.to_dict()))

@@ -3,7 +3,6 @@ random draws come from the seeded CPU generator, and what goes into the Flower m
 tensor. CI has no GPU: the CPU path (``cpu`` and ``auto``) is what runs there; the CUDA
 comparisons run only where a GPU is visible."""
 import json
-import zlib
 
 import pytest
 import torch
@@ -61,22 +60,25 @@ def _message(cfg, arrays) -> Message:
 
 def test_privgnn_handler_puts_cpu_answers_in_the_message(monkeypatch):
     """Through the real ClientApp handler: the reply's ArrayRecord holds the client_answer
-    result for the handler's seeded generator, for ``cpu`` and ``auto`` alike."""
+    result for the client's generator (``noise-source = secret``: reproducible from the
+    client's secret), for ``cpu`` and ``auto`` alike."""
+    from fedgraph.randomness import SECRET_ENV, client_generator
     from simulations import client_app
 
+    monkeypatch.setenv(SECRET_ENV, "test-secret-device-clients")
     for attr, value in (("_run_id", 1), ("_task_id", 1), ("_node_id", 1)):
         monkeypatch.setattr(TaskIdentity, attr, value)
     arrays = _queries(parse_run_config(SMALL), 3)
     got = {}
     for device in ("cpu", "auto"):
-        cfg = parse_run_config({**SMALL, "device": device})
+        cfg = parse_run_config({**SMALL, "device": device, "noise-source": "secret"})
         ctx = Context(run_id=1, node_id=1, node_config={"partition-id": 1}, state=RecordDict(),
                       run_config={})
         reply = client_app.privgnn_query(_message(cfg, arrays), ctx)
         answers = reply.content["answers"].to_torch_state_dict()["answers"]
         assert answers.device.type == "cpu" and answers.shape == (3, 7)
-        seed = zlib.crc32(f"{cfg.seed}:1:privgnn:0".encode())
-        expect = pf.client_answer(cfg, 1, arrays, 0, torch.Generator().manual_seed(seed))
+        expect = pf.client_answer(cfg, 1, arrays, 0,
+                                  client_generator(cfg, ctx, 1, "privgnn:0"))
         assert torch.equal(answers, expect.answers)
         assert reply.content["meta"]["answered"] == 3
         got[device] = answers

@@ -18,13 +18,21 @@ def fedgraph(*args, tmp_path, timeout=400, env_extra=None):
 
 
 def test_ppgnn_cora_three_clients_well_above_majority(tmp_path):
+    """Also: ``noise-source = secret`` with the secret in the environment of ``fedgraph run``
+    reaches the clients' Ray workers (a client without it would fail the run), and the secret
+    shows up nowhere in the output or the report."""
     out = tmp_path / "runs"
+    secret = "e2e-secret-9b2f61"
     res = fedgraph("run", "ppgnn-cora", "--num-cpus", "2", "--set", "num-clients=3",
                    "--set", "epochs=60", "--set", f"output-dir='{out}'", "--set", "run-name='e2e'",
-                   tmp_path=tmp_path, env_extra={"FEDGRAPH_DATA": str(tmp_path / "empty")})
+                   "--set", "noise-source='secret'", tmp_path=tmp_path,
+                   env_extra={"FEDGRAPH_DATA": str(tmp_path / "empty"),
+                              "FEDGRAPH_NOISE_SECRET": secret})
     assert res.returncode == 0, res.stderr[-3000:]
     report = json.loads((out / "e2e.json").read_text())
     assert report["status"] == "ok"
+    assert report["privacy"]["noise_source"] == "secret"
+    assert secret not in (out / "e2e.json").read_text() + res.stdout + res.stderr
     assert report["dataset"]["num_nodes"] == 2708  # bundled Cora, no data folder needed
     acc = report["accuracy"]
     assert acc["test"] > acc["majority_class"] + 0.3, acc
@@ -38,6 +46,10 @@ def test_invalid_config_exits_2_and_names_key(tmp_path):
     res = fedgraph("run", "--set", "budgets='0,1'", tmp_path=tmp_path)
     assert res.returncode == 2
     assert "budgets" in res.stderr and "> 0" in res.stderr
+    res = fedgraph("run", "--set", "noise-source='secret'", tmp_path=tmp_path,
+                   env_extra={"FEDGRAPH_NOISE_SECRET": ""})
+    assert res.returncode == 2 and "noise-source" in res.stderr
+    assert "FEDGRAPH_NOISE_SECRET" in res.stderr and "noise-secret" in res.stderr
     res = fedgraph("run", "no-such-preset", tmp_path=tmp_path)
     assert res.returncode == 2 and "known presets" in res.stderr
     missing = tmp_path / "no-such-file.toml"

@@ -3,7 +3,6 @@ import json
 import os
 import subprocess
 import sys
-import zlib
 from pathlib import Path
 
 import pytest
@@ -192,9 +191,14 @@ def test_strategy_fails_loudly_when_nobody_answers(tmp_path, monkeypatch):
 
 def test_what_leaves_a_client_is_only_noised_answers(tmp_path, monkeypatch):
     """Inspect the reply messages: one array, ``[m, C]`` answers, each equal to the teacher's
-    clean posterior plus fresh Laplace noise of scale 2/lam (recomputed from the client's seed),
-    never the clean value; the metadata are counts fixed by public parameters."""
-    cfg, grid, _ = _run_strategy({**SMALL, "client-epsilons": "inf"}, tmp_path, monkeypatch)
+    clean posterior plus fresh Laplace noise of scale 2/lam (recomputed from the client's secret,
+    ``noise-source = secret``), never the clean value; the metadata are counts fixed by public
+    parameters."""
+    from fedgraph.randomness import SECRET_ENV, client_generator
+
+    monkeypatch.setenv(SECRET_ENV, "test-secret-privgnn")
+    cfg, grid, _ = _run_strategy({**SMALL, "client-epsilons": "inf", "noise-source": "secret"},
+                                 tmp_path, monkeypatch)
     public, stats = pf.public_graph(cfg)
     for node, request, reply in grid.log:
         pid = node - 1
@@ -207,10 +211,11 @@ def test_what_leaves_a_client_is_only_noised_answers(tmp_path, monkeypatch):
         assert set(meta) == {"partition_id", "asked", "answered", "refused", "limit",
                              "answered_total", "epsilon_target"}
         assert meta["limit"] == meta["asked"] == cfg.num_queries  # inf target
-        # recompute: same seed, same queries -> the clean posteriors, then the noise
+        # recompute: same secret, same queries -> the clean posteriors, then the noise
         hoods, proj = pf.decode_queries(request.content["queries"].to_torch_state_dict())
         graph, _ = pf.client_graph(cfg, pid)
-        gen = torch.Generator().manual_seed(zlib.crc32(f"{cfg.seed}:{pid}:privgnn:0".encode()))
+        ctx = Context(run_id=1, node_id=node, node_config={}, state=RecordDict(), run_config={})
+        gen = client_generator(cfg, ctx, pid, "privgnn:0")
         clean = pg.teacher_posteriors(graph, hoods.query_x, rate=cfg.gamma,
                                       k=cfg.num_neighbours, num_classes=stats["num_classes"],
                                       teacher=pf.teacher_config(cfg), neighbourhoods=hoods,

@@ -50,12 +50,16 @@ def test_preflight_refuses_cuda_without_gpu(no_gpu, tmp_path, monkeypatch):
         preflight(cfg)
 
 
-def test_gap_run_auto_is_cpu_and_equals_cpu(no_gpu, tmp_path):
+def test_gap_run_auto_is_cpu_and_equals_cpu(no_gpu, tmp_path, monkeypatch):
+    """Bit-identical runs: the clients' noise from one secret (``noise-source = secret``;
+    ``device`` does not change the noise)."""
+    from fedgraph.randomness import SECRET_ENV
     from simulations.local import run_local
 
+    monkeypatch.setenv(SECRET_ENV, "test-secret-scale")
     base = {"method": "gap", "dataset": "synthetic-sbm:400:6", "num-clients": 2,
             "partitioner": "random", "encoder-rounds": 1, "classifier-rounds": 2,
-            "local-epochs": 2, "output-dir": str(tmp_path)}
+            "local-epochs": 2, "output-dir": str(tmp_path), "noise-source": "secret"}
     a = run_local({**base, "device": "auto", "run-name": "auto"})
     b = run_local({**base, "device": "cpu", "run-name": "cpu"})
     assert a["status"] == "ok" and a["accuracy"] == b["accuracy"]

@@ -6,6 +6,7 @@ import math
 import torch
 from torch import Tensor
 
+from .. import randomness as rng
 from ._checks import check_delta, check_epsilon, check_unit_features, per_row
 
 
@@ -30,7 +31,7 @@ def laplace(x: Tensor, epsilon: float | Tensor, generator: torch.Generator | Non
     x = check_unit_features(x)
     n, d = x.shape
     scale = per_row(laplace_scale(epsilon, d), n, x.device).to(x.dtype)
-    u = torch.rand(x.shape, generator=generator, dtype=torch.float64).to(x.device) - 0.5
+    u = rng.rand(x.shape, generator, torch.float64).to(x.device) - 0.5
     noise = -torch.sign(u) * torch.log1p(-2.0 * u.abs())  # standard Laplace by inversion
     return x + scale * noise.to(x.dtype)
 
@@ -70,5 +71,5 @@ def gaussian(
     x = check_unit_features(x)
     n, d = x.shape
     sigma = per_row(gaussian_sigma(epsilon, delta, d), n, x.device).to(x.dtype)
-    noise = torch.randn(x.shape, generator=generator, dtype=torch.float64).to(x.device, x.dtype)
+    noise = rng.randn(x.shape, generator, torch.float64).to(x.device, x.dtype)
     return x + sigma * noise

@@ -17,6 +17,7 @@ from typing import NamedTuple
 import torch
 from torch import Tensor
 
+from .. import randomness as rng
 from ._checks import check_epsilon, check_unit_features, per_row
 
 
@@ -41,7 +42,7 @@ def one_bit(x: Tensor, epsilon: float | Tensor, generator: torch.Generator | Non
     n = x.shape[0]
     eps = per_row(check_epsilon(epsilon), n, x.device)
     p_plus = 0.5 + 0.5 * x.double() * torch.tanh(eps / 2.0)
-    u = torch.rand(x.shape, generator=generator, dtype=torch.float64).to(x.device)
+    u = rng.rand(x.shape, generator, torch.float64).to(x.device)
     return torch.where(u < p_plus, 1.0, -1.0).to(x.dtype)
 
 
@@ -100,7 +101,7 @@ def sample_dims(
     for start in range(0, n, chunk_rows):
         m = num_dims[start:start + chunk_rows].cpu()
         m_max = int(m.max())
-        keys = torch.rand((m.numel(), num_features), generator=generator)
+        keys = rng.rand((m.numel(), num_features), generator)
         top = keys.topk(m_max, dim=1).indices  # m_max distinct dims per row, uniform
         keep = torch.arange(m_max).view(1, -1) < m.view(-1, 1)
         r = torch.arange(start, start + m.numel()).view(-1, 1).expand(-1, m_max)
@@ -140,7 +141,7 @@ def multi_bit(
     row, col = row.to(x.device), col.to(x.device)
     eps_entry = (eps.to(x.device) / m.to(x.device))[row]
     p_plus = 0.5 + 0.5 * x[row, col].double() * torch.tanh(eps_entry / 2.0)
-    u = torch.rand(row.shape, generator=generator, dtype=torch.float64).to(x.device)
+    u = rng.rand(row.shape, generator, torch.float64).to(x.device)
     sign = torch.where(u < p_plus, 1, -1).to(torch.int8)
     return SampledBits(row, col, sign)
 

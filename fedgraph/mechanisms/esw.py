@@ -21,6 +21,7 @@ import math
 import torch
 from torch import Tensor
 
+from .. import randomness as rng
 from ._checks import check_epsilon
 
 
@@ -96,11 +97,11 @@ def esw(
     n = levels.numel()
     p, _ = esw_probabilities(epsilon, num_levels, window)
     p = p.expand(n) if p.dim() == 0 else p
-    in_window = torch.rand(n, generator=generator, dtype=torch.float64) < (2 * window + 1) * p.cpu()
-    offset = torch.randint(0, 2 * window + 1, (n,), generator=generator)
+    in_window = rng.rand(n, generator, torch.float64) < (2 * window + 1) * p.cpu()
+    offset = rng.randint(0, 2 * window + 1, (n,), generator)
     inside = levels.cpu() + offset  # window of g in the shifted output domain: g .. g + 2b
     # Outside: uniform over the f - 1 positions {1..g-1} U {g+2b+1..f+2b}.
-    k = torch.randint(0, max(num_levels - 1, 1), (n,), generator=generator)
+    k = rng.randint(0, max(num_levels - 1, 1), (n,), generator)
     outside = torch.where(k < levels.cpu() - 1, k + 1, k + 2 * window + 2)
     if num_levels == 1:
         outside = inside

@@ -6,6 +6,7 @@ import math
 import torch
 from torch import Tensor
 
+from .. import randomness as rng
 from ._checks import check_epsilon
 
 
@@ -25,6 +26,6 @@ def randomized_response(y: Tensor, num_classes: int, epsilon: float,
     if y.numel() and (y.min() < 0 or y.max() >= num_classes):
         raise ValueError(f"labels must lie in {{0..{num_classes - 1}}}")
     keep_p = math.exp(eps) / (math.exp(eps) + num_classes - 1)
-    keep = torch.rand(y.shape, generator=generator) < keep_p
-    other = (y.cpu() + torch.randint(1, max(num_classes, 2), y.shape, generator=generator)) % num_classes
+    keep = rng.rand(y.shape, generator) < keep_p
+    other = (y.cpu() + rng.randint(1, max(num_classes, 2), y.shape, generator)) % num_classes
     return torch.where(keep, y.cpu(), other).to(y.device)

@@ -74,8 +74,10 @@ below is rebuilt from the reference code, ``core/methods/node/sage/`` and
   (:func:`calibrate_sage_dp`). The degree-bounding caveat of :mod:`fedgraph.utils.graph` (the
   sampling itself depends on the neighbourhood) applies as for GAP.
 
-Randomness comes from ``torch.Generator`` objects (reproducible, not cryptographically secure:
-fine for simulation, not for deployment).
+Randomness comes from the caller's generator: a seeded ``torch.Generator`` in the centralized
+runs here; a federated client's from :func:`fedgraph.randomness.client_generator` (a
+``torch.Generator`` keyed so the server cannot rebuild it, or a ChaCha20
+:class:`~fedgraph.randomness.SecureRandom`, which :func:`local_train` accepts too).
 
 Model selection: at edge level the features and labels are not protected, so the epoch with the
 best validation accuracy is kept (as in the paper's code). At node level validation labels are
@@ -96,6 +98,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from .. import randomness as rng
 from ..nn.gap import MLP, GAPClassifier, GAPEncoder, normalize_rows, stack_hops
 from ..utils.graph import (MAX_MESSAGE_ELEMENTS, bound_out_degree, in_degree, out_degree,
                            scatter_sum_chunked)
@@ -418,7 +421,7 @@ def local_train(model: nn.Module, x: Tensor, y: Tensor, mask: Tensor | None, epo
             if batch_size is None or batch_size >= n:
                 batches = [idx]
             else:
-                perm = idx[torch.randperm(n, generator=generator).to(idx.device)]
+                perm = idx[rng.randperm(n, generator).to(idx.device)]
                 batches = list(torch.split(perm, batch_size))
             for b in batches:
                 opt.zero_grad(set_to_none=True)
@@ -429,24 +432,20 @@ def local_train(model: nn.Module, x: Tensor, y: Tensor, mask: Tensor | None, epo
         return n, sum(losses) / len(losses)
 
     from opacus import GradSampleModule
-    from opacus.optimizers import DPOptimizer
 
     if batch_size is None:
         raise ValueError("DP-SGD needs a batch_size (the expected Poisson batch size)")
     q, steps = dpsgd_schedule(n, batch_size, epochs)
     gsm = GradSampleModule(model, loss_reduction="sum", strict=True)  # refuses BatchNorm
-    noise_gen = generator
-    if generator is not None and x.device.type != "cpu":
-        # Opacus draws the noise on the parameters' device: it needs a generator there.
-        noise_gen = torch.Generator(device=x.device).manual_seed(
-            int(torch.randint(2 ** 62, (1,), generator=generator)))
-    dp_opt = DPOptimizer(opt, noise_multiplier=dp.noise_multiplier,
-                         max_grad_norm=dp.max_grad_norm,
-                         expected_batch_size=min(batch_size, n), loss_reduction="mean",
-                         generator=noise_gen)
+    # Opacus draws the noise on the parameters' device: rng.dp_optimizer gives it a generator
+    # there (seeded from ``generator``), or draws it from a SecureRandom.
+    dp_opt = rng.dp_optimizer(opt, noise_multiplier=dp.noise_multiplier,
+                              max_grad_norm=dp.max_grad_norm,
+                              expected_batch_size=min(batch_size, n), generator=generator,
+                              device=x.device)
     try:
         for _ in range(steps):
-            pick = torch.rand(n, generator=generator).to(idx.device) < q
+            pick = rng.rand(n, generator).to(idx.device) < q
             b = idx[pick]
             dp_opt.zero_grad(set_to_none=True)
             # sum of per-example losses; DPOptimizer clips each example's gradient, adds

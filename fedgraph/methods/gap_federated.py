@@ -47,6 +47,7 @@ from functools import lru_cache
 import torch
 from torch import Tensor
 
+from .. import randomness as rng
 from ..config import GAPConfig
 from ..nn.gap import GAPClassifier, GAPEncoder, normalize_rows
 from ..utils.graph import MAX_MESSAGE_ELEMENTS, bound_out_degree, scatter_sum_chunked
@@ -244,9 +245,9 @@ def pma_partial_sums(h_prev: Tensor, local: Tensor, boundary: Tensor, sigma: flo
     remote_sums = scatter_sum_chunked(h_prev, boundary[0].to(dev), pos.to(dev),
                                       remote_ids.numel(), max_elements)
     if sigma > 0:
-        local_sums += sigma * torch.randn(local_sums.shape, generator=generator).to(dev)
+        local_sums += sigma * rng.randn(local_sums.shape, generator).to(dev)
     if remote_sigma > 0:
-        remote_sums += remote_sigma * torch.randn(remote_sums.shape, generator=generator).to(dev)
+        remote_sums += remote_sigma * rng.randn(remote_sums.shape, generator).to(dev)
     return local_sums, remote_ids, remote_sums
 
 

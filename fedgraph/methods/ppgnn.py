@@ -72,7 +72,8 @@ def client_report(client: ClientGraph, cfg: PPGNNConfig, feature_domain, num_cla
     and boundary edges, global ids). Raw features, levels and test labels never appear.
 
     Runs on the CPU whatever ``cfg.device``: the mechanism is an elementwise perturbation of
-    this client's own users' features drawn from the seeded CPU ``generator`` (reproducible,
+    this client's own users' features drawn from the CPU ``generator`` (the client's own,
+    :func:`fedgraph.randomness.client_generator`; a seeded one is reproducible,
     the same draws on every machine) and its output goes straight into the Flower message,
     while the heavy computation (FlexProp and the GNN) is server side and already on
     ``cfg.device`` (:func:`server_fit`).

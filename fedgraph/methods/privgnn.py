@@ -38,8 +38,10 @@ randomness, which is all the per-query analysis needs.
 Devices: a client's teachers (retrieval, training, prediction) run on the ``device`` given to
 :func:`answer_queries` (the federated client passes its run config's ``device``: the GPU Ray
 assigned, else the CPU). Every random draw (Poisson subsamples, teacher initialisation,
-dropout masks, Laplace noise) comes from the caller's CPU :class:`torch.Generator` and is then
-moved to the device, so a seed gives the same draws on every device; the released answers are
+dropout masks, Laplace noise) comes from the caller's CPU :class:`torch.Generator` (or a
+:class:`fedgraph.randomness.SecureRandom`; a federated client's:
+:func:`fedgraph.randomness.client_generator`) and is then moved to the device, so a seed gives
+the same draws on every device; the released answers are
 CPU tensors.
 """
 from __future__ import annotations
@@ -57,6 +59,7 @@ from torch_geometric.nn.models import GraphSAGE
 from torch_geometric.utils import k_hop_subgraph, subgraph
 
 from ..nn import adjacency_for
+from .. import randomness as rng
 from .training import TrainResult, accuracy, train_node_classifier
 
 Mode = Literal["posterior", "vote"]
@@ -163,7 +166,7 @@ def poisson_subsample(num_nodes: int, rate: float,
     rate = float(rate)
     if not (0.0 < rate <= 1.0):
         raise ValueError(f"rate (gamma) must lie in (0, 1] (got {rate})")
-    return torch.rand(int(num_nodes), generator=generator, dtype=torch.float64) < rate
+    return rng.rand(int(num_nodes), generator, torch.float64) < rate
 
 
 def laplace_noise(shape, scale: float, generator: torch.Generator | None = None) -> Tensor:
@@ -175,7 +178,7 @@ def laplace_noise(shape, scale: float, generator: torch.Generator | None = None)
     from ..mechanisms._checks import check_noise_scale
 
     scale = check_noise_scale(scale, "scale (Laplace noise)")
-    u = torch.rand(shape, generator=generator, dtype=torch.float64) - 0.5
+    u = rng.rand(shape, generator, torch.float64) - 0.5
     return (-float(scale) * torch.sign(u) * torch.log1p(-2.0 * u.abs())).float()
 
 
@@ -218,8 +221,8 @@ class BatchedSAGE(nn.Module):
         self.bias = nn.ParameterList()    # [B, 1, d_out] (lin_l's bias)
         for d_in, d_out in zip(dims[:-1], dims[1:]):
             bound = 1.0 / math.sqrt(d_in)  # torch.nn.Linear's default initialisation
-            w = (torch.rand(num_models, d_in, 2 * d_out, generator=generator) * 2 - 1) * bound
-            b = (torch.rand(num_models, 1, d_out, generator=generator) * 2 - 1) * bound
+            w = (rng.rand((num_models, d_in, 2 * d_out), generator) * 2 - 1) * bound
+            b = (rng.rand((num_models, 1, d_out), generator) * 2 - 1) * bound
             self.weight.append(nn.Parameter(w))
             self.bias.append(nn.Parameter(b))
 
@@ -237,7 +240,7 @@ class BatchedSAGE(nn.Module):
                 h = F.relu(h)
                 if self.training and self.dropout > 0:
                     # drawn on the CPU generator, then moved: the same mask on every device
-                    keep = (torch.rand(h.shape, generator=generator) >= self.dropout).to(h.device)
+                    keep = (rng.rand(h.shape, generator) >= self.dropout).to(h.device)
                     h = h * keep / (1.0 - self.dropout)
         return h
 
@@ -350,7 +353,7 @@ def query_neighbourhoods(public: Data, query_idx: Tensor, hops: int = 2,
         c = int(mapping[0])
         if max_nodes is not None and nodes.numel() > max_nodes:
             others = torch.tensor([i for i in range(nodes.numel()) if i != c])
-            keep = others[torch.randperm(others.numel(), generator=generator)[:max_nodes - 1]]
+            keep = others[rng.randperm(others.numel(), generator)[:max_nodes - 1]]
             keep = torch.cat([torch.tensor([c]), keep]).sort().values
             ei, _ = subgraph(keep, ei, relabel_nodes=True, num_nodes=nodes.numel())
             c = int((keep == c).nonzero())

@@ -25,6 +25,8 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
+from .. import randomness as rng
+
 
 def _check(edge_index: Tensor, num_nodes: int, max_degree: int) -> None:
     if edge_index.dim() != 2 or edge_index.size(0) != 2:
@@ -74,7 +76,7 @@ def bound_degree(edge_index: Tensor, num_nodes: int, max_degree: int,
         raise ValueError(f"direction must be 'in' or 'out', got {direction!r}")
     group = edge_index[1] if direction == "in" else edge_index[0]
     e = group.numel()
-    keys = torch.rand(e, generator=generator, device="cpu").to(group.device)
+    keys = rng.rand(e, generator).to(group.device)
     order = torch.argsort(keys)
     order = order[torch.argsort(group[order], stable=True)]  # by (group, key)
     counts = torch.bincount(group, minlength=num_nodes)
