@@ -62,8 +62,20 @@ class PPGNNStrategy(PrivateStrategy):
                        "labels of training/validation users known to the server (paper setting)"),
             "level_hidden": mech.hides_level,
         })
+        if mech.hides_level and len(cfg.budgets) > 1:
+            self.report.privacy["level"] = (
+                f"subjects '{ppgnn.level_subject(1)}', ...: epsilon of what one user's whole "
+                "report (ESW output, sampled indices, signs) reveals about its level against any "
+                "other level, features fixed, bound for any number of features; extra.levels: "
+                "the same for this dataset (level_epsilon) and with the features free to change "
+                "too (level_and_features_epsilon)")
         for level, budget in enumerate(cfg.budgets, start=1):
             self.ledger_budget(level, budget)
+            if mech.hides_level and len(cfg.budgets) > 1:
+                self.report.extra["levels"][f"level-{level}"].update({
+                    "level_epsilon": mech.level_epsilon(level, stats["num_features"]),
+                    "level_and_features_epsilon": mech.level_epsilon(
+                        level, stats["num_features"], "level+features")})
 
     def ledger_budget(self, level: int, budget: float) -> None:
         self.report.extra.setdefault("levels", {})[f"level-{level}"] = {
