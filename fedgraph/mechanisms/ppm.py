@@ -6,10 +6,13 @@ A user at level ``tau`` with budget ``eps_tau`` from the budget set ``E`` spends
 What leaves the user is :class:`PPMReport`: the ESW output and, for each of ``m'`` sampled
 dimensions, the index and a sign ``+-1``. ``m'`` follows Theorem 1 applied to the budget of the
 *released* level (paper Sec. III-B: "we use a randomized version tau' through the ESW"), and the
-server rescales with that same released level. So every value of the report, and its length,
-is a function of the ESW output, the features and fresh randomness: nothing else about ``tau``
-leaves the user. The price: when ``tau' != tau`` the server's rescaling uses a slightly wrong
-budget, and the estimate is biased for that user (it is unbiased when ``tau' == tau``).
+server rescales with that same released level. So the set of values a report can take, and its
+length, do not depend on ``tau``. Its *distribution* does, beyond ESW: each sign is drawn with
+the user's own budget ``(1 - gamma) eps_tau / m'``. What the whole report reveals about the
+level is therefore more than ESW's ``gamma * eps_tau``; :func:`level_epsilon` computes it
+exactly and the ledger reports it (subject ``level-<tau> (level)``). The price of following the
+released level: when ``tau' != tau`` the server's rescaling uses a slightly wrong budget, and
+the estimate is biased for that user (it is unbiased when ``tau' == tau``).
 With a single level (``|E| = 1``) the level is public, ESW is skipped and ``gamma`` is ignored.
 """
 from __future__ import annotations
@@ -68,7 +71,9 @@ class PPMParams:
         return torch.tensor(self.budgets, dtype=torch.float64)[levels.cpu() - 1].to(levels.device)
 
     def epsilon_split(self, level: int) -> dict[str, float]:
-        """Budget per release for one level: ``{"esw": ..., "mlr": ...}`` (pure epsilon-LDP)."""
+        """Budget per release for one level: ``{"esw": ..., "mlr": ...}`` (pure epsilon-LDP).
+        Their sum bounds what a report reveals about the features at a fixed level; it does
+        not bound what it reveals about the level (:func:`level_epsilon`)."""
         eps = self.budgets[level - 1]
         out = {"mlr": (1.0 - self.esw_share) * eps}
         if self.num_levels > 1:
@@ -93,7 +98,8 @@ def ppm(x: Tensor, levels: Tensor, params: PPMParams,
         levels: long ``[n]`` in ``{1..h}``.
 
     Returns:
-        :class:`PPMReport`. User ``i`` is ``E[levels[i]]``-LDP (``gamma`` share on the level).
+        :class:`PPMReport`. User ``i`` is ``E[levels[i]]``-LDP about its features at its level;
+        what the report reveals about the level: :func:`level_epsilon`.
     """
     x = check_unit_features(x)
     n, d = x.shape
