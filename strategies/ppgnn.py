@@ -60,10 +60,26 @@ class PPGNNStrategy(PrivateStrategy):
             "labels": (f"randomized response, epsilon {cfg.label_epsilon}"
                        if cfg.label_epsilon > 0 else
                        "labels of training/validation users known to the server (paper setting)"),
-            "level_hidden": mech.hides_level,
         })
+        if len(cfg.budgets) > 1 and not mech.hides_level:
+            self.report.privacy["level"] = (
+                "not analysed: the mechanism does not claim to hide the level (the built-in "
+                "uniform mechanisms give every user the same epsilon: their reports do not "
+                "depend on the level)")
+        elif len(cfg.budgets) > 1:
+            self.report.privacy["level"] = (
+                f"subjects '{ppgnn.level_subject(1)}', ...: epsilon of what one user's whole "
+                "report (ESW output, sampled indices, signs) reveals about its level against any "
+                "other level, features fixed, bound for any number of features; report['levels']: "
+                "the same for this dataset (level_epsilon) and with the features free to change "
+                "too (level_and_features_epsilon)")
         for level, budget in enumerate(cfg.budgets, start=1):
             self.ledger_budget(level, budget)
+            if mech.hides_level and len(cfg.budgets) > 1:
+                self.report.extra["levels"][f"level-{level}"].update({
+                    "level_epsilon": mech.level_epsilon(level, stats["num_features"]),
+                    "level_and_features_epsilon": mech.level_epsilon(
+                        level, stats["num_features"], "level+features")})
 
     def ledger_budget(self, level: int, budget: float) -> None:
         self.report.extra.setdefault("levels", {})[f"level-{level}"] = {

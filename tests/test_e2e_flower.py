@@ -38,6 +38,10 @@ def test_ppgnn_cora_three_clients_well_above_majority(tmp_path):
     assert acc["test"] > acc["majority_class"] + 0.3, acc
     per_level = report["privacy"]["per_subject"]
     assert [per_level[f"level-{i}"]["epsilon"] for i in (1, 2, 3)] == pytest.approx([1, 2, 4])
+    # what the whole report reveals about the level (issue 13), and Cora's exact figure
+    assert [per_level[f"level-{i} (level)"]["epsilon"] for i in (1, 2, 3)] == pytest.approx(
+        [2.6832, 2.0078, 2.6832], abs=1e-4)
+    assert report["levels"]["level-1"]["level_epsilon"] == pytest.approx(2.6832, abs=1e-4)
     assert all(per_level[s]["cross_check"]["agrees"] for s in per_level)
     assert "epsilon" in res.stdout and "test" in res.stdout  # the printed table
 

@@ -24,6 +24,7 @@ from ._checks import check_unit_features
 from .additive import gaussian, laplace
 from .bits import SampledBits, multi_bit, multi_bit_estimate, mlr_num_dims, one_bit, unbias_factor
 from .ppm import PPMParams, PPMReport, ppm, ppm_estimate
+from .ppm import level_epsilon as ppm_level_epsilon
 
 Report = dict[str, Tensor]
 
@@ -39,7 +40,8 @@ class FeatureMechanism(ABC):
     """
 
     name: str = "abstract"
-    #: True if the report hides the user's privacy level (only a DP release of it leaves).
+    #: True if the report limits what it reveals about the user's privacy level; then
+    #: :meth:`level_epsilon` states how much (the whole report, not one part of it).
     hides_level: bool = False
 
     @abstractmethod
@@ -57,6 +59,15 @@ class FeatureMechanism(ABC):
     def delta(self) -> float:
         """delta of the LDP guarantee (0 for pure mechanisms)."""
         return 0.0
+
+    def level_epsilon(self, level: int, num_features: int | None = None,
+                      relation: str = "level") -> float:
+        """Epsilon (nats) of what one user's *whole* report reveals about its level, for a user
+        at ``level``: the largest log ratio of the report's probability against any other
+        level (``relation = "level"``: features fixed). Required, finite and >= 0, when
+        ``hides_level`` (:func:`check_privacy_declaration`); the default ``inf`` states that
+        the mechanism has not analysed it. ``num_features``: ``d``, ``None`` for every ``d``."""
+        return math.inf
 
 
 class PPMMechanism(FeatureMechanism):
@@ -82,6 +93,13 @@ class PPMMechanism(FeatureMechanism):
 
     def privacy_spent(self, level):
         return self.params.epsilon_split(level)
+
+    def level_epsilon(self, level, num_features=None, relation="level"):
+        """Exact, from :func:`fedgraph.mechanisms.ppm.level_epsilon` (ESW output, the number of
+        sampled dimensions and the signs, whose probabilities depend on ``eps_tau``)."""
+        if not 1 <= level <= self.params.num_levels:
+            raise ValueError(f"level must lie in {{1, ..., {self.params.num_levels}}}, got {level}")
+        return float(ppm_level_epsilon(self.params, num_features, relation)[level - 1])
 
 
 class _UniformMechanism(FeatureMechanism):
@@ -207,7 +225,8 @@ def check_privacy_declaration(mech: FeatureMechanism, num_levels: int, name: str
     """Check what ``mech`` declares to the privacy ledger, for every level ``1..num_levels``.
 
     ``privacy_spent(level)`` must be a non-empty dict ``{release name: epsilon}`` with every
-    epsilon finite and > 0, and ``delta()`` must lie in ``[0, 1)``. A mechanism that declares
+    epsilon finite and > 0, ``level_epsilon(level)`` finite and >= 0 when ``hides_level``, and
+    ``delta()`` must lie in ``[0, 1)``. A mechanism that declares
     nothing would have its reports leave the clients with no ledger event.
 
     Raises:
@@ -229,6 +248,14 @@ def check_privacy_declaration(mech: FeatureMechanism, num_levels: int, name: str
                     eps, (int, float)) or not math.isfinite(eps) or eps <= 0:
                 raise ContractError(f"{label}: privacy_spent(level={level}) has {release!r}: "
                                     f"{eps!r}; every epsilon must be a finite number > 0")
+        if mech.hides_level:
+            eps = mech.level_epsilon(level)
+            if isinstance(eps, bool) or not isinstance(eps, (int, float)) or not (
+                    0 <= eps < math.inf):
+                raise ContractError(
+                    f"{label}: hides_level is True but level_epsilon(level={level}) returned "
+                    f"{eps!r}; it must state what the whole report reveals about the level "
+                    "(a finite epsilon >= 0)")
     delta = mech.delta()
     if not isinstance(delta, (int, float)) or not 0.0 <= float(delta) < 1.0:
         raise ContractError(f"{label}: delta() must lie in [0, 1), got {delta!r}")

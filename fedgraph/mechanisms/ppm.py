@@ -6,10 +6,13 @@ A user at level ``tau`` with budget ``eps_tau`` from the budget set ``E`` spends
 What leaves the user is :class:`PPMReport`: the ESW output and, for each of ``m'`` sampled
 dimensions, the index and a sign ``+-1``. ``m'`` follows Theorem 1 applied to the budget of the
 *released* level (paper Sec. III-B: "we use a randomized version tau' through the ESW"), and the
-server rescales with that same released level. So every value of the report, and its length,
-is a function of the ESW output, the features and fresh randomness: nothing else about ``tau``
-leaves the user. The price: when ``tau' != tau`` the server's rescaling uses a slightly wrong
-budget, and the estimate is biased for that user (it is unbiased when ``tau' == tau``).
+server rescales with that same released level. So the set of values a report can take, and its
+length, do not depend on ``tau``. Its *distribution* does, beyond ESW: each sign is drawn with
+the user's own budget ``(1 - gamma) eps_tau / m'``. What the whole report reveals about the
+level is therefore more than ESW's ``gamma * eps_tau``; :func:`level_epsilon` computes it
+exactly and the ledger reports it (subject ``level-<tau> (level)``). The price of following the
+released level: when ``tau' != tau`` the server's rescaling uses a slightly wrong budget, and
+the estimate is biased for that user (it is unbiased when ``tau' == tau``).
 With a single level (``|E| = 1``) the level is public, ESW is skipped and ``gamma`` is ignored.
 """
 from __future__ import annotations
@@ -68,7 +71,9 @@ class PPMParams:
         return torch.tensor(self.budgets, dtype=torch.float64)[levels.cpu() - 1].to(levels.device)
 
     def epsilon_split(self, level: int) -> dict[str, float]:
-        """Budget per release for one level: ``{"esw": ..., "mlr": ...}`` (pure epsilon-LDP)."""
+        """Budget per release for one level: ``{"esw": ..., "mlr": ...}`` (pure epsilon-LDP).
+        Their sum bounds what a report reveals about the features at a fixed level; it does
+        not bound what it reveals about the level (:func:`level_epsilon`)."""
         eps = self.budgets[level - 1]
         out = {"mlr": (1.0 - self.esw_share) * eps}
         if self.num_levels > 1:
@@ -93,7 +98,8 @@ def ppm(x: Tensor, levels: Tensor, params: PPMParams,
         levels: long ``[n]`` in ``{1..h}``.
 
     Returns:
-        :class:`PPMReport`. User ``i`` is ``E[levels[i]]``-LDP (``gamma`` share on the level).
+        :class:`PPMReport`. User ``i`` is ``E[levels[i]]``-LDP about its features at its level;
+        what the report reveals about the level: :func:`level_epsilon`.
     """
     x = check_unit_features(x)
     n, d = x.shape
@@ -201,3 +207,111 @@ def ppm_estimate(report: PPMReport, num_features: int, params: PPMParams,
     mean_tanh = (post * torch.tanh(eps_all.view(1, -1) / (2.0 * m.cpu().view(-1, 1)))).sum(1)
     scale = (num_features / m.cpu().double()) / mean_tanh
     return scatter_bits(report.bits, n, num_features, scale.to(report.bits.row.device)), level_hat
+
+
+# --- what the whole report reveals about the level ----------------------------------------------
+
+#: neighbouring relations of :func:`level_leakage`: the level changes and the features stay
+#: (``"level"``), or the level and the features both change (``"level+features"``).
+LEVEL_RELATIONS = ("level", "level+features")
+
+
+def level_leakage(params: PPMParams, num_features: int | None = None,
+                  relation: str = "level") -> Tensor:
+    r"""Exact worst-case log ratio between the distributions of one user's PPM report at two
+    levels, float64 ``[h, h]`` (nats; entry ``[tau-1, tau'-1]``, symmetric).
+
+    .. math::
+        L(\tau, \tau') = \max_{r,\, x,\, x'} \bigl|\log P(r \mid x, \tau)
+                                                 - \log P(r \mid x', \tau')\bigr|
+
+    over every value ``r`` the report can take (released level ``g'``, the ordered sampled
+    indices, their signs) and every features ``x, x'`` in ``[-1, 1]^d``, with ``x' = x`` for
+    ``relation = "level"`` (what the report tells about the level of a user whose features are
+    whatever they are) and ``x, x'`` free for ``"level+features"`` (the user's whole input
+    changes; its diagonal is the features' epsilon ``(1 - gamma) eps_tau``).
+
+    The report's likelihood factorizes (PPGNN paper Alg. 3; :func:`ppm`):
+    :math:`P(r \mid x, \tau) = P_{ESW}(g' \mid \tau)\, P(S \mid m)\,
+    \prod_{j \in S} P(s_j \mid x_j, \epsilon'_\tau / m)` with ``m = m'(g')`` (Theorem 1 at the
+    released level's budget, so the length of the report is a function of ``g'``), ``S`` the
+    ``m`` indices drawn uniformly (independent of ``tau``: it cancels), ESW by Eq. (6) and each
+    sign by Eq. (4) at ``eps'_tau / m`` with ``eps'_tau = (1 - gamma) eps_tau``. A sign's log
+    ratio is monotone in ``x_j``, so the worst features are the ends ``x_j = +-1`` (the images
+    of the public feature domain's ends under :func:`~fedgraph.mechanisms.to_unit_range`: the
+    domain does not change the result), and all ``m`` signs can push the ratio the same way:
+    :math:`L = \max_{g'} \max(|\Delta_{ESW}(g') + m\, u_{hi}|,\ |\Delta_{ESW}(g') + m\, u_{lo}|)`
+    with ``u_hi, u_lo`` the largest and smallest log ratio of one sign.
+
+    ESW alone gives ``Delta_ESW`` only (0.297 for ``E = {1, 2, 4}``, ``gamma = 0.1``, levels
+    1 and 3); the signs add up to ``|eps'_tau - eps'_tau'|`` on top (their probabilities
+    depend on the user's own budget), e.g. 2.683 in total for that pair.
+
+    Args:
+        params: the public PPM parameters.
+        num_features: ``d``; ``None``: the maximum over every ``d >= 1`` (the bound that holds
+            whatever the dataset; equal to the exact value for every
+            ``d >= floor((1 - gamma) max(E) / 2.2)``, where ``m'`` no longer depends on ``d``).
+        relation: one of :data:`LEVEL_RELATIONS`.
+
+    Returns:
+        float64 ``[h, h]``. With a single level ``[[0.]]`` for ``"level"`` (the level is public,
+        there is no other level) and ``[[(1 - gamma) eps_1]]`` for ``"level+features"``.
+
+    Raises:
+        ValueError: ``relation`` not in :data:`LEVEL_RELATIONS`, ``num_features < 1``, or
+            ``num_features=None`` with a budget so large that the scan over ``d`` would exceed
+            10,000 values.
+    """
+    if relation not in LEVEL_RELATIONS:
+        raise ValueError(f"relation must be one of {LEVEL_RELATIONS}, got {relation!r}")
+    if num_features is None:
+        eps_feat = (1 - params.esw_share) * max(params.budgets)
+        top = int(mlr_num_dims(eps_feat, 1 << 30))  # m' without the cap d
+        if top > 10_000:
+            raise ValueError(f"num_features=None would scan d = 1..{top} (budget {max(params.budgets)}"
+                             "); pass the dataset's num_features")
+        return torch.stack([level_leakage(params, d, relation)
+                            for d in range(1, top + 1)]).amax(0)
+    if isinstance(num_features, bool) or not isinstance(num_features, int) or num_features < 1:
+        raise ValueError(f"num_features must be an integer >= 1, got {num_features!r}")
+    h, b = params.num_levels, params.window
+    eps_feat = (1 - params.esw_share) * torch.tensor(params.budgets, dtype=torch.float64)  # [h]
+    if h == 1:
+        return torch.zeros(1, 1, dtype=torch.float64) if relation == "level" else eps_feat.view(1, 1)
+    released = torch.arange(1, h + 2 * b + 1)  # [R], every ESW output
+    log_esw = _esw_likelihood(released, params).log()  # [R, h]
+    m = mlr_num_dims(eps_feat[esw_decode(released, h, b) - 1], num_features).double()  # [R]
+    per_sign = eps_feat.view(1, -1) / m.view(-1, 1)  # [R, h]: budget of one sign at each level
+    agree = -torch.nn.functional.softplus(-per_sign)  # log P(s = sign(x) | x = +-1)
+    disagree = -torch.nn.functional.softplus(per_sign)  # log P(s = -sign(x) | x = +-1)
+    # [R, tau, tau', 2]: one sign's log ratio at the worst ends x_j = +-1 (and x'_j = +-1)
+    if relation == "level":
+        u = torch.stack([agree.unsqueeze(2) - agree.unsqueeze(1),
+                         disagree.unsqueeze(2) - disagree.unsqueeze(1)], -1)
+    else:
+        u = torch.stack([agree.unsqueeze(2) - disagree.unsqueeze(1),
+                         disagree.unsqueeze(2) - agree.unsqueeze(1),
+                         agree.unsqueeze(2) - agree.unsqueeze(1),
+                         disagree.unsqueeze(2) - disagree.unsqueeze(1)], -1)
+    d_esw = (log_esw.unsqueeze(2) - log_esw.unsqueeze(1)).unsqueeze(-1)  # [R, h, h, 1]
+    total = d_esw + m.view(-1, 1, 1, 1) * torch.stack([u.amax(-1), u.amin(-1)], -1)
+    return total.abs().amax(-1).amax(0)
+
+
+def level_epsilon(params: PPMParams, num_features: int | None = None,
+                  relation: str = "level") -> Tensor:
+    r"""Level-inference epsilon of a user at each level, float64 ``[h]`` (nats, whole report).
+
+    Entry ``tau - 1`` is :math:`\max_{\tau' \ne \tau} L(\tau, \tau')` of :func:`level_leakage`:
+    for any prior on the level and on the features that does not depend on the level, the
+    server's posterior odds of ``tau`` against any other level move by at most
+    ``e^epsilon`` after seeing the report. With ``relation = "level+features"`` the maximum
+    also runs over ``tau' = tau`` (the features alone change), so it bounds what the report
+    tells about the user's whole input (level and features, e.g. features correlated with the
+    level). With one level: ``[0.]`` (``"level"``; the level is public).
+    """
+    leak = level_leakage(params, num_features, relation)
+    if relation == "level" and params.num_levels > 1:
+        leak = leak.masked_fill(torch.eye(params.num_levels, dtype=torch.bool), 0.0)
+    return leak.amax(1)

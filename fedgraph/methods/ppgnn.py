@@ -40,7 +40,17 @@ def build_mechanism(cfg: PPGNNConfig) -> FeatureMechanism:
                           delta=cfg.delta)
 
 
-def record_privacy(ledger: PrivacyLedger, cfg: PPGNNConfig, mech: FeatureMechanism) -> None:
+def level_subject(level: int) -> str:
+    """Ledger subject of what the reports reveal about the level of a user at ``level``."""
+    return f"level-{level} (level)"
+
+
+#: release name of the level-inference entries (:func:`record_privacy`)
+LEVEL_RELEASE = "whole report: level inference, features fixed"
+
+
+def record_privacy(ledger: PrivacyLedger, cfg: PPGNNConfig, mech: FeatureMechanism,
+                   num_features: int | None = None) -> None:
     """Record in ``ledger`` what each user at each level releases (subject ``level-<tau>``;
     ``every-user`` when the mechanism declares the same for every level).
 
@@ -48,6 +58,14 @@ def record_privacy(ledger: PrivacyLedger, cfg: PPGNNConfig, mech: FeatureMechani
     ``label_epsilon > 0``, its label through randomized response. Without randomized response
     the labels of training/validation users are given to the server in the clear (the paper's
     setting) and the report says so.
+
+    The unit of ``level-<tau>`` is the user's features (with its level fixed). A mechanism that
+    hides the level (``hides_level``, PPM) also gets, with several levels, a subject
+    :func:`level_subject` per level whose unit is the user's level: the epsilon of the whole
+    report against every other level, features fixed
+    (:meth:`~fedgraph.mechanisms.FeatureMechanism.level_epsilon`; for PPM 2.68 at level 1 of
+    ``E = {1, 2, 4}``, ``gamma = 0.1``, not the ``gamma * eps_tau`` of ESW alone), for
+    ``num_features`` features (``None``: the bound for every ``d``).
     """
     levels = range(1, len(cfg.budgets) + 1)
     spent = {level: mech.privacy_spent(level) for level in levels}
@@ -61,6 +79,10 @@ def record_privacy(ledger: PrivacyLedger, cfg: PPGNNConfig, mech: FeatureMechani
             ledger.record(subject, release, event)
         if cfg.label_epsilon > 0:
             ledger.record(subject, "labels (randomized response)", PureDP(cfg.label_epsilon))
+    if mech.hides_level and len(levels) > 1:
+        for level in levels:
+            ledger.record(level_subject(level), LEVEL_RELEASE,
+                          PureDP(mech.level_epsilon(level, num_features)))
 
 
 def client_report(client: ClientGraph, cfg: PPGNNConfig, feature_domain, num_classes: int,
