@@ -185,7 +185,8 @@ def gap_pma(msg: Message, context: Context) -> Message:
         local_sums, ids, sums = pma_partial_sums(state[f"hop{k - 1}"].to(dev), local, boundary,
                                                  plan.sigma,
                                                  _gap_generator(cfg, pid, f"pma{k}{tag}"),
-                                                 remote_ids=remote, remote_sigma=remote_sigma)
+                                                 remote_ids=remote, remote_sigma=remote_sigma,
+                                                 remote_norm=plan.remote_norm)
         state["local_sums"] = local_sums
         out = {"ids": ids, "sums": sums}
     context.state[key] = ArrayRecord(to_cpu(state))

@@ -62,6 +62,24 @@ def _aggregation_note(cfg, remote: tuple[float, int], sigmas: list[float]) -> st
             f"the noise either client planned for")
 
 
+def _privacy_model(cfg, plan: dict) -> str:
+    """The report's ``privacy.model``: level, protected unit and PMA's per-hop sensitivity
+    (``plan``: one client's plan; the sensitivity is the same for every client)."""
+    if cfg.level == "edge":
+        unit = ("undirected edge (both directed halves; sensitivity sqrt 2 per hop)"
+                if cfg.edge_unit == "undirected" else
+                "directed edge (sensitivity 1 per hop; GAP's paper unit: one half of an "
+                "undirected edge, so a whole friendship is protected only at a larger epsilon)")
+        return f"edge-level DP per client (protected unit: {unit})"
+    clip = (f"; every remote row clipped to norm {plan['remote_norm']:g}, so a node's in-edges "
+            f"from the other {cfg.num_clients - 1} clients count"
+            + (" as their summed row (secure aggregation)" if cfg.secure_aggregation else "")
+            if plan.get("remote_norm") is not None else "")
+    return (f"node-level DP per client (protected unit: a node with its features, label and "
+            f"edges; out-degree bounded by {cfg.max_degree}{clip}; PMA sensitivity "
+            f"{plan['sensitivity']:.4g} per hop)")
+
+
 @register_strategy("gap")
 class GAPStrategy(PrivateStrategy):
     """Server side of federated GAP and its baselines (``variant``: gap, gap-inf, mlp)."""
@@ -95,9 +113,7 @@ class GAPStrategy(PrivateStrategy):
                               "num_nodes", "num_train")} for m in clients.values()}
         num_classes, num_features = stats["num_classes"], stats["num_features"]
         self.report.privacy.update({
-            "model": f"{cfg.level}-level DP per client" + (
-                f" (protected unit: {cfg.edge_unit} edge)" if cfg.level == "edge" else
-                f" (out-degree bounded by {cfg.max_degree})"),
+            "model": _privacy_model(cfg, next(iter(clients.values()))),
             "unit": "epsilon per client for the whole run, at the client's delta",
             "inference": cfg.inference,
         })
