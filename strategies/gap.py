@@ -57,9 +57,35 @@ def _aggregation_note(cfg, remote: tuple[float, int], sigmas: list[float]) -> st
                 f"and neither the server nor a coalition of clients that includes the owner "
                 f"removes shares. This simulation sums in the clear on the server; a deployment "
                 f"needs a protocol such as SecAgg+ under those conditions.")
+    if cfg.level == "node":
+        return (f"node level with different client sigmas: every remote row gets sigma_max = "
+                f"{remote[0]:.4g}, so the rows the other clients release for a client's node "
+                f"carry at least the noise that client planned for")
     return (f"undirected edges with different client sigmas: every remote row gets "
             f"sigma_max = {remote[0]:.4g}, so both halves of a cross-client edge carry at least "
             f"the noise either client planned for")
+
+
+def _undirected_edge_epsilon(cfg, plans: list[dict]) -> dict[str, float]:
+    """``edge_unit = "directed"``: what one undirected edge (both halves, two rows) costs each
+    client, per client at its delta: its ``K`` PMA hops as Gaussian mechanisms of sensitivity
+    1 per half, one half at the client's sigma, the other at the smallest sigma that can carry
+    it (a cross-client edge's other half is another client's row, each client's own sigma
+    without secure aggregation; else the client's own)."""
+    from fedgraph.accounting import Gaussian, compose_epsilon
+
+    remote = cfg.cross_client_edges and cfg.num_clients > 1 and not cfg.secure_aggregation
+    low = min(p["sigma"] for p in plans)
+    out = {}
+    for p in plans:
+        other = min(low, p["sigma"]) if remote else p["sigma"]
+        if not p["hops"] or other == 0:
+            out[f"client-{p['partition_id']}"] = 0.0 if not p["hops"] else math.inf
+            continue
+        z = 1 / math.sqrt(1 / p["sigma"] ** 2 + 1 / other ** 2)  # std / sensitivity sqrt 2
+        out[f"client-{p['partition_id']}"] = float(compose_epsilon(
+            [Gaussian(z, count=p["hops"])], p["delta"], accountant=cfg.accountant))
+    return out
 
 
 def _privacy_model(cfg, plan: dict) -> str:
@@ -117,6 +143,9 @@ class GAPStrategy(PrivateStrategy):
             "unit": "epsilon per client for the whole run, at the client's delta",
             "inference": cfg.inference,
         })
+        if cfg.level == "edge" and cfg.edge_unit == "directed":
+            self.report.privacy["undirected_edge_epsilon"] = _undirected_edge_epsilon(
+                cfg, list(clients.values()))
         inductive = cfg.inference == "inductive" and cfg.variant != "mlp"
         if inductive:
             self.report.privacy["inference_note"] = (

@@ -279,3 +279,20 @@ def test_report_names_the_unit():
     assert "directed edge" in directed and "one half" in directed
     node = _privacy_model(parse_run_config({**NODE, "num-clients": 5, "max-degree": 10}), plan)
     assert "clipped to norm 1" in node and "3.742" in node
+
+
+def test_directed_unit_reports_what_an_undirected_edge_costs():
+    """With the paper's directed unit, the report adds each client's epsilon for a whole
+    undirected edge: the issue's 5.89 for the default noise (multiplier 1.8356 at eps 4,
+    K = 2, delta 1e-7), more for the client whose cross-client partner has less noise."""
+    from strategies.gap import _undirected_edge_epsilon
+
+    cfg = parse_run_config({"method": "gap", "edge-unit": "directed", "num-clients": 2,
+                            "client-epsilons": "4,8"})
+    plans = [{**privacy_plan(cfg, cfg.client_epsilon(c), 1).to_dict(), "partition_id": c}
+             for c in range(2)]
+    assert plans[0]["noise_multiplier"] == pytest.approx(1.8356, abs=1e-3)
+    eps = _undirected_edge_epsilon(cfg, plans)
+    alone = parse_run_config({"method": "gap", "edge-unit": "directed", "num-clients": 1})
+    assert _undirected_edge_epsilon(alone, plans[:1])["client-0"] == pytest.approx(5.89, abs=0.01)
+    assert eps["client-0"] > 5.89 and eps["client-1"] > 8
