@@ -296,3 +296,14 @@ def test_directed_unit_reports_what_an_undirected_edge_costs():
     alone = parse_run_config({"method": "gap", "edge-unit": "directed", "num-clients": 1})
     assert _undirected_edge_epsilon(alone, plans[:1])["client-0"] == pytest.approx(5.89, abs=0.01)
     assert eps["client-0"] > 5.89 and eps["client-1"] > 8
+
+
+def test_node_sensitivity_formula_and_validation():
+    from fedgraph.methods.gap import node_sensitivity
+
+    assert node_sensitivity(100) == pytest.approx(10.0)
+    assert node_sensitivity(100, 9) == pytest.approx(math.sqrt(109))
+    assert node_sensitivity(100, 9, summed=True) == pytest.approx(math.sqrt(181))
+    for bad in (-1, 1.5, True):
+        with pytest.raises(ValueError, match="other_clients"):
+            node_sensitivity(10, bad)
