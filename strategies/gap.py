@@ -95,15 +95,15 @@ def _privacy_model(cfg, plan: dict) -> str:
         unit = ("undirected edge (both directed halves; sensitivity sqrt 2 per hop)"
                 if cfg.edge_unit == "undirected" else
                 "directed edge (sensitivity 1 per hop; GAP's paper unit: one half of an "
-                "undirected edge, so a whole friendship is protected only at a larger epsilon)")
+                "undirected edge; a whole one costs privacy.undirected_edge_epsilon)")
         return f"edge-level DP per client (protected unit: {unit})"
     clip = (f"; every remote row clipped to norm {plan['remote_norm']:g}, so a node's in-edges "
             f"from the other {cfg.num_clients - 1} clients count"
             + (" as their summed row (secure aggregation)" if cfg.secure_aggregation else "")
             if plan.get("remote_norm") is not None else "")
+    pma = f"; PMA sensitivity {plan['sensitivity']:.4g} per hop" if plan.get("hops") else ""
     return (f"node-level DP per client (protected unit: a node with its features, label and "
-            f"edges; out-degree bounded by {cfg.max_degree}{clip}; PMA sensitivity "
-            f"{plan['sensitivity']:.4g} per hop)")
+            f"edges; out-degree bounded by {cfg.max_degree}{clip}{pma})")
 
 
 @register_strategy("gap")

@@ -273,7 +273,7 @@ def test_undirected_edges_with_heterogeneous_targets_keep_both_guarantees():
 def test_report_names_the_unit():
     from strategies.gap import _privacy_model
 
-    plan = {"sensitivity": math.sqrt(14), "remote_norm": 1.0}
+    plan = {"sensitivity": math.sqrt(14), "remote_norm": 1.0, "hops": 2}
     assert "undirected edge" in _privacy_model(parse_run_config({"method": "gap"}), plan)
     directed = _privacy_model(parse_run_config({"method": "gap", "edge-unit": "directed"}), plan)
     assert "directed edge" in directed and "one half" in directed
