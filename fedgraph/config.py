@@ -198,7 +198,10 @@ class GAPConfig(DataConfig):
     partitioner: str = "louvain"
     variant: Literal["gap", "gap-inf", "mlp"] = "gap"
     level: Literal["edge", "node"] = "edge"
-    edge_unit: Literal["directed", "undirected"] = "directed"
+    edge_unit: Literal["directed", "undirected"] = Field(
+        "undirected", description="edge level: the protected unit. undirected (default): one "
+        "edge of the undirected graph, stored as two directed halves, sensitivity sqrt 2; "
+        "directed: one half (GAP's paper), sensitivity 1")
     client_epsilons: list[float] = Field(default_factory=lambda: [4.0])
     delta: float = Field(1e-7, gt=0, lt=1)
     hops: int = Field(2, ge=0, le=10)

@@ -180,7 +180,8 @@ def gap_pma(msg: Message, context: Context) -> Message:
                                                  plan.sigma,
                                                  client_generator(cfg, context, pid,
                                                                   f"gap:pma{k}{tag}"),
-                                                 remote_ids=remote, remote_sigma=remote_sigma)
+                                                 remote_ids=remote, remote_sigma=remote_sigma,
+                                                 remote_norm=plan.remote_norm)
         state["local_sums"] = local_sums
         out = {"ids": ids, "sums": sums}
     context.state[key] = ArrayRecord(to_cpu(state))

@@ -57,9 +57,53 @@ def _aggregation_note(cfg, remote: tuple[float, int], sigmas: list[float]) -> st
                 f"and neither the server nor a coalition of clients that includes the owner "
                 f"removes shares. This simulation sums in the clear on the server; a deployment "
                 f"needs a protocol such as SecAgg+ under those conditions.")
+    if cfg.level == "node":
+        return (f"node level with different client sigmas: every remote row gets sigma_max = "
+                f"{remote[0]:.4g}, so the rows the other clients release for a client's node "
+                f"carry at least the noise that client planned for")
     return (f"undirected edges with different client sigmas: every remote row gets "
             f"sigma_max = {remote[0]:.4g}, so both halves of a cross-client edge carry at least "
             f"the noise either client planned for")
+
+
+def _undirected_edge_epsilon(cfg, plans: list[dict]) -> dict[str, float]:
+    """``edge_unit = "directed"``: what one undirected edge (both halves, two rows) costs each
+    client, per client at its delta: its ``K`` PMA hops as Gaussian mechanisms of sensitivity
+    1 per half, one half at the client's sigma, the other at the smallest sigma that can carry
+    it (a cross-client edge's other half is another client's row, each client's own sigma
+    without secure aggregation; else the client's own)."""
+    from fedgraph.accounting import Gaussian, compose_epsilon
+
+    remote = cfg.cross_client_edges and cfg.num_clients > 1 and not cfg.secure_aggregation
+    low = min(p["sigma"] for p in plans)
+    out = {}
+    for p in plans:
+        other = min(low, p["sigma"]) if remote else p["sigma"]
+        if not p["hops"] or other == 0:
+            out[f"client-{p['partition_id']}"] = 0.0 if not p["hops"] else math.inf
+            continue
+        z = 1 / math.sqrt(1 / p["sigma"] ** 2 + 1 / other ** 2)  # std / sensitivity sqrt 2
+        out[f"client-{p['partition_id']}"] = float(compose_epsilon(
+            [Gaussian(z, count=p["hops"])], p["delta"], accountant=cfg.accountant))
+    return out
+
+
+def _privacy_model(cfg, plan: dict) -> str:
+    """The report's ``privacy.model``: level, protected unit and PMA's per-hop sensitivity
+    (``plan``: one client's plan; the sensitivity is the same for every client)."""
+    if cfg.level == "edge":
+        unit = ("undirected edge (both directed halves; sensitivity sqrt 2 per hop)"
+                if cfg.edge_unit == "undirected" else
+                "directed edge (sensitivity 1 per hop; GAP's paper unit: one half of an "
+                "undirected edge; a whole one costs privacy.undirected_edge_epsilon)")
+        return f"edge-level DP per client (protected unit: {unit})"
+    clip = (f"; every remote row clipped to norm {plan['remote_norm']:g}, so a node's in-edges "
+            f"from the other {cfg.num_clients - 1} clients count"
+            + (" as their summed row (secure aggregation)" if cfg.secure_aggregation else "")
+            if plan.get("remote_norm") is not None else "")
+    pma = f"; PMA sensitivity {plan['sensitivity']:.4g} per hop" if plan.get("hops") else ""
+    return (f"node-level DP per client (protected unit: a node with its features, label and "
+            f"edges; out-degree bounded by {cfg.max_degree}{clip}{pma})")
 
 
 @register_strategy("gap")
@@ -95,12 +139,13 @@ class GAPStrategy(PrivateStrategy):
                               "num_nodes", "num_train")} for m in clients.values()}
         num_classes, num_features = stats["num_classes"], stats["num_features"]
         self.report.privacy.update({
-            "model": f"{cfg.level}-level DP per client" + (
-                f" (protected unit: {cfg.edge_unit} edge)" if cfg.level == "edge" else
-                f" (out-degree bounded by {cfg.max_degree})"),
+            "model": _privacy_model(cfg, next(iter(clients.values()))),
             "unit": "epsilon per client for the whole run, at the client's delta",
             "inference": cfg.inference,
         })
+        if cfg.level == "edge" and cfg.edge_unit == "directed":
+            self.report.privacy["undirected_edge_epsilon"] = _undirected_edge_epsilon(
+                cfg, list(clients.values()))
         inductive = cfg.inference == "inductive" and cfg.variant != "mlp"
         if inductive:
             self.report.privacy["inference_note"] = (

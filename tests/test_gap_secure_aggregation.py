@@ -74,7 +74,7 @@ def _gap(**kw):
 
 def test_remote_noise_per_mode():
     sigmas = [1.0, 2.0, 4.0, 1.0, 1.0]
-    assert remote_noise(_gap(), sigmas) is None  # directed edges: each client's own sigma
+    assert remote_noise(_gap(**{"edge-unit": "directed"}), sigmas) is None  # each own sigma
     assert remote_noise(_gap(**{"edge-unit": "undirected"}), [1.5] * 5) is None  # equal sigmas
     assert remote_noise(_gap(**{"edge-unit": "undirected"}), sigmas) == (4.0, 1)
     assert remote_noise(_gap(**{"secure-aggregation": True}), sigmas) == (2.0, 4)

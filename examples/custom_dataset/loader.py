@@ -10,6 +10,10 @@ to this module by default. (Without any code, ``dataset = "files"`` with
 ``by_blocks`` is a partitioner: node i goes to client ``i * num_clients // N``, as if the
 rows were ordered by the institution that holds them.
 
+Privacy (``run.toml``): edge-level DP per client, protecting one edge of ``edges.csv`` (an
+undirected friendship, stored as two directed halves: ``edge-unit = "undirected"``,
+the default, sensitivity sqrt 2 per PMA hop).
+
 Run: fedgraph run examples/custom_dataset/run.toml
 """
 from pathlib import Path

@@ -18,13 +18,15 @@ Three modules (paper Sec. 4, Fig. 3, Alg. 2):
 Privacy (paper Sec. 5; its theorems were lost in the text extraction, rebuilt from the text and
 the reference code github.com/sisaman/GAP):
 
-* Edge level: PMA is ``K`` Gaussian mechanisms with L2 sensitivity 1 per hop (adding a directed
-  edge ``u -> v`` adds the unit-norm row :math:`\check X^{(k-1)}_u` to row ``v``), or
-  :math:`\sqrt 2` when the protected unit is an undirected edge stored as two directed edges
-  (:func:`edge_sensitivity`). EM and CM do not use the edges, so edge-level DP costs PMA only.
+* Edge level: PMA is ``K`` Gaussian mechanisms with L2 sensitivity :math:`\sqrt 2` per hop
+  for the default unit, an undirected edge stored as two directed edges (rows ``u`` and ``v``
+  both change), or 1 for a directed edge ``u -> v`` (adding it adds the unit-norm row
+  :math:`\check X^{(k-1)}_u` to row ``v``; the paper's unit, one half of an undirected
+  friendship) (:func:`edge_sensitivity`). EM and CM do not use the edges, so edge-level DP
+  costs PMA only.
 * Node level: out-degrees bounded by ``D`` (:func:`fedgraph.utils.bound_out_degree`, the
-  reference code's ``BoundOutDegree``), sensitivity :math:`\sqrt D` per hop
-  (:func:`node_sensitivity`); EM and CM are trained with DP-SGD (Poisson sampling, per-example
+  reference code's ``BoundOutDegree``), sensitivity :math:`\sqrt D` per hop centrally,
+  :math:`\sqrt{D + n - 1}` across ``n`` clients (:func:`node_sensitivity`); EM and CM are trained with DP-SGD (Poisson sampling, per-example
   clipping, Opacus). The reference code calibrates **one** noise multiplier shared by the
   encoder's DP-SGD, PMA (noise std = multiplier x :math:`\sqrt D`) and the classifier's
   DP-SGD, by root finding on the composed privacy curve; :func:`calibrate_gap` does the same.
@@ -39,10 +41,13 @@ below is the centralized one): EM and CM train with FedAvg rounds of :func:`loca
 target (:func:`aggregate` with targets renumbered ``0..T-1``), adds :func:`perturb` noise to
 every partial sum it releases, and the owner of a target adds the noisy partial sums it receives
 to its own noisy local sum before :func:`normalize_rows`. Each edge enters exactly one noisy
-partial sum, so the per-hop sensitivity is unchanged (the total noise at a target with remote
-in-neighbours is larger than centrally). Node level: a client bounds the out-degrees of its own
-nodes over local and boundary edges together (:func:`fedgraph.utils.bound_out_degree`): it owns
-every out-edge of its nodes.
+partial sum, so the per-hop edge-level sensitivity is unchanged (the total noise at a target
+with remote in-neighbours is larger than centrally). Node level: a client bounds the
+out-degrees of its own nodes over local and boundary edges together
+(:func:`fedgraph.utils.bound_out_degree`): it owns every out-edge of its nodes; a node's
+in-edges from another client are that client's out-edges, summed in the row it releases for the
+node, so every remote row is clipped to norm 1 and the sensitivity grows to
+:math:`\sqrt{D + n - 1}` (:func:`node_sensitivity` has the argument).
 
 Baselines (paper Sec. 6; the extract we work from lacks that section's details, so the setup
 below is rebuilt from the reference code, ``core/methods/node/sage/`` and
@@ -202,10 +207,12 @@ def pma(x0: Tensor, edge_index: Tensor, num_hops: int, sigma: float,
     return hops
 
 
-def edge_sensitivity(unit: str = "directed") -> float:
-    r"""L2 sensitivity of one PMA hop for edge-level DP: 1 for a directed edge ``u -> v`` (row
-    ``v`` changes by a unit vector); :math:`\sqrt 2` for an undirected edge stored as ``u -> v``
-    and ``v -> u`` (rows ``u`` and ``v`` both change)."""
+def edge_sensitivity(unit: str = "undirected") -> float:
+    r"""L2 sensitivity of one PMA hop for edge-level DP: :math:`\sqrt 2` for an undirected edge
+    stored as ``u -> v`` and ``v -> u`` (rows ``u`` and ``v`` both change; the default: every
+    graph fedgraph loads is undirected); 1 for a directed edge ``u -> v`` (row ``v`` changes by
+    a unit vector; GAP's paper protects this unit, which on an undirected graph is half a
+    friendship)."""
     if unit == "directed":
         return 1.0
     if unit == "undirected":
@@ -213,12 +220,67 @@ def edge_sensitivity(unit: str = "directed") -> float:
     raise ValueError(f"edge unit: unknown {unit!r}; allowed: directed, undirected")
 
 
-def node_sensitivity(max_degree: int) -> float:
-    r"""L2 sensitivity :math:`\sqrt D` of one PMA hop for node-level DP when out-degrees are
-    bounded by ``D`` (removing a node changes at most ``D`` rows, each by a unit vector)."""
+def node_sensitivity(max_degree: int, other_clients: int = 0, summed: bool = False) -> float:
+    r"""L2 sensitivity of one PMA hop for node-level DP: :math:`\sqrt{D + m}` with ``m`` other
+    clients releasing rows (:math:`\sqrt{D + m^2}` when they are ``summed``), :math:`\sqrt D`
+    centrally (``m = 0``).
+
+    Neighbouring relation (GAP, paper 000, Sec. 5 "node-level privacy": a node influences at
+    most ``D`` other nodes): node ``w`` is removed with all its edges, in and out, on every
+    client (in the code: ``w`` becomes isolated; the ids that rows are released for are public
+    and do not change), on the degree-bounded graph (the caveat of
+    :mod:`fedgraph.utils.graph`: the sampling of out-edges is taken as given). Per hop ``k``,
+    given the previous hop (adaptive composition), whose rows all have L2 norm <= 1
+    (row-normalized), the rows that change are:
+
+    1. **Rows that ``w``'s out-edges enter**, released by ``w``'s own client: its local sums
+       (kept by the client, an output of the same Gaussian mechanism) and its remote partial
+       sums (released to the server, routed to the target's owner). Out-degrees are bounded by
+       ``D`` over local and boundary edges together, so at most ``D`` rows change, each by
+       ``w``'s row (norm <= 1); a remote row is clipped to norm <= 1 before its noise (below),
+       and clipping is a projection onto a ball, 1-Lipschitz, so it still changes by <= 1.
+    2. **Rows that ``w``'s in-edges enter**: an in-edge ``u -> w`` from another client ``X`` is
+       ``X``'s out-edge, summed in ``X``'s released row for ``w``. Nothing bounds ``w``'s
+       in-degree from ``X`` (removing ``w`` changed that row by up to its in-degree, e.g. 168),
+       so federated node-level PMA clips every remote row to L2 norm <= 1
+       (:data:`fedgraph.methods.gap_federated.REMOTE_ROW_NORM`, a public constant): removing
+       ``w`` changes ``X``'s row for ``w`` by <= 1 (from ``clip(s)`` to ``clip(0) = 0``), and
+       removing a node ``u`` at ``X`` still changes each of ``X``'s rows by <= 1 (1-Lipschitz),
+       as in 1. So each of the ``m = num_clients - 1`` other clients releases one row that
+       changes by <= 1. With secure aggregation the server sees only the sum over those ``m``
+       clients of their rows for ``w``, which can change by ``m`` (all in one direction):
+       ``summed=True`` counts it as one row of norm ``m``.
+    3. **``w``'s own row at its own client** (the sum over its local in-edges plus the noisy rows
+       received for it) is never released: the client keeps it as ``w``'s input to the
+       classifier, whose training is DP-SGD at node level (``w``'s per-example gradient is
+       clipped whatever its input), and it reaches other nodes only through ``w``'s out-edges,
+       normalized (counted in 1 at the next hop). It is ``w``'s own data, like its features.
+    4. Nothing else: other nodes' rows and out-edges are unchanged given the previous hop.
+
+    So the change over all rows of all clients is at most
+    :math:`\sqrt{D \cdot 1^2 + m \cdot 1^2}` (``summed``: :math:`\sqrt{D + m^2}`). Each client
+    calibrates its noise multiplier ``z`` for its own target and uses std
+    ``sigma = z x`` this sensitivity on its local rows; remote rows carry at least every
+    client's own sigma (the largest, :func:`fedgraph.methods.gap_federated.remote_noise`), so for
+    the owner ``c`` of ``w`` the ratio sensitivity / noise over all changed rows is at most
+    :math:`\sqrt{D / \sigma_c^2 + m / \sigma_{max}^2} \le 1 / z_c`: ``K`` Gaussian mechanisms
+    with multiplier ``z_c`` hold against the server, the other clients and the released model.
+
+    Args:
+        max_degree: ``D >= 1``, the out-degree bound.
+        other_clients: ``m >= 0``, the clients other than ``w``'s that release a (clipped) row
+            for ``w``: ``num_clients - 1`` with cross-client edges, else 0.
+        summed: the server learns only the sum of those ``m`` rows (secure aggregation).
+
+    Raises:
+        ValueError: ``max_degree`` not an integer >= 1, or ``other_clients`` not an integer >= 0.
+    """
     if isinstance(max_degree, bool) or int(max_degree) != max_degree or max_degree < 1:
         raise ValueError(f"max_degree must be an integer >= 1, got {max_degree}")
-    return math.sqrt(max_degree)
+    if isinstance(other_clients, bool) or int(other_clients) != other_clients or other_clients < 0:
+        raise ValueError(f"other_clients must be an integer >= 0, got {other_clients}")
+    m = int(other_clients)
+    return math.sqrt(max_degree + (m * m if summed else m))
 
 
 # --------------------------------------------------------------------------------------------
@@ -901,7 +963,7 @@ def run_gap(data, *, method: str = "gap", level: str = "edge",
             dropout: float = 0.0, batch_norm: bool | None = None,
             encoder_epochs: int | None = None, classifier_epochs: int | None = None,
             lr: float = 0.01, weight_decay: float = 0.0, batch_size: int | None | str = "auto",
-            max_degree: int = 100, max_grad_norm: float = 1.0, edge_unit: str = "directed",
+            max_degree: int = 100, max_grad_norm: float = 1.0, edge_unit: str = "undirected",
             select_on_val: bool | None = None, accountant: str = "prv",
             encoder_output: Tensor | None = None, return_encoder_output: bool = False,
             seed: int = 0) -> dict[str, Any]:
@@ -932,7 +994,8 @@ def run_gap(data, *, method: str = "gap", level: str = "edge",
         lr, weight_decay: Adam.
         max_degree: ``D`` of node-level degree bounding.
         max_grad_norm: DP-SGD clipping norm.
-        edge_unit: ``"directed"`` or ``"undirected"`` (edge level, see :func:`edge_sensitivity`).
+        edge_unit: ``"undirected"`` (default) or ``"directed"`` (the paper's unit; edge level,
+            see :func:`edge_sensitivity`).
         select_on_val: keep the best validation epoch (``None``: the level's default).
         accountant: accountant of calibration and of the reported epsilon.
         encoder_output: ``[N, e]`` encoder output to use instead of pre-training an encoder

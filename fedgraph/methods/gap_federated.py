@@ -7,14 +7,18 @@ hop by hop across clients:
 
 1. :func:`pma_partial_sums`: from its normalized hop ``k-1``, the client sums over its edges,
    for its own nodes (local edges) and for remote nodes (boundary edges ``u -> v`` with ``u``
-   here), and adds ``N(0, sigma^2 I)`` to **every** row of both. Only the noisy remote rows
-   leave the client (through the server, to the owner of ``v``).
+   here), and adds ``N(0, sigma^2 I)`` to **every** row of both (node level: each remote row
+   is first clipped to L2 norm <= :data:`REMOTE_ROW_NORM`). Only the noisy remote rows leave
+   the client (through the server, to the owner of ``v``).
 2. :func:`pma_finish`: the owner adds the noisy partial sums it received to its own noisy sums
    and row-normalizes: hop ``k``.
 
 One directed edge changes one row of one released sum by a unit vector, so each hop of each
-client is a Gaussian mechanism with L2 sensitivity 1 (sqrt(2) for an undirected edge, sqrt(D)
-for a node with out-degree bounded by D).
+client is a Gaussian mechanism with L2 sensitivity sqrt(2) for an undirected edge (the default
+unit; 1 for a directed one). Node level: a node changes the <= D rows its out-edges enter and,
+through its in-edges from the other ``n - 1`` clients, the row each of them releases for it:
+clipped to norm 1, sensitivity sqrt(D + n - 1) (the argument, and the secure-aggregation case:
+:func:`~fedgraph.methods.gap.node_sensitivity`).
 
 Inference (``GAPConfig.inference``). Transductive: one PMA on the whole graph serves training
 and evaluation. Inductive: the masks split the graph into a *training graph* (edges with both
@@ -54,6 +58,12 @@ from ..utils.graph import MAX_MESSAGE_ELEMENTS, bound_out_degree, scatter_sum_ch
 from .gap import DPSGD, calibrate_gap, dpsgd_schedule, edge_sensitivity, node_sensitivity
 
 
+#: Node level: L2 norm bound of every remote partial-sum row before its noise (public). A
+#: node's in-edges from another client are summed in that client's row for it; clipping bounds
+#: their effect to this norm (:func:`~fedgraph.methods.gap.node_sensitivity`).
+REMOTE_ROW_NORM = 1.0
+
+
 @dataclass(frozen=True)
 class PrivacyPlan:
     """One client's noise and the events it spends (``noise_multiplier = 0``: no noise)."""
@@ -65,6 +75,7 @@ class PrivacyPlan:
     encoder_schedule: tuple[float, int] | None  # (sample rate, steps) of DP-SGD, node level
     classifier_schedule: tuple[float, int] | None
     hops: int
+    remote_norm: float | None = None  # node level: remote rows clipped to this L2 norm
 
     @property
     def sigma(self) -> float:
@@ -79,7 +90,7 @@ class PrivacyPlan:
     def to_dict(self) -> dict:
         return {"epsilon_target": self.epsilon, "delta": self.delta,
                 "noise_multiplier": self.noise_multiplier, "sensitivity": self.sensitivity,
-                "sigma": self.sigma, "hops": self.hops,
+                "sigma": self.sigma, "hops": self.hops, "remote_norm": self.remote_norm,
                 "encoder_schedule": self.encoder_schedule,
                 "classifier_schedule": self.classifier_schedule}
 
@@ -116,13 +127,24 @@ def _calibrate(epsilon, delta, hops, level, enc, cls, accountant) -> float:
                          classifier_schedule=cls, accountant=accountant)
 
 
+def has_remote_rows(cfg: GAPConfig) -> bool:
+    """Whether clients release partial-sum rows for each other's nodes (PMA across clients)."""
+    return cfg.cross_client_edges and cfg.variant != "mlp" and cfg.num_clients > 1
+
+
 def privacy_plan(cfg: GAPConfig, epsilon: float, num_train: int) -> PrivacyPlan:
     """Calibrate a client's noise multiplier for its target ``epsilon`` (per client, for the
-    whole run) and ``cfg.delta``. Edge level: PMA only; node level: PMA and the DP-SGD of the
-    encoder and the classifier share one noise multiplier (the paper's reference code)."""
+    whole run) and ``cfg.delta``. Edge level: PMA only, sensitivity
+    :func:`~fedgraph.methods.gap.edge_sensitivity` of ``cfg.edge_unit``; node level: PMA and
+    the DP-SGD of the encoder and the classifier share one noise multiplier (the paper's
+    reference code), PMA's sensitivity is :func:`~fedgraph.methods.gap.node_sensitivity` with
+    the ``num_clients - 1`` other clients' rows (summed under secure aggregation) and
+    ``remote_norm`` :data:`REMOTE_ROW_NORM` (no clipping without noise: ``gap-inf``, ``inf``)."""
     hops = 0 if cfg.variant == "mlp" else cfg.hops
     node = cfg.level == "node"
-    sens = node_sensitivity(cfg.max_degree) if node else edge_sensitivity(cfg.edge_unit)
+    others = cfg.num_clients - 1 if has_remote_rows(cfg) else 0
+    sens = node_sensitivity(cfg.max_degree, others, cfg.secure_aggregation) if node \
+        else edge_sensitivity(cfg.edge_unit)
     if cfg.variant == "gap-inf" or math.isinf(epsilon):
         return PrivacyPlan(math.inf, 0.0, 0.0, sens, None, None, hops)
     enc = cls = None
@@ -134,7 +156,8 @@ def privacy_plan(cfg: GAPConfig, epsilon: float, num_train: int) -> PrivacyPlan:
     elif hops == 0:  # MLP at edge level touches no edge
         return PrivacyPlan(epsilon, cfg.delta, 0.0, 0.0, None, None, 0)
     z = _calibrate(epsilon, cfg.delta, hops, cfg.level, enc, cls, cfg.accountant)
-    return PrivacyPlan(epsilon, cfg.delta, z, sens if hops else 0.0, enc, cls, hops)
+    return PrivacyPlan(epsilon, cfg.delta, z, sens if hops else 0.0, enc, cls, hops,
+                       REMOTE_ROW_NORM if node and others else None)
 
 
 def build_encoder(cfg: GAPConfig, num_features: int, num_classes: int) -> GAPEncoder:
@@ -199,7 +222,7 @@ def client_edges(client, cfg: GAPConfig, generator: torch.Generator,
 def pma_partial_sums(h_prev: Tensor, local: Tensor, boundary: Tensor, sigma: float,
                      generator: torch.Generator, remote_ids: Tensor | None = None,
                      max_elements: int = MAX_MESSAGE_ELEMENTS,
-                     remote_sigma: float | None = None,
+                     remote_sigma: float | None = None, remote_norm: float | None = None,
                      ) -> tuple[Tensor, Tensor, Tensor]:
     """One hop of PMA on a client (Alg. 1 lines 3-4, split across clients).
 
@@ -217,10 +240,15 @@ def pma_partial_sums(h_prev: Tensor, local: Tensor, boundary: Tensor, sigma: flo
         remote_sigma: noise std of the remote rows (``None``: ``sigma``). Secure aggregation
             (:func:`secure_remote_sigma`): the server learns only the sum over the clients of a
             node's remote rows, so each adds a share of the noise. ``> 0`` when ``sigma > 0``.
+        remote_norm: node level (:attr:`PrivacyPlan.remote_norm`): every remote row is
+            projected onto the L2 ball of this radius before its noise, so that a node's
+            in-edges from this client change its row by at most this much; ``None``: no
+            clipping (edge level, where one edge changes one row by <= 1 anyway).
 
     Raises:
         ValueError: ``sigma`` not finite and >= 0; ``remote_sigma`` not finite and > 0 (>= 0
-            when ``sigma == 0``); ``remote_ids`` missing a boundary target.
+            when ``sigma == 0``); ``remote_norm`` not > 0; ``remote_ids`` missing a boundary
+            target.
 
     Returns:
         ``(local_sums [n, e], remote_ids [m], remote_sums [m, e])``, every row noised, on
@@ -244,6 +272,11 @@ def pma_partial_sums(h_prev: Tensor, local: Tensor, boundary: Tensor, sigma: flo
         raise ValueError("remote_ids must contain every boundary target")
     remote_sums = scatter_sum_chunked(h_prev, boundary[0].to(dev), pos.to(dev),
                                       remote_ids.numel(), max_elements)
+    if remote_norm is not None:
+        if not remote_norm > 0:
+            raise ValueError(f"remote_norm must be > 0 (or None), got {remote_norm}")
+        norms = remote_sums.norm(dim=1, keepdim=True)
+        remote_sums = remote_sums * (remote_norm / norms.clamp_min(remote_norm))
     if sigma > 0:
         local_sums += sigma * rng.randn(local_sums.shape, generator).to(dev)
     if remote_sigma > 0:
@@ -286,12 +319,17 @@ def remote_noise(cfg: GAPConfig, sigmas: list[float]) -> tuple[float, int] | Non
       at its own ``sigma_c``; if ``sigma_i < sigma_c``, the pair leaks more than c's target. So
       every remote row gets ``sigma_max`` (1 contributor): both halves have at least the noise
       either client planned for. Local rows (both halves at the same client) keep its sigma.
+    * Node level and clients of different ``sigma``: removing node ``w`` of client c changes
+      the (clipped) row every other client releases for ``w``; c calibrated for them at its
+      own ``sigma_c`` (:func:`~fedgraph.methods.gap.node_sensitivity`), so every remote row gets
+      ``sigma_max`` (1 contributor), as above.
     """
-    if not cfg.cross_client_edges or cfg.variant == "mlp" or not sigmas or cfg.num_clients < 2:
+    if not has_remote_rows(cfg) or not sigmas:
         return None  # no remote rows
     if cfg.secure_aggregation:
         return secure_remote_sigma(sigmas, cfg.num_clients), max(cfg.num_clients - 1, 1)
-    if cfg.level == "edge" and cfg.edge_unit == "undirected" and max(sigmas) > min(sigmas):
+    two_sided = cfg.level == "node" or cfg.edge_unit == "undirected"
+    if two_sided and max(sigmas) > min(sigmas):
         return max(sigmas), 1
     return None
 
