@@ -95,7 +95,14 @@ def client_view(cfg: DataConfig, partition_id: int, budgets=None, shares=None) -
 
 
 class ClientFailure(RuntimeError):
-    """A client answered with an error or did not answer in time."""
+    """A client answered with an error or did not answer in time.
+
+    ``replies``: node id -> reply content of the clients that did answer (their releases left
+    them: a strategy records them in its ledger before re-raising)."""
+
+    def __init__(self, message: str, replies: dict | None = None):
+        super().__init__(message)
+        self.replies = dict(replies or {})
 
 
 def send_to_all(grid, message_type: str, contents: dict[int, "object"], timeout: float):
@@ -104,7 +111,8 @@ def send_to_all(grid, message_type: str, contents: dict[int, "object"], timeout:
     Returns:
         dict node id -> reply content (RecordDict).
     Raises:
-        ClientFailure: naming the nodes that failed or timed out and their error reasons.
+        ClientFailure: naming the nodes that failed or timed out and their error reasons; its
+            ``replies`` holds the replies that did arrive.
     """
     from flwr.app import Message
 
@@ -128,7 +136,7 @@ def send_to_all(grid, message_type: str, contents: dict[int, "object"], timeout:
         if missing:
             lines.append(f"{len(missing)} client(s): no reply within {timeout:.0f} s")
         raise ClientFailure(f"{message_type} failed on {len(failed) + len(missing)} of "
-                            f"{len(contents)} clients: " + "; ".join(lines))
+                            f"{len(contents)} clients: " + "; ".join(lines), replies=out)
     return out
 
 
