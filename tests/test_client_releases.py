@@ -430,3 +430,17 @@ def test_report_composes_and_cross_checks_at_the_run_delta(runs, name, delta):
     assert report["privacy"]["composed_at"]["delta"] == delta
     for row in report["privacy"]["per_subject"].values():
         assert row["cross_check"]["delta"] == pytest.approx(delta) or math.isinf(row["epsilon"])
+
+
+def test_pure_cross_check_holds_at_the_run_delta_where_prv_fails():
+    """PPGNN's level 2 (budget 2 split into ESW and MLR) at delta 1e-5: prv-accountant's
+    discretisation fails; the cross-check still runs at that delta (PLD) and agrees."""
+    from fedgraph.config import parse_run_config
+    from fedgraph.methods import ppgnn
+
+    cfg = parse_run_config({"method": "ppgnn", "dataset": "cora", "num-clients": 2})
+    ledger = PrivacyLedger()
+    ppgnn.record_privacy(ledger, cfg, ppgnn.build_mechanism(cfg))
+    for subject, row in ledger.summary(1e-5).items():
+        check = row["cross_check"]
+        assert check["delta"] == 1e-5 and check["agrees"], (subject, check)
