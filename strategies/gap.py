@@ -13,6 +13,11 @@ epsilon is that of one run; see :mod:`fedgraph.methods.gap_federated` for who de
 cross-client edges exist and for the argument. The ledger records the held-out run under a
 subject of its own, ``client-i (held-out graph)``.
 
+Ledger: each client's releases are recorded as their replies arrive (:meth:`GAPStrategy._released`:
+a PMA hop, a node-level DP-SGD round), so a failed run reports what left the clients; each
+client's epsilon target is its subject's budget. Node level: training replies carry no loss and
+the constant weight 1 (the count of private training nodes never leaves a client).
+
 Remote rows' noise: each client's own sigma by default; with ``secure_aggregation`` (a stated
 trust assumption: the server learns only sums) a share sigma_max / sqrt(n - 1), and the server
 sums the rows per node before routing; with undirected edges and different client sigmas,

@@ -20,8 +20,10 @@ only); the private graph is partitioned over the clients. Phases:
 Privacy (node-level DP of each client's private nodes, for the released student and every
 answer): client ``c`` answering ``m_c`` queries spends ``m_c`` compositions of a
 Poisson-subsampled Laplace mechanism (:func:`fedgraph.methods.privgnn.privgnn_events`),
-recorded in the ledger as ``client-<c>`` and composed with PLD (dp-accounting) at ``delta``,
-with the RDP figure beside it. Clients refuse beyond their target (``client-epsilons``).
+recorded in the ledger as ``client-<c>`` as each reply arrives (a run that fails later still
+reports the answers given) and composed with PLD (dp-accounting) at ``delta``, with the RDP
+figure beside it. Clients refuse beyond their target (``client-epsilons``), which is the
+subject's budget in the report (``over_budget``).
 
 Noise convention (a deliberate choice; see README "PrivGNN"): the answer is a probability
 vector (or a one-hot vote), whose L1 sensitivity is 2, so the Laplace scale is ``2 / lam``

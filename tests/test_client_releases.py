@@ -327,7 +327,7 @@ def test_gap_failed_run_reports_exactly_the_hops_released(tmp_path):
     for c, hops in ((0, 2), (1, 1)):
         z = plans[f"client-{c}"]["noise_multiplier"]
         eps = _events_epsilon([Gaussian(z, count=hops)], GAP["delta"],
-                              report["privacy"]["composed_at"]["accountant"])
+                              report["config"]["accountant"])
         assert per[f"client-{c}"]["epsilon"] == pytest.approx(eps, rel=1e-3)
         assert per[f"client-{c}"]["epsilon"] < plans[f"client-{c}"]["epsilon_target"]
 
@@ -350,14 +350,16 @@ def test_gap_node_failure_in_a_later_phase_reports_the_dpsgd_and_pma_spent(tmp_p
         if c == 0:
             events.append(SubsampledGaussian(q, z, steps))
         eps = _events_epsilon(events, GAP_NODE["delta"],
-                              report["privacy"]["composed_at"]["accountant"])
+                              report["config"]["accountant"])
         assert per[f"client-{c}"]["epsilon"] == pytest.approx(eps, rel=1e-3), c
 
 
-@pytest.mark.parametrize("config,message_type", [(GAP, "query.gap_setup"),
+@pytest.mark.parametrize("config,message_type", [(GAP, "train"),  # edge level: no release yet
                                                  (PPGNN, "query.ppgnn"),
                                                  (PRIVGNN, "query.privgnn")])
 def test_a_run_that_fails_before_any_release_reports_none(tmp_path, config, message_type):
+    """Every client fails at ``message_type`` (GAP edge level: the encoder round, which
+    releases nothing about edges, before any PMA hop): nothing was spent, nothing reported."""
     report, _ = _run(config, tmp_path, "early", lambda m: m.metadata.message_type == message_type)
     assert report["status"] == "failed"
     assert report["privacy"]["per_subject"] == {}
@@ -427,9 +429,9 @@ def test_gap_and_privgnn_clients_carry_their_targets_as_budgets(runs):
                                         ("privgnn", 1e-4)])
 def test_report_composes_and_cross_checks_at_the_run_delta(runs, name, delta):
     report = runs[name][0]
-    assert report["privacy"]["composed_at"]["delta"] == delta
     for row in report["privacy"]["per_subject"].values():
         assert row["cross_check"]["delta"] == pytest.approx(delta) or math.isinf(row["epsilon"])
+    assert report["privacy"]["composed_at"]["delta"] == delta
 
 
 def test_pure_cross_check_holds_at_the_run_delta_where_prv_fails():
