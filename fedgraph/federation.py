@@ -96,7 +96,14 @@ def client_view(cfg: DataConfig, partition_id: int, budgets=None, shares=None) -
 
 
 class ClientFailure(RuntimeError):
-    """A client answered with an error or did not answer in time."""
+    """A client answered with an error or did not answer in time.
+
+    ``replies``: node id -> reply content of the clients that did answer (their releases left
+    them: a strategy records them in its ledger before re-raising)."""
+
+    def __init__(self, message: str, replies: dict | None = None):
+        super().__init__(message)
+        self.replies = dict(replies or {})
 
 
 class RunInterrupted(Exception):
@@ -114,7 +121,8 @@ def send_to_all(grid, message_type: str, contents: dict[int, "object"], timeout:
     Raises:
         ClientFailure: naming the nodes that failed or timed out and their error reasons, or
             the client and field of a reply with a non-finite value
-            (:func:`check_finite_reply`).
+            (:func:`check_finite_reply`); its ``replies`` holds the replies that did arrive
+            (a non-finite one included: it left its client too).
     """
     from flwr.app import Message
 
@@ -130,8 +138,11 @@ def send_to_all(grid, message_type: str, contents: dict[int, "object"], timeout:
             out[node] = r.content
     missing = set(contents) - set(out) - set(failed)
     if not failed and not missing:
-        for node, content in out.items():
-            check_finite_reply(content, client_label(node, content), message_type)
+        try:
+            for node, content in out.items():
+                check_finite_reply(content, client_label(node, content), message_type)
+        except ClientFailure as err:
+            raise ClientFailure(str(err), replies=out) from None
     if failed or missing:
         causes: dict[str, int] = {}
         for reason in failed.values():
@@ -141,7 +152,7 @@ def send_to_all(grid, message_type: str, contents: dict[int, "object"], timeout:
         if missing:
             lines.append(f"{len(missing)} client(s): no reply within {timeout:.0f} s")
         raise ClientFailure(f"{message_type} failed on {len(failed) + len(missing)} of "
-                            f"{len(contents)} clients: " + "; ".join(lines))
+                            f"{len(contents)} clients: " + "; ".join(lines), replies=out)
     return out
 
 

@@ -140,6 +140,8 @@ def format_table(report: dict) -> str:
     width = max([10, *(len(s) for s in subjects)])
     for subject, row in subjects.items():
         extra = f" (budget {row['budget']:g})" if "budget" in row else ""
+        if row.get("over_budget"):
+            extra += " OVER BUDGET"
         delta = f", delta {row['delta']:g}" if row.get("delta") else ""
         releases = ", ".join(r["release"] + (f" ({r['reason']})" if "reason" in r else "")
                              for r in row["releases"])

@@ -127,8 +127,12 @@ def gap_train(msg: Message, context: Context) -> Message:
     n, loss = local_train(model, x, _on(x, view.graph.y), _on(x, view.graph.train_mask),
                           cfg.local_epochs,
                           cfg.dpsgd_batch_size if dp else (cfg.batch_size or None), cfg.lr, dp,
-                          generator=client_generator(cfg, context, pid, f"gap:{phase}:{rnd}"))
-    metrics = MetricRecord({"num-examples": max(n, 1), "train-loss": float(loss)})
+                          generator=client_generator(cfg, context, pid, f"gap:{phase}:{rnd}"),
+                          num_public=int(view.graph.train_mask.sum()))  # _gap_plan's count
+    # Node level: the count and the loss of the private nodes would leave unnoised: uniform
+    # FedAvg weights, no loss (tests/test_client_releases.py lists what may leave).
+    metrics = MetricRecord({"num-examples": max(n, 1), "train-loss": float(loss)}
+                           if cfg.level == "edge" else {"num-examples": 1})
     return Message(RecordDict({"arrays": ArrayRecord(to_cpu(model.state_dict())),
                                "metrics": metrics}), reply_to=msg)
 
@@ -194,6 +198,9 @@ def gap_evaluate_round(msg: Message, context: Context) -> Message:
     from fedgraph.methods.gap import evaluate
 
     cfg, _, view = _setup(msg, context)
+    if cfg.level == "node":
+        raise ValueError("level: node: the validation labels are private, validation accuracy "
+                         "is not released (the strategy does not select rounds at node level)")
     model, x = _gap_inputs(cfg, view, context, "gap.classifier", msg.content["arrays"])
     res = evaluate(model, x, _on(x, view.graph.y), _on(x, view.graph.val_mask))
     acc = res["accuracy"] if res["total"] else 0.0

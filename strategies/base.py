@@ -41,7 +41,8 @@ class PrivateStrategy(ABC):
       ``"gap"``: it decides which keys the config has and which client handlers answer);
       ``None``: any.
     * ``privacy_delta``, ``privacy_accountant``: delta and accountant at which the report
-      composes the ledger's events.
+      composes the ledger's events when the run config has no ``delta`` / ``accountant`` (a
+      config's own values win: :meth:`privacy_parameters`).
 
     Args:
         config: the validated run config (a :mod:`fedgraph.config` model, e.g.
@@ -50,9 +51,10 @@ class PrivateStrategy(ABC):
 
     method: str = "abstract"
     config_method: str | None = None
-    #: delta at which the report composes non-pure events (a strategy sets its own).
+    #: delta at which the report composes non-pure events when the config has no ``delta``.
     privacy_delta: float = 1e-6
-    #: accountant the report composes with (the cross-check uses an independent one).
+    #: accountant the report composes with when the config has no ``accountant`` (the
+    #: cross-check uses an independent one).
     privacy_accountant: str = "prv"
 
     def __init_subclass__(cls, **kwargs):
@@ -111,6 +113,44 @@ class PrivateStrategy(ABC):
         contents = {n: RecordDict({"config": payload, **(records or {}),
                                    **((per_node or {}).get(n, {}))}) for n in self.nodes}
         return send_to_all(grid, message_type, contents, self.config.timeout)
+
+    def send_and_record(self, grid, message_type: str, contents: dict, record) -> dict:
+        """:func:`fedgraph.federation.send_to_all`, calling ``record(node, reply)`` for every
+        reply that arrived, also when other clients failed (their releases left them: the
+        ledger must hold them before the failure propagates). A ``record`` that raises (e.g.
+        a malformed reply) does not keep the other replies from being recorded; the first such
+        error is raised after all of them, before a client failure.
+
+        Returns:
+            node id -> reply content.
+        Raises:
+            fedgraph.federation.ClientFailure: a client failed or timed out.
+        """
+        from fedgraph.federation import ClientFailure, send_to_all
+
+        failure = None
+        try:
+            replies = send_to_all(grid, message_type, contents, self.config.timeout)
+        except ClientFailure as err:
+            replies, failure = err.replies, err
+        errors = []
+        for node, reply in replies.items():
+            try:
+                record(node, reply)
+            except Exception as err:  # noqa: BLE001 - re-raised below, after the others
+                errors.append(err)
+        if errors:
+            raise errors[0]
+        if failure is not None:
+            raise failure
+        return replies
+
+    def privacy_parameters(self) -> tuple[float, str]:
+        """``(delta, accountant)`` at which the report composes and cross-checks the ledger:
+        the run config's ``delta`` and ``accountant`` where it has them (the delta the clients
+        calibrated for), else :attr:`privacy_delta` / :attr:`privacy_accountant`."""
+        return (float(getattr(self.config, "delta", None) or self.privacy_delta),
+                str(getattr(self.config, "accountant", None) or self.privacy_accountant))
 
     def record_accuracy(self, counts: dict, statistics: dict) -> None:
         """Accuracy per split from the clients' ``<split>_correct`` / ``<split>_total`` counts
@@ -204,7 +244,9 @@ class PrivateStrategy(ABC):
             self.report.extra["traceback"] = traceback.format_exc()
             raise
         finally:
-            self.report.privacy["per_subject"] = self.ledger.summary(delta=self.privacy_delta, accountant=self.privacy_accountant)
+            delta, accountant = self.privacy_parameters()
+            self.report.privacy["per_subject"] = self.ledger.summary(delta, accountant)
+            self.report.privacy["composed_at"] = {"delta": delta, "accountant": accountant}
             # where the clients' noise came from (fedgraph.randomness); never the secret itself
             self.report.privacy["noise_source"] = self.config.noise_source
             self.report.privacy["noise_source_detail"] = describe_noise_source(

@@ -32,6 +32,10 @@ class _Strict:
     """Mixin over a Flower FedAvg-family strategy: all clients every round, fail loudly, keep
     the best round by validation accuracy (``select_on_val``)."""
 
+    #: ``on_train_reply(server_round, reply)``: called for every training reply that arrived
+    #: (before a failed round raises), e.g. to record its release in a privacy ledger
+    on_train_reply = None
+
     def __init__(self, num_clients: int, select_on_val: bool = False, **kwargs):
         # Without select_on_val the clients' evaluation is skipped on purpose (the strategy
         # evaluates once at the end); Flower's warning about it would only confuse.
@@ -60,6 +64,11 @@ class _Strict:
         return replies
 
     def aggregate_train(self, server_round, replies):
+        replies = list(replies)
+        if self.on_train_reply is not None:
+            for r in replies:
+                if not r.has_error():
+                    self.on_train_reply(server_round, r)
         arrays, metrics = super().aggregate_train(server_round, self._check(replies, "train", server_round))
         self._latest = arrays
         return arrays, metrics

@@ -13,6 +13,11 @@ epsilon is that of one run; see :mod:`fedgraph.methods.gap_federated` for who de
 cross-client edges exist and for the argument. The ledger records the held-out run under a
 subject of its own, ``client-i (held-out graph)``.
 
+Ledger: each client's releases are recorded as their replies arrive (:meth:`GAPStrategy._released`:
+a PMA hop, a node-level DP-SGD round), so a failed run reports what left the clients; each
+client's epsilon target is its subject's budget. Node level: training replies carry no loss and
+the constant weight 1 (the count of private training nodes never leaves a client).
+
 Remote rows' noise: each client's own sigma by default; with ``secure_aggregation`` (a stated
 trust assumption: the server learns only sums) a share sigma_max / sqrt(n - 1), and the server
 sums the rows per node before routing; with undirected edges and different client sigmas,
@@ -28,8 +33,8 @@ import torch
 from flwr.app import ArrayRecord, ConfigRecord, RecordDict
 
 from fedgraph.federation import record_workers, send_to_all, tensors, wait_for_nodes
-from fedgraph.methods.gap_federated import (build_classifier, build_encoder, heldout_events,
-                                            plan_events, remote_noise)
+from fedgraph.methods.gap_federated import (build_classifier, build_encoder, plan_events,
+                                            remote_noise)
 from .base import PrivateStrategy, register_strategy
 from .fedavg import strict_strategy
 
@@ -115,7 +120,6 @@ class GAPStrategy(PrivateStrategy):
 
     def run(self, grid) -> None:
         cfg = self.config
-        self.privacy_delta, self.privacy_accountant = cfg.delta, cfg.accountant
         cfg_json = json.dumps(cfg.model_dump())
         payload = ConfigRecord({"json": cfg_json})
         with self.report.phase("connect"):
@@ -133,7 +137,10 @@ class GAPStrategy(PrivateStrategy):
             ids = tensors(rec["ids"])["node_ids"]
             owner[ids] = nodes.index(n)
             clients[n] = meta
-            self._record_plan(f"client-{meta['partition_id']}", meta, plan_events(meta))
+            for suffix in ("", " (held-out graph)"):
+                self.ledger.set_budget(f"client-{meta['partition_id']}{suffix}",
+                                       meta["epsilon_target"])
+        self._plans = clients  # releases are recorded as their replies arrive (_released)
         self.report.extra["clients"] = {f"client-{m['partition_id']}": {
             k: m[k] for k in ("epsilon_target", "delta", "noise_multiplier", "sigma", "sensitivity",
                               "num_nodes", "num_train")} for m in clients.values()}
@@ -142,6 +149,8 @@ class GAPStrategy(PrivateStrategy):
             "model": _privacy_model(cfg, next(iter(clients.values()))),
             "unit": "epsilon per client for the whole run, at the client's delta",
             "inference": cfg.inference,
+            "evaluation": "the clients' correct/total counts per split (the report's accuracy) "
+                          "are evaluation outputs, outside the guarantee, as in the paper",
         })
         if cfg.level == "edge" and cfg.edge_unit == "directed":
             self.report.privacy["undirected_edge_epsilon"] = _undirected_edge_epsilon(
@@ -164,6 +173,8 @@ class GAPStrategy(PrivateStrategy):
                 enc = build_encoder(cfg, num_features, num_classes)
                 fedavg = strict_strategy(cfg.server_optimizer, cfg.num_clients,
                                          server_lr=cfg.server_lr)
+                fedavg.on_train_reply = lambda rnd, r: self._released(
+                    r.metadata.src_node_id, "encoder")
                 res = fedavg.start(grid, ArrayRecord(enc.state_dict()), cfg.encoder_rounds,
                                    cfg.timeout, ConfigRecord({"json": cfg_json, "phase": "gap.encoder"}))
                 encoder_arrays = res.arrays
@@ -176,6 +187,8 @@ class GAPStrategy(PrivateStrategy):
             select = cfg.level == "edge"  # node level: validation labels are private
             fedavg = strict_strategy(cfg.server_optimizer, cfg.num_clients, select,
                                      server_lr=cfg.server_lr)
+            fedavg.on_train_reply = lambda rnd, r: self._released(r.metadata.src_node_id,
+                                                                  "classifier")
             train_cfg = ConfigRecord({"json": cfg_json, "phase": "gap.classifier"})
             res = fedavg.start(grid, ArrayRecord(clf.state_dict()), cfg.classifier_rounds,
                                cfg.timeout, train_cfg, train_cfg)
@@ -185,9 +198,6 @@ class GAPStrategy(PrivateStrategy):
         if inductive:
             with self.report.phase("PMA on the held-out graph (clients, via server)"):
                 self._pma(grid, nodes, owner, payload, encoder_arrays, "test")
-            for meta in clients.values():
-                self._record_plan(f"client-{meta['partition_id']} (held-out graph)", meta,
-                                  heldout_events(meta))
         with self.report.phase("evaluate (clients)"):
             counts = send_to_all(grid, "evaluate.gap", {
                 n: RecordDict({"config": payload, "arrays": arrays}) for n in nodes}, cfg.timeout)
@@ -199,19 +209,39 @@ class GAPStrategy(PrivateStrategy):
 
         return STRICT_STRATEGIES[self.config.server_optimizer].__bases__[-1].__name__
 
-    def _record_plan(self, subject: str, plan: dict, events: list) -> None:
-        """Ledger entries of one client's plan: its accountable events; a client with no
-        noise (epsilon target inf, or the gap-inf variant) is listed with epsilon inf; the MLP
-        variant at edge level reads no edge (epsilon 0)."""
-        for release, event in events:
-            self.ledger.record(subject, release, event)
-        if events:
+    def _released(self, node: int, phase: str) -> None:
+        """Ledger entries for one reply of ``node`` that has arrived (what left the client in
+        it, recorded at once so that a run failing later reports it): ``phase`` ``pma`` / ``pma
+        (held-out graph)`` (one hop: a Gaussian mechanism), ``encoder`` / ``classifier`` (one
+        FedAvg round: at node level its DP-SGD steps, the plan's schedule over the rounds; at
+        edge level nothing: the encoder reads no edge, the classifier only PMA's noisy
+        output). Together, a run's replies give exactly :func:`plan_events` (and
+        :func:`heldout_events`). A client without noise (epsilon target inf, the gap-inf
+        variant) is listed with epsilon inf at its first release; the MLP variant at edge level
+        reads no edge (epsilon 0)."""
+        from fedgraph.accounting import Gaussian, SubsampledGaussian
+
+        cfg, plan = self.config, self._plans[node]
+        heldout = phase.endswith("(held-out graph)")
+        subject = f"client-{plan['partition_id']}" + (" (held-out graph)" if heldout else "")
+        z = plan["noise_multiplier"]
+        if not plan_events(plan):
+            if subject in self.ledger.subjects:
+                return
+            if cfg.level == "edge" and not plan["hops"]:
+                self.ledger.record_unused(subject, "training", "MLP: no edge is read")
+            elif cfg.level == "node" or phase.startswith("pma"):  # edge level: PMA reads edges
+                self.ledger.record_unprotected(subject, phase, "epsilon target inf: no noise")
             return
-        if self.config.level == "edge" and not plan["hops"]:
-            self.ledger.record_unused(subject, "training", "MLP: no edge is read")
-        else:  # epsilon target inf or the gap-inf variant
-            self.ledger.record_unprotected(subject, "pma" if plan["hops"] else "training",
-                                           "epsilon target inf: no noise")
+        if phase.startswith("pma"):
+            if plan["hops"] > 0 and plan["sensitivity"] > 0:
+                self.ledger.record(subject, phase, Gaussian(z))
+        else:
+            sched = plan[f"{phase}_schedule"]
+            rounds = cfg.encoder_rounds if phase == "encoder" else cfg.classifier_rounds
+            if sched is not None and sched[1] > 0:
+                self.ledger.record(subject, f"{phase} dp-sgd",
+                                   SubsampledGaussian(sched[0], z, sched[1] // rounds))
 
     def _pma(self, grid, nodes, owner, payload, encoder_arrays, graph: str = "all") -> None:
         """Hops 1..K; message k also carries the partial sums for hop k-1 (k = K+1: finish).
@@ -226,7 +256,10 @@ class GAPStrategy(PrivateStrategy):
             contents = {n: RecordDict({"config": payload, "pma": ConfigRecord(pma),
                                        "incoming": ArrayRecord(incoming[n]),
                                        "encoder": encoder_arrays}) for n in nodes}
-            replies = send_to_all(grid, "query.gap_pma", contents, self.config.timeout)
+            release = "pma" + (" (held-out graph)" if graph == "test" else "")
+            replies = self.send_and_record(
+                grid, "query.gap_pma", contents,
+                lambda n, r, k=k: self._released(n, release) if k <= self.config.hops else None)
             routed = {n: ([], []) for n in nodes}
             for rec in replies.values():
                 out = tensors(rec["partial_sums"])

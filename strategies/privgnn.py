@@ -20,8 +20,10 @@ only); the private graph is partitioned over the clients. Phases:
 Privacy (node-level DP of each client's private nodes, for the released student and every
 answer): client ``c`` answering ``m_c`` queries spends ``m_c`` compositions of a
 Poisson-subsampled Laplace mechanism (:func:`fedgraph.methods.privgnn.privgnn_events`),
-recorded in the ledger as ``client-<c>`` and composed with PLD (dp-accounting) at ``delta``,
-with the RDP figure beside it. Clients refuse beyond their target (``client-epsilons``).
+recorded in the ledger as ``client-<c>`` as each reply arrives (a run that fails later still
+reports the answers given) and composed with PLD (dp-accounting) at ``delta``, with the RDP
+figure beside it. Clients refuse beyond their target (``client-epsilons``), which is the
+subject's budget in the report (``over_budget``).
 
 Noise convention (a deliberate choice; see README "PrivGNN"): the answer is a probability
 vector (or a one-hot vote), whose L1 sensitivity is 2, so the Laplace scale is ``2 / lam``
@@ -41,7 +43,7 @@ import math
 import torch
 from flwr.app import ArrayRecord, ConfigRecord, RecordDict
 
-from fedgraph.federation import send_to_all, tensors, wait_for_nodes
+from fedgraph.federation import tensors, wait_for_nodes
 from fedgraph.methods import privgnn as pg
 from fedgraph.methods import privgnn_federated as pf
 from .base import PrivateStrategy, register_strategy
@@ -69,10 +71,12 @@ class PrivGNNStrategy(PrivateStrategy):
 
     def run(self, grid) -> None:
         cfg = self.config
-        self.privacy_delta = cfg.delta
         payload = ConfigRecord({"json": json.dumps(cfg.model_dump())})
+        self._describe_privacy()
         with self.report.phase("connect"):
             nodes = wait_for_nodes(grid, cfg.num_clients, timeout=min(cfg.timeout, 60.0))
+        for p in range(cfg.num_clients):
+            self.ledger.set_budget(f"client-{p}", cfg.client_epsilon(p))
         with self.report.phase("public graph (server)"):
             public, stats = pf.public_graph(cfg)
             proj = (pg.public_projection(public.x, cfg.projection_dim, cfg.seed)
@@ -95,13 +99,14 @@ class PrivGNNStrategy(PrivateStrategy):
             qidx = pg.select_queries(pool, size, policy, student, generator=gen)
             asked[qidx] = True
             arrays = ArrayRecord(pf.make_queries(public, qidx, cfg, gen, proj))
-            with self.report.phase(f"answer queries round {r + 1} (clients)"):
-                replies = send_to_all(grid, "query.privgnn", {n: RecordDict({
-                    "config": payload, "queries": arrays}) for n in nodes}, cfg.timeout)
             answers = []
-            for rec in replies.values():
+
+            def record(node, rec, answers=answers):
+                """Ledger first (the answers left the client), then the checks."""
                 meta = dict(rec["meta"])
                 answers.append(tensors(rec["answers"])["answers"])
+                self._record_answers(int(meta["partition_id"]),
+                                     max(int(answers[-1].shape[0]), int(meta["answered"])))
                 row = clients.setdefault(int(meta["partition_id"]), {
                     "epsilon_target": meta["epsilon_target"], "asked": 0, "answered": 0,
                     "refused": 0})
@@ -111,13 +116,16 @@ class PrivGNNStrategy(PrivateStrategy):
                 if int(answers[-1].shape[0]) != int(meta["answered"]):
                     raise RuntimeError(f"client {meta['partition_id']} sent "
                                        f"{answers[-1].shape[0]} answers, said {meta['answered']}")
+
+            with self.report.phase(f"answer queries round {r + 1} (clients)"):
+                self.send_and_record(grid, "query.privgnn", {n: RecordDict({
+                    "config": payload, "queries": arrays}) for n in nodes}, record)
             agg = pf.aggregate_partial(answers, int(qidx.numel()), num_classes)
             kept_idx.append(qidx[agg.kept])
             kept_labels.append(agg.labels)
             rounds.append({"policy": policy, "asked": int(qidx.numel()),
                            "kept": int(agg.kept.sum()), "dropped": int((~agg.kept).sum()),
                            "answers_per_query_mean": float(agg.votes.float().mean())})
-        self._record_privacy(clients)
         self.report.extra["clients"] = {f"client-{p}": clients[p] for p in sorted(clients)}
         self.report.extra["queries"] = {"asked": int(asked.sum()),
                                         "kept": sum(x["kept"] for x in rounds),
@@ -143,13 +151,16 @@ class PrivGNNStrategy(PrivateStrategy):
                                 hidden=cfg.hidden, dropout=cfg.dropout, epochs=cfg.epochs,
                                 lr=cfg.lr, weight_decay=cfg.weight_decay, seed=cfg.seed)
 
-    def _record_privacy(self, clients: dict[int, dict]) -> None:
-        """One ledger entry per client that answered: its total answers as Poisson-subsampled
-        Laplace events (the events its own limit was computed from)."""
+    def _record_answers(self, partition_id: int, answered: int) -> None:
+        """Ledger: ``answered`` more answers of client ``partition_id`` left it (recorded when
+        its reply arrives, so a run that fails later reports them): Poisson-subsampled Laplace
+        events, merged with the client's earlier rounds into one entry."""
         cfg = self.config
-        for p in sorted(clients):
-            for event in pg.privgnn_events(clients[p]["answered"], cfg.gamma, cfg.lam):
-                self.ledger.record(f"client-{p}", "noisy answers", event)
+        for event in pg.privgnn_events(answered, cfg.gamma, cfg.lam):
+            self.ledger.record(f"client-{partition_id}", "noisy answers", event)
+
+    def _describe_privacy(self) -> None:
+        cfg = self.config
         self.report.privacy.update({
             "model": "node-level DP per client (its private nodes), for every answer and the "
                      "released student",

@@ -444,7 +444,8 @@ class _BestEpoch:
 def local_train(model: nn.Module, x: Tensor, y: Tensor, mask: Tensor | None, epochs: int,
                 batch_size: int | None, lr: float, dp: DPSGD | None = None, *,
                 weight_decay: float = 0.0, optimizer: torch.optim.Optimizer | None = None,
-                generator: torch.Generator | None = None) -> tuple[int, float]:
+                generator: torch.Generator | None = None,
+                num_public: int | None = None) -> tuple[int, float]:
     r"""Train ``model`` for ``epochs`` epochs on the rows ``mask`` of ``(x, y)`` with
     cross-entropy: the local step of a FedAvg round, or one epoch of :func:`fit`.
 
@@ -456,6 +457,13 @@ def local_train(model: nn.Module, x: Tensor, y: Tensor, mask: Tensor | None, epo
     per epoch (:func:`dpsgd_schedule`: account for exactly that). Hooks are removed afterwards,
     so ``model`` comes back a plain module (its ``state_dict`` keys unchanged).
 
+    With ``dp``, ``q``, the number of steps and Opacus' normaliser (``expected_batch_size``
+    ``= q * num_public = min(batch_size, num_public)``) come from ``num_public``, a count
+    fixed before the data are read, never from the number of rows in ``mask``: under
+    node-level DP that number is private (removing a node changes it), and a normaliser equal
+    to it would release it in every update (Opacus issue 819, with fewer training rows than
+    the batch size).
+
     Args:
         model: maps ``x[idx]`` to logits ``[b, C]`` (batch first).
         x: ``[n, ...]`` inputs; y: long ``[n]`` labels; mask: bool ``[n]`` or indices (``None``:
@@ -466,6 +474,10 @@ def local_train(model: nn.Module, x: Tensor, y: Tensor, mask: Tensor | None, epo
         optimizer: an optimizer over ``model``'s parameters to reuse (keeps Adam's state across
             calls).
         generator: source of shuffling, Poisson sampling and DP noise.
+        num_public: with ``dp``, the public number of training examples the schedule is
+            computed from (federated GAP: the client's training slots, from the public node
+            directory and split; :func:`fedgraph.methods.gap_federated.privacy_plan` uses the
+            same); ``None``: the number of rows in ``mask``, for data whose size is public.
 
     Returns:
         ``(num_examples, mean training loss over the steps)`` (``nan`` if nothing ran).
@@ -497,13 +509,14 @@ def local_train(model: nn.Module, x: Tensor, y: Tensor, mask: Tensor | None, epo
 
     if batch_size is None:
         raise ValueError("DP-SGD needs a batch_size (the expected Poisson batch size)")
-    q, steps = dpsgd_schedule(n, batch_size, epochs)
+    n_pub = n if num_public is None else int(num_public)
+    q, steps = dpsgd_schedule(n_pub, batch_size, epochs)
     gsm = GradSampleModule(model, loss_reduction="sum", strict=True)  # refuses BatchNorm
     # Opacus draws the noise on the parameters' device: rng.dp_optimizer gives it a generator
     # there (seeded from ``generator``), or draws it from a SecureRandom.
     dp_opt = rng.dp_optimizer(opt, noise_multiplier=dp.noise_multiplier,
                               max_grad_norm=dp.max_grad_norm,
-                              expected_batch_size=min(batch_size, n), generator=generator,
+                              expected_batch_size=min(batch_size, n_pub), generator=generator,
                               device=x.device)
     try:
         for _ in range(steps):

@@ -1,0 +1,448 @@
+"""What leaves a client, and when the ledger learns of it (issue 13, faults 4, 6 and 7).
+
+* Every field of every reply of every method's client handler is either a noised release that
+  the run's ledger holds, public by construction, or an evaluation output (declared outside
+  the guarantee): :data:`ALLOWED` says which and why, per privacy level; a field that is not
+  listed fails the test.
+* The ledger records each release when its reply arrives: a run where a client fails after
+  others answered reports exactly the releases that left (never less), and a run that fails
+  before any release reports none.
+* A subject over its budget is flagged; the report composes at the run's delta.
+"""
+import json
+import math
+
+import pytest
+import torch
+from flwr.app import ArrayRecord, ConfigRecord, Error, Message, MetricRecord
+
+from fedgraph.federation import tensors
+from fedgraph.accounting import Gaussian, PrivacyLedger, PureDP, SubsampledGaussian, compose
+from fedgraph.methods import privgnn as pg
+from fedgraph.report import format_table
+from simulations.local import LocalGrid
+
+GAP = {"method": "gap", "dataset": "cora", "num-clients": 2, "encoder-rounds": 1,
+       "classifier-rounds": 2, "local-epochs": 1, "hops": 2, "client-epsilons": "4,2",
+       "delta": 1e-5}
+GAP_NODE = {**GAP, "level": "node", "max-degree": 5, "batch-size": 256}
+PPGNN = {"method": "ppgnn", "dataset": "cora", "num-clients": 2, "epochs": 5}
+PRIVGNN = {"method": "privgnn", "dataset": "cora", "num-clients": 2, "num-queries": 6,
+           "lam": 1.0, "gamma": 0.3, "delta": 1e-4, "num-neighbours": 20, "teacher-epochs": 5,
+           "teacher-hidden": 8, "teacher-batch-size": 8, "projection-dim": 16, "epochs": 20,
+           "hidden": 8, "neighbourhood-size": 10}
+
+
+# ------------------------------------------------------------------------ the allow-list
+def _noised(release):
+    return ("noised", release)
+
+
+def _public(why):
+    return ("public", why)
+
+
+EVALUATION = ("evaluation", "an evaluation output (the report's accuracy), outside the "
+                            "guarantee as in every DP paper; the report says so")
+DIRECTORY = _public("the node directory (which client holds which node id, the public split): "
+                    "needed to route cross-client rows, fixed before any data are read")
+STATISTICS = _public("the dataset's published statistics, identical on every client (checked)")
+WORKER = _public("where the client runs (host, process, device): no data")
+PLAN = _public("the client's calibration: from the public config and the directory counts")
+
+#: method -> message kind -> field -> (kind, why or ledger release) or {level: (...)}
+ALLOWED = {
+    "gap": {
+        "query.gap_setup": {
+            "ids.node_ids": DIRECTORY, "meta.statistics": STATISTICS, "meta.worker": WORKER,
+            **{f"meta.plan.{k}": PLAN for k in (
+                "epsilon_target", "delta", "noise_multiplier", "sensitivity", "sigma", "hops",
+                "encoder_schedule", "classifier_schedule", "partition_id")},
+            "meta.plan.num_nodes": DIRECTORY, "meta.plan.num_train": DIRECTORY},
+        "train[gap.encoder]": {
+            "arrays.*": {"edge": _public("the encoder reads features and labels, no edge"),
+                         "node": _noised("encoder dp-sgd")},
+            "metrics.num-examples": {
+                "edge": _public("a count of nodes: not the protected unit (an edge)"),
+                "node": _public("the constant 1: uniform FedAvg weights")},
+            "metrics.train-loss": {"edge": _public("features and labels only, no edge")}},
+        "train[gap.classifier]": {
+            "arrays.*": {"edge": _public("post-processing of PMA's noisy rows (ledger 'pma') "
+                                         "and of features and labels"),
+                         "node": _noised("classifier dp-sgd")},
+            "metrics.num-examples": {
+                "edge": _public("a count of nodes: not the protected unit (an edge)"),
+                "node": _public("the constant 1: uniform FedAvg weights")},
+            "metrics.train-loss": {"edge": _public("post-processing of PMA's noisy rows")}},
+        "query.gap_pma": {
+            "partial_sums.ids": _public("every remote node of the graph: fixed by the directory, "
+                                        "not by the edges"),
+            "partial_sums.sums": _noised("pma")},
+        "evaluate[gap.classifier]": {  # per-round validation: edge level only
+            "metrics.num-examples": {"edge": _public("a count of nodes: not the unit")},
+            "metrics.val-accuracy": {"edge": _public("labels are not the unit; the model is "
+                                                     "post-processing of PMA")}},
+        "evaluate.gap": {f"metrics.{s}_{c}": EVALUATION for s in ("train", "val", "test")
+                         for c in ("correct", "total")},
+    },
+    "ppgnn": {
+        "query.ppgnn": {
+            "report.node_ids": _public("the users' ids: the server knows the graph (paper)"),
+            "report.edge_index": _public("the graph structure: known to the server (paper)"),
+            "report.labelled_ids": _public("which users are training/validation users: known "
+                                           "to the server (paper)"),
+            "report.is_train": _public("the public split of the labelled users"),
+            "report.labels": _public("labels of training/validation users: given to the "
+                                     "server in the paper's setting (randomized response with "
+                                     "label-epsilon > 0, ledger 'labels (randomized response)')"),
+            "report.mech.*": _noised("*"),  # the mechanism's parts, e.g. ESW and MLR
+            "meta.statistics": STATISTICS, "meta.worker": WORKER},
+        "evaluate.ppgnn": {f"metrics.{s}_{c}": EVALUATION for s in ("train", "val", "test")
+                           for c in ("correct", "total")},
+    },
+    "privgnn": {
+        "query.privgnn": {
+            "answers.answers": _noised("noisy answers"),
+            **{f"meta.{k}": _public("fixed by public parameters (target, gamma, lam, delta) "
+                                    "and the number of queries asked")
+               for k in ("partition_id", "asked", "answered", "refused", "limit",
+                         "answered_total", "epsilon_target")}},
+    },
+}
+
+
+class RecordingGrid(LocalGrid):
+    """A :class:`LocalGrid` that keeps every (request, reply); with ``fail``, answers the
+    requests ``fail(message)`` selects with an error (a client that drops out); with
+    ``tamper``, replaces each reply by ``tamper(message, reply)`` (a misbehaving client)."""
+
+    def __init__(self, num_clients, fail=None, tamper=None):
+        super().__init__(num_clients)
+        self.log, self.fail, self.tamper = [], fail, tamper
+
+    def send_and_receive(self, messages, *, timeout=None):
+        replies = []
+        for m in messages:
+            if self.fail is not None and self.fail(m):
+                replies.append(Message(Error(code=1, reason="RuntimeError: dropped out"),
+                                       reply_to=m))
+                continue
+            replies.append(self.client_app(m, self.contexts[m.metadata.dst_node_id]))
+            if self.tamper is not None:
+                replies[-1] = self.tamper(m, replies[-1])
+            self.log.append((m, replies[-1]))
+        return replies
+
+
+def _run(config, tmp_path, name, fail=None, tamper=None):
+    from fedgraph.federation import preflight
+    from simulations.server_app import validate_run_config
+
+    strategy_cls, cfg = validate_run_config({**config, "output-dir": str(tmp_path),
+                                             "run-name": name})
+    preflight(cfg)
+    grid = RecordingGrid(cfg.num_clients, fail, tamper)
+    try:
+        strategy_cls(cfg).start(grid)
+    except Exception:  # noqa: BLE001 - the failure tests read the report on disk
+        if fail is None and tamper is None:
+            raise
+    return json.loads((tmp_path / f"{name}.json").read_text()), grid
+
+
+def _kind(m) -> str:
+    t = m.metadata.message_type
+    if t in ("train", "evaluate"):
+        return f"{t}[{m.content['config']['phase']}]"
+    return t
+
+
+def reply_fields(reply) -> dict[str, object]:
+    """Every field of a reply: ``record.key`` for ArrayRecord, MetricRecord and ConfigRecord
+    keys, and ``record.key.sub`` for the keys of a ConfigRecord value that holds a JSON
+    object other than statistics and worker info (checked as a whole)."""
+    out = {}
+    for name, rec in reply.content.items():
+        assert isinstance(rec, (ArrayRecord, ConfigRecord, MetricRecord)), (name, type(rec))
+        for key, value in rec.items():
+            if isinstance(rec, ConfigRecord) and isinstance(value, str) \
+                    and key not in ("statistics", "worker") and value.startswith("{"):
+                for sub, v in json.loads(value).items():
+                    out[f"{name}.{key}.{sub}"] = v
+            else:
+                out[f"{name}.{key}"] = value
+    return out
+
+
+def _declared(method, kind, field, level):
+    table = ALLOWED[method].get(kind, {})
+    entry = table.get(field)
+    if entry is None:
+        prefix = field.split(".")[0] + ".*"
+        entry = table.get(prefix) or table.get(".".join(field.split(".")[:2]) + ".*")
+    if isinstance(entry, dict):
+        entry = entry.get(level)
+    return entry
+
+
+def check_releases(method, level, grid, report) -> set:
+    """Every reply field is declared for ``level``; every noised field's release is in the
+    ledger of the run's report. Returns the fields seen."""
+    releases = {r["release"] for row in report["privacy"]["per_subject"].values()
+                for r in row["releases"]}
+    seen, problems = set(), []
+    for m, reply in grid.log:
+        kind = _kind(m)
+        for field in reply_fields(reply):
+            seen.add(f"{kind}:{field}")
+            entry = _declared(method, kind, field, level)
+            if entry is None:
+                problems.append(f"{kind}: {field} leaves the client at {level} level and is "
+                                "neither noised-and-accounted nor declared public")
+            elif entry[0] == "noised" and entry[1] != "*" and not any(
+                    r.startswith(entry[1]) for r in releases):
+                problems.append(f"{kind}: {field} is declared noised ({entry[1]!r}) but the "
+                                f"ledger has no such release: {sorted(releases)}")
+    assert not problems, "\n".join(sorted(set(problems)))
+    return seen
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("releases")
+    return {"gap-edge": _run(GAP, tmp, "gap-edge"), "gap-node": _run(GAP_NODE, tmp, "gap-node"),
+            "ppgnn": _run(PPGNN, tmp, "ppgnn"), "privgnn": _run(PRIVGNN, tmp, "privgnn")}
+
+
+@pytest.mark.parametrize("name,method,level", [("gap-edge", "gap", "edge"),
+                                               ("gap-node", "gap", "node"),
+                                               ("ppgnn", "ppgnn", None),
+                                               ("privgnn", "privgnn", None)])
+def test_every_reply_field_is_noised_and_accounted_or_public(runs, name, method, level):
+    report, grid = runs[name]
+    assert report["status"] == "ok"
+    seen = check_releases(method, level, grid, report)
+    kinds = {s.split(":")[0] for s in seen}
+    want = {"gap": {"query.gap_setup", "train[gap.encoder]", "train[gap.classifier]",
+                    "query.gap_pma", "evaluate.gap"},
+            "ppgnn": {"query.ppgnn", "evaluate.ppgnn"}, "privgnn": {"query.privgnn"}}[method]
+    assert want <= kinds  # the run exercised every handler of the method
+    if level == "edge":
+        assert "evaluate[gap.classifier]" in kinds
+    if level == "node":  # no per-round validation at node level: the labels are private
+        assert "evaluate[gap.classifier]" not in kinds
+    stats = {reply.content["meta"]["statistics"] for m, reply in grid.log
+             if "meta" in reply.content and "statistics" in reply.content["meta"]}
+    assert len(stats) <= 1  # the same published statistics from every client
+
+
+def test_node_level_training_replies_carry_no_count_and_no_loss(runs):
+    """The fault 6 example: node-level GAP training replies sent the exact number of private
+    training nodes (1026 / 1005 on Cora, 2 clients) and their exact mean loss."""
+    _, grid = runs["gap-node"]
+    metrics = [dict(reply.content["metrics"]) for m, reply in grid.log
+               if m.metadata.message_type == "train"]
+    assert metrics and all(mt == {"num-examples": 1} for mt in metrics)
+
+
+def test_an_unlisted_field_fails_the_check(runs):
+    """The check catches a new field: a reply with an extra metric is rejected."""
+    report, grid = runs["gap-edge"]
+    m, reply = next((m, r) for m, r in grid.log if m.metadata.message_type == "train")
+    reply.content["metrics"]["grad-norm"] = 1.0
+    try:
+        with pytest.raises(AssertionError, match="grad-norm"):
+            check_releases("gap", "edge", grid, report)
+    finally:
+        del reply.content["metrics"]["grad-norm"]
+
+
+def test_opacus_normaliser_and_schedule_come_from_the_public_count(monkeypatch):
+    """Opacus issue 819: with fewer training rows than the batch size the normaliser was the
+    private count. Removing a node must not change the normaliser, the rate or the steps."""
+    import opacus.optimizers
+
+    from fedgraph.methods.gap import DPSGD, local_train
+
+    seen = []
+    real = opacus.optimizers.DPOptimizer
+
+    def spy(*args, **kwargs):
+        seen.append(kwargs["expected_batch_size"])
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(opacus.optimizers, "DPOptimizer", spy)
+    x, y = torch.randn(40, 3), torch.randint(0, 2, (40,))
+    for rows in (40, 39):  # neighbouring datasets: one node removed from its slot
+        mask = torch.zeros(40, dtype=torch.bool)
+        mask[:rows] = True
+        local_train(torch.nn.Linear(3, 2), x, y, mask, 1, 256, 0.1, DPSGD(1.0, 1.0),
+                    generator=torch.Generator().manual_seed(0), num_public=40)
+    assert seen == [40, 40]
+
+
+# ------------------------------------------------------------- releases recorded when made
+def _events_epsilon(events, delta, accountant):
+    return compose(events, delta, accountant).epsilon
+
+
+def _fail_node(node, message_type, hop=None):
+    def fail(m):
+        if m.metadata.dst_node_id != node or m.metadata.message_type != message_type:
+            return False
+        return hop is None or int(m.content["pma"]["hop"]) == hop
+    return fail
+
+
+@pytest.mark.parametrize("mode", ["drop out", "extra row"])
+def test_privgnn_failed_run_reports_the_answers_already_given(tmp_path, mode):
+    """Fault 4: client 0 answers, then client 1 drops out (or sends one row more than its
+    meta says): the run fails and its report holds client 0's answers (and client 1's rows)."""
+    def extra_row(m, reply):
+        if m.metadata.dst_node_id == 2 and not reply.has_error():
+            a = tensors(reply.content["answers"])["answers"]
+            reply.content["answers"] = ArrayRecord({"answers": torch.cat([a, a[:1]])})
+        return reply
+
+    report, _ = _run({**PRIVGNN, "client-epsilons": "inf"}, tmp_path, "privgnn-fail",
+                     *((_fail_node(2, "query.privgnn"), None) if mode == "drop out"
+                       else (None, extra_row)))
+    assert report["status"] == "failed"
+    per = report["privacy"]["per_subject"]
+    q = PRIVGNN["num-queries"]
+    want = {"client-0": q} if mode == "drop out" else {"client-0": q, "client-1": q + 1}
+    assert set(per) == set(want)
+    for s, m in want.items():
+        eps = _events_epsilon(pg.privgnn_events(m, 0.3, 1.0), 1e-4, "pld")
+        assert per[s]["epsilon"] == pytest.approx(eps, rel=1e-6), s
+
+
+def test_gap_failed_run_reports_exactly_the_hops_released(tmp_path):
+    """Fault 4, GAP: client 1 fails at PMA hop 2 after both released hop 1 (and client 0 hop
+    2): client 0 spent two Gaussian mechanisms, client 1 one; before the fix the whole plan
+    was recorded at setup."""
+    report, _ = _run(GAP, tmp_path, "gap-fail", _fail_node(2, "query.gap_pma", hop=2))
+    assert report["status"] == "failed" and "gap_pma" in report["error"]
+    per, plans = report["privacy"]["per_subject"], report["clients"]
+    for c, hops in ((0, 2), (1, 1)):
+        z = plans[f"client-{c}"]["noise_multiplier"]
+        eps = _events_epsilon([Gaussian(z, count=hops)], GAP["delta"],
+                              report["config"]["accountant"])
+        assert per[f"client-{c}"]["epsilon"] == pytest.approx(eps, rel=1e-3)
+        assert per[f"client-{c}"]["epsilon"] < plans[f"client-{c}"]["epsilon_target"]
+
+
+def test_gap_node_failure_in_a_later_phase_reports_the_dpsgd_and_pma_spent(tmp_path):
+    """Node level: client 1 fails in classifier round 1 after the encoder round and PMA: both
+    clients' encoder DP-SGD and PMA are reported, client 0's classifier round too."""
+    def fail(m):
+        return (m.metadata.dst_node_id == 2 and m.metadata.message_type == "train"
+                and m.content["config"]["phase"] == "gap.classifier")
+    report, _ = _run(GAP_NODE, tmp_path, "gap-node-fail", fail)
+    assert report["status"] == "failed"
+    per, plans = report["privacy"]["per_subject"], report["clients"]
+    for c in (0, 1):
+        p = plans[f"client-{c}"]
+        z = p["noise_multiplier"]
+        from fedgraph.methods.gap import dpsgd_schedule
+        q, steps = dpsgd_schedule(p["num_train"], GAP_NODE["batch-size"], 1)
+        events = [SubsampledGaussian(q, z, steps), Gaussian(z, count=GAP_NODE["hops"])]
+        if c == 0:
+            events.append(SubsampledGaussian(q, z, steps))
+        eps = _events_epsilon(events, GAP_NODE["delta"],
+                              report["config"]["accountant"])
+        assert per[f"client-{c}"]["epsilon"] == pytest.approx(eps, rel=1e-3), c
+
+
+@pytest.mark.parametrize("config,message_type", [(GAP, "train"),  # edge level: no release yet
+                                                 (PPGNN, "query.ppgnn"),
+                                                 (PRIVGNN, "query.privgnn")])
+def test_a_run_that_fails_before_any_release_reports_none(tmp_path, config, message_type):
+    """Every client fails at ``message_type`` (GAP edge level: the encoder round, which
+    releases nothing about edges, before any PMA hop): nothing was spent, nothing reported."""
+    report, _ = _run(config, tmp_path, "early", lambda m: m.metadata.message_type == message_type)
+    assert report["status"] == "failed"
+    assert report["privacy"]["per_subject"] == {}
+
+
+def test_ppgnn_one_client_failing_still_reports_the_levels(tmp_path):
+    """PPGNN has one release phase: client 0's users reported, client 1 failed; the levels
+    are in the report with their epsilons."""
+    report, _ = _run(PPGNN, tmp_path, "ppgnn-fail", _fail_node(2, "query.ppgnn"))
+    assert report["status"] == "failed"
+    per = report["privacy"]["per_subject"]
+    assert [per[f"level-{i}"]["epsilon"] for i in (1, 2, 3)] == pytest.approx([1, 2, 4])
+
+
+# ---------------------------------------------------------------------- budgets and delta
+def test_ledger_flags_a_subject_over_its_budget():
+    ledger = PrivacyLedger()
+    ledger.set_budget("level-1", 1.0)
+    ledger.set_budget("level-2", 2.0)
+    ledger.set_budget("unused", 1.0)
+    ledger.record("level-1", "esw+mlr", PureDP(1.0))
+    ledger.record("level-1", "labels", PureDP(0.5))
+    ledger.record("level-2", "esw+mlr", PureDP(2.0))
+    rows = ledger.summary()
+    assert rows["level-1"]["over_budget"] and rows["level-1"]["budget"] == 1.0
+    assert rows["level-2"]["over_budget"] is False
+    assert "unused" not in rows  # a budget alone is no release
+    table = format_table({"method": "x", "dataset": {"name": "d"}, "status": "ok",
+                          "privacy": {"per_subject": rows}})
+    assert "OVER BUDGET" in table.splitlines()[1] and "OVER" not in table.splitlines()[2]
+    with pytest.raises(ValueError, match="level-3"):
+        ledger.set_budget("level-3", -1.0)
+
+
+def test_ledger_merges_repeated_rounds_of_one_release():
+    ledger = PrivacyLedger()
+    for _ in range(3):
+        ledger.record("c", "dp-sgd", SubsampledGaussian(0.1, 1.0, 5))
+    ledger.record("c", "pma", Gaussian(2.0))
+    ledger.record("c", "pma", Gaussian(2.0))
+    ledger.record("c", "pma", Gaussian(3.0))
+    assert ledger.events("c") == [SubsampledGaussian(0.1, 1.0, 15), Gaussian(2.0, count=2),
+                                  Gaussian(3.0)]
+
+
+def test_ppgnn_label_epsilon_over_the_level_budget_is_flagged(runs, tmp_path):
+    report, _ = _run({**PPGNN, "label-epsilon": 0.5}, tmp_path, "ppgnn-labels")
+    per = report["privacy"]["per_subject"]
+    for i, budget in ((1, 1.0), (2, 2.0), (3, 4.0)):
+        row = per[f"level-{i}"]
+        assert row["epsilon"] == pytest.approx(budget + 0.5)
+        assert row["budget"] == budget and row["over_budget"] is True
+    base = runs["ppgnn"][0]["privacy"]["per_subject"]
+    assert all(base[f"level-{i}"]["over_budget"] is False for i in (1, 2, 3))
+
+
+def test_gap_and_privgnn_clients_carry_their_targets_as_budgets(runs):
+    for name in ("gap-edge", "gap-node"):
+        per = runs[name][0]["privacy"]["per_subject"]
+        assert per["client-0"]["budget"] == 4.0 and per["client-1"]["budget"] == 2.0
+        assert not per["client-0"]["over_budget"] and not per["client-1"]["over_budget"]
+    per = runs["privgnn"][0]["privacy"]["per_subject"]
+    assert all(row["budget"] == 10.0 and not row["over_budget"] for row in per.values())
+
+
+@pytest.mark.parametrize("name,delta", [("gap-edge", 1e-5), ("ppgnn", 1e-5),
+                                        ("privgnn", 1e-4)])
+def test_report_composes_and_cross_checks_at_the_run_delta(runs, name, delta):
+    report = runs[name][0]
+    for row in report["privacy"]["per_subject"].values():
+        assert row["cross_check"]["delta"] == pytest.approx(delta) or math.isinf(row["epsilon"])
+    assert report["privacy"]["composed_at"]["delta"] == delta
+
+
+def test_pure_cross_check_holds_at_the_run_delta_where_prv_fails():
+    """PPGNN's level 2 (budget 2 split into ESW and MLR) at delta 1e-5: prv-accountant's
+    discretisation fails; the cross-check still runs at that delta (PLD) and agrees."""
+    from fedgraph.config import parse_run_config
+    from fedgraph.methods import ppgnn
+
+    cfg = parse_run_config({"method": "ppgnn", "dataset": "cora", "num-clients": 2})
+    ledger = PrivacyLedger()
+    ppgnn.record_privacy(ledger, cfg, ppgnn.build_mechanism(cfg))
+    for subject, row in ledger.summary(1e-5).items():
+        check = row["cross_check"]
+        assert check["delta"] == 1e-5 and check["agrees"], (subject, check)
