@@ -79,7 +79,8 @@ def gap_setup(msg: Message, context: Context) -> Message:
 @app.query("gap_keys")
 def gap_keys(msg: Message, context: Context) -> Message:
     """Secure aggregation's key advertisement: a fresh X25519 key pair; the private key stays
-    in this client's state, the public key goes to the server (:mod:`fedgraph.secure_aggregation`)."""
+    in this client's state, the public key goes to the server
+    (:mod:`fedgraph.secure_aggregation`)."""
     from fedgraph.secure_aggregation import generate_key_pair
 
     private, public = generate_key_pair()
@@ -199,7 +200,10 @@ def gap_pma(msg: Message, context: Context) -> Message:
                                                  remote_ids=remote, remote_sigma=remote_sigma)
         state["local_sums"] = local_sums
         out = {"ids": ids, "sums": sums}
-        if "secagg" in msg.content:  # only masked rows leave (fedgraph.secure_aggregation)
+        if cfg.secure_aggregation and ids.numel():  # only masked rows leave
+            if "secagg" not in msg.content:  # (fedgraph.secure_aggregation)
+                raise ValueError("secure-aggregation = true but the server sent no public keys: "
+                                 "refusing to release unmasked rows")
             sa = msg.content["secagg"]
             out = masked_release(ids, sums, bytes(context.state["gap.secagg"]["private-key"]),
                                  list(sa["public-keys"]), int(sa["index"]),

@@ -114,13 +114,14 @@ class _CuriousServer:
     """A :class:`simulations.local.LocalGrid` seen by the server: every PMA request it sends
     and reply it receives, keyed ``(node, hop, graph)``, one message at a time; and, for the
     test only, the plaintext rows each client computed (``pma_partial_sums`` spied on), which
-    the server must not be able to read. ``drop``: the key of a reply that gets lost."""
+    the server must not be able to read. ``drop``: the key of a reply that gets lost;
+    ``strip_keys``: the server leaves out the public keys (asks for unmasked rows)."""
 
-    def __init__(self, num_clients, monkeypatch, drop=None):
+    def __init__(self, num_clients, monkeypatch, drop=None, strip_keys=False):
         import fedgraph.methods.gap_federated as gf
         from simulations.local import LocalGrid
 
-        self.grid, self.drop = LocalGrid(num_clients), drop
+        self.grid, self.drop, self.strip_keys = LocalGrid(num_clients), drop, strip_keys
         self.sent, self.received, self.plain, self.other = {}, {}, {}, []
         real = gf.pma_partial_sums
 
@@ -142,6 +143,8 @@ class _CuriousServer:
                 pma = m.content["pma"]
                 key = self.current = (m.metadata.dst_node_id, int(pma["hop"]), str(pma["graph"]))
                 self.sent[key] = m.content
+                if self.strip_keys:
+                    del m.content["secagg"]
             reply = self.grid.send_and_receive([m], timeout=timeout)
             if key is not None and key == self.drop:
                 continue
@@ -153,12 +156,12 @@ class _CuriousServer:
         return replies
 
 
-def _secure_run(tmp_path, monkeypatch, drop=None):
+def _secure_run(tmp_path, monkeypatch, drop=None, strip_keys=False):
     from simulations.server_app import validate_run_config
 
     strategy_cls, cfg = validate_run_config({**CORA, "output-dir": str(tmp_path),
                                              "run-name": "secure"})
-    grid = _CuriousServer(cfg.num_clients, monkeypatch, drop)
+    grid = _CuriousServer(cfg.num_clients, monkeypatch, drop, strip_keys)
     return cfg, grid, strategy_cls(cfg).start(grid)
 
 
@@ -272,3 +275,13 @@ def test_a_dropped_client_fails_the_round_and_says_why(tmp_path, monkeypatch):
     with pytest.raises(ClientFailure, match="no reply.*no dropout recovery"):
         _secure_run(tmp_path, monkeypatch, drop=(3, 2, "all"))
     assert json.loads((tmp_path / "secure.json").read_text())["status"] == "failed"
+
+
+def test_a_client_refuses_to_send_unmasked_rows(tmp_path, monkeypatch):
+    """A server that leaves out the public keys gets no row: each client added only a share
+    of the noise, so its row in the clear would be under-noised. (In process the client's
+    error propagates; through Flower it is an error reply, a ClientFailure.)"""
+    from fedgraph.federation import ClientFailure
+
+    with pytest.raises((ClientFailure, ValueError), match="refusing to release unmasked rows"):
+        _secure_run(tmp_path, monkeypatch, strip_keys=True)
