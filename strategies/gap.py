@@ -196,8 +196,8 @@ class GAPStrategy(PrivateStrategy):
                 if self._keys is None:
                     raise
                 raise ClientFailure(f"{err}. Secure aggregation has no dropout recovery: the "
-                                    f"masks of a missing client do not cancel, so the round "
-                                    f"fails") from err
+                                    f"masks of a client that fails or does not reply do not "
+                                    f"cancel, so the round fails") from err
             if self._keys is not None:
                 incoming = self._unmask(replies, nodes, owner, empty)
                 continue
