@@ -222,9 +222,10 @@ class GAPConfig(DataConfig):
     max_grad_norm: float = Field(1.0, gt=0)
     cross_client_edges: bool = True
     secure_aggregation: bool = Field(
-        False, description="assume the server learns only the sum of the clients' rows for a "
-        "node (a secure-aggregation protocol): every client adds noise std sigma_max / "
-        "sqrt(n - 1) to its remote rows instead of its own sigma")
+        False, description="pairwise-masked secure aggregation (SecAgg without dropout "
+        "recovery, fedgraph.secure_aggregation): the server learns only the sum of the clients' "
+        "rows for a node; every client adds noise std sigma_max / sqrt(n - 1) to its remote "
+        "rows instead of its own sigma")
     accountant: Literal["analytic", "prv", "pld", "rdp"] = Field(
         "analytic", description="analytic: exact for Gaussian-only (edge level), else prv")
     inference: Literal["transductive", "inductive"] = Field(

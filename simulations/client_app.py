@@ -70,6 +70,18 @@ def gap_setup(msg: Message, context: Context) -> Message:
                    reply_to=msg)
 
 
+@app.query("gap_keys")
+def gap_keys(msg: Message, context: Context) -> Message:
+    """Secure aggregation's key advertisement: a fresh X25519 key pair; the private key stays
+    in this client's state, the public key goes to the server
+    (:mod:`fedgraph.secure_aggregation`)."""
+    from fedgraph.secure_aggregation import generate_key_pair
+
+    private, public = generate_key_pair()
+    context.state["gap.secagg"] = ConfigRecord({"private-key": private})
+    return Message(RecordDict({"secagg": ConfigRecord({"public-key": public})}), reply_to=msg)
+
+
 def _gap_state_key(graph: str) -> str:
     """``context.state`` key of the private hops of a PMA run on ``graph`` (``all``/``train``:
     the classifier's training inputs; ``test``: the held-out graph's, inductive inference)."""
@@ -145,7 +157,7 @@ def gap_pma(msg: Message, context: Context) -> Message:
     the training graph, or ``test``, the held-out graph, see
     :mod:`fedgraph.methods.gap_federated`); each run draws its own noise."""
     from fedgraph.methods.gap_federated import (check_remote_sigma, client_edges, graph_nodes,
-                                                pma_finish, pma_partial_sums)
+                                                masked_release, pma_finish, pma_partial_sums)
 
     cfg, pid, view = _setup(msg, context)
     g = view.graph
@@ -188,6 +200,15 @@ def gap_pma(msg: Message, context: Context) -> Message:
                                                  remote_norm=plan.remote_norm)
         state["local_sums"] = local_sums
         out = {"ids": ids, "sums": sums}
+        if cfg.secure_aggregation and ids.numel():  # only masked rows leave
+            if "secagg" not in msg.content:  # (fedgraph.secure_aggregation)
+                raise ValueError("secure-aggregation = true but the server sent no public keys: "
+                                 "refusing to release unmasked rows")
+            sa = msg.content["secagg"]
+            out = masked_release(ids, sums, bytes(context.state["gap.secagg"]["private-key"]),
+                                 list(sa["public-keys"]), int(sa["index"]),
+                                 tensors(msg.content["owner"])["owner"],
+                                 f"fedgraph gap pma run={context.run_id} graph={graph} hop={k}")
     context.state[key] = ArrayRecord(to_cpu(state))
     return Message(RecordDict({"partial_sums": ArrayRecord(to_cpu(out))}), reply_to=msg)
 

@@ -18,9 +18,11 @@ a PMA hop, a node-level DP-SGD round), so a failed run reports what left the cli
 client's epsilon target is its subject's budget. Node level: training replies carry no loss and
 the constant weight 1 (the count of private training nodes never leaves a client).
 
-Remote rows' noise: each client's own sigma by default; with ``secure_aggregation`` (a stated
-trust assumption: the server learns only sums) a share sigma_max / sqrt(n - 1), and the server
-sums the rows per node before routing; with undirected edges and different client sigmas,
+Remote rows' noise: each client's own sigma by default; with ``secure_aggregation`` a share
+sigma_max / sqrt(n - 1): the clients exchange X25519 public keys through the server after
+setup and send only pairwise-masked rows (:mod:`fedgraph.secure_aggregation`, SecAgg without
+dropout recovery), the server adds them per node, which cancels the masks, and routes one
+summed row per node to its owner; with undirected edges and different client sigmas,
 sigma_max (:func:`fedgraph.methods.gap_federated.remote_noise`). Clients check the value they
 are sent (:func:`~fedgraph.methods.gap_federated.check_remote_sigma`).
 """
@@ -29,39 +31,36 @@ from __future__ import annotations
 import json
 import math
 
+import numpy as np
 import torch
 from flwr.app import ArrayRecord, ConfigRecord, RecordDict
 
-from fedgraph.federation import record_workers, send_to_all, tensors, wait_for_nodes
-from fedgraph.methods.gap_federated import (build_classifier, build_encoder, plan_events,
-                                            remote_noise)
+from fedgraph.federation import ClientFailure, record_workers, send_to_all, tensors, wait_for_nodes
+from fedgraph.methods.gap_federated import (build_classifier, build_encoder,
+                                            plan_events, remote_noise)
+from fedgraph.secure_aggregation import FRAC_BITS, unmask_sum
 from .base import PrivateStrategy, register_strategy
 from .fedavg import strict_strategy
-
-
-def _sum_rows(inc: dict) -> dict:
-    """``{"ids", "sums"}`` with one row per id: the rows of equal ids summed (secure
-    aggregation's output: the sum over the clients)."""
-    if not inc["ids"].numel():
-        return inc
-    ids, inverse = torch.unique(inc["ids"], return_inverse=True)
-    sums = torch.zeros(ids.numel(), inc["sums"].shape[1], dtype=inc["sums"].dtype)
-    return {"ids": ids, "sums": sums.index_add_(0, inverse, inc["sums"])}
 
 
 def _aggregation_note(cfg, remote: tuple[float, int], sigmas: list[float]) -> str:
     """The report's ``privacy.aggregation``: why the remote rows carry ``remote`` noise
     (:func:`fedgraph.methods.gap_federated.remote_noise`) and what that assumes."""
     if cfg.secure_aggregation:
-        return (f"secure aggregation assumed: the server and a node's owner learn only the sum "
-                f"of the other clients' rows for it; each client adds noise std "
-                f"{remote[0]:.4g} to its remote rows (sigma_max / sqrt(n - 1)), so every "
-                f"summed row has std sigma_max = {max(sigmas):.4g}, at least each client's own "
-                f"sigma. Holds if the protocol reveals only the sum over all n - 1 other clients "
-                f"(no dropout-tolerant partial sums), every client gets and adds the same share, "
-                f"and neither the server nor a coalition of clients that includes the owner "
-                f"removes shares. This simulation sums in the clear on the server; a deployment "
-                f"needs a protocol such as SecAgg+ under those conditions.")
+        return (f"secure aggregation (pairwise masking as in SecAgg, Bonawitz et al. 2017, "
+                f"without dropout recovery): each client masks its remote rows, in fixed point "
+                f"(2^-{FRAC_BITS}) modulo 2^64, with ChaCha20 masks from pairwise X25519 + "
+                f"HKDF-SHA256 keys; the server receives only masked rows and learns only the "
+                f"sum of the n - 1 other clients' rows for each node, which it routes to the "
+                f"node's owner. Each client adds noise std {remote[0]:.4g} to its remote rows "
+                f"(sigma_max / sqrt(n - 1)), so every summed row has std sigma_max = "
+                f"{max(sigmas):.4g}, at least each client's own sigma. Assumes an "
+                f"honest-but-curious server (follows the protocol, relays the public keys "
+                f"unchanged), no collusion between the server and any client, no coalition of "
+                f"clients that includes a node's owner removing shares, and every client adding "
+                f"the same share; no dropout tolerance: a missing client fails the round. With "
+                f"2 clients a sum has one contributor: the server reads that client's row "
+                f"(noise std sigma_max).")
     if cfg.level == "node":
         return (f"node level with different client sigmas: every remote row gets sigma_max = "
                 f"{remote[0]:.4g}, so the rows the other clients release for a client's node "
@@ -167,6 +166,12 @@ class GAPStrategy(PrivateStrategy):
         self._remote = remote_noise(cfg, sigmas)  # (std on remote rows, contributors) or None
         if self._remote is not None:
             self.report.privacy["aggregation"] = _aggregation_note(cfg, self._remote, sigmas)
+        self._keys = None  # secure aggregation: the clients' X25519 public keys, by index
+        if cfg.secure_aggregation and self._remote is not None:
+            with self.report.phase("secure aggregation: key exchange (clients)"):
+                keys = send_to_all(grid, "query.gap_keys", {
+                    n: RecordDict({"config": payload}) for n in nodes}, cfg.timeout)
+                self._keys = [bytes(keys[n]["secagg"]["public-key"]) for n in nodes]
         encoder_arrays = ArrayRecord()
         if cfg.variant != "mlp" and cfg.encoder_rounds > 0:
             with self.report.phase(f"encoder rounds ({self._server_name()})"):
@@ -257,9 +262,24 @@ class GAPStrategy(PrivateStrategy):
                                        "incoming": ArrayRecord(incoming[n]),
                                        "encoder": encoder_arrays}) for n in nodes}
             release = "pma" + (" (held-out graph)" if graph == "test" else "")
-            replies = self.send_and_record(
-                grid, "query.gap_pma", contents,
-                lambda n, r, k=k: self._released(n, release) if k <= self.config.hops else None)
+            if self._keys is not None:  # every client gets every public key and the owners
+                for i, n in enumerate(nodes):
+                    contents[n]["secagg"] = ConfigRecord({"public-keys": self._keys, "index": i})
+                    contents[n]["owner"] = ArrayRecord({"owner": owner})
+            try:
+                replies = self.send_and_record(
+                    grid, "query.gap_pma", contents,
+                    lambda n, r, k=k: self._released(n, release) if k <= self.config.hops
+                    else None)
+            except ClientFailure as err:
+                if self._keys is None:
+                    raise
+                raise ClientFailure(f"{err}. Secure aggregation has no dropout recovery: the "
+                                    f"masks of a client that fails or does not reply do not "
+                                    f"cancel, so the round fails", replies=err.replies) from err
+            if self._keys is not None:
+                incoming = self._unmask(replies, nodes, owner, empty)
+                continue
             routed = {n: ([], []) for n in nodes}
             for rec in replies.values():
                 out = tensors(rec["partial_sums"])
@@ -271,5 +291,21 @@ class GAPStrategy(PrivateStrategy):
                         routed[n][1].append(out["sums"][sel])
             incoming = {n: {"ids": torch.cat(ids), "sums": torch.cat(sums)} if ids else empty
                         for n, (ids, sums) in routed.items()}
-            if self.config.secure_aggregation:  # the owner gets one summed row per node
-                incoming = {n: _sum_rows(inc) for n, inc in incoming.items()}
+
+    @staticmethod
+    def _unmask(replies: dict, nodes: list, owner, empty: dict) -> dict:
+        """Secure aggregation's server step: the clients' masked rows
+        (:func:`fedgraph.secure_aggregation.mask_rows`) added per node, which cancels the
+        masks (:func:`~fedgraph.secure_aggregation.unmask_sum`; raises if a node lacks a row
+        from a client other than its owner), one summed row per node routed to its owner."""
+        contributions = {}
+        for i, n in enumerate(nodes):
+            out = tensors(replies[n]["partial_sums"])
+            masked = out.get("masked", torch.zeros(0, 0, dtype=torch.long))
+            contributions[i] = (out["ids"].numpy(), masked.numpy().view(np.uint64))
+        ids, sums = unmask_sum(contributions, owner.numpy(), len(nodes))
+        if not ids.size:
+            return {n: empty for n in nodes}
+        ids, sums = torch.from_numpy(ids), torch.from_numpy(sums).float()
+        dst = owner[ids]
+        return {n: {"ids": ids[dst == i], "sums": sums[dst == i]} for i, n in enumerate(nodes)}

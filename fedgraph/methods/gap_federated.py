@@ -349,6 +349,33 @@ def check_remote_sigma(remote_sigma: float, own_sigma: float, contributors: int)
                          f"below this client's sigma {own_sigma:.4g}; refusing to release")
 
 
+def masked_release(ids: Tensor, sums: Tensor, private_key: bytes, public_keys: list[bytes],
+                   me: int, owner: Tensor, context: str) -> dict[str, Tensor]:
+    """Secure aggregation of a client's remote rows: what leaves the client instead of
+    ``{"ids", "sums"}`` (:func:`fedgraph.secure_aggregation.mask_rows`).
+
+    Args:
+        ids: ``[m]`` global ids of the remote rows (every node of the graph held elsewhere).
+        sums: ``[m, e]`` the noisy remote rows (:func:`pma_partial_sums`).
+        private_key: this client's X25519 private key (never sent); public_keys: every
+            client's, by client index; me: this client's index.
+        owner: ``[N]`` client index owning each node (from the server, public).
+        context: the masks' context (run, graph, hop), distinct for every release.
+
+    Returns:
+        ``{"ids": [m], "masked": [m, e] int64}`` (the ``uint64`` ring elements' bits): uniform
+        on the ring for the server; the masks cancel in the sum over the ``n - 1``
+        contributors of each node.
+    """
+    import numpy as np
+
+    from ..secure_aggregation import mask_rows
+
+    masked = mask_rows(sums.detach().double().cpu().numpy(), ids.cpu().numpy(),
+                       owner.cpu().numpy(), me, private_key, public_keys, context)
+    return {"ids": ids.cpu(), "masked": torch.from_numpy(masked.view(np.int64))}
+
+
 def pma_finish(local_sums: Tensor, node_ids: Tensor, incoming_ids: Tensor,
                incoming_sums: Tensor) -> Tensor:
     """Add the noisy partial sums received for this client's nodes and row-normalize (Alg. 1
