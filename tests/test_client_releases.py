@@ -26,6 +26,7 @@ GAP = {"method": "gap", "dataset": "cora", "num-clients": 2, "encoder-rounds": 1
        "classifier-rounds": 2, "local-epochs": 1, "hops": 2, "client-epsilons": "4,2",
        "delta": 1e-5}
 GAP_NODE = {**GAP, "level": "node", "max-degree": 5, "batch-size": 256}
+GAP_SECURE = {**GAP, "num-clients": 3, "client-epsilons": "4,2,8", "secure-aggregation": True}
 PPGNN = {"method": "ppgnn", "dataset": "cora", "num-clients": 2, "epochs": 5}
 PRIVGNN = {"method": "privgnn", "dataset": "cora", "num-clients": 2, "num-queries": 6,
            "lam": 1.0, "gamma": 0.3, "delta": 1e-4, "num-neighbours": 20, "teacher-epochs": 5,
@@ -57,7 +58,7 @@ ALLOWED = {
             "ids.node_ids": DIRECTORY, "meta.statistics": STATISTICS, "meta.worker": WORKER,
             **{f"meta.plan.{k}": PLAN for k in (
                 "epsilon_target", "delta", "noise_multiplier", "sensitivity", "sigma", "hops",
-                "encoder_schedule", "classifier_schedule", "partition_id")},
+                "encoder_schedule", "classifier_schedule", "partition_id", "remote_norm")},
             "meta.plan.num_nodes": DIRECTORY, "meta.plan.num_train": DIRECTORY},
         "train[gap.encoder]": {
             "arrays.*": {"edge": _public("the encoder reads features and labels, no edge"),
@@ -77,7 +78,10 @@ ALLOWED = {
         "query.gap_pma": {
             "partial_sums.ids": _public("every remote node of the graph: fixed by the directory, "
                                         "not by the edges"),
-            "partial_sums.sums": _noised("pma")},
+            "partial_sums.sums": _noised("pma"),
+            "partial_sums.masked": _noised("pma")},  # secure aggregation: masked noisy rows
+        "query.gap_keys": {  # secure aggregation's key advertisement
+            "secagg.public-key": _public("a fresh X25519 public key: no data")},
         "evaluate[gap.classifier]": {  # per-round validation: edge level only
             "metrics.num-examples": {"edge": _public("a count of nodes: not the unit")},
             "metrics.val-accuracy": {"edge": _public("labels are not the unit; the model is "
@@ -211,11 +215,13 @@ def check_releases(method, level, grid, report) -> set:
 def runs(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("releases")
     return {"gap-edge": _run(GAP, tmp, "gap-edge"), "gap-node": _run(GAP_NODE, tmp, "gap-node"),
+            "gap-secure": _run(GAP_SECURE, tmp, "gap-secure"),
             "ppgnn": _run(PPGNN, tmp, "ppgnn"), "privgnn": _run(PRIVGNN, tmp, "privgnn")}
 
 
 @pytest.mark.parametrize("name,method,level", [("gap-edge", "gap", "edge"),
                                                ("gap-node", "gap", "node"),
+                                               ("gap-secure", "gap", "edge"),
                                                ("ppgnn", "ppgnn", None),
                                                ("privgnn", "privgnn", None)])
 def test_every_reply_field_is_noised_and_accounted_or_public(runs, name, method, level):
@@ -229,6 +235,12 @@ def test_every_reply_field_is_noised_and_accounted_or_public(runs, name, method,
     assert want <= kinds  # the run exercised every handler of the method
     if level == "edge":
         assert "evaluate[gap.classifier]" in kinds
+    if name == "gap-secure":  # the masked path ran: keys out, no plain sums
+        assert {"query.gap_keys:secagg.public-key", "query.gap_pma:partial_sums.masked"} <= seen
+        plain = [reply.content["partial_sums"]["sums"].numpy() for m, reply in grid.log
+                 if m.metadata.message_type == "query.gap_pma"
+                 and "sums" in reply.content["partial_sums"]]
+        assert all(a.size == 0 for a in plain)  # only the finish-only hop's empty record
     if level == "node":  # no per-round validation at node level: the labels are private
         assert "evaluate[gap.classifier]" not in kinds
     stats = {reply.content["meta"]["statistics"] for m, reply in grid.log
