@@ -20,8 +20,8 @@ from flwr.serverapp import Grid
 
 from fedgraph.federation import RunInterrupted
 
-__all__ = ["STOP", "InterruptibleGrid", "RunInterrupted", "StopOnSignal", "descendants",
-           "kill_descendants"]
+__all__ = ["STOP", "InterruptibleGrid", "RunInterrupted", "StopOnSignal", "become_subreaper",
+           "descendants", "kill_descendants"]
 
 #: set by the first Ctrl-C of ``fedgraph run``; every grid call after it raises.
 STOP = threading.Event()
@@ -130,6 +130,19 @@ def descendants(pid: int | None = None) -> set[int]:
     return out
 
 
+def become_subreaper() -> bool:
+    """Make this process the Linux "child subreaper" of its descendants (``prctl
+    PR_SET_CHILD_SUBREAPER``): a process whose parent dies (Ray's agents when the raylet ends)
+    is re-parented here instead of to init, so :func:`descendants` still finds it. Returns
+    False where the call is not available (not Linux)."""
+    try:
+        import ctypes
+
+        return ctypes.CDLL("libc.so.6", use_errno=True).prctl(36, 1, 0, 0, 0) == 0
+    except (OSError, AttributeError):
+        return False
+
+
 def kill_descendants(pids: set[int] | None = None, grace: float = 3.0) -> None:
     """SIGTERM ``pids`` (default: every descendant of this process), then SIGKILL those alive
     after ``grace`` seconds."""
@@ -201,6 +214,7 @@ class StopOnSignal:
         return self.seen
 
     def __enter__(self):
+        become_subreaper()
         STOP.clear()
         _SERVER_THREAD.clear()
         for sig in (signal.SIGINT, signal.SIGTERM):
