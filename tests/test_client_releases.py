@@ -25,7 +25,8 @@ from simulations.local import LocalGrid
 GAP = {"method": "gap", "dataset": "cora", "num-clients": 2, "encoder-rounds": 1,
        "classifier-rounds": 2, "local-epochs": 1, "hops": 2, "client-epsilons": "4,2",
        "delta": 1e-5}
-GAP_NODE = {**GAP, "level": "node", "max-degree": 5, "batch-size": 256}
+GAP_NODE = {**GAP, "level": "node", "max-degree": 5, "batch-size": 256,
+            "accountant": "rdp"}  # calibration in seconds (prv: a minute per client)
 GAP_SECURE = {**GAP, "num-clients": 3, "client-epsilons": "4,2,8", "secure-aggregation": True}
 PPGNN = {"method": "ppgnn", "dataset": "cora", "num-clients": 2, "epochs": 5}
 PRIVGNN = {"method": "privgnn", "dataset": "cora", "num-clients": 2, "num-queries": 6,
