@@ -7,9 +7,15 @@ failure.
 """
 from __future__ import annotations
 
+import os
 import re
 
 import pytest
+
+#: every Ray the suite starts (in-process or in a subprocess, which inherits the environment)
+#: caps its object store at 512 MiB instead of 30 % of the machine's memory: the suite's
+#: graphs are small, and a busy CI host keeps its memory for the workers
+os.environ.setdefault("RAY_DEFAULT_OBJECT_STORE_MAX_MEMORY_BYTES", str(512 * 2 ** 20))
 
 #: what Ray prints when its memory monitor kills a task or actor
 RAY_OOM = re.compile(r"OutOfMemoryError|running low on memory|memory usage threshold|"
