@@ -130,6 +130,17 @@ def descendants(pid: int | None = None) -> set[int]:
     return out
 
 
+def _keep_our_sigterm_handler() -> None:
+    """``ray.init`` replaces the main thread's SIGTERM handler with ``sys.exit`` (which crashes
+    Flower's simulation without a report): make Ray's setter leave ours in place."""
+    try:
+        import ray._private.utils as ray_utils
+    except ImportError:
+        return
+    if hasattr(ray_utils, "set_sigterm_handler"):
+        ray_utils.set_sigterm_handler = lambda handler: None
+
+
 def become_subreaper() -> bool:
     """Make this process the Linux "child subreaper" of its descendants (``prctl
     PR_SET_CHILD_SUBREAPER``): a process whose parent dies (Ray's agents when the raylet ends)
@@ -215,6 +226,7 @@ class StopOnSignal:
 
     def __enter__(self):
         become_subreaper()
+        _keep_our_sigterm_handler()
         STOP.clear()
         _SERVER_THREAD.clear()
         for sig in (signal.SIGINT, signal.SIGTERM):

@@ -121,3 +121,19 @@ def test_descendants_finds_grandchildren():
                 os.kill(p, signal.SIGKILL)
             except ProcessLookupError:
                 pass
+
+
+def test_ray_init_cannot_take_sigterm_away():
+    """``ray.init`` sets ``sys.exit`` as the main thread's SIGTERM handler, which crashed a run
+    without its report: inside ``fedgraph run`` Ray's setter leaves our handler in place."""
+    import ray._private.utils as ray_utils
+
+    from simulations.interrupt import StopOnSignal
+
+    original = ray_utils.set_sigterm_handler
+    try:
+        with StopOnSignal(echo=lambda line: None) as stop:
+            ray_utils.set_sigterm_handler(lambda signum, frame: None)
+            assert signal.getsignal(signal.SIGTERM) == stop._handler
+    finally:
+        ray_utils.set_sigterm_handler = original
