@@ -325,6 +325,10 @@ def preflight(cfg) -> dict:
         raise ConfigError(f"output-dir: cannot write reports to {out}: {err}") from None
     from filelock import FileLock
 
+    if cfg.data_root and not Path(cfg.data_root).expanduser().is_dir():
+        raise ConfigError(f"data-root: {cfg.data_root} is not a folder (give an existing data "
+                          "root, or leave data-root empty for $FEDGRAPH_DATA, the user cache "
+                          "and the bundled Cora)")
     user_cache_dir().mkdir(parents=True, exist_ok=True)
     try:
         with FileLock(str(user_cache_dir() / ".load.lock")):
@@ -332,6 +336,12 @@ def preflight(cfg) -> dict:
     except (FileNotFoundError, ValueError) as err:
         raise ConfigError(f"dataset/data-root: {err}") from None
     stats = dataset_statistics(data)
+    if getattr(cfg, "mechanism", None) is not None and getattr(data, "feature_domain",
+                                                                None) is None:
+        raise ConfigError(f"dataset: {cfg.dataset!r} has no public feature domain, and PPGNN's "
+                          "local feature mechanisms need one (the range every feature lies "
+                          "in): set feature_domain on the graph (a files dataset: "
+                          "feature_domain = [low, high] in its graph.toml)")
     if getattr(cfg, "mechanism", None) is not None:  # PPGNN: what the mechanism declares
         from .mechanisms import check_mechanism
         from .methods.ppgnn import build_mechanism

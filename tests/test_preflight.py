@@ -54,3 +54,34 @@ def test_ppgnn_clients_need_no_training_nodes_of_their_own(graph_module, tmp_pat
 
     check_nonempty(parse_run_config({"method": "ppgnn", "dataset": graph_module(40),
                                      "num-clients": 30, "output-dir": str(tmp_path)}))
+
+
+def test_a_data_root_that_is_not_a_folder_is_refused(tmp_path):
+    """Before, a missing data-root was ignored and the bundled Cora trained instead."""
+    missing = tmp_path / "nonexistent"
+    with pytest.raises(ConfigError, match=rf"^data-root: {missing} is not a folder"):
+        run_local({"method": "ppgnn", "dataset": "cora", "data-root": str(missing),
+                   "output-dir": str(tmp_path / "out")})
+    assert not (tmp_path / "out").exists() or not list((tmp_path / "out").glob("*.json"))
+
+
+def test_ppgnn_on_a_graph_without_feature_domain_is_refused_before_clients(graph_module,
+                                                                           tmp_path, monkeypatch):
+    """Before, every PPGNN client failed on it after the run had started (exit 1)."""
+    import importlib
+    import sys
+
+    spec = graph_module(40)
+    module = importlib.import_module(spec.split(":")[0])
+    load = module.load
+    monkeypatch.setattr(module, "load", lambda root: _without_domain(load(root)))
+    with pytest.raises(ConfigError, match=r"^dataset: .* has no public feature domain"):
+        run_local({"method": "ppgnn", "dataset": spec, "num-clients": 2,
+                   "output-dir": str(tmp_path)})
+    assert not list(tmp_path.glob("*.json"))
+    sys.modules.pop(module.__name__, None)
+
+
+def _without_domain(data):
+    del data.feature_domain
+    return data
