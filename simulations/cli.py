@@ -171,7 +171,7 @@ def run(
     from fedgraph.config import ConfigError, reject_keys_of_other_methods
 
     from fedgraph.federation import RunInterrupted
-    from simulations.interrupt import StopOnSignal, kill_descendants
+    from simulations.interrupt import StopOnSignal, end_all_descendants
 
     stop = StopOnSignal(lambda line: typer.echo(line, err=True))
     try:
@@ -182,7 +182,7 @@ def run(
                 run_simulation(cfg, num_cpus, cpus_per_client, gpus_per_client,
                                label=Path(preset).stem if preset else None)
             finally:  # Ray's processes (GCS, raylet, agents) outlive a cut-short run
-                kill_descendants(stop.remember())
+                end_all_descendants(stop.remember())
     except (ConfigError, typer.BadParameter) as err:
         typer.echo(f"fedgraph: {err}", err=True)
         raise typer.Exit(2)

@@ -21,7 +21,7 @@ from flwr.serverapp import Grid
 from fedgraph.federation import RunInterrupted
 
 __all__ = ["STOP", "InterruptibleGrid", "RunInterrupted", "StopOnSignal", "become_subreaper",
-           "descendants", "kill_descendants"]
+           "descendants", "end_all_descendants", "kill_descendants"]
 
 #: set by the first Ctrl-C of ``fedgraph run``; every grid call after it raises.
 STOP = threading.Event()
@@ -175,6 +175,18 @@ def kill_descendants(pids: set[int] | None = None, grace: float = 3.0) -> None:
         pids = alive
 
 
+def end_all_descendants(known: set[int] | None = None, within: float = 10.0) -> None:
+    """Kill ``known`` and every descendant of this process, again and again until none is
+    left or ``within`` seconds passed: processes orphaned while Ray shuts down are re-parented
+    to this process (:func:`become_subreaper`) after a first pass."""
+    end = time.monotonic() + within
+    pids = set(known or ()) | descendants()
+    while pids and time.monotonic() < end:
+        kill_descendants(pids, grace=1.0)
+        time.sleep(0.2)
+        pids = {p for p in descendants() if _alive(p)}
+
+
 def _alive(pid: int) -> bool:
     try:
         with open(f"/proc/{pid}/stat") as f:
@@ -217,7 +229,7 @@ class StopOnSignal:
         time.sleep(self.grace)
         self.echo(f"fedgraph: interrupted by the user (Ctrl-C); report: {REPORT_PATH[0]}"
                   if REPORT_PATH else "fedgraph: interrupted by the user (Ctrl-C)")
-        kill_descendants(self.remember(), grace=1.0)
+        end_all_descendants(self.remember(), within=5.0)
         os._exit(130)
 
     def remember(self) -> set[int]:
