@@ -12,7 +12,7 @@ real thing.
 """
 from __future__ import annotations
 
-from flwr.app import Context, Message, RecordDict
+from flwr.app import Context, Error, Message, RecordDict
 
 
 class LocalGrid:
@@ -23,9 +23,16 @@ class LocalGrid:
     Args:
         num_clients: number of supernodes.
         client_app: the ClientApp (default: :data:`simulations.client_app.app`).
+        fail: ``fail(message) -> bool``; the requests it selects get an error reply instead of
+            an answer (a client that drops out).
+        tamper: ``tamper(message, reply) -> reply``; replaces each answer (a misbehaving
+            client, a lossy network).
+        record: keep every ``(request, reply)`` the server sees in :attr:`log`, after
+            ``fail`` and ``tamper`` (an audit of what leaves the clients).
     """
 
-    def __init__(self, num_clients: int, client_app=None):
+    def __init__(self, num_clients: int, client_app=None, *, fail=None, tamper=None,
+                 record: bool = False):
         from flwr.supercore.task_identity import TaskIdentity
 
         if client_app is None:
@@ -38,6 +45,8 @@ class LocalGrid:
         self.contexts = {i + 1: Context(run_id=1, node_id=i + 1, state=RecordDict(), run_config={},
                                         node_config={"partition-id": i, "num-partitions": num_clients})
                          for i in range(num_clients)}
+        self.fail, self.tamper, self.record = fail, tamper, record
+        self.log: list[tuple[Message, Message]] = []
 
     def get_node_ids(self) -> list[int]:
         return list(self.contexts)
@@ -50,12 +59,24 @@ class LocalGrid:
     def send_and_receive(self, messages, *, timeout: float | None = None) -> list[Message]:
         """Every message handled by the ClientApp of its destination, in order; a handler's
         exception becomes an error reply, as in Flower."""
-        return [self.client_app(m, self.contexts[m.metadata.dst_node_id]) for m in messages]
+        replies = []
+        for m in messages:
+            if self.fail is not None and self.fail(m):
+                reply = Message(Error(code=1, reason="RuntimeError: dropped out"), reply_to=m)
+            else:
+                reply = self.client_app(m, self.contexts[m.metadata.dst_node_id])
+                if self.tamper is not None:
+                    reply = self.tamper(m, reply)
+            if self.record:
+                self.log.append((m, reply))
+            replies.append(reply)
+        return replies
 
 
-def run_local(run_config: dict) -> dict:
-    """Validate ``run_config`` (flat Flower keys), run its strategy on a :class:`LocalGrid`
-    with ``num-clients`` nodes; returns the report dict (also written to ``output-dir``).
+def run_local(run_config: dict, grid: LocalGrid | None = None) -> dict:
+    """Validate ``run_config`` (flat Flower keys), run its strategy on ``grid`` (default: a
+    :class:`LocalGrid` with ``num-clients`` nodes); returns the report dict (also written to
+    ``output-dir``).
 
     Raises:
         fedgraph.config.ConfigError: invalid config or failed preflight.
@@ -66,4 +87,4 @@ def run_local(run_config: dict) -> dict:
 
     strategy_cls, cfg = validate_run_config(run_config)
     preflight(cfg)
-    return strategy_cls(cfg).start(LocalGrid(cfg.num_clients))
+    return strategy_cls(cfg).start(grid if grid is not None else LocalGrid(cfg.num_clients))

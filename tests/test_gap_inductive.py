@@ -60,26 +60,14 @@ def test_edge_split_training_and_held_out_graphs(level):
         graph_nodes(test, "val")
 
 
-class _Recorder:
-    """Wraps a LocalGrid: keeps the partial sums of every PMA reply (what leaves a client)."""
+def _pma_releases(log):
+    """``(node, graph, hop, partial sums)`` of every PMA reply in a LocalGrid's log: what
+    leaves a client."""
+    from fedgraph.federation import tensors
 
-    def __init__(self, grid):
-        self.grid, self.pma = grid, []
-
-    def __getattr__(self, name):
-        return getattr(self.grid, name)
-
-    def send_and_receive(self, messages, *, timeout=None):
-        from fedgraph.federation import tensors
-
-        messages = list(messages)
-        replies = self.grid.send_and_receive(messages, timeout=timeout)
-        for m, r in zip(messages, replies):
-            if m.metadata.message_type == "query.gap_pma" and not r.has_error():
-                pma = m.content["pma"]
-                self.pma.append((int(m.metadata.dst_node_id), str(pma["graph"]), int(pma["hop"]),
-                                 tensors(r.content["partial_sums"])))
-        return replies
+    return [(int(m.metadata.dst_node_id), str(m.content["pma"]["graph"]),
+             int(m.content["pma"]["hop"]), tensors(r.content["partial_sums"]))
+            for m, r in log if m.metadata.message_type == "query.gap_pma" and not r.has_error()]
 
 
 def _run(tmp_path, name, **overrides):
@@ -90,12 +78,12 @@ def _run(tmp_path, name, **overrides):
     strategy_cls, cfg = validate_run_config({**CORA, **overrides, "output-dir": str(tmp_path),
                                              "run-name": name})
     preflight(cfg)
-    grid = _Recorder(LocalGrid(cfg.num_clients))
+    grid = LocalGrid(cfg.num_clients, record=True)
     report = strategy_cls(cfg).start(grid)
     if cfg.variant == "gap-inf":  # no noise: every client listed with epsilon inf, not dropped
         subjects = report["privacy"]["per_subject"]
         assert subjects and all(math.isinf(row["epsilon"]) for row in subjects.values())
-    return report, grid.pma
+    return report, _pma_releases(grid.log)
 
 
 @pytest.fixture(scope="module")

@@ -229,34 +229,27 @@ PPGNN = {"method": "ppgnn", "dataset": "cora", "num-clients": 2, "mechanism": "l
          "epsilon": 1.0, "epochs": 5}
 
 
-class _Corrupting:
-    """Wraps a LocalGrid: the first float array (or metric) of the reply of node 2 to
-    ``message_type`` in record ``record`` is replaced by ``value`` everywhere."""
+def _corrupting(message_type, record, value):
+    """A LocalGrid ``tamper``: the first float array (or metric) of the reply of node 2 to
+    ``message_type`` in record ``record`` is replaced by ``value`` everywhere; counts in
+    ``.corrupted``."""
 
-    def __init__(self, grid, message_type, record, value):
-        self.grid, self.type, self.record, self.value = grid, message_type, record, value
-        self.corrupted = 0
+    def tamper(m, r):
+        if m.metadata.message_type == message_type and m.metadata.dst_node_id == 2 \
+                and not r.has_error():
+            rec = r.content[record]
+            if isinstance(rec, MetricRecord):
+                rec[next(iter(rec))] = value
+            else:
+                arrays = rec.to_torch_state_dict()
+                key = next(k for k, a in arrays.items() if a.is_floating_point())
+                arrays[key] = torch.full_like(arrays[key], value)
+                r.content[record] = ArrayRecord(arrays)
+            tamper.corrupted += 1
+        return r
 
-    def __getattr__(self, name):
-        return getattr(self.grid, name)
-
-    def send_and_receive(self, messages, *, timeout=None):
-        messages = list(messages)
-        replies = self.grid.send_and_receive(messages, timeout=timeout)
-        for m, r in zip(messages, replies):
-            if (m.metadata.message_type == self.type and m.metadata.dst_node_id == 2
-                    and not r.has_error()):
-                rec = r.content[self.record]
-                if isinstance(rec, MetricRecord):
-                    key = next(iter(rec))
-                    rec[key] = self.value
-                else:
-                    arrays = rec.to_torch_state_dict()
-                    key = next(k for k, a in arrays.items() if a.is_floating_point())
-                    arrays[key] = torch.full_like(arrays[key], self.value)
-                    r.content[self.record] = ArrayRecord(arrays)
-                self.corrupted += 1
-        return replies
+    tamper.corrupted = 0
+    return tamper
 
 
 @pytest.mark.parametrize("value", [float("nan"), float("inf")])
@@ -277,10 +270,10 @@ def test_a_non_finite_reply_fails_the_run_naming_the_client(tmp_path, value, run
     strategy_cls, cfg = validate_run_config({**run_config, "output-dir": str(tmp_path),
                                              "run-name": "run"})
     preflight(cfg)
-    grid = _Corrupting(LocalGrid(cfg.num_clients), message_type, record, value)
+    tamper = _corrupting(message_type, record, value)
     with pytest.raises(ClientFailure) as err:
-        strategy_cls(cfg).start(grid)
-    assert grid.corrupted >= 1
+        strategy_cls(cfg).start(LocalGrid(cfg.num_clients, tamper=tamper))
+    assert tamper.corrupted >= 1
     msg = str(err.value)
     assert "node 2" in msg and "non-finite" in msg and f"{record}[" in msg
     assert json.loads((tmp_path / "run.json").read_text())["status"] == "failed"

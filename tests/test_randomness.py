@@ -209,22 +209,6 @@ def test_secure_source_runs_every_client_path(method, monkeypatch, tmp_path):
 
 
 # ------------------------------------------------------------------------------ no leak
-class _Recorder:
-    """Wraps a LocalGrid and keeps every message sent and every reply (the server's view)."""
-
-    def __init__(self, grid):
-        self.grid, self.seen = grid, []
-
-    def __getattr__(self, name):
-        return getattr(self.grid, name)
-
-    def send_and_receive(self, messages, *, timeout=None):
-        messages = list(messages)
-        replies = self.grid.send_and_receive(messages, timeout=timeout)
-        self.seen += messages + list(replies)
-        return replies
-
-
 def _bytes_of(message) -> bytes:
     out = []
     if message.has_error():
@@ -246,12 +230,13 @@ def test_secret_appears_nowhere_the_server_or_a_reader_looks(monkeypatch, tmp_pa
     strategy_cls, cfg = validate_run_config({**PPGNN, "noise-source": "secret", "epochs": 5,
                                              "output-dir": str(tmp_path), "run-name": "s"})
     preflight(cfg)
-    grid = _Recorder(LocalGrid(cfg.num_clients))
+    grid = LocalGrid(cfg.num_clients, record=True)
     report = strategy_cls(cfg).start(grid)
     assert report["status"] == "ok" and report["privacy"]["noise_source"] == "secret"
-    assert len(grid.seen) >= 2 * 2 * cfg.num_clients  # query and evaluate, both ways
+    seen = [m for pair in grid.log for m in pair]  # every request and reply: the server's view
+    assert len(seen) >= 2 * 2 * cfg.num_clients  # query and evaluate, both ways
     secret = SECRET.encode()
-    assert all(secret not in _bytes_of(m) for m in grid.seen)
+    assert all(secret not in _bytes_of(m) for m in seen)
     assert secret not in (tmp_path / "s.json").read_bytes()
     assert SECRET not in json.dumps(report)
     assert SECRET not in repr(rng.SecureRandom(secret.ljust(32, b"0")[:32]))
