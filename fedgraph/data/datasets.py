@@ -79,6 +79,7 @@ from torch import Tensor
 from torch_geometric.data import Data
 from torch_geometric.utils import coalesce, remove_self_loops, to_undirected
 
+from ..catalog import KNOWN_DATASETS  # the built-in names (known without torch)
 from ..registry import ContractError, Registry, spec_label
 from .synthetic import PREFIX as SBM_PREFIX
 from .synthetic import load_sbm, sbm_spec
@@ -86,18 +87,6 @@ from .synthetic import load_sbm, sbm_spec
 PathLike = Union[str, Path]
 
 ENV_DATA = 'FEDGRAPH_DATA'
-
-KNOWN_DATASETS: Tuple[str, ...] = (
-    'cora',
-    'citeseer',
-    'pubmed',
-    'facebook-pagepage',
-    'lastfm-asia',
-    'reddit',
-    'ogbn-products',
-    'facebook100:<College>',
-    'synthetic-sbm:<nodes>:<avg_degree>',
-)
 
 _PLANETOID_NAMES = {'cora': 'Cora', 'citeseer': 'CiteSeer', 'pubmed': 'PubMed'}
 _PLANETOID_FILES = ('x', 'tx', 'allx', 'y', 'ty', 'ally', 'graph', 'test.index')
