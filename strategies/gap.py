@@ -174,7 +174,8 @@ class GAPStrategy(PrivateStrategy):
                 self._keys = [bytes(keys[n]["secagg"]["public-key"]) for n in nodes]
         encoder_arrays = ArrayRecord()
         if cfg.variant != "mlp" and cfg.encoder_rounds > 0:
-            with self.report.phase(f"encoder rounds ({self._server_name()})"):
+            with self.report.phase(f"encoder rounds ({self._server_name()})",
+                                   rounds=cfg.encoder_rounds):
                 enc = build_encoder(cfg, num_features, num_classes)
                 fedavg = strict_strategy(cfg.server_optimizer, cfg.num_clients,
                                          server_lr=cfg.server_lr)
@@ -187,7 +188,8 @@ class GAPStrategy(PrivateStrategy):
             with self.report.phase("PMA (clients, via server)"):
                 self._pma(grid, nodes, owner, payload, encoder_arrays,
                           "train" if inductive else "all")
-        with self.report.phase(f"classifier rounds ({self._server_name()})"):
+        with self.report.phase(f"classifier rounds ({self._server_name()})",
+                               rounds=cfg.classifier_rounds):
             clf = build_classifier(cfg, num_features, num_classes)
             select = cfg.level == "edge"  # node level: validation labels are private
             fedavg = strict_strategy(cfg.server_optimizer, cfg.num_clients, select,
