@@ -84,16 +84,16 @@ def _sha256_file(path: Path, h=None):
 
 
 def code_digest() -> str:
-    """SHA-256 of the source files of :data:`CODE_MODULES` (only fedgraph's own partitioners
-    are cached: a user's may depend on more than its inputs)."""
+    """SHA-256 of the sources of :data:`CODE_MODULES`, by module name (not path: two
+    checkouts of the same code share entries). Only fedgraph's own partitioners are cached: a
+    user's may depend on more than its inputs."""
     import importlib
     import inspect
 
-    files = {inspect.getsourcefile(importlib.import_module(name)) for name in CODE_MODULES}
     h = hashlib.sha256()
-    for f in sorted(f for f in files if f):
-        h.update(f.encode())
-        _sha256_file(Path(f), h)
+    for name in CODE_MODULES:
+        h.update(f"{name}\0".encode())
+        _sha256_file(Path(inspect.getsourcefile(importlib.import_module(name))), h)
     return h.hexdigest()
 
 

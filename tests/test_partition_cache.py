@@ -258,3 +258,20 @@ def test_prune_keeps_the_most_recently_used(tmp_path):
     assert sorted(p.name for p in tmp_path.iterdir()) == ["e3", "e3.lock", "e4", "e4.lock"]
     pc.prune(tmp_path, max_bytes=0)  # the newest stays whatever its size
     assert sorted(p.name for p in tmp_path.iterdir()) == ["e4", "e4.lock"]
+
+
+def test_the_code_digest_follows_the_source_not_the_path(monkeypatch, tmp_path):
+    import inspect
+
+    digest = pc.code_digest()
+    copy = tmp_path / "splits.py"
+    copy.write_text(inspect.getsource(__import__("fedgraph.data.splits", fromlist=["x"])))
+    real = inspect.getsourcefile
+
+    def moved(obj):
+        return str(copy) if getattr(obj, "__name__", "") == "fedgraph.data.splits" else real(obj)
+
+    monkeypatch.setattr(inspect, "getsourcefile", moved)
+    assert pc.code_digest() == digest  # another checkout of the same code
+    copy.write_text(copy.read_text() + "\n# changed\n")
+    assert pc.code_digest() != digest
