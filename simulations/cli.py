@@ -198,6 +198,9 @@ def run(
     except (ConfigError, typer.BadParameter) as err:
         typer.echo(f"fedgraph: {err}", err=True)
         raise typer.Exit(2)
+    except Exception as err:  # noqa: BLE001 - e.g. a preset that is not TOML: as below
+        typer.echo(f"fedgraph: FAILED: {err}", err=True)
+        raise typer.Exit(1)
     from fedgraph.federation import RunInterrupted
     from simulations.interrupt import StopOnSignal, end_all_descendants
 

@@ -109,3 +109,17 @@ def test_catalog_dataset_spec_matches_dataset_spec(name, monkeypatch):
     except ValueError as err:
         fast = str(err)
     assert fast == slow or (fast is None and name.startswith("synthetic-sbm:"))
+
+
+def test_a_preset_that_is_not_toml_fails_with_one_line(tmp_path):
+    """Errors other than config errors while reading the config: exit 1 with the reason, no
+    traceback (as before the config moved ahead of the imports)."""
+    from typer.testing import CliRunner
+
+    from simulations.cli import cli
+
+    bad = tmp_path / "bad.toml"
+    bad.write_text('method = "gap"\nbad = [\n')
+    r = CliRunner().invoke(cli, ["run", str(bad)])
+    assert r.exit_code == 1 and "fedgraph: FAILED: Invalid value" in r.output, r.output
+    assert not isinstance(r.exception, Exception) or isinstance(r.exception, SystemExit)
