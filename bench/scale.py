@@ -233,7 +233,7 @@ def _gap_pma(data, num_clients: int, hops: int, dim: int, sigma: float, dev, gen
     import torch
 
     from fedgraph.data import partition
-    from fedgraph.methods.gap_federated import pma_finish, pma_partial_sums
+    from fedgraph.methods.gap_federated import pma_finish, pma_partial_sums, route_partial_sums
     from fedgraph.nn.gap import normalize_rows
 
     t0 = time.perf_counter()
@@ -245,8 +245,7 @@ def _gap_pma(data, num_clients: int, hops: int, dim: int, sigma: float, dev, gen
         owner[c.node_ids] = i
     h = [normalize_rows(torch.randn(c.num_nodes, dim, generator=gen).to(dev)) for c in clients]
     for k in range(1, hops + 1):
-        routed = [([], []) for _ in clients]
-        local_sums = []
+        released, local_sums = [], []
         for i, c in enumerate(clients):
             others = torch.ones(n, dtype=torch.bool)
             others[c.node_ids] = False
@@ -255,17 +254,12 @@ def _gap_pma(data, num_clients: int, hops: int, dim: int, sigma: float, dev, gen
                                              remote_ids=others.nonzero().flatten())
             local_sums.append(ls)
             # What the client sends and the server routes: CPU tensors in a Flower message.
-            ids, sums = ids.cpu(), sums.cpu()
-            dst_owner = owner[ids]
-            for j in range(len(clients)):
-                sel = dst_owner == j
-                if bool(sel.any()):
-                    routed[j][0].append(ids[sel])
-                    routed[j][1].append(sums[sel])
-            del ids, sums, dst_owner
+            released.append((ids.cpu(), sums.cpu()))
+            del ids, sums
+        routed = route_partial_sums(released, owner, len(clients))  # the strategy's routing
+        del released
         for i, c in enumerate(clients):
-            ids, sums = routed[i]
-            h[i] = pma_finish(local_sums[i], c.node_ids, torch.cat(ids), torch.cat(sums))
+            h[i] = pma_finish(local_sums[i], c.node_ids, *routed[i])
         del routed, local_sums
     return setup_s
 

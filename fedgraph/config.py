@@ -45,6 +45,22 @@ def _delta(cls, v: float) -> float:
     return check_delta(v, "delta")
 
 
+def _check_extension(kind: str, spec: str) -> str:
+    """``spec`` as the registry of ``kind`` checks it (:meth:`~fedgraph.registry.Registry.
+    check_name`); a built-in or unknown name is answered by :mod:`fedgraph.catalog` without
+    importing the registry's module (torch), so that ``fedgraph run`` reports a config error
+    in well under a second."""
+    import importlib
+
+    from . import catalog
+
+    name = catalog.check_name(kind, spec)
+    if name is not None:
+        return name
+    k = catalog.KINDS[kind]  # registered or "package.module:attribute"
+    return getattr(importlib.import_module(k.module), k.attr).check_name(spec)
+
+
 class _Base(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
@@ -71,16 +87,19 @@ class DataConfig(_Base):
     @field_validator("dataset")
     @classmethod
     def _known(cls, v: str) -> str:
-        from .data import dataset_spec  # built-in, registered or "package.module:loader"
+        from . import catalog  # built-in names without importing torch
 
-        return dataset_spec(v)
+        spec = catalog.dataset_spec(v)
+        if spec is None:
+            from .data import dataset_spec  # registered or "package.module:loader"
+
+            spec = dataset_spec(v)
+        return spec
 
     @field_validator("partitioner")
     @classmethod
     def _partitioner(cls, v: str) -> str:
-        from .data import PARTITIONERS  # registered or "package.module:function"
-
-        return PARTITIONERS.check_name(v)
+        return _check_extension("partitioner", v)
 
 
 class PPGNNConfig(DataConfig):
@@ -165,9 +184,7 @@ class PPGNNConfig(DataConfig):
     @field_validator("mechanism")
     @classmethod
     def _mechanism(cls, v: str) -> str:
-        from .mechanisms import FEATURE_MECHANISMS  # registered or "package.module:factory"
-
-        return FEATURE_MECHANISMS.check_name(v)
+        return _check_extension("mechanism", v)
 
     @field_validator("level_shares")
     @classmethod

@@ -1,9 +1,10 @@
 """Pieces every method's Flower apps share: the client's view of the data and the server's
 messaging with clients.
 
-Data: every supernode loads the dataset, splits it, assigns privacy levels and partitions it
-with the run's seed, then keeps only its own :class:`~fedgraph.data.ClientGraph` (the standard
-Flower simulation pattern: one deterministic partition, each client takes its part).
+Data: the dataset is split, given privacy levels and partitioned with the run's seed once, by
+the first supernode that asks, into the partition cache (:mod:`fedgraph.partition_cache`);
+every supernode then reads only its own :class:`~fedgraph.data.ClientGraph` (one deterministic
+partition, each client takes its part).
 """
 from __future__ import annotations
 
@@ -56,33 +57,97 @@ def load_graph(cfg: DataConfig):
         return load_dataset(cfg.dataset, cfg.data_root or None, min_class_size=cfg.min_class_size)
 
 
-def load_federated(cfg: DataConfig, budgets=None, shares=None):
-    """Load (:func:`load_graph`), split, assign levels and partition; returns
-    ``(data, clients)``."""
+def load_federated(cfg: DataConfig, budgets=None, shares=None, data=None):
+    """Load (:func:`load_graph`, unless ``data`` is the loaded graph), split, assign levels
+    and partition; returns ``(data, clients)``."""
     from .data import apply_split, assign_privacy_levels, partition
 
-    data = apply_split(load_graph(cfg), cfg.split, cfg.seed)
+    data = apply_split(load_graph(cfg) if data is None else data, cfg.split, cfg.seed)
     if budgets is not None:
         data.levels = assign_privacy_levels(data.num_nodes, budgets, shares, seed=cfg.seed)
     clients = partition(data, cfg.num_clients, cfg.partitioner, cfg.seed, alpha=cfg.alpha)
     return data, clients
 
 
-@lru_cache(maxsize=4)
-def _client_views(key: str, budgets: tuple | None, shares: tuple | None) -> tuple:
+def _compute_views(cfg: DataConfig, budgets, shares, data=None) -> list[ClientView]:
+    """Every client's :class:`ClientView` (one split and partition of the whole graph)."""
     from .data import dataset_statistics
 
-    cfg = DataConfig(**json.loads(key))
     data, clients = load_federated(cfg, list(budgets) if budgets else None,
-                                   list(shares) if shares else None)
+                                   list(shares) if shares else None, data)
     stats = dataset_statistics(data)
     test_mask = getattr(data, "test_mask", None)
-    return tuple(ClientView(c, getattr(data, "feature_domain", None), stats, len(clients),
-                            test_mask) for c in clients)
+    return [ClientView(c, getattr(data, "feature_domain", None), stats, len(clients),
+                       test_mask) for c in clients]
+
+
+_GRAPH_FIELDS = ("node_ids", "x", "y", "train_mask", "val_mask", "test_mask", "edge_index",
+                 "boundary_edge_index", "levels")
+
+
+def _view_payload(view: ClientView) -> dict:
+    """A :class:`ClientView` as tensors and JSON (what :mod:`fedgraph.partition_cache`
+    stores; ``torch.load(weights_only=True)`` reads it back)."""
+    g = view.graph
+    meta = {"client_id": g.client_id, "feature_domain": view.feature_domain,
+            "statistics": view.statistics, "num_clients": view.num_clients}
+    return {"graph": {k: getattr(g, k) for k in _GRAPH_FIELDS}, "test_mask": view.test_mask,
+            "meta": json.dumps(meta)}
+
+
+def _view_from_payload(payload: dict) -> ClientView:
+    from .data import ClientGraph
+
+    meta = json.loads(payload["meta"])
+    domain = meta["feature_domain"]
+    return ClientView(ClientGraph(client_id=meta["client_id"], **payload["graph"]),
+                      None if domain is None else tuple(domain), meta["statistics"],
+                      meta["num_clients"], payload["test_mask"])
+
+
+def _cached_views(cfg: DataConfig, pid: int, budgets, shares) -> dict[int, ClientView]:
+    """Client ``pid``'s view from the partition cache (:mod:`fedgraph.partition_cache`);
+    on a miss every client's, computed and stored. Without a cache folder: all computed."""
+    from . import partition_cache as pc
+    from .data import PARTITIONERS
+
+    root = pc.cache_dir()
+    partitioner = PARTITIONERS.resolve(cfg.partitioner)
+    if root is None or getattr(partitioner, "__module__", "") != "fedgraph.data.partition":
+        # a user's partitioner may depend on more than its inputs: computed here, every time
+        return dict(enumerate(_compute_views(cfg, budgets, shares)))
+    loaded = []  # the graph, once loaded here
+
+    def graph():
+        if not loaded:
+            loaded.append(load_graph(cfg))
+        return loaded[0]
+
+    source = pc.source_key(cfg.dataset, cfg.data_root, cfg.min_class_size)
+    digest = pc.known_graph_digest(root, source)
+    if digest is None:
+        digest = pc.graph_digest(graph())
+        pc.remember_graph_digest(root, source, digest)
+    settings = {k: getattr(cfg, k) for k in ("dataset", "split", "partitioner", "num_clients",
+                                            "alpha", "min_class_size", "seed")}
+    settings.update(budgets=budgets, shares=shares)
+    key = pc.entry_digest(settings, digest, pc.code_digest())
+    payloads = pc.load_part(root, key, pid, lambda: [
+        _view_payload(v) for v in _compute_views(cfg, budgets, shares, graph())])
+    return {i: _view_from_payload(p) for i, p in payloads.items()}
+
+
+@lru_cache(maxsize=4)
+def _client_views(key: str, budgets: tuple | None, shares: tuple | None) -> dict:
+    """partition id -> :class:`ClientView` of one data config, filled as clients ask."""
+    return {}
 
 
 def client_view(cfg: DataConfig, partition_id: int, budgets=None, shares=None) -> ClientView:
-    """This supernode's :class:`ClientView` (cached per data config within a process).
+    """This supernode's :class:`ClientView`: read from the partition cache
+    (:mod:`fedgraph.partition_cache`: the whole graph is split and partitioned once, by the
+    first client to ask, and each client reads only its own part), then kept per data config
+    within a process.
 
     Raises:
         ValueError: if ``partition_id`` is not a valid client index for ``cfg.num_clients``.
@@ -90,8 +155,11 @@ def client_view(cfg: DataConfig, partition_id: int, budgets=None, shares=None) -
     if not 0 <= partition_id < cfg.num_clients:
         raise ValueError(f"partition-id {partition_id} outside [0, {cfg.num_clients}): the "
                          "federation's num-supernodes must equal the run config's num-clients")
-    views = _client_views(_data_key(cfg), tuple(budgets) if budgets else None,
-                          tuple(shares) if shares else None)
+    budgets = tuple(budgets) if budgets else None
+    shares = tuple(shares) if shares else None
+    views = _client_views(_data_key(cfg), budgets, shares)
+    if partition_id not in views:
+        views.update(_cached_views(cfg, partition_id, budgets, shares))
     return views[partition_id]
 
 
@@ -375,8 +443,9 @@ def check_nonempty(cfg) -> None:
     """Every split of the whole graph holds a node, every client holds a node, and every client
     holds a node of each split its method trains on (GAP: ``train``), so that no accuracy is
     NaN and no client trains on nothing. Runs where the simulation knows the whole graph
-    (:func:`preflight`), before any client starts; PrivGNN's splits are checked by its own
-    setup (public and private graphs).
+    (:func:`preflight`), before any client starts (which fills the partition cache: the
+    clients then only read their parts); PrivGNN's splits are checked by its own setup (public
+    and private graphs).
 
     Raises:
         fedgraph.config.ConfigError: naming the split (and the client) that is empty and what
@@ -388,7 +457,7 @@ def check_nonempty(cfg) -> None:
     if method not in _CLIENT_SPLITS:
         return
     levels = (cfg.budgets, cfg.shares) if method == "ppgnn" else (None, None)
-    views = _client_views(_data_key(cfg), *(tuple(v) if v else None for v in levels))
+    views = [client_view(cfg, pid, *levels) for pid in range(cfg.num_clients)]
     for split in ("train", "val", "test"):
         if sum(int(getattr(v.graph, f"{split}_mask").sum()) for v in views) == 0:
             raise ConfigError(

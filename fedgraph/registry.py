@@ -200,15 +200,8 @@ class Registry(dict):
         else:
             obj = self._entry_point(spec)
             if obj is None:
-                hint = f" {self.hint}" if self.hint else ""
-                known = [*self.builtin, *(repr(k) for k in sorted(self))]
-                near = ""
-                if "." in spec:  # 'my_module.Thing' for 'my_module:Thing'
-                    mod, _, attr = spec.rpartition(".")
-                    near = f" Did you mean '{mod}:{attr}'?"
-                raise ValueError(f"{self.kind}: unknown {spec!r}; allowed: {', '.join(known)}, "
-                                 "or an import path 'package.module:attribute' or "
-                                 f"'path/to/file.py:attribute'.{near}{hint}")
+                raise unknown_name_error(self.kind, spec, [*self.builtin, *sorted(self)],
+                                         self.hint, quoted_from=len(self.builtin))
         if self.check is not None:
             self.check(obj, spec)
         return obj
@@ -226,6 +219,31 @@ class Registry(dict):
             if ep.name == name:
                 return ep.load()
         return None
+
+
+def unknown_name_error(kind: str, spec: str, known: list[str], hint: str = "",
+                       quoted_from: int = 0) -> ValueError:
+    """The error for a name that no registry entry, import path or entry point gives:
+    ``known[:quoted_from]`` are listed as they are (descriptions such as
+    ``facebook100:<College>``), the rest quoted. Shared by :meth:`Registry.resolve` and
+    :mod:`fedgraph.catalog` (the same message with or without torch imported)."""
+    hint = f" {hint}" if hint else ""
+    names = [*known[:quoted_from], *(repr(k) for k in known[quoted_from:])]
+    near = ""
+    if "." in spec:  # 'my_module.Thing' for 'my_module:Thing'
+        mod, _, attr = spec.rpartition(".")
+        near = f" Did you mean '{mod}:{attr}'?"
+    return ValueError(f"{kind}: unknown {spec!r}; allowed: {', '.join(names)}, or an import "
+                      "path 'package.module:attribute' or "
+                      f"'path/to/file.py:attribute'.{near}{hint}")
+
+
+def has_entry_point(kind: str, name: str) -> bool:
+    """Whether an installed package publishes ``name`` in the group ``fedgraph.<kind>s``
+    (without loading it)."""
+    from importlib.metadata import entry_points
+
+    return any(ep.name == name for ep in entry_points(group=f"fedgraph.{kind}s"))
 
 
 def _ident(obj: Any) -> str:

@@ -78,6 +78,59 @@ def _jsonable(o):
     raise TypeError(f"not JSON serializable: {type(o).__name__}")
 
 
+#: seconds between two progress lines where stderr is not a terminal (a log: ``flwr run``,
+#: CI); on a terminal the phase's spinner shows every update
+PROGRESS_EVERY_S = 15.0
+
+
+@dataclass
+class _Phase:
+    """The running phase's progress: named counters shown after its name."""
+
+    label: str
+    status: object | None  # rich Status (terminal) or None
+    rounds: int | None = None  # of a Flower strategy's training, when the phase runs one
+    round: int = 0
+    started: float = field(default_factory=time.monotonic)
+    counters: dict = field(default_factory=dict)
+    printed: float = 0.0
+
+    def text(self) -> str:
+        return f"{self.label} ... " + ", ".join(f"round {v}" if k == "round" else f"{v} {k}"
+                                                 for k, v in self.counters.items())
+
+
+#: the phase running now (innermost), if any
+_PHASE: list[_Phase] = []
+
+
+def progress(what: str, done: int, total: int | None = None) -> None:
+    """Report how far the running phase (:meth:`RunReport.phase`) is: ``done`` (of
+    ``total``) ``what`` (``"clients"``: replies arrived, ``"round"``, ``"queries answered"``).
+    On a terminal the phase's spinner shows it; elsewhere (``flwr run``'s log, CI) one line at
+    most every :data:`PROGRESS_EVERY_S` seconds, none in a phase's first seconds. Without a
+    running phase (or with :attr:`RunReport.progress` off): nothing."""
+    if not _PHASE or _PHASE[-1].status is None:
+        return
+    phase = _PHASE[-1]
+    phase.counters[what] = f"{done}/{total}" if total is not None else f"{done}"
+    if _CONSOLE.is_terminal:
+        phase.status.update(phase.text())
+        return
+    now = time.monotonic()
+    if now - max(phase.started, phase.printed) >= PROGRESS_EVERY_S:
+        phase.printed = now
+        _CONSOLE.print(f"{phase.text()} ({now - phase.started:.0f} s)", markup=False,
+                       soft_wrap=True)
+
+
+def progress_round() -> None:
+    """A training round of the running phase started (its replies follow): ``round r/R``."""
+    if _PHASE:
+        _PHASE[-1].round += 1
+        progress("round", _PHASE[-1].round, _PHASE[-1].rounds)
+
+
 @dataclass
 class RunReport:
     """Collects a run's config, statistics, accuracy, privacy and timings."""
@@ -97,17 +150,22 @@ class RunReport:
     progress: bool = True
 
     @contextmanager
-    def phase(self, name: str):
+    def phase(self, name: str, rounds: int | None = None):
         """Time a phase (wall seconds) into ``timings[name]``; with :attr:`progress`, show a
-        spinner while it runs and one line with its time when it ends."""
+        spinner while it runs, with what :func:`progress` reports (clients done / total,
+        round r of ``rounds``, queries answered), and one line with its time when it ends."""
         t = time.perf_counter()
         ok = False
         status = _CONSOLE.status(f"{self.method}: {name} ...") if self.progress else nullcontext()
+        outer = _PHASE[:]
+        _PHASE[:] = [_Phase(f"{self.method}: {name}", status if self.progress else None,
+                            rounds)]
         try:
             with status:
                 yield
             ok = True
         finally:
+            _PHASE[:] = outer
             self.timings[name] = round(time.perf_counter() - t, 3)
             if self.progress:
                 mark = "[green]done[/]" if ok else "[red]failed[/]"

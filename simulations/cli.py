@@ -96,6 +96,26 @@ def check_resources(num_cpus: Optional[int], cpus_per_client: float,
                               "GPU(s) of this machine; no client could start")
 
 
+def check_run_config(run_config: dict) -> None:
+    """Validate ``run_config`` (:func:`fedgraph.config.parse_run_config`) and its strategy's
+    name without importing torch, PyG, Flower or Ray where the names are fedgraph's own
+    (:mod:`fedgraph.catalog`): a config error is reported in well under a second.
+
+    Raises:
+        fedgraph.config.ConfigError: naming the key and the allowed values (the same message
+            :func:`run_simulation` gives).
+    """
+    from fedgraph import catalog
+    from fedgraph.config import ConfigError, parse_run_config
+
+    parse_run_config(run_config)
+    spec = str(run_config.get("strategy", "") or run_config.get("method", "ppgnn"))
+    try:
+        catalog.check_name("strategy", spec)
+    except ValueError as err:  # as simulations.server_app.validate_run_config words it
+        raise ConfigError(str(err)) from None
+
+
 def run_simulation(run_config: dict, num_cpus: Optional[int] = None,
                    cpus_per_client: float = 1.0, gpus_per_client: float = 0.0,
                    label: Optional[str] = None) -> dict:
@@ -170,13 +190,22 @@ def run(
 ) -> None:
     from fedgraph.config import ConfigError, reject_keys_of_other_methods
 
+    try:  # the config first, before torch, Flower and Ray are imported (seconds each)
+        cfg = load_run_config(preset, set_)
+        reject_keys_of_other_methods(cfg)  # only the keys the user set: preset and --set
+        check_run_config(cfg)
+        check_resources(num_cpus, cpus_per_client, gpus_per_client)
+    except (ConfigError, typer.BadParameter) as err:
+        typer.echo(f"fedgraph: {err}", err=True)
+        raise typer.Exit(2)
+    except Exception as err:  # noqa: BLE001 - e.g. a preset that is not TOML: as below
+        typer.echo(f"fedgraph: FAILED: {err}", err=True)
+        raise typer.Exit(1)
     from fedgraph.federation import RunInterrupted
     from simulations.interrupt import StopOnSignal, end_all_descendants
 
     stop = StopOnSignal(lambda line: typer.echo(line, err=True))
     try:
-        cfg = load_run_config(preset, set_)
-        reject_keys_of_other_methods(cfg)  # only the keys the user set: preset and --set
         with stop:
             try:
                 run_simulation(cfg, num_cpus, cpus_per_client, gpus_per_client,

@@ -81,6 +81,12 @@ class InterruptibleGrid(Grid):
         Raises:
             RunInterrupted: :data:`STOP` was set (Ctrl-C) before all replies arrived.
         """
+        from fedgraph.report import progress, progress_round
+
+        messages = list(messages)
+        first = getattr(messages[0], "metadata", None) if messages else None
+        if getattr(first, "message_type", "") == "train":
+            progress_round()  # a Flower strategy's round: its train messages go out
         pending = set(self.push_messages(messages))
         end = None if timeout is None else time.monotonic() + timeout
         replies = []
@@ -89,6 +95,7 @@ class InterruptibleGrid(Grid):
             got = list(self.pull_messages(pending))
             replies.extend(got)
             pending -= {m.metadata.reply_to_message_id for m in got}
+            progress("clients", len(replies), len(messages))
             if pending:
                 time.sleep(self._poll)
         return replies

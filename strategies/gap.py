@@ -37,7 +37,7 @@ from flwr.app import ArrayRecord, ConfigRecord, RecordDict
 
 from fedgraph.federation import ClientFailure, record_workers, send_to_all, tensors, wait_for_nodes
 from fedgraph.methods.gap_federated import (build_classifier, build_encoder,
-                                            plan_events, remote_noise)
+                                            plan_events, remote_noise, route_partial_sums)
 from fedgraph.secure_aggregation import FRAC_BITS, unmask_sum
 from .base import PrivateStrategy, register_strategy
 from .fedavg import strict_strategy
@@ -174,7 +174,8 @@ class GAPStrategy(PrivateStrategy):
                 self._keys = [bytes(keys[n]["secagg"]["public-key"]) for n in nodes]
         encoder_arrays = ArrayRecord()
         if cfg.variant != "mlp" and cfg.encoder_rounds > 0:
-            with self.report.phase(f"encoder rounds ({self._server_name()})"):
+            with self.report.phase(f"encoder rounds ({self._server_name()})",
+                                   rounds=cfg.encoder_rounds):
                 enc = build_encoder(cfg, num_features, num_classes)
                 fedavg = strict_strategy(cfg.server_optimizer, cfg.num_clients,
                                          server_lr=cfg.server_lr)
@@ -187,7 +188,8 @@ class GAPStrategy(PrivateStrategy):
             with self.report.phase("PMA (clients, via server)"):
                 self._pma(grid, nodes, owner, payload, encoder_arrays,
                           "train" if inductive else "all")
-        with self.report.phase(f"classifier rounds ({self._server_name()})"):
+        with self.report.phase(f"classifier rounds ({self._server_name()})",
+                               rounds=cfg.classifier_rounds):
             clf = build_classifier(cfg, num_features, num_classes)
             select = cfg.level == "edge"  # node level: validation labels are private
             fedavg = strict_strategy(cfg.server_optimizer, cfg.num_clients, select,
@@ -280,17 +282,11 @@ class GAPStrategy(PrivateStrategy):
             if self._keys is not None:
                 incoming = self._unmask(replies, nodes, owner, empty)
                 continue
-            routed = {n: ([], []) for n in nodes}
-            for rec in replies.values():
-                out = tensors(rec["partial_sums"])
-                dst_owner = owner[out["ids"]]
-                for i, n in enumerate(nodes):
-                    sel = dst_owner == i
-                    if bool(sel.any()):
-                        routed[n][0].append(out["ids"][sel])
-                        routed[n][1].append(out["sums"][sel])
-            incoming = {n: {"ids": torch.cat(ids), "sums": torch.cat(sums)} if ids else empty
-                        for n, (ids, sums) in routed.items()}
+            released = [(out["ids"], out["sums"]) for out in
+                        (tensors(rec["partial_sums"]) for rec in replies.values())]
+            routed = route_partial_sums(released, owner, len(nodes))
+            incoming = {n: {"ids": ids, "sums": sums} if ids.numel() else empty
+                        for n, (ids, sums) in zip(nodes, routed)}
 
     @staticmethod
     def _unmask(replies: dict, nodes: list, owner, empty: dict) -> dict:

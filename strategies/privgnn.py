@@ -46,6 +46,7 @@ from flwr.app import ArrayRecord, ConfigRecord, RecordDict
 from fedgraph.federation import tensors, wait_for_nodes
 from fedgraph.methods import privgnn as pg
 from fedgraph.methods import privgnn_federated as pf
+from fedgraph.report import progress
 from .base import PrivateStrategy, register_strategy
 
 
@@ -113,6 +114,8 @@ class PrivGNNStrategy(PrivateStrategy):
                 row["limit"] = int(meta["limit"])
                 for k in ("asked", "answered", "refused"):
                     row[k] += int(meta[k])
+                progress("queries answered", sum(int(a.shape[0]) for a in answers),
+                         int(qidx.numel()) * len(nodes))
                 if int(answers[-1].shape[0]) != int(meta["answered"]):
                     raise RuntimeError(f"client {meta['partition_id']} sent "
                                        f"{answers[-1].shape[0]} answers, said {meta['answered']}")

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import os
 import re
+import shutil
+import tempfile
 
 import pytest
 
@@ -16,6 +18,16 @@ import pytest
 #: caps its object store at 512 MiB instead of 30 % of the machine's memory: the suite's
 #: graphs are small, and a busy CI host keeps its memory for the workers
 os.environ.setdefault("RAY_DEFAULT_OBJECT_STORE_MAX_MEMORY_BYTES", str(512 * 2 ** 20))
+
+#: the suite's partition cache (fedgraph.partition_cache) is its own, removed at the end: the
+#: user's cache gets no test graphs, and no entry of an earlier run is read
+_PARTITIONS = tempfile.mkdtemp(prefix="fedgraph-test-partitions-")
+os.environ.setdefault("FEDGRAPH_PARTITION_CACHE", _PARTITIONS)
+
+
+def pytest_sessionfinish(session, exitstatus):
+    shutil.rmtree(_PARTITIONS, ignore_errors=True)
+
 
 #: what Ray prints when its memory monitor kills a task or actor
 RAY_OOM = re.compile(r"OutOfMemoryError|running low on memory|memory usage threshold|"

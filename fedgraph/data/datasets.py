@@ -79,6 +79,7 @@ from torch import Tensor
 from torch_geometric.data import Data
 from torch_geometric.utils import coalesce, remove_self_loops, to_undirected
 
+from ..catalog import KNOWN_DATASETS  # the built-in names (known without torch)
 from ..registry import ContractError, Registry, spec_label
 from .synthetic import PREFIX as SBM_PREFIX
 from .synthetic import load_sbm, sbm_spec
@@ -86,18 +87,6 @@ from .synthetic import load_sbm, sbm_spec
 PathLike = Union[str, Path]
 
 ENV_DATA = 'FEDGRAPH_DATA'
-
-KNOWN_DATASETS: Tuple[str, ...] = (
-    'cora',
-    'citeseer',
-    'pubmed',
-    'facebook-pagepage',
-    'lastfm-asia',
-    'reddit',
-    'ogbn-products',
-    'facebook100:<College>',
-    'synthetic-sbm:<nodes>:<avg_degree>',
-)
 
 _PLANETOID_NAMES = {'cora': 'Cora', 'citeseer': 'CiteSeer', 'pubmed': 'PubMed'}
 _PLANETOID_FILES = ('x', 'tx', 'allx', 'y', 'ty', 'ally', 'graph', 'test.index')
@@ -276,6 +265,32 @@ def _remove_empty_processed(base: Path, since: float) -> None:
 # --------------------------------------------------------------------------
 # Normalisation and statistics
 # --------------------------------------------------------------------------
+def dataset_inputs(name: str, root: Optional[PathLike] = None) -> Optional[List[Path]]:
+    r"""The folders and files a built-in dataset is read from (for
+    :mod:`fedgraph.partition_cache` to notice a changed input without loading
+    the graph): ``raw`` folders of the PyG datasets (Cora: the root's and the
+    bundled copy), the college's ``.mat`` for Facebook100, ``[]`` for
+    ``synthetic-sbm:`` (generated from its name). ``None`` where only the
+    loader knows (``files``, registered loaders, import paths).
+    """
+    key = name.strip().lower()
+    base = resolve_root(root)
+    if key.startswith(SBM_PREFIX):
+        return []
+    if key.startswith('facebook100:'):
+        college = name.strip().split(':', 1)[1].strip().lower()
+        folder = base / 'facebook100'
+        return sorted(p for p in folder.glob('*') if p.stem.lower() == college) \
+            if folder.is_dir() else []
+    if key in _PLANETOID_NAMES:
+        rel = Path('planetoid') / _PLANETOID_NAMES[key] / 'raw'
+        return [base / rel] + ([bundled_root() / rel] if key == 'cora' else [])
+    folders = {'facebook-pagepage': Path('musae') / 'FacebookPagePage' / 'raw',
+               'lastfm-asia': Path('lastfm') / 'raw', 'reddit': Path('reddit') / 'raw',
+               'ogbn-products': Path('ogbn_products')}
+    return [base / folders[key]] if key in folders else None
+
+
 def _finalize(data: Data, name: str,
               feature_domain: Optional[Tuple[float, float]]) -> Data:
     r"""Casts to the project's dtypes, makes the graph undirected, coalesced

@@ -376,6 +376,42 @@ def masked_release(ids: Tensor, sums: Tensor, private_key: bytes, public_keys: l
     return {"ids": ids.cpu(), "masked": torch.from_numpy(masked.view(np.int64))}
 
 
+def route_partial_sums(released: list[tuple[Tensor, Tensor]], owner: Tensor,
+                       num_clients: int) -> list[tuple[Tensor, Tensor]]:
+    """The server's step of federated PMA: every released row (a global node id and its noisy
+    partial sum) goes to the client that holds the node, ``owner[id]``.
+
+    Per reply one stable sort of its rows by owner and a split (no per-client loop over the
+    rows); each client receives the rows the per-client loop ``for (ids, sums) in released:
+    for i: ids[owner[ids] == i]`` gave, in the same order (replies in the order of
+    ``released``, rows in their order), so :func:`pma_finish` adds them in the same order:
+    the same floats. Memory: as the loop's (the routed rows, then one copy per client).
+
+    Args:
+        released: per reply ``(ids [m], sums [m, e])`` (CPU tensors from the messages).
+        owner: ``[N]`` index of the client holding each node (rows of a node with a negative
+            owner are dropped, as the loop dropped them).
+        num_clients: number of clients.
+    Returns:
+        per client ``i``: ``(ids [m_i], sums [m_i, e])``, empty ``[0]``/``[0, e]`` if none.
+    """
+    chunks: list[list[tuple[Tensor, Tensor]]] = [[] for _ in range(num_clients)]
+    dim = 0
+    for ids, sums in released:
+        dim = sums.shape[1] if sums.dim() == 2 else dim
+        dst = owner[ids]
+        if ids.numel() and int(dst.min()) < 0:
+            keep = dst >= 0
+            ids, sums, dst = ids[keep], sums[keep], dst[keep]
+        order = torch.sort(dst, stable=True).indices
+        counts = torch.bincount(dst, minlength=num_clients).tolist()
+        for i, part in enumerate(zip(ids[order].split(counts), sums[order].split(counts))):
+            if counts[i]:
+                chunks[i].append(part)
+    return [(torch.cat([c[0] for c in ch]), torch.cat([c[1] for c in ch])) if ch else
+            (torch.zeros(0, dtype=torch.long), torch.zeros(0, dim)) for ch in chunks]
+
+
 def pma_finish(local_sums: Tensor, node_ids: Tensor, incoming_ids: Tensor,
                incoming_sums: Tensor) -> Tensor:
     """Add the noisy partial sums received for this client's nodes and row-normalize (Alg. 1

@@ -1,0 +1,106 @@
+"""The names of fedgraph's own extensions (datasets, partitioners, feature mechanisms,
+strategies), importable without torch.
+
+``fedgraph run`` validates the run config before it imports torch, PyG, Flower or Ray
+(seconds each), so that a config error is reported at once. The registries
+(:class:`fedgraph.registry.Registry`) live in modules that import torch; this module knows the
+names those modules register on import, so a config naming one of them, or naming an unknown
+name, is checked without importing them. Everything else (an import path, an entry point, a
+name registered at run time) goes to the registry as before: :func:`check_name` answers
+``None`` and the caller asks the registry.
+
+``tests/test_fast_config.py`` checks that these lists equal what the registries hold after
+import, and that the messages are the same either way.
+"""
+from __future__ import annotations
+
+import sys
+from dataclasses import dataclass
+from typing import Optional
+
+#: Built-in datasets (descriptions with ``<...>`` stand for a family of names), in the order
+#: ``fedgraph datasets`` and the unknown-name message list them.
+KNOWN_DATASETS: tuple[str, ...] = (
+    'cora',
+    'citeseer',
+    'pubmed',
+    'facebook-pagepage',
+    'lastfm-asia',
+    'reddit',
+    'ogbn-products',
+    'facebook100:<College>',
+    'synthetic-sbm:<nodes>:<avg_degree>',
+)
+
+
+@dataclass(frozen=True)
+class Kind:
+    """One registry: where it lives and what fedgraph puts in it on import."""
+
+    kind: str
+    #: the module defining the registry and ``attr`` its name there
+    module: str
+    attr: str
+    #: listed unquoted first in the unknown-name message (:attr:`Registry.builtin`)
+    builtin: tuple[str, ...]
+    #: the names the module registers when it is imported
+    registered: tuple[str, ...]
+    hint: str
+
+
+KINDS: dict[str, Kind] = {k.kind: k for k in (
+    Kind("dataset", "fedgraph.data.datasets", "DATASETS", KNOWN_DATASETS, ("files",),
+         "See docs/extending.md, 'A dataset'."),
+    Kind("partitioner", "fedgraph.data.partition", "PARTITIONERS", (),
+         ("label-skew", "louvain", "random", "users"), "See docs/extending.md, 'A partitioner'."),
+    Kind("mechanism", "fedgraph.mechanisms.feature", "FEATURE_MECHANISMS", (),
+         ("gaussian", "laplace", "multi-bit", "one-bit", "ppm"),
+         "See docs/extending.md, 'A feature mechanism'."),
+    Kind("strategy", "strategies.base", "STRATEGIES", (), ("gap", "ppgnn", "privgnn"),
+         "See docs/extending.md, 'A strategy'."),
+)}
+
+
+def check_name(kind: str, spec: object) -> Optional[str]:
+    """Check ``spec`` against the registry of ``kind`` without importing it, where that
+    answers the question.
+
+    Returns:
+        ``spec`` (stripped) when it is a name fedgraph registers itself; ``None`` when only the
+        registry can tell: the registry's module is already imported (it may hold names
+        registered at run time, or a replaced built-in), or ``spec`` is not a plain string
+        name, is an import path (``":"``), or an entry point of an installed package.
+    Raises:
+        ValueError: ``spec`` is a name nothing provides; the message is the one
+            :meth:`fedgraph.registry.Registry.resolve` gives.
+    """
+    from .registry import has_entry_point, unknown_name_error
+
+    k = KINDS[kind]
+    if k.module in sys.modules or not isinstance(spec, str) or not spec.strip():
+        return None
+    spec = spec.strip()
+    if spec in k.registered:
+        return spec
+    if ":" in spec or has_entry_point(kind, spec):
+        return None
+    raise unknown_name_error(kind, spec, [*k.builtin, *sorted(k.registered)], k.hint,
+                             quoted_from=len(k.builtin))
+
+
+def dataset_spec(name: object) -> Optional[str]:
+    """:func:`fedgraph.data.dataset_spec` where it needs no import: a built-in name
+    (lower-cased), ``facebook100:<College>``, an unknown name (raises ``ValueError``);
+    ``None`` for the rest (``synthetic-sbm:...``, import paths, registered names)."""
+    if "fedgraph.data.datasets" in sys.modules or not isinstance(name, str) or not name.strip():
+        return None
+    key = name.strip().lower()
+    if key in KNOWN_DATASETS and ":" not in key:
+        return key
+    if key.startswith("facebook100:"):
+        return name.strip()
+    if key in KINDS["dataset"].registered:
+        return key
+    if key.startswith("synthetic-sbm:"):
+        return None
+    return check_name("dataset", name)

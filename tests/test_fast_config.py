@@ -1,0 +1,125 @@
+"""``fedgraph run`` validates the run config before importing torch, PyG, Flower or Ray
+(fedgraph.catalog): checked by what a fresh process has imported, not by a wall clock."""
+import importlib
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from fedgraph import catalog
+
+ROOT = Path(__file__).resolve().parents[1]
+HEAVY = ("torch", "torch_geometric", "flwr", "ray", "opacus", "strategies")
+
+# In a fresh process: run `fedgraph run` on bad configs, and validate every bundled preset;
+# print the exit codes, messages and which heavy modules got imported.
+SCRIPT = r"""
+import json, sys
+from pathlib import Path
+from typer.testing import CliRunner
+from fedgraph.config import parse_run_config
+from simulations.cli import PRESETS, cli, load_run_config
+
+out = {"runs": []}
+for args in json.loads(sys.argv[1]):
+    r = CliRunner().invoke(cli, ["run", *args])
+    out["runs"].append([r.exit_code, r.output])
+for p in sorted(PRESETS.glob("*.toml")):
+    parse_run_config(load_run_config(p.stem, []))
+out["heavy"] = [m for m in json.loads(sys.argv[2]) if m in sys.modules]
+print(json.dumps(out))
+"""
+
+BAD = [  # (args, words the message must hold)
+    (["gap-edge-cora", "--set", "budgets=-1"], ["budgets", "not of this run's method 'gap'"]),
+    (["ppgnn-cora", "--set", "budgets=-1"], ["budgets", "finite and > 0"]),
+    (["no-such-preset"], ["preset 'no-such-preset' not found"]),
+    (["--set", "epsilon=nan"], ["epsilon: must be a finite number"]),
+    (["--set", "dataset=no-such-graph"], ["dataset: unknown 'no-such-graph'; allowed: cora"]),
+    (["--set", "partitioner=nope"], ["partitioner: unknown 'nope'", "'louvain'"]),
+    (["--set", "mechanism=nope"], ["mechanism: unknown 'nope'", "'ppm'"]),
+    (["--set", "strategy=nope"], ["strategy: unknown 'nope'", "'privgnn'"]),
+    (["gap-edge-cora", "--cpus-per-client", "0"], ["--cpus-per-client: must be > 0"]),
+]
+
+
+def test_config_errors_are_reported_before_torch_flower_or_ray_are_imported():
+    proc = subprocess.run([sys.executable, "-c", SCRIPT, json.dumps([a for a, _ in BAD]),
+                           json.dumps(HEAVY)], cwd=ROOT, capture_output=True, text=True,
+                          timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    out = json.loads(proc.stdout.strip().splitlines()[-1])
+    for (args, words), (code, text) in zip(BAD, out["runs"]):
+        assert code == 2, (args, text)
+        for w in words:
+            assert w in text, (args, w, text)
+    assert out["heavy"] == [], f"validation imported {out['heavy']}"
+
+
+@pytest.mark.parametrize("kind", sorted(catalog.KINDS))
+def test_catalog_names_are_what_the_registries_hold(kind):
+    """The names fedgraph registers itself (a fresh import: no user registration yet; tests
+    that register use names of their own) and the registry's builtin list and hint."""
+    k = catalog.KINDS[kind]
+    registry = getattr(importlib.import_module(k.module), k.attr)
+    own = {n for n, obj in registry.items()
+           if getattr(obj, "__module__", "").split(".")[0] in ("fedgraph", "strategies")}
+    assert set(k.registered) == own
+    assert registry.builtin == k.builtin and registry.hint == k.hint
+
+
+@pytest.mark.parametrize("kind,name", [("dataset", "no-such-graph"), ("partitioner", "nope"),
+                                       ("mechanism", "my_mod.Mech"), ("strategy", "nope")])
+def test_catalog_gives_the_registrys_message_and_answers(kind, name, monkeypatch):
+    """Without the registry's module imported, an unknown name gets the registry's message
+    (names registered at run time aside), a built-in name passes, anything else is left to the
+    registry (None)."""
+    k = catalog.KINDS[kind]
+    registry = getattr(importlib.import_module(k.module), k.attr)
+    user = [n for n in registry if n not in k.registered]
+    for n in user:  # what another test registered in this process: not in a fresh one
+        monkeypatch.delitem(registry, n)
+    with pytest.raises(ValueError) as slow:
+        registry.resolve(name)
+    monkeypatch.delitem(sys.modules, k.module)
+    with pytest.raises(ValueError) as fast:
+        catalog.check_name(kind, name)
+    assert str(fast.value) == str(slow.value)
+    for n in k.registered:
+        assert catalog.check_name(kind, f" {n} ") == registry.check_name(n)
+    assert catalog.check_name(kind, "some.module:attribute") is None
+    monkeypatch.undo()
+    assert catalog.check_name(kind, name) is None  # imported: the registry decides
+
+
+@pytest.mark.parametrize("name", ["Cora", "pubmed", "facebook100:Caltech36", "FILES",
+                                  "synthetic-sbm:2000:10", "nope"])
+def test_catalog_dataset_spec_matches_dataset_spec(name, monkeypatch):
+    from fedgraph.data import dataset_spec
+
+    try:
+        slow = dataset_spec(name)
+    except ValueError as err:
+        slow = str(err)
+    monkeypatch.delitem(sys.modules, "fedgraph.data.datasets")
+    try:
+        fast = catalog.dataset_spec(name)
+    except ValueError as err:
+        fast = str(err)
+    assert fast == slow or (fast is None and name.startswith("synthetic-sbm:"))
+
+
+def test_a_preset_that_is_not_toml_fails_with_one_line(tmp_path):
+    """Errors other than config errors while reading the config: exit 1 with the reason, no
+    traceback (as before the config moved ahead of the imports)."""
+    from typer.testing import CliRunner
+
+    from simulations.cli import cli
+
+    bad = tmp_path / "bad.toml"
+    bad.write_text('method = "gap"\nbad = [\n')
+    r = CliRunner().invoke(cli, ["run", str(bad)])
+    assert r.exit_code == 1 and "fedgraph: FAILED: Invalid value" in r.output, r.output
+    assert not isinstance(r.exception, Exception) or isinstance(r.exception, SystemExit)
