@@ -3,7 +3,7 @@ without cross-client edges, through real Flower simulations (Ray backend).
 
 Usage: python bench/gap_federation.py [--dataset facebook100:Wisconsin87] [--clients 10]
        [--epsilon 4] [--seeds 1] [--data-root ../shared/data] [--reuse] [--settings louvain random]
-       [--set secure-aggregation=true]
+       [--set secure-aggregation=true] [--local]
 Prints a table and writes bench/results/gap_federation.json.
 
 Settings are compared paired by seed, so the clients' noise is reproducible:
@@ -21,6 +21,7 @@ from pathlib import Path
 
 from fedgraph.report import write_json_atomic
 from simulations.cli import load_run_config, run_simulation
+from simulations.local import run_local
 
 
 def _reusable(run_config: dict) -> dict | None:
@@ -55,6 +56,10 @@ def main() -> None:
                         "first three; e.g. random)")
     p.add_argument("--set", nargs="*", default=[], metavar="KEY=VALUE",
                    help="extra run-config keys for every run, e.g. secure-aggregation=true")
+    p.add_argument("--local", action="store_true",
+                   help="run in this process (simulations.local: the same strategy, handlers "
+                        "and ledger, clients one after another, no Ray): minutes faster for "
+                        "many-round schedules such as schedule=fedsgd")
     p.add_argument("--reuse", action="store_true",
                    help="take a run's accuracy from its report in gap_federation_runs/ when that "
                         "report exists with status ok and the same config (e.g. after a crash)")
@@ -96,7 +101,8 @@ def main() -> None:
                 run_config.pop("secure-aggregation", None)
             report = _reusable(run_config) if args.reuse else None
             if report is None:
-                report = run_simulation(run_config, num_cpus=2)
+                report = run_local(run_config) if args.local else \
+                    run_simulation(run_config, num_cpus=2)
                 secs.append(time.time() - t)
             else:
                 secs.append(report["timings_s"]["total"])

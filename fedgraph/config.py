@@ -218,6 +218,11 @@ class GAPConfig(DataConfig):
                                        "1.0, FedAdam/FedYogi eta: 0.1 when unset)")
     batch_size: int = Field(0, ge=0, description="0: full batch (edge level); node level: 256")
     lr: float = Field(0.01, gt=0)
+    batch_norm: bool = Field(
+        False, description="edge level: the reference code's batch norms (hidden layers, after "
+        "the normalized encoder output and after the normalized combined hops); training uses "
+        "each client's own statistics, evaluation the running statistics averaged over the "
+        "clients weighted by training nodes")
     schedule: Literal["fedavg", "fedsgd"] = Field(
         "fedavg", description="fedavg: local-epochs of Adam on each client per round, weights "
         "averaged (server-optimizer); fedsgd (edge level): each round a client sends the "
@@ -273,6 +278,14 @@ class GAPConfig(DataConfig):
             raise ValueError("has no effect with server-optimizer 'fedavg' (plain averaging); "
                              "set server-optimizer to 'fedavgm', 'fedadam' or 'fedyogi', or "
                              "leave server-lr empty")
+        return v
+
+    @field_validator("batch_norm", mode="after")
+    @classmethod
+    def _batch_norm_edge_level_only(cls, v: bool, info) -> bool:
+        if v and info.data.get("level") == "node":
+            raise ValueError("batch norm mixes the examples of a batch, which DP-SGD (node "
+                             "level) cannot clip per example; allowed at node level: false")
         return v
 
     @field_validator("schedule", mode="after")

@@ -141,6 +141,7 @@ def gap_train(msg: Message, context: Context) -> Message:
 
         n, loss, grads = local_gradient(model, x, _on(x, view.graph.y),
                                         _on(x, view.graph.train_mask))
+        grads.update(model.named_buffers())  # batch norm: running statistics after the pass
         return Message(RecordDict({"arrays": ArrayRecord(to_cpu(grads)), "metrics": MetricRecord(
             {"num-examples": n, "train-loss": float(loss) if n else 0.0})}), reply_to=msg)
     n, loss = local_train(model, x, _on(x, view.graph.y), _on(x, view.graph.train_mask),

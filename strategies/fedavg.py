@@ -142,40 +142,54 @@ class StrictFedSGD(_Strict, FedAvg):
         lr: the server Adam's learning rate (the centralized optimizer's).
         keep_gradients: keep every round's averaged gradient in ``self.gradients`` (a list of
             ``{name: tensor}``; tests and diagnostics).
+        param_names: the state-dict entries that are parameters (a client sends their
+            gradients); every other entry is a buffer (batch norm's running statistics, which
+            a client sends as updated by its forward pass): the server keeps their weighted
+            mean, in the buffer's dtype. ``None``: every entry is a parameter.
     """
 
     def __init__(self, num_clients: int, select_on_val: bool = False, *, lr: float,
-                 keep_gradients: bool = False):
+                 keep_gradients: bool = False, param_names=None):
         super().__init__(num_clients, select_on_val)
         self.lr = lr
         self.keep_gradients = keep_gradients
+        self.param_names = None if param_names is None else set(param_names)
         self.gradients: list[dict] = []
         self._params = None  # name -> float tensor, the weights the server steps
+        self._buffers = None  # name -> tensor
         self._adam = None
 
     def configure_train(self, server_round, arrays, config, grid):
         if self._params is None:
             import torch
 
+            state = arrays.to_torch_state_dict()
+            names = set(state) if self.param_names is None else self.param_names
             self._params = {k: v.detach().clone().requires_grad_(True)
-                            for k, v in arrays.to_torch_state_dict().items()}
+                            for k, v in state.items() if k in names}
+            self._buffers = {k: v.clone() for k, v in state.items() if k not in names}
             self._adam = torch.optim.Adam(list(self._params.values()), lr=self.lr)
         return super().configure_train(server_round, arrays, config, grid)
 
     def aggregate_train(self, server_round, replies):
         from flwr.app import ArrayRecord
 
-        grads, metrics = super().aggregate_train(server_round, replies)
-        grads = grads.to_torch_state_dict()
-        if set(grads) != set(self._params):
-            raise ClientFailure(f"train round {server_round}: the gradients' names "
-                                f"{sorted(grads)} differ from the model's {sorted(self._params)}")
+        mean, metrics = super().aggregate_train(server_round, replies)
+        mean = mean.to_torch_state_dict()
+        if set(mean) != set(self._params) | set(self._buffers):
+            raise ClientFailure(f"train round {server_round}: the reply's names {sorted(mean)} "
+                                f"differ from the model's "
+                                f"{sorted(set(self._params) | set(self._buffers))}")
         for k, p in self._params.items():
-            p.grad = grads[k].to(p.dtype).reshape(p.shape)
+            p.grad = mean[k].to(p.dtype).reshape(p.shape)
         self._adam.step()
+        for k, b in self._buffers.items():
+            v = mean[k].reshape(b.shape)
+            self._buffers[k] = (v.round() if not b.is_floating_point() else v).to(b.dtype)
         if self.keep_gradients:
-            self.gradients.append({k: g.clone() for k, g in grads.items()})
-        arrays = ArrayRecord({k: p.detach().clone() for k, p in self._params.items()})
+            self.gradients.append({k: mean[k].clone() for k in self._params})
+        arrays = ArrayRecord({**{k: p.detach().clone() for k, p in self._params.items()},
+                              **{k: b.clone() for k, b in self._buffers.items()}})
         self._latest = arrays
         return arrays, metrics
 

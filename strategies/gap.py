@@ -185,7 +185,7 @@ class GAPStrategy(PrivateStrategy):
         if cfg.variant != "mlp" and cfg.encoder_rounds > 0:
             with self.report.phase(f"encoder rounds ({self._server_name()})"):
                 enc = _seeded_init(build_encoder, cfg, num_features, num_classes)
-                fedavg = self._trainer("encoder")
+                fedavg = self._trainer("encoder", enc)
                 fedavg.on_train_reply = lambda rnd, r: self._released(
                     r.metadata.src_node_id, "encoder")
                 res = fedavg.start(grid, ArrayRecord(enc.state_dict()), cfg.encoder_rounds,
@@ -198,7 +198,7 @@ class GAPStrategy(PrivateStrategy):
         with self.report.phase(f"classifier rounds ({self._server_name()})"):
             clf = _seeded_init(build_classifier, cfg, num_features, num_classes)
             select = cfg.level == "edge"  # node level: validation labels are private
-            fedavg = self._trainer("classifier", select)
+            fedavg = self._trainer("classifier", clf, select)
             fedavg.on_train_reply = lambda rnd, r: self._released(r.metadata.src_node_id,
                                                                   "classifier")
             train_cfg = ConfigRecord({"json": cfg_json, "phase": "gap.classifier"})
@@ -218,14 +218,15 @@ class GAPStrategy(PrivateStrategy):
     #: keep every FedSGD round's averaged gradient in ``self.gradients[module]`` (tests)
     keep_gradients = False
 
-    def _trainer(self, module: str, select_on_val: bool = False):
-        """The Flower strategy of the ``module`` (encoder, classifier) rounds: ``schedule``
-        fedsgd: :class:`~strategies.fedavg.StrictFedSGD` (server Adam with ``lr``), else the
-        ``server-optimizer``'s :func:`~strategies.fedavg.strict_strategy`."""
+    def _trainer(self, module: str, model, select_on_val: bool = False):
+        """The Flower strategy of the ``module`` (encoder, classifier) rounds of ``model``:
+        ``schedule`` fedsgd: :class:`~strategies.fedavg.StrictFedSGD` (server Adam with
+        ``lr``), else the ``server-optimizer``'s :func:`~strategies.fedavg.strict_strategy`."""
         cfg = self.config
         if cfg.schedule == "fedsgd":
             strategy = StrictFedSGD(cfg.num_clients, select_on_val, lr=cfg.lr,
-                                    keep_gradients=self.keep_gradients)
+                                    keep_gradients=self.keep_gradients,
+                                    param_names=[k for k, _ in model.named_parameters()])
             self.gradients = {**getattr(self, "gradients", {}), module: strategy.gradients}
             return strategy
         return strict_strategy(cfg.server_optimizer, cfg.num_clients, select_on_val,

@@ -34,10 +34,10 @@ BASE = {"method": "gap", "dataset": "synthetic-sbm:600:6", "client-epsilons": "i
         "device": "cpu", "seed": 0}
 
 
-def _run(tmp_path, num_clients: int, partitioner: str):
+def _run(tmp_path, num_clients: int, partitioner: str, **extra):
     cls, cfg = validate_run_config({**BASE, "num-clients": num_clients,
                                     "partitioner": partitioner, "output-dir": str(tmp_path),
-                                    "run-name": f"{partitioner}-{num_clients}"})
+                                    "run-name": f"{partitioner}-{num_clients}", **extra})
     strategy = cls(cfg)
     strategy.keep_gradients = True
     grid = LocalGrid(num_clients)
@@ -102,7 +102,27 @@ def test_one_client_fedsgd_is_centralized_gap(one_client):
     """The one-client federated run = centralized GAP's fit: the encoder without selection (the
     federated encoder rounds keep the last round), PMA, the classifier with selection on
     validation; the same initial weights (the run's seed), so the same final weights."""
-    cfg, st, grid, rep = one_client
+    _check_centralized(*one_client)
+
+
+def test_one_client_fedsgd_with_batch_norm_is_centralized_gap(tmp_path):
+    """``batch-norm = true`` (the reference code's batch norms): one client trains with the
+    whole training set's statistics and evaluates with the running statistics the server
+    keeps (sent back by the client as buffers), as centralized GAP does."""
+    run = _run(tmp_path, 1, "random", **{"batch-norm": True})
+    _check_centralized(*run)
+
+
+def test_batch_norm_with_several_clients_runs_fedsgd_and_fedavg(tmp_path):
+    """Several clients with batch norm (each normalizes with its own training nodes while
+    training; the server keeps the running statistics' train-node-weighted mean, in the
+    buffers' dtypes): both schedules run and learn."""
+    for schedule in ("fedsgd", "fedavg"):
+        _, _, _, rep = _run(tmp_path, 3, "louvain", **{"batch-norm": True, "schedule": schedule})
+        assert rep["accuracy"]["test"] > 2 * rep["accuracy"]["majority_class"], schedule
+
+
+def _check_centralized(cfg, st, grid, rep):
     data, _ = load_federated(cfg)
     nf, nc = data.x.size(1), int(data.y.max()) + 1
     enc = _seeded_init(build_encoder, cfg, nf, nc)
