@@ -118,7 +118,8 @@ def test_batch_norm_with_several_clients_runs_fedsgd_and_fedavg(tmp_path):
     training; the server keeps the running statistics' train-node-weighted mean, in the
     buffers' dtypes): both schedules run and learn."""
     for schedule in ("fedsgd", "fedavg"):
-        _, _, _, rep = _run(tmp_path, 3, "louvain", **{"batch-norm": True, "schedule": schedule})
+        _, _, _, rep = _run(tmp_path, 3, "louvain", **{"batch-norm": True, "schedule": schedule,
+                                                 "local-epochs": 2})
         assert rep["accuracy"]["test"] > 2 * rep["accuracy"]["majority_class"], schedule
 
 
