@@ -3,7 +3,7 @@ without cross-client edges, through real Flower simulations (Ray backend).
 
 Usage: python bench/gap_federation.py [--dataset facebook100:Wisconsin87] [--clients 10]
        [--epsilon 4] [--seeds 1] [--data-root ../shared/data] [--reuse] [--settings louvain random]
-       [--set secure-aggregation=true]
+       [--set secure-aggregation=true] [--local]
 Prints a table and writes bench/results/gap_federation.json.
 
 Settings are compared paired by seed, so the clients' noise is reproducible:
@@ -21,6 +21,7 @@ from pathlib import Path
 
 from fedgraph.report import write_json_atomic
 from simulations.cli import load_run_config, run_simulation
+from simulations.local import run_local
 
 
 def _reusable(run_config: dict) -> dict | None:
@@ -40,6 +41,28 @@ def _reusable(run_config: dict) -> dict | None:
     return report if report.get("status") == "ok" and same else None
 
 
+def largest_class_shares(run_config: dict) -> list[float]:
+    """Per client: the share of its training nodes in its most frequent class (1.0: one
+    class only), from the run's own partition (no run needed)."""
+    import torch
+
+    from fedgraph.config import parse_run_config
+    from fedgraph.federation import load_federated
+
+    _, clients = load_federated(parse_run_config(run_config))
+    out = []
+    for c in clients:
+        y = c.y[c.train_mask]
+        out.append(float(torch.bincount(y).max()) / y.numel() if y.numel() else float("nan"))
+    return out
+
+
+#: what leaves a client in the training rounds of each schedule (edge level; PMA's rows are
+#: the only edge-dependent release, each client's epsilon is its PMA's, from the ledger)
+RELEASES = {"fedavg": "weights after local-epochs of Adam per round",
+            "fedsgd": "one full-batch gradient (and batch-norm statistics) per round"}
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--dataset", default="facebook100:Wisconsin87")
@@ -55,6 +78,13 @@ def main() -> None:
                         "first three; e.g. random)")
     p.add_argument("--set", nargs="*", default=[], metavar="KEY=VALUE",
                    help="extra run-config keys for every run, e.g. secure-aggregation=true")
+    p.add_argument("--local", action="store_true",
+                   help="run in this process (simulations.local: the same strategy, handlers "
+                        "and ledger, clients one after another, no Ray): minutes faster for "
+                        "many-round schedules such as schedule=fedsgd")
+    p.add_argument("--skip-one-client", action="store_true",
+                   help="run only the --settings (e.g. when the one-client row of the same "
+                        "--set was measured already)")
     p.add_argument("--reuse", action="store_true",
                    help="take a run's accuracy from its report in gap_federation_runs/ when that "
                         "report exists with status ok and the same config (e.g. after a crash)")
@@ -65,22 +95,28 @@ def main() -> None:
             "num-clients": args.clients, "partitioner": "louvain", "cross-client-edges": True},
         f"{args.clients} clients (louvain), no cross-client edges": {
             "num-clients": args.clients, "partitioner": "louvain", "cross-client-edges": False},
+        f"{args.clients} clients (label-skew 0.5), cross-client edges": {
+            "num-clients": args.clients, "partitioner": "label-skew", "alpha": 0.5,
+            "cross-client-edges": True},
         # Diagnostic: the same number of clients without label skew (each a random sample).
         f"{args.clients} clients (random), cross-client edges": {
             "num-clients": args.clients, "partitioner": "random", "cross-client-edges": True},
     }
     if args.settings is None:
         settings.pop(f"{args.clients} clients (random), cross-client edges")
+        settings.pop(f"{args.clients} clients (label-skew 0.5), cross-client edges")
     else:
         keep = [name for name in settings if any(k in name for k in args.settings)]
         settings = {name: settings[name] for name in dict.fromkeys(["1 client", *keep])}
+    if args.skip_one_client:
+        settings.pop("1 client")
 
     extra = load_run_config(None, args.set)  # typed like fedgraph run --set
     os.environ.setdefault("FEDGRAPH_NOISE_SECRET", "fedgraph-bench-gap-federation")
     tag = "".join(f"-{k}={v}" for k, v in sorted(extra.items()))
     results = {}
     for name, s in settings.items():
-        accs, secs = [], []
+        accs, secs, eps = [], [], []
         for seed in range(args.seeds):
             t = time.time()
             run_config = {
@@ -96,19 +132,29 @@ def main() -> None:
                 run_config.pop("secure-aggregation", None)
             report = _reusable(run_config) if args.reuse else None
             if report is None:
-                report = run_simulation(run_config, num_cpus=2)
+                report = run_local(run_config) if args.local else \
+                    run_simulation(run_config, num_cpus=2)
                 secs.append(time.time() - t)
             else:
                 secs.append(report["timings_s"]["total"])
             accs.append(report["accuracy"]["test"])
+            eps.append(max(v["epsilon"] for v in report["privacy"]["per_subject"].values()))
+        shares = largest_class_shares(run_config)
         results[name] = {"mean": statistics.mean(accs), "std": statistics.pstdev(accs),
+                         "largest_class_share": {"min": min(shares), "median": statistics.median(shares),
+                                                 "max": max(shares)},
+                         "max_client_epsilon_from_ledger": max(eps),
+                         "released_per_round": RELEASES[run_config.get("schedule", "fedavg")],
                          "runs": accs, "seconds": statistics.mean(secs),
                          "peak_rss_mib_driver": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}
         print(f"{name:<48} test acc {100 * results[name]['mean']:.1f} +- "
-              f"{100 * results[name]['std']:.1f}  ({results[name]['seconds']:.0f} s/run)", flush=True)
-    base = results["1 client"]["mean"]
-    for name, r in results.items():
-        r["lost_vs_one_client"] = base - r["mean"]
+              f"{100 * results[name]['std']:.1f}  ({results[name]['seconds']:.0f} s/run; "
+              f"largest class share per client {min(shares):.2f}-{max(shares):.2f}; "
+              f"max client eps {max(eps):.3g})", flush=True)
+    if "1 client" in results:
+        base = results["1 client"]["mean"]
+        for name, r in results.items():
+            r["lost_vs_one_client"] = base - r["mean"]
     out = write_json_atomic(args.out, {"args": vars(args), "results": results})
     print(f"wrote {out}")
 

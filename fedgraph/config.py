@@ -235,6 +235,17 @@ class GAPConfig(DataConfig):
                                        "1.0, FedAdam/FedYogi eta: 0.1 when unset)")
     batch_size: int = Field(0, ge=0, description="0: full batch (edge level); node level: 256")
     lr: float = Field(0.01, gt=0)
+    batch_norm: bool = Field(
+        False, description="edge level: the reference code's batch norms (hidden layers, after "
+        "the normalized encoder output and after the normalized combined hops); training uses "
+        "each client's own statistics, evaluation the running statistics averaged over the "
+        "clients weighted by training nodes")
+    schedule: Literal["fedavg", "fedsgd"] = Field(
+        "fedavg", description="fedavg: local-epochs of Adam on each client per round, weights "
+        "averaged (server-optimizer); fedsgd (edge level): each round a client sends the "
+        "full-batch gradient of its mean training loss, the server averages them weighted by "
+        "training nodes and takes one Adam step with lr (the centralized trajectory; a round "
+        "is an epoch)")
     max_degree: int = Field(100, ge=1, description="node level: out-degree bound D")
     max_grad_norm: float = Field(1.0, gt=0)
     cross_client_edges: bool = True
@@ -284,6 +295,27 @@ class GAPConfig(DataConfig):
             raise ValueError("has no effect with server-optimizer 'fedavg' (plain averaging); "
                              "set server-optimizer to 'fedavgm', 'fedadam' or 'fedyogi', or "
                              "leave server-lr empty")
+        return v
+
+    @field_validator("batch_norm", mode="after")
+    @classmethod
+    def _batch_norm_edge_level_only(cls, v: bool, info) -> bool:
+        if v and info.data.get("level") == "node":
+            raise ValueError("batch norm mixes the examples of a batch, which DP-SGD (node "
+                             "level) cannot clip per example; allowed at node level: false")
+        return v
+
+    @field_validator("schedule", mode="after")
+    @classmethod
+    def _fedsgd_edge_level_only(cls, v: str, info) -> str:
+        if v == "fedsgd" and info.data.get("level") == "node":
+            raise ValueError("fedsgd is edge level only (node level trains with DP-SGD on the "
+                             "clients: allowed there: fedavg)")
+        if v == "fedsgd" and info.data.get("server_optimizer", "fedavg") != "fedavg":
+            raise ValueError("fedsgd applies the averaged gradient with the server's own Adam "
+                             "(lr); set server-optimizer to 'fedavg' (allowed with fedsgd)")
+        if v == "fedsgd" and info.data.get("batch_size"):
+            raise ValueError("fedsgd sends full-batch gradients; set batch-size to 0")
         return v
 
     def client_epsilon(self, partition_id: int) -> float:

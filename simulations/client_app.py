@@ -136,6 +136,14 @@ def gap_train(msg: Message, context: Context) -> Message:
     plan = _gap_plan(cfg, pid, view)
     dp = plan.dpsgd(cfg)
     rnd = int(msg.content["config"]["server-round"])
+    if cfg.schedule == "fedsgd":  # edge level (config): the gradient, weighted by train nodes
+        from fedgraph.methods.gap import local_gradient
+
+        n, loss, grads = local_gradient(model, x, _on(x, view.graph.y),
+                                        _on(x, view.graph.train_mask))
+        grads.update(model.named_buffers())  # batch norm: running statistics after the pass
+        return Message(RecordDict({"arrays": ArrayRecord(to_cpu(grads)), "metrics": MetricRecord(
+            {"num-examples": n, "train-loss": float(loss) if n else 0.0})}), reply_to=msg)
     n, loss = local_train(model, x, _on(x, view.graph.y), _on(x, view.graph.train_mask),
                           cfg.local_epochs,
                           cfg.dpsgd_batch_size if dp else (cfg.batch_size or None), cfg.lr, dp,
@@ -224,9 +232,12 @@ def gap_evaluate_round(msg: Message, context: Context) -> Message:
                          "is not released (the strategy does not select rounds at node level)")
     model, x = _gap_inputs(cfg, view, context, "gap.classifier", msg.content["arrays"])
     res = evaluate(model, x, _on(x, view.graph.y), _on(x, view.graph.val_mask))
-    acc = res["accuracy"] if res["total"] else 0.0
+    acc, loss = (res["accuracy"], res["loss"]) if res["total"] else (0.0, 0.0)
+    # the exact count as weight (0: this client has no validation node), the loss breaks ties
+    # (strategies.fedavg.selection_key)
     return Message(RecordDict({"metrics": MetricRecord(
-        {"num-examples": max(res["total"], 1), "val-accuracy": float(acc)})}), reply_to=msg)
+        {"num-examples": res["total"], "val-accuracy": float(acc), "val-loss": float(loss)})}),
+        reply_to=msg)
 
 
 @app.evaluate("gap")

@@ -49,6 +49,7 @@ class _Strict:
             flwr_logger.removeFilter(quiet)
         self.num_clients = num_clients
         self.best = None
+        self.best_key = None
         self._latest = None
 
     def _check(self, replies, phase: str, server_round: int) -> list:
@@ -76,11 +77,31 @@ class _Strict:
     def aggregate_evaluate(self, server_round, replies):
         if self.fraction_evaluate == 0.0:
             return None
-        metrics = super().aggregate_evaluate(server_round, self._check(replies, "evaluate", server_round))
-        acc = float(metrics["val-accuracy"]) if metrics and "val-accuracy" in metrics else float("-inf")
-        if self.best is None or acc > self.best[0]:
-            self.best = (acc, server_round, self._latest)
+        replies = self._check(replies, "evaluate", server_round)
+        metrics = super().aggregate_evaluate(server_round, replies)
+        key = selection_key([r.content for r in replies])
+        if self.best is None or key > self.best_key:
+            self.best, self.best_key = (key[0], server_round, self._latest), key
         return metrics
+
+
+def selection_key(contents: list) -> tuple[float, float]:
+    """``(validation accuracy, -validation loss)`` of a round over all clients, the key of
+    :func:`fedgraph.methods.gap.fit`'s best epoch: the accuracy from the exact counts
+    (``round(val-accuracy * num-examples)`` per client; a float weighted mean of the clients'
+    accuracies is not exact, and would break ties between rounds differently for different
+    partitions of the same validation set), the loss the weighted mean of ``val-loss`` (0
+    when the clients send none). ``(-inf, 0)`` without ``val-accuracy``."""
+    correct, total, loss = 0, 0, 0.0
+    for c in contents:
+        m = next(iter(c.metric_records.values()), {})
+        if "val-accuracy" not in m:
+            return float("-inf"), 0.0
+        n = int(m["num-examples"])
+        correct += round(float(m["val-accuracy"]) * n)
+        total += n
+        loss += float(m.get("val-loss", 0.0)) * n
+    return (correct / total, -loss / total) if total else (float("-inf"), 0.0)
 
 
 class StrictFedAvg(_Strict, FedAvg):
@@ -103,6 +124,74 @@ class StrictFedAdam(_Strict, FedAdam):
 
 class StrictFedYogi(_Strict, FedYogi):
     """:class:`StrictFedAvg` with Flower's server Yogi step (FedYogi)."""
+
+
+class StrictFedSGD(_Strict, FedAvg):
+    """FedSGD with a server Adam: every round each client sends the gradient of its mean
+    training loss at the current weights (:func:`fedgraph.methods.gap.local_gradient`) with
+    ``num-examples`` = its training nodes; Flower's weighted average of the replies is then the
+    gradient of the mean loss over all training nodes, and the server applies it with
+    ``torch.optim.Adam(lr)``, whose state persists across rounds. Full batch, this is the
+    centralized trajectory (:func:`fedgraph.methods.gap.fit`, one round per epoch).
+
+    What leaves a client: one gradient per round, where FedAvg sends weights after local
+    steps; both are functions of the same inputs, so the privacy analysis is the FedAvg one.
+
+    Args:
+        num_clients, select_on_val: as for :class:`StrictFedAvg`.
+        lr: the server Adam's learning rate (the centralized optimizer's).
+        keep_gradients: keep every round's averaged gradient in ``self.gradients`` (a list of
+            ``{name: tensor}``; tests and diagnostics).
+        param_names: the state-dict entries that are parameters (a client sends their
+            gradients); every other entry is a buffer (batch norm's running statistics, which
+            a client sends as updated by its forward pass): the server keeps their weighted
+            mean, in the buffer's dtype. ``None``: every entry is a parameter.
+    """
+
+    def __init__(self, num_clients: int, select_on_val: bool = False, *, lr: float,
+                 keep_gradients: bool = False, param_names=None):
+        super().__init__(num_clients, select_on_val)
+        self.lr = lr
+        self.keep_gradients = keep_gradients
+        self.param_names = None if param_names is None else set(param_names)
+        self.gradients: list[dict] = []
+        self._params = None  # name -> float tensor, the weights the server steps
+        self._buffers = None  # name -> tensor
+        self._adam = None
+
+    def configure_train(self, server_round, arrays, config, grid):
+        if self._params is None:
+            import torch
+
+            state = arrays.to_torch_state_dict()
+            names = set(state) if self.param_names is None else self.param_names
+            self._params = {k: v.detach().clone().requires_grad_(True)
+                            for k, v in state.items() if k in names}
+            self._buffers = {k: v.clone() for k, v in state.items() if k not in names}
+            self._adam = torch.optim.Adam(list(self._params.values()), lr=self.lr)
+        return super().configure_train(server_round, arrays, config, grid)
+
+    def aggregate_train(self, server_round, replies):
+        from flwr.app import ArrayRecord
+
+        mean, metrics = super().aggregate_train(server_round, replies)
+        mean = mean.to_torch_state_dict()
+        if set(mean) != set(self._params) | set(self._buffers):
+            raise ClientFailure(f"train round {server_round}: the reply's names {sorted(mean)} "
+                                f"differ from the model's "
+                                f"{sorted(set(self._params) | set(self._buffers))}")
+        for k, p in self._params.items():
+            p.grad = mean[k].to(p.dtype).reshape(p.shape)
+        self._adam.step()
+        for k, b in self._buffers.items():
+            v = mean[k].reshape(b.shape)
+            self._buffers[k] = (v.round() if not b.is_floating_point() else v).to(b.dtype)
+        if self.keep_gradients:
+            self.gradients.append({k: mean[k].clone() for k in self._params})
+        arrays = ArrayRecord({**{k: p.detach().clone() for k, p in self._params.items()},
+                              **{k: b.clone() for k, b in self._buffers.items()}})
+        self._latest = arrays
+        return arrays, metrics
 
 
 #: ``server-optimizer`` names -> strict strategy classes.

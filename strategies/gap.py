@@ -40,7 +40,16 @@ from fedgraph.methods.gap_federated import (build_classifier, build_encoder,
                                             plan_events, remote_noise, route_partial_sums)
 from fedgraph.secure_aggregation import FRAC_BITS, unmask_sum
 from .base import PrivateStrategy, register_strategy
-from .fedavg import strict_strategy
+from .fedavg import StrictFedSGD, strict_strategy
+
+
+def _seeded_init(build, cfg, num_features: int, num_classes: int):
+    """``build(cfg, num_features, num_classes)`` with its initial weights drawn from a torch
+    generator seeded by the run's ``seed`` (public; the global RNG is left as it was), so that
+    runs of one seed start from the same weights whatever the partition."""
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(cfg.seed)
+        return build(cfg, num_features, num_classes)
 
 
 def _aggregation_note(cfg, remote: tuple[float, int], sigmas: list[float]) -> str:
@@ -176,9 +185,8 @@ class GAPStrategy(PrivateStrategy):
         if cfg.variant != "mlp" and cfg.encoder_rounds > 0:
             with self.report.phase(f"encoder rounds ({self._server_name()})",
                                    rounds=cfg.encoder_rounds):
-                enc = build_encoder(cfg, num_features, num_classes)
-                fedavg = strict_strategy(cfg.server_optimizer, cfg.num_clients,
-                                         server_lr=cfg.server_lr)
+                enc = _seeded_init(build_encoder, cfg, num_features, num_classes)
+                fedavg = self._trainer("encoder", enc)
                 fedavg.on_train_reply = lambda rnd, r: self._released(
                     r.metadata.src_node_id, "encoder")
                 res = fedavg.start(grid, ArrayRecord(enc.state_dict()), cfg.encoder_rounds,
@@ -190,10 +198,9 @@ class GAPStrategy(PrivateStrategy):
                           "train" if inductive else "all")
         with self.report.phase(f"classifier rounds ({self._server_name()})",
                                rounds=cfg.classifier_rounds):
-            clf = build_classifier(cfg, num_features, num_classes)
+            clf = _seeded_init(build_classifier, cfg, num_features, num_classes)
             select = cfg.level == "edge"  # node level: validation labels are private
-            fedavg = strict_strategy(cfg.server_optimizer, cfg.num_clients, select,
-                                     server_lr=cfg.server_lr)
+            fedavg = self._trainer("classifier", clf, select)
             fedavg.on_train_reply = lambda rnd, r: self._released(r.metadata.src_node_id,
                                                                   "classifier")
             train_cfg = ConfigRecord({"json": cfg_json, "phase": "gap.classifier"})
@@ -210,10 +217,29 @@ class GAPStrategy(PrivateStrategy):
                 n: RecordDict({"config": payload, "arrays": arrays}) for n in nodes}, cfg.timeout)
         self.record_accuracy(counts, stats)
 
+    #: keep every FedSGD round's averaged gradient in ``self.gradients[module]`` (tests)
+    keep_gradients = False
+
+    def _trainer(self, module: str, model, select_on_val: bool = False):
+        """The Flower strategy of the ``module`` (encoder, classifier) rounds of ``model``:
+        ``schedule`` fedsgd: :class:`~strategies.fedavg.StrictFedSGD` (server Adam with
+        ``lr``), else the ``server-optimizer``'s :func:`~strategies.fedavg.strict_strategy`."""
+        cfg = self.config
+        if cfg.schedule == "fedsgd":
+            strategy = StrictFedSGD(cfg.num_clients, select_on_val, lr=cfg.lr,
+                                    keep_gradients=self.keep_gradients,
+                                    param_names=[k for k, _ in model.named_parameters()])
+            self.gradients = {**getattr(self, "gradients", {}), module: strategy.gradients}
+            return strategy
+        return strict_strategy(cfg.server_optimizer, cfg.num_clients, select_on_val,
+                               server_lr=cfg.server_lr)
+
     def _server_name(self) -> str:
         """The server optimizer's Flower name, for the phase labels (e.g. ``FedAdam``)."""
         from .fedavg import STRICT_STRATEGIES
 
+        if self.config.schedule == "fedsgd":
+            return "FedSGD, server Adam"
         return STRICT_STRATEGIES[self.config.server_optimizer].__bases__[-1].__name__
 
     def _released(self, node: int, phase: str) -> None:

@@ -86,7 +86,9 @@ ALLOWED = {
         "evaluate[gap.classifier]": {  # per-round validation: edge level only
             "metrics.num-examples": {"edge": _public("a count of nodes: not the unit")},
             "metrics.val-accuracy": {"edge": _public("labels are not the unit; the model is "
-                                                     "post-processing of PMA")}},
+                                                     "post-processing of PMA")},
+            "metrics.val-loss": {"edge": _public("labels are not the unit; the model is "
+                                                 "post-processing of PMA")}},
         "evaluate.gap": {f"metrics.{s}_{c}": EVALUATION for s in ("train", "val", "test")
                          for c in ("correct", "total")},
     },

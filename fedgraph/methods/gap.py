@@ -111,7 +111,8 @@ from ..utils.graph import (MAX_MESSAGE_ELEMENTS, bound_out_degree, in_degree, ou
 __all__ = [
     "aggregate", "perturb", "normalize_rows", "pma", "edge_sensitivity", "node_sensitivity",
     "DPSGD", "dpsgd_schedule", "default_delta", "gap_events", "calibrate_gap", "local_train",
-    "evaluate", "FitResult", "fit", "train_encoder", "train_classifier", "run_gap", "METHODS",
+    "local_gradient", "evaluate", "FitResult", "fit", "train_encoder", "train_classifier",
+    "run_gap", "METHODS",
     "mean_aggregate", "sage_dp_features", "sage_dp_sensitivity", "sage_dp_events",
     "calibrate_sage_dp", "train_sage_dp", "train_sage", "SAGE_COMBINATIONS",
 ]
@@ -537,6 +538,37 @@ def local_train(model: nn.Module, x: Tensor, y: Tensor, mask: Tensor | None, epo
         for p in model.parameters():
             p.grad = None
     return n, (sum(losses) / len(losses)) if losses else float("nan")
+
+
+def local_gradient(model: nn.Module, x: Tensor, y: Tensor,
+                   mask: Tensor | None) -> tuple[int, float, dict[str, Tensor]]:
+    r"""The client's half of a FedSGD round: the full-batch gradient of the mean cross-entropy
+    over the rows ``mask`` at ``model``'s current weights (training mode), and nothing else.
+
+    The server's weighted mean of these gradients, with weights the clients' training-node
+    counts ``n_c``, is :math:`\sum_c \frac{n_c}{n} \nabla \frac{1}{n_c} \sum_{i \in c} \ell_i
+    = \nabla \frac{1}{n} \sum_i \ell_i`: the gradient of one centralized full-batch epoch
+    (:func:`fit`), provided the forward pass of a row depends on that row only (no batch
+    norm in training mode: its batch statistics would be the client's).
+
+    Args:
+        model: maps ``x[idx]`` to logits ``[b, C]``; its weights are not changed.
+        x: ``[n, ...]`` inputs; y: long ``[n]``; mask: bool ``[n]`` or indices (``None``: all).
+
+    Returns:
+        ``(num_examples, mean loss, {parameter name: gradient})``; the gradients have the
+        parameters' shapes, zeros (and loss ``nan``) when ``mask`` selects no row.
+    """
+    idx = _indices(mask, x.size(0), x.device)
+    params = dict(model.named_parameters())
+    if idx.numel() == 0:
+        return 0, float("nan"), {k: torch.zeros_like(p) for k, p in params.items()}
+    model.train()
+    model.zero_grad(set_to_none=True)
+    loss = F.cross_entropy(model(x[idx]), y[idx])
+    grads = torch.autograd.grad(loss, list(params.values()), allow_unused=True)
+    return int(idx.numel()), loss.item(), {
+        k: torch.zeros_like(p) if g is None else g.detach() for (k, p), g in zip(params.items(), grads)}
 
 
 @torch.no_grad()

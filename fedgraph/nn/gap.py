@@ -18,7 +18,9 @@ surrounding text and from the authors' reference implementation (github.com/sisa
 
 Every layer is a :class:`torch.nn.Linear` so that Opacus computes per-example gradients
 (``torch_geometric.nn.MLP`` uses PyG's own ``Linear``, which Opacus does not know). Batch
-normalization is optional and must stay off under DP-SGD (it mixes examples of a batch).
+normalization is optional and must stay off under DP-SGD (it mixes examples of a batch): between
+hidden layers (``batch_norm``) and, as the reference code does, after the normalized encoder
+output and after the normalized combined hops (``output_batch_norm``).
 """
 from __future__ import annotations
 
@@ -87,20 +89,25 @@ class GAPEncoder(nn.Module):
         dropout: dropout rate (the paper: 0). (default: 0)
         batch_norm: batch norm between hidden layers (edge-level and non-private runs of the
             paper; never with DP-SGD). (default: False)
+        output_batch_norm: ``BatchNorm1d(e)`` after the row normalization of the pre-training
+            path (the reference code's ``EncoderModule`` with ``batch_norm``); ``embed`` (what
+            PMA aggregates) stays the normalized output. (default: False)
 
     Shapes: ``forward: [N, F] -> [N, C]``; ``embed: [N, F] -> [N, e]`` (unit-norm rows).
     """
 
     def __init__(self, in_dim: int, num_classes: int, encoder_dim: int = 16, hidden: int = 16,
-                 num_layers: int = 2, dropout: float = 0.0, batch_norm: bool = False):
+                 num_layers: int = 2, dropout: float = 0.0, batch_norm: bool = False,
+                 output_batch_norm: bool = False):
         super().__init__()
         self.encoder = MLP(in_dim, hidden, encoder_dim, num_layers, dropout, batch_norm,
                            plain_last=True)
         self.dropout = nn.Dropout(dropout)
+        self.out_norm = nn.BatchNorm1d(encoder_dim) if output_batch_norm else nn.Identity()
         self.head = nn.Linear(encoder_dim, num_classes)
 
     def forward(self, x: Tensor) -> Tensor:
-        h = normalize_rows(self.encoder(x))
+        h = self.out_norm(normalize_rows(self.encoder(x)))
         return self.head(F.selu(self.dropout(h)))
 
     @torch.no_grad()
@@ -133,13 +140,17 @@ class GAPClassifier(nn.Module):
         base_layers: layers of each base MLP (the paper: 1). (default: 1)
         head_layers: layers of the head MLP (the paper: 1). (default: 1)
         dropout, batch_norm: as in :class:`MLP`.
+        output_batch_norm: ``BatchNorm1d`` after the row normalization of the combined hops,
+            before dropout and SELU (the reference code's ``MultiMLP`` with ``batch_norm``).
+            (default: False)
 
     Shapes: ``forward: [N, K+1, e] -> [N, C]`` (see :func:`stack_hops`).
     """
 
     def __init__(self, num_hops: int, in_dim: int, hidden: int = 16, num_classes: int = 2,
                  combine: str = "cat", base_layers: int = 1, head_layers: int = 1,
-                 dropout: float = 0.0, batch_norm: bool = False):
+                 dropout: float = 0.0, batch_norm: bool = False,
+                 output_batch_norm: bool = False):
         super().__init__()
         if num_hops < 0:
             raise ValueError(f"num_hops must be >= 0, got {num_hops}")
@@ -152,6 +163,7 @@ class GAPClassifier(nn.Module):
         if combine == "attention":
             self.score = nn.Linear(hidden, 1, bias=False)
         width = hidden * (num_hops + 1) if combine == "cat" else hidden
+        self.out_norm = nn.BatchNorm1d(width) if output_batch_norm else nn.Identity()
         self.dropout = nn.Dropout(dropout)
         self.head = MLP(width, hidden, num_classes, head_layers, dropout, batch_norm,
                         plain_last=True)
@@ -168,7 +180,7 @@ class GAPClassifier(nn.Module):
             stacked = torch.stack(hs, dim=1)  # [N, K+1, hidden]
             alpha = F.leaky_relu(self.score(stacked), 0.2).softmax(dim=1)  # over hops
             h = (alpha * stacked).sum(1)
-        h = F.selu(self.dropout(normalize_rows(h)))
+        h = F.selu(self.dropout(self.out_norm(normalize_rows(h))))
         return self.head(h)
 
 
