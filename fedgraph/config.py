@@ -301,7 +301,16 @@ class PrivGNNConfig(DataConfig):
     lam: float = Field(0.2, gt=0, description="Laplace parameter lambda: noise scale 2 / lambda")
     gamma: float = Field(0.3, gt=0, le=1, description="Poisson sampling rate of private nodes")
     num_neighbours: int = Field(300, ge=1, description="K: sampled private nodes per teacher")
-    answer_mode: Literal["posterior", "vote"] = "posterior"
+    answer_mode: Literal["posterior", "vote", "log-softmax-paper", "ensemble"] = Field(
+        "posterior", description="log-softmax-paper: the authors' rule, NOT DP (report: no "
+                                 "finite epsilon); ensemble: PATE's (Confident-)GNMax")
+    num_teachers: int = Field(10, ge=1, description="ensemble: disjoint teachers per client")
+    sigma_votes: float = Field(20.0, gt=0, description="ensemble: std of each client's "
+                               "Gaussian noise on its vote histogram (GNMax copy)")
+    sigma_threshold: float = Field(0.0, ge=0, description="ensemble: std of each client's "
+                                   "threshold copy; 0: no threshold check")
+    threshold: float = Field(0.0, ge=0, description="ensemble: Confident-GNMax threshold on "
+                             "the summed votes (needs sigma-threshold > 0); 0: answer all")
     client_epsilons: list[float] = Field(default_factory=lambda: [10.0])
     delta: float = Field(1e-4, gt=0, lt=1)
     hops: int = Field(2, ge=1, le=10, description="public neighbourhood of a query (l hops)")
@@ -311,6 +320,8 @@ class PrivGNNConfig(DataConfig):
     teacher_epochs: int = Field(200, ge=1)
     teacher_batch_size: int = Field(64, ge=1, description="teachers trained together (speed only)")
     hidden: int = Field(64, ge=1, description="student hidden size")
+    student_propagation: float = Field(0.0, ge=0, lt=1, description="label-propagation alpha "
+                                       "smoothing the student over the public graph; 0: off")
     dropout: float = Field(0.5, ge=0, lt=1)
     epochs: int = Field(200, ge=1, description="student epochs")
     lr: float = Field(0.01, gt=0)
@@ -321,6 +332,14 @@ class PrivGNNConfig(DataConfig):
 
     _parse_eps = field_validator("client_epsilons", mode="before")(_client_epsilons)
     _check_delta = field_validator("delta", mode="after")(_delta)
+
+    @field_validator("threshold", mode="after")
+    @classmethod
+    def _threshold_needs_noise(cls, v: float, info) -> float:
+        if v > 0 and not info.data.get("sigma_threshold"):
+            raise ValueError(f"threshold {v} needs sigma-threshold > 0 (the threshold check's "
+                             "own noise); allowed: threshold = 0, or sigma-threshold > 0")
+        return v
 
     @field_validator("lam", "gamma", "lr", "delta", "alpha", mode="after")
     @classmethod
