@@ -135,3 +135,29 @@ def test_ensemble_budget_limits_the_answers(tmp_path, monkeypatch):
                                  tmp_path, monkeypatch)
     assert report["clients"]["client-0"]["answered"] == 3
     assert report["privacy"]["per_subject"]["client-0"]["epsilon"] <= (e3 + e4) / 2
+
+
+def test_label_propagation_spreads_released_labels_over_the_public_graph():
+    """Two path components, one released label each: every node takes its component's label
+    (public edges and released labels only)."""
+    src = torch.tensor([0, 1, 2, 4, 5, 6])
+    ei = torch.stack([torch.cat([src, src + 1]), torch.cat([src + 1, src])])
+    public = Data(x=torch.zeros(8, 2), edge_index=ei, num_nodes=8)
+    out = pg.propagate_labels(public, torch.tensor([0, 7]), torch.tensor([1, 2]), 3,
+                              alpha=0.9, num_layers=20)
+    assert out.argmax(-1).tolist() == [1, 1, 1, 1, 2, 2, 2, 2]
+    with pytest.raises(ValueError, match=r"student-propagation \(alpha\) must lie in \(0, 1\)"):
+        pg.propagate_labels(public, torch.tensor([0]), torch.tensor([1]), 3, alpha=1.0)
+
+
+def test_margin_filter_keeps_the_widest_noisy_margins():
+    scores = torch.tensor([[5.0, 4.0], [9.0, 0.0], [3.0, 1.0], [0.0, 0.5]])
+    assert pg.margin_filter(scores, 0.5).tolist() == [False, True, True, False]
+    assert bool(pg.margin_filter(scores, 1.0).all())
+    with pytest.raises(ValueError, match="keep-fraction"):
+        pg.margin_filter(scores, 0.0)
+
+
+def test_sigma_for_epsilon_inverts_the_ledger_figure():
+    s = pg.ensemble_sigma_for_epsilon(8.0, 1e-4, 50, threshold_ratio=2.0)
+    assert pg.ensemble_epsilon(50, s, 2 * s, 1e-4) == pytest.approx(8.0, rel=2e-3)
