@@ -288,7 +288,11 @@ class PrivGNNConfig(DataConfig):
     ``gamma``) Laplace mechanism of scale ``2 / lam`` (sensitivity 2, noise multiplier
     ``1 / lam``); a client answers only as many queries as keep its epsilon at ``delta``
     (PLD) within its own target in ``client_epsilons`` (cycled over clients; ``inf``: no
-    limit).
+    limit). ``num_neighbours`` must not exceed ``floor(gamma * n_c)`` for any client (preflight).
+    ``answer_mode``: ``log-softmax-paper`` is the authors' rule and NOT DP (epsilon inf in the
+    report); ``ensemble`` is PATE's GNMax with ``num_teachers`` disjoint teachers per client and
+    per-client Gaussian noise ``sigma_votes`` (``sigma_threshold``, ``threshold``:
+    Confident-GNMax), accounted as Gaussian events (multiplier sigma / sqrt 2 per copy).
     """
 
     method: Literal["privgnn"] = "privgnn"
@@ -311,6 +315,8 @@ class PrivGNNConfig(DataConfig):
                                    "threshold copy; 0: no threshold check")
     threshold: float = Field(0.0, ge=0, description="ensemble: Confident-GNMax threshold on "
                              "the summed votes (needs sigma-threshold > 0); 0: answer all")
+    keep_fraction: float = Field(1.0, gt=0, le=1, description="ensemble: keep this share of the "
+                                 "answered queries with the widest noisy top-2 margin (free)")
     client_epsilons: list[float] = Field(default_factory=lambda: [10.0])
     delta: float = Field(1e-4, gt=0, lt=1)
     hops: int = Field(2, ge=1, le=10, description="public neighbourhood of a query (l hops)")

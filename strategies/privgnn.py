@@ -132,7 +132,7 @@ class PrivGNNStrategy(PrivateStrategy):
                     "config": payload, "queries": arrays}) for n in nodes}, record)
             if cfg.answer_mode == "ensemble":
                 agg = pf.aggregate_ensemble(answers, int(qidx.numel()), num_classes,
-                                            cfg.threshold)
+                                            cfg.threshold, cfg.keep_fraction)
             else:
                 agg = pf.aggregate_partial(answers, int(qidx.numel()), num_classes)
             kept_idx.append(qidx[agg.kept])

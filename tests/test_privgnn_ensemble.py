@@ -161,3 +161,16 @@ def test_margin_filter_keeps_the_widest_noisy_margins():
 def test_sigma_for_epsilon_inverts_the_ledger_figure():
     s = pg.ensemble_sigma_for_epsilon(8.0, 1e-4, 50, threshold_ratio=2.0)
     assert pg.ensemble_epsilon(50, s, 2 * s, 1e-4) == pytest.approx(8.0, rel=2e-3)
+
+
+def test_aggregate_ensemble_applies_threshold_then_margin_filter():
+    C = 2  # threshold copies first, then GNMax copies; client 1 answered only query 0
+    a = torch.tensor([[9.0, 0.0, 6.0, 0.0],
+                      [9.0, 0.0, 0.0, 1.0],
+                      [1.0, 0.0, 3.0, 0.0]])
+    b = torch.tensor([[1.0, 0.0, 1.0, 0.0]])
+    agg = pf.aggregate_ensemble([a, b], 3, C, threshold=5.0)
+    assert agg.kept.tolist() == [True, True, False] and agg.labels.tolist() == [0, 1]
+    assert agg.votes.tolist() == [2, 1, 1]
+    agg = pf.aggregate_ensemble([a, b], 3, C, threshold=5.0, keep_fraction=0.5)
+    assert agg.kept.tolist() == [True, False, False] and agg.labels.tolist() == [0]

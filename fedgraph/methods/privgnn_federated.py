@@ -330,13 +330,15 @@ def aggregate_partial(answers: list[Tensor], num_queries: int, num_classes: int)
 
 
 def aggregate_ensemble(answers: list[Tensor], num_queries: int, num_classes: int,
-                       threshold: float = 0.0) -> Aggregate:
+                       threshold: float = 0.0, keep_fraction: float = 1.0) -> Aggregate:
     """Server side of the ensemble mode (post-processing): each client answered a prefix
     ``[m_c, C]`` or ``[m_c, 2C]`` of the queries with noisy vote histograms; per query, sum
     over the clients that answered it, keep it if someone answered and (with ``threshold``)
     the summed threshold copy's maximum reaches it (Confident-GNMax), label = argmax of the
-    summed GNMax copies (:func:`~.privgnn.confident_aggregate`)."""
-    from .privgnn import confident_aggregate
+    summed GNMax copies (:func:`~.privgnn.confident_aggregate`). ``keep_fraction < 1`` then
+    keeps only that share of the kept queries with the widest noisy top-2 margin
+    (:func:`~.privgnn.margin_filter`)."""
+    from .privgnn import confident_aggregate, margin_filter
 
     counts = torch.zeros(int(num_queries), dtype=torch.long)
     width = max([int(a.shape[1]) for a in answers if a.numel()], default=int(num_classes))
@@ -352,6 +354,11 @@ def aggregate_ensemble(answers: list[Tensor], num_queries: int, num_classes: int
     answered, labels = confident_aggregate(padded or [torch.zeros(int(num_queries), width)],
                                            num_classes, threshold or None)
     kept = answered & (counts > 0)
+    if keep_fraction < 1.0 and int(kept.sum()):
+        gnmax = torch.stack(padded).sum(0)[:, -int(num_classes):]
+        ids = kept.nonzero().view(-1)
+        kept = torch.zeros_like(kept)
+        kept[ids[margin_filter(gnmax[ids], keep_fraction)]] = True
     return Aggregate(kept, labels[kept], counts)
 
 
