@@ -23,6 +23,7 @@ Writes ``bench/results/privgnn_federation.json`` (``--out``).
 from __future__ import annotations
 
 import argparse
+import math
 import resource
 import statistics
 import sys
@@ -60,6 +61,23 @@ def run_config(name: str, clients: int, seed: int, args) -> object:
     return parse_run_config({**preset, **over})
 
 
+def setup(cfg, name: str, seed: int, args, num_queries: int, audit_fraction: float):
+    """Data and the server's query message: ``(private, public, audit or None, client parts,
+    C, generator, query ids, neighbourhoods, projection)``."""
+    data = load_dataset(name, root=args.data_root, min_class_size=cfg.min_class_size)
+    split = pg.privgnn_split(data, public_fraction=cfg.public_fraction,
+                             public_test_fraction=cfg.public_test_fraction,
+                             audit_fraction=audit_fraction, seed=seed)
+    private, public, audit = split if len(split) == 3 else (*split, None)
+    parts = partition(private, cfg.num_clients, cfg.partitioner, seed, alpha=cfg.alpha)
+    gen = torch.Generator().manual_seed(seed)
+    # server: queries, public neighbourhoods, public PCA (the query.privgnn message)
+    proj = pg.public_projection(public.x, cfg.projection_dim, seed) if cfg.projection_dim else None
+    qidx = pg.select_queries(public, num_queries, "random", generator=gen)
+    hoods, proj = pf.decode_queries(pf.make_queries(public, qidx, cfg, gen, proj))
+    return private, public, audit, parts, int(data.y.max()) + 1, gen, qidx, hoods, proj
+
+
 class Memo:
     """Trains the attacker's shadow model once per graph (the audits share it)."""
 
@@ -76,27 +94,22 @@ def run_setting(name: str, clients: int, seed: int, args) -> dict:
     """One (dataset, number of clients, seed): teachers once, then every lambda."""
     t0 = time.perf_counter()
     cfg = run_config(name, clients, seed, args)
-    data = load_dataset(name, root=args.data_root, min_class_size=cfg.min_class_size)
-    private, public, audit = pg.privgnn_split(
-        data, public_fraction=cfg.public_fraction, public_test_fraction=cfg.public_test_fraction,
-        audit_fraction=args.audit_fraction, seed=seed)
-    parts = partition(private, cfg.num_clients, cfg.partitioner, seed, alpha=cfg.alpha)
-    C = int(data.y.max()) + 1
-    gen = torch.Generator().manual_seed(seed)
-    # server: queries, public neighbourhoods, public PCA (the query.privgnn message)
-    proj = pg.public_projection(public.x, cfg.projection_dim, seed) if cfg.projection_dim else None
-    qidx = pg.select_queries(public, cfg.num_queries, "random", generator=gen)
-    hoods, proj = pf.decode_queries(pf.make_queries(public, qidx, cfg, gen, proj))
+    private, public, audit, parts, C, gen, qidx, hoods, proj = setup(
+        cfg, name, seed, args, cfg.num_queries, args.audit_fraction)
     # clients: clean teacher posteriors (kept inside the client in a real run)
     timing = pg.TeacherTiming()
-    posts = [pg.teacher_posteriors(c, hoods.query_x, rate=cfg.gamma, k=cfg.num_neighbours,
+    # K at most the smallest client's expected Poisson sample (pg.check_neighbours); the bench
+    # lowers --k to it and records the K it used
+    k = min(cfg.num_neighbours, *(pg.max_neighbours(int(c.num_nodes), cfg.gamma) for c in parts))
+    posts = [pg.teacher_posteriors(c, hoods.query_x, rate=cfg.gamma, k=k,
                                    num_classes=C, teacher=pf.teacher_config(cfg),
                                    neighbourhoods=hoods, projection=proj, generator=gen,
                                    timing=timing) for c in parts]
     clean = pf.aggregate_partial(posts, int(qidx.numel()), C).labels
     row = {"dataset": name, "clients": clients, "seed": seed,
            "private_nodes": int(private.num_nodes), "public_nodes": int(public.num_nodes),
-           "queries": int(qidx.numel()), "teacher_seconds_per_query": timing.per_query,
+           "queries": int(qidx.numel()), "num_neighbours": k,
+           "teacher_seconds_per_query": timing.per_query,
            "clean_label_accuracy": float((clean == public.y[qidx]).float().mean()),
            "majority": pg.majority_accuracy(public), "lambdas": {}}
     kw = dict(hidden=cfg.hidden, dropout=cfg.dropout, epochs=cfg.epochs, lr=cfg.lr,
@@ -118,7 +131,21 @@ def run_setting(name: str, clients: int, seed: int, args) -> dict:
         answers = [pg.noisy_answers(p, lam, cfg.answer_mode, gen) for p in posts]
         labels = pf.aggregate_partial(answers, int(qidx.numel()), C).labels
         st = pg.train_student(public, qidx, labels, **kw)
+        # the same teachers under the paper's rules (NOT DP at the epsilon beside them): its
+        # literal scale 1/lam on probabilities (2 lam-DP per answer, not lam), and the authors'
+        # code, Laplace(1/lam) on log-softmax outputs (unbounded sensitivity: no finite epsilon)
+        paper = {}
+        for rule in ("literal", "log-softmax-paper"):
+            noisy = [p + pg.laplace_noise(p.shape, 1.0 / lam, gen) if rule == "literal"
+                     else pg.noisy_answers(p, lam, "log-softmax-paper", gen) for p in posts]
+            lab = pf.aggregate_partial(noisy, int(qidx.numel()), C).labels
+            paper[rule] = (pg.train_student(public, qidx, lab, **kw).test_accuracy,
+                           float((lab == public.y[qidx]).float().mean()))
         row["lambdas"][str(lam)] = {
+            "paper_literal_student": paper["literal"][0],
+            "paper_literal_label_accuracy": paper["literal"][1],
+            "log_softmax_paper_student": paper["log-softmax-paper"][0],
+            "log_softmax_paper_label_accuracy": paper["log-softmax-paper"][1],
             "student_test_accuracy": st.test_accuracy,
             "pseudo_label_accuracy": float((labels == public.y[qidx]).float().mean()),
             # every client answered all Q queries: the same epsilon for each client
@@ -129,6 +156,94 @@ def run_setting(name: str, clients: int, seed: int, args) -> dict:
     row["seconds"] = time.perf_counter() - t0
     row["peak_rss_mib"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     return row
+
+
+def run_ensemble(name: str, clients: int, seed: int, args) -> dict:
+    """The ensemble mode (PATE's Confident-GNMax across clients) for one (dataset, clients,
+    seed): each client's ``--teachers`` disjoint teachers vote once on ``--ensemble-queries``
+    queries; for every per-client epsilon the per-client sigma is calibrated to it
+    (:func:`~fedgraph.methods.privgnn.ensemble_sigma_for_epsilon`, delta of the preset), each
+    client adds its own Gaussian noise, the server sums and thresholds; students with and
+    without label propagation. Beside the guarantee (data-independent, against the server),
+    the data-dependent epsilon (PATE 2018 Thm. 6) of the released labels for client 0, from the
+    noise-free summed votes: a simulation-only figure (no party holds those votes) that is
+    itself data-dependent, not a released guarantee."""
+    from fedgraph.accounting import PrivacyLedger
+    from fedgraph.accounting.pate import confident_gnmax_cost
+
+    t0 = time.perf_counter()
+    cfg = run_config(name, clients, seed, args)
+    private, public, _, parts, C, gen, qidx, hoods, proj = setup(
+        cfg, name, seed, args, args.ensemble_queries, 0.0)
+    Q = int(qidx.numel())
+    teach = pf.teacher_config(cfg)
+    votes = [pg.ensemble_votes(c, hoods.query_x, num_teachers=args.teachers, num_classes=C,
+                               teacher=teach, neighbourhoods=hoods, projection=proj,
+                               generator=gen) for c in parts]
+    total = torch.stack(votes).sum(0)
+    truth = public.y[qidx]
+    kw = dict(hidden=cfg.hidden, dropout=cfg.dropout, epochs=cfg.epochs, lr=cfg.lr,
+              weight_decay=cfg.weight_decay, seed=seed)
+    row = {"dataset": name, "clients": clients, "seed": seed, "queries": Q,
+           "teachers_per_client": args.teachers, "majority": pg.majority_accuracy(public),
+           "clean_vote_accuracy": float((total.argmax(-1) == truth).float().mean()),
+           "B2_public_labels": pg.public_label_student(public, qidx, **kw).test_accuracy,
+           "B2_public_labels_lp": pg.public_label_student(
+               public, qidx, propagation=args.propagation, **kw).test_accuracy,
+           "epsilons": {}}
+    n_teachers = clients * args.teachers
+    for eps in args.epsilons:
+        ratio = args.threshold_ratio or None
+        s2 = pg.ensemble_sigma_for_epsilon(eps, cfg.delta, Q, ratio)
+        s1 = ratio * s2 if ratio else None
+        thr = args.threshold * n_teachers if ratio else None
+        rel = [pg.noisy_votes(v, s2, s1, gen) for v in votes]
+        answered, labels = pg.confident_aggregate(rel, C, thr)
+        if int(answered.sum()) == 0:
+            answered[:] = True  # nothing passed: (post-processing) fall back to every query
+        gnmax_sum = torch.stack([r[:, -C:] for r in rel]).sum(0)
+        kept = answered & pg.margin_filter(gnmax_sum, args.keep_fraction)  # post-processing
+        idx, lab = qidx[kept], labels[kept]
+        st = pg.train_student(public, idx, lab, **kw)
+        st_lp = pg.train_student(public, idx, lab, propagation=args.propagation, **kw)
+        ledger = PrivacyLedger()
+        for e in pg.ensemble_events(Q, s2, s1):
+            ledger.record("client-0", "noisy vote histograms", e)
+        guarantee = ledger.epsilon("client-0", cfg.delta, "pld")[0]
+        root = math.sqrt(clients)  # the summed noise: clients' independent draws
+        cost = confident_gnmax_cost(total.numpy(), answered.numpy(), s2 * root,
+                                    thr, s1 * root if s1 else None)
+        row["epsilons"][str(eps)] = {
+            "sigma_votes": s2, "sigma_threshold": s1, "threshold": thr,
+            "answered": int(answered.sum()), "kept": int(kept.sum()),
+            "label_accuracy": float((lab == public.y[idx]).float().mean()),
+            "student_test_accuracy": st.test_accuracy,
+            "student_lp_test_accuracy": st_lp.test_accuracy,
+            "epsilon_guarantee_pld": guarantee,
+            "epsilon_labels_data_independent_rdp": cost.epsilon(cfg.delta),
+            "epsilon_labels_data_dependent_rdp": cost.epsilon(cfg.delta, "dependent")}
+    row["seconds"] = time.perf_counter() - t0
+    return row
+
+
+def print_ensemble(rows, epsilons) -> None:
+    for key in sorted({(r["dataset"], r["clients"]) for r in rows}):
+        rs = [r for r in rows if (r["dataset"], r["clients"]) == key]
+        m = lambda k: mean_std([r[k] for r in rs])  # noqa: E731
+        print(f"\n{key[0]} / {key[1]} clients, ensemble ({rs[0]['teachers_per_client']} "
+              f"teachers each, Q = {rs[0]['queries']}; mean ± std over {len(rs)} seeds): "
+              f"majority {m('majority')[0]:.3f}, clean votes {m('clean_vote_accuracy')[0]:.3f}, "
+              f"B2 {m('B2_public_labels')[0]:.3f} (LP {m('B2_public_labels_lp')[0]:.3f})")
+        print(f"  {'eps/client':>10} {'sigma':>7} {'kept':>8} {'label acc':>9} "
+              f"{'student':>15} {'student+LP':>15} {'eps labels indep/dep':>22}")
+        for eps in epsilons:
+            g = lambda k: mean_std([r["epsilons"][str(eps)][k] for r in rs])  # noqa: E731
+            print(f"  {eps:>10g} {g('sigma_votes')[0]:>7.2f} {g('kept')[0]:>8.1f} "
+                  f"{g('label_accuracy')[0]:>9.3f} {g('student_test_accuracy')[0]:>7.3f} ± "
+                  f"{g('student_test_accuracy')[1]:.3f} {g('student_lp_test_accuracy')[0]:>7.3f}"
+                  f" ± {g('student_lp_test_accuracy')[1]:.3f} "
+                  f"{g('epsilon_labels_data_independent_rdp')[0]:>10.3g} / "
+                  f"{g('epsilon_labels_data_dependent_rdp')[0]:.3g}")
 
 
 def mean_std(xs):
@@ -160,14 +275,17 @@ def print_table(summary, lambdas) -> None:
               f"clean-teacher labels {s['clean_label_accuracy'][0]:.3f}  "
               f"{s['seconds'][0]:.0f} s/seed")
         print(f"  {'lambda':>7} {'student acc':>15} {'label acc':>15} {'eps PLD':>9} "
-              f"{'eps RDP':>9} {'AUROC':>15}")
+              f"{'eps RDP':>9} {'AUROC':>15} {'paper literal (not DP)':>24} "
+              f"{'log-softmax paper (not DP)':>28}")
         for lam in lambdas:
             g = lambda k: s[f"lambda={lam}:{k}"]  # noqa: E731
             print(f"  {lam:>7g} {g('student_test_accuracy')[0]:>8.3f} ± "
                   f"{g('student_test_accuracy')[1]:.3f} {g('pseudo_label_accuracy')[0]:>8.3f} ± "
                   f"{g('pseudo_label_accuracy')[1]:.3f} {g('epsilon_pld')[0]:>9.3g} "
                   f"{g('epsilon_rdp')[0]:>9.3g} {g('auroc_student')[0]:>8.3f} ± "
-                  f"{g('auroc_student')[1]:.3f}")
+                  f"{g('auroc_student')[1]:.3f} {g('paper_literal_student')[0]:>15.3f} ± "
+                  f"{g('paper_literal_student')[1]:.3f} {g('log_softmax_paper_student')[0]:>19.3f}"
+                  f" ± {g('log_softmax_paper_student')[1]:.3f}")
 
 
 def main(argv=None):
@@ -177,7 +295,7 @@ def main(argv=None):
     p.add_argument("--seeds", type=int, default=3)
     p.add_argument("--lambdas", type=float, nargs="+", default=[0.1, 0.2, 0.4, 1.0, 2.0, 4.0, 8.0])
     p.add_argument("--queries", type=int, default=200)
-    p.add_argument("--k", type=int, default=100, help="K: neighbours per teacher")
+    p.add_argument("--k", type=int, default=100, help="K: neighbours per teacher (lowered to the smallest client's gamma * n)")
     p.add_argument("--teacher-epochs", type=int, default=100)
     p.add_argument("--student-epochs", type=int, default=200)
     p.add_argument("--projection-dim", type=int, default=64, help="0: raw features (paper)")
@@ -186,11 +304,43 @@ def main(argv=None):
                    help="torch threads (1: on a shared 2-core machine 2 threads ran 20x slower)")
     p.add_argument("--data-root", default=str(DATA))
     p.add_argument("--out", default=str(REPO / "bench" / "results" / "privgnn_federation.json"))
+    p.add_argument("--mode", choices=["posterior", "ensemble"], default="posterior",
+                   help="ensemble: PATE's Confident-GNMax rows (run_ensemble)")
+    p.add_argument("--epsilons", type=float, nargs="+", default=[1.0, 4.0, 8.0],
+                   help="ensemble: per-client epsilon targets at the preset's delta")
+    p.add_argument("--teachers", type=int, default=20, help="ensemble: teachers per client")
+    p.add_argument("--ensemble-queries", type=int, default=50)
+    p.add_argument("--threshold", type=float, default=0.0,
+                   help="ensemble: Confident-GNMax threshold as a share of all teachers (0: off)")
+    p.add_argument("--threshold-ratio", type=float, default=0.0,
+                   help="ensemble: sigma-threshold / sigma-votes (0: no threshold copy)")
+    p.add_argument("--keep-fraction", type=float, default=1.0,
+                   help="ensemble: keep this share of the answered queries with the largest "
+                        "noisy top-2 margin (post-processing, free)")
+    p.add_argument("--propagation", type=float, default=0.9,
+                   help="label-propagation alpha of the +LP students")
     args = p.parse_args(argv)
     torch.set_num_threads(args.threads)
     warnings.filterwarnings("ignore")
     t0 = time.perf_counter()
     rows = []
+    if args.mode == "ensemble":
+        for name in args.datasets:
+            for clients in args.clients:
+                for seed in range(args.seeds):
+                    rows.append(run_ensemble(name, clients, seed, args))
+                    r = rows[-1]
+                    print(f"{name} clients={clients} seed={seed}: {r['seconds']:.0f} s, "
+                          f"clean votes {r['clean_vote_accuracy']:.3f}, " + ", ".join(
+                              f"eps {k}: {v['student_test_accuracy']:.3f}/"
+                              f"{v['student_lp_test_accuracy']:.3f}"
+                              for k, v in r["epsilons"].items()), flush=True)
+        print_ensemble(rows, args.epsilons)
+        out = {"args": vars(args), "command": " ".join(sys.argv), "rows": rows,
+               "wall_seconds": time.perf_counter() - t0}
+        write_json_atomic(args.out, out)
+        print(f"results: {args.out}")
+        return
     for name in args.datasets:
         for clients in args.clients:
             for seed in range(args.seeds):

@@ -282,6 +282,9 @@ def _privgnn_answer(phase: str, data, degree: float, num_clients: int, queries: 
                                        public_test_fraction=cfg.public_test_fraction,
                                        seed=cfg.seed)
     clients = partition(private, cfg.num_clients, cfg.partitioner, cfg.seed)
+    # K at most client 0's expected Poisson sample (pg.check_neighbours); recorded in extra["k"]
+    cfg = cfg.model_copy(update={"num_neighbours": min(cfg.num_neighbours, max(
+        1, pg.max_neighbours(int(clients[0].num_nodes), cfg.gamma)))})
     stats = dataset_statistics(data)
     gen = torch.Generator().manual_seed(cfg.seed)
     qidx = pg.select_queries(public, cfg.num_queries, "random", generator=gen)

@@ -337,7 +337,11 @@ class PrivGNNConfig(DataConfig):
     ``gamma``) Laplace mechanism of scale ``2 / lam`` (sensitivity 2, noise multiplier
     ``1 / lam``); a client answers only as many queries as keep its epsilon at ``delta``
     (PLD) within its own target in ``client_epsilons`` (cycled over clients; ``inf``: no
-    limit).
+    limit). ``num_neighbours`` must not exceed ``floor(gamma * n_c)`` for any client (preflight).
+    ``answer_mode``: ``log-softmax-paper`` is the authors' rule and NOT DP (epsilon inf in the
+    report); ``ensemble`` is PATE's GNMax with ``num_teachers`` disjoint teachers per client and
+    per-client Gaussian noise ``sigma_votes`` (``sigma_threshold``, ``threshold``:
+    Confident-GNMax), accounted as Gaussian events (multiplier sigma / sqrt 2 per copy).
     """
 
     method: Literal["privgnn"] = "privgnn"
@@ -350,7 +354,18 @@ class PrivGNNConfig(DataConfig):
     lam: float = Field(0.2, gt=0, description="Laplace parameter lambda: noise scale 2 / lambda")
     gamma: float = Field(0.3, gt=0, le=1, description="Poisson sampling rate of private nodes")
     num_neighbours: int = Field(300, ge=1, description="K: sampled private nodes per teacher")
-    answer_mode: Literal["posterior", "vote"] = "posterior"
+    answer_mode: Literal["posterior", "vote", "log-softmax-paper", "ensemble"] = Field(
+        "posterior", description="log-softmax-paper: the authors' rule, NOT DP (report: no "
+                                 "finite epsilon); ensemble: PATE's (Confident-)GNMax")
+    num_teachers: int = Field(10, ge=1, description="ensemble: disjoint teachers per client")
+    sigma_votes: float = Field(20.0, gt=0, description="ensemble: std of each client's "
+                               "Gaussian noise on its vote histogram (GNMax copy)")
+    sigma_threshold: float = Field(0.0, ge=0, description="ensemble: std of each client's "
+                                   "threshold copy; 0: no threshold check")
+    threshold: float = Field(0.0, ge=0, description="ensemble: Confident-GNMax threshold on "
+                             "the summed votes (needs sigma-threshold > 0); 0: answer all")
+    keep_fraction: float = Field(1.0, gt=0, le=1, description="ensemble: keep this share of the "
+                                 "answered queries with the widest noisy top-2 margin (free)")
     client_epsilons: list[float] = Field(default_factory=lambda: [10.0])
     delta: float = Field(1e-4, gt=0, lt=1)
     hops: int = Field(2, ge=1, le=10, description="public neighbourhood of a query (l hops)")
@@ -360,6 +375,8 @@ class PrivGNNConfig(DataConfig):
     teacher_epochs: int = Field(200, ge=1)
     teacher_batch_size: int = Field(64, ge=1, description="teachers trained together (speed only)")
     hidden: int = Field(64, ge=1, description="student hidden size")
+    student_propagation: float = Field(0.0, ge=0, lt=1, description="label-propagation alpha "
+                                       "smoothing the student over the public graph; 0: off")
     dropout: float = Field(0.5, ge=0, lt=1)
     epochs: int = Field(200, ge=1, description="student epochs")
     lr: float = Field(0.01, gt=0)
@@ -370,6 +387,14 @@ class PrivGNNConfig(DataConfig):
 
     _parse_eps = field_validator("client_epsilons", mode="before")(_client_epsilons)
     _check_delta = field_validator("delta", mode="after")(_delta)
+
+    @field_validator("threshold", mode="after")
+    @classmethod
+    def _threshold_needs_noise(cls, v: float, info) -> float:
+        if v > 0 and not info.data.get("sigma_threshold"):
+            raise ValueError(f"threshold {v} needs sigma-threshold > 0 (the threshold check's "
+                             "own noise); allowed: threshold = 0, or sigma-threshold > 0")
+        return v
 
     @field_validator("lam", "gamma", "lr", "delta", "alpha", mode="after")
     @classmethod

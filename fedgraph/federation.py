@@ -369,13 +369,14 @@ def preflight(cfg) -> dict:
     :func:`fedgraph.data.check_graph`), a feature mechanism declares its privacy loss for
     every level and passes a dry run on random features
     (:func:`fedgraph.mechanisms.check_mechanism`: no raw features in its report, estimates
-    of the right shape), ``num_clients`` fits the graph.
+    of the right shape), ``num_clients`` fits the graph, PrivGNN's ``num-neighbours`` fits
+    every client's expected Poisson sample.
 
     Returns:
         the dataset statistics.
     Raises:
         fedgraph.config.ConfigError: naming the key (output-dir, dataset/data-root, mechanism,
-            num-clients, device: ``cuda`` asked on a machine without a GPU when no Ray cluster
+            num-clients, num-neighbours, device: ``cuda`` asked on a machine without a GPU when no Ray cluster
             is named by ``RAY_ADDRESS``).
     """
     import tempfile
@@ -432,6 +433,10 @@ def preflight(cfg) -> dict:
         raise ConfigError(f"num-clients: must lie in [1, {stats['num_nodes']}] for dataset "
                           f"{cfg.dataset!r} (one node at least per client), got {cfg.num_clients}")
     check_nonempty(cfg)
+    if getattr(cfg, "method", None) == "privgnn":  # K within every client's expected sample
+        from .methods.privgnn_federated import check_config_neighbours
+
+        check_config_neighbours(cfg)
     return stats
 
 

@@ -200,6 +200,10 @@ def format_table(report: dict) -> str:
         extra = f" (budget {row['budget']:g})" if "budget" in row else ""
         if row.get("over_budget"):
             extra += " OVER BUDGET"
+        claimed = row.get("claimed") or {}
+        if isinstance(claimed.get("epsilon"), (int, float)):
+            extra += (f" (not DP; {', '.join(claimed['by'])} claim "
+                      f"{claimed['epsilon']:.4g}, which does not hold)")
         delta = f", delta {row['delta']:g}" if row.get("delta") else ""
         releases = ", ".join(r["release"] + (f" ({r['reason']})" if "reason" in r else "")
                              for r in row["releases"])

@@ -25,6 +25,16 @@ reports the answers given) and composed with PLD (dp-accounting) at ``delta``, w
 figure beside it. Clients refuse beyond their target (``client-epsilons``), which is the
 subject's budget in the report (``over_budget``).
 
+Answer modes (``answer-mode``; README "PrivGNN"): ``posterior`` / ``vote`` as above;
+``log-softmax-paper`` reproduces the authors' release (Laplace(1/lam) on log-softmax outputs),
+which is NOT differentially private: each client is recorded with
+:meth:`~fedgraph.accounting.PrivacyLedger.record_unprotected` (epsilon inf) and the paper's
+figure only as ``claimed`` (``holds: false``); ``ensemble`` is PATE's (Confident-)GNMax:
+clients release noisy vote histograms of disjoint teachers
+(:func:`fedgraph.methods.privgnn.noisy_votes`, Gaussian events of multiplier sigma/sqrt 2 per
+copy, :func:`~fedgraph.methods.privgnn.ensemble_events`), the server sums, thresholds and
+takes the argmax (:func:`fedgraph.methods.privgnn_federated.aggregate_ensemble`).
+
 Noise convention (a deliberate choice; see README "PrivGNN"): the answer is a probability
 vector (or a one-hot vote), whose L1 sensitivity is 2, so the Laplace scale is ``2 / lam``
 (noise multiplier ``1 / lam``). The paper writes the scale as ``beta = 1 / lambda`` while its
@@ -123,7 +133,11 @@ class PrivGNNStrategy(PrivateStrategy):
             with self.report.phase(f"answer queries round {r + 1} (clients)"):
                 self.send_and_record(grid, "query.privgnn", {n: RecordDict({
                     "config": payload, "queries": arrays}) for n in nodes}, record)
-            agg = pf.aggregate_partial(answers, int(qidx.numel()), num_classes)
+            if cfg.answer_mode == "ensemble":
+                agg = pf.aggregate_ensemble(answers, int(qidx.numel()), num_classes,
+                                            cfg.threshold, cfg.keep_fraction)
+            else:
+                agg = pf.aggregate_partial(answers, int(qidx.numel()), num_classes)
             kept_idx.append(qidx[agg.kept])
             kept_labels.append(agg.labels)
             rounds.append({"policy": policy, "asked": int(qidx.numel()),
@@ -152,18 +166,62 @@ class PrivGNNStrategy(PrivateStrategy):
         cfg = self.config
         return pg.train_student(public, torch.cat(kept_idx), torch.cat(kept_labels),
                                 hidden=cfg.hidden, dropout=cfg.dropout, epochs=cfg.epochs,
-                                lr=cfg.lr, weight_decay=cfg.weight_decay, seed=cfg.seed)
+                                lr=cfg.lr, weight_decay=cfg.weight_decay, seed=cfg.seed,
+                                propagation=cfg.student_propagation)
 
     def _record_answers(self, partition_id: int, answered: int) -> None:
         """Ledger: ``answered`` more answers of client ``partition_id`` left it (recorded when
         its reply arrives, so a run that fails later reports them): Poisson-subsampled Laplace
         events, merged with the client's earlier rounds into one entry."""
         cfg = self.config
-        for event in pg.privgnn_events(answered, cfg.gamma, cfg.lam):
+        if cfg.answer_mode == "ensemble":
+            for event in pg.ensemble_events(answered, cfg.sigma_votes, cfg.sigma_threshold):
+                self.ledger.record(f"client-{partition_id}", "noisy vote histograms", event)
+            return
+        events = pg.privgnn_events(answered, cfg.gamma, cfg.lam)
+        if cfg.answer_mode not in pg.DP_MODES:  # log-softmax-paper: no finite epsilon
+            self.ledger.record_unprotected(
+                f"client-{partition_id}", "noisy answers (log-softmax, paper's rule)",
+                pg.NOT_DP_REASON, claimed=events, claimed_by="Olatunji et al. (TMLR 2023)")
+            return
+        for event in events:
             self.ledger.record(f"client-{partition_id}", "noisy answers", event)
 
     def _describe_privacy(self) -> None:
         cfg = self.config
+        if cfg.answer_mode == "log-softmax-paper":
+            self.report.privacy.update({
+                "model": "NONE: not differentially private (a reproduction of the authors' "
+                         "release rule)",
+                "unit": "no finite epsilon; privacy.per_subject[...].claimed is the paper's "
+                        "figure for the same answers, which does not hold",
+                "mechanism": f"Laplace, scale 1/lam = {1.0 / cfg.lam:g}, on log-softmax "
+                             f"outputs (unbounded sensitivity), Poisson subsample "
+                             f"gamma={cfg.gamma}",
+                "not_dp_reason": pg.NOT_DP_REASON,
+            })
+            return
+        if cfg.answer_mode == "ensemble":
+            check = (f"; threshold copy N(0, {cfg.sigma_threshold:g}^2) for the Confident-GNMax "
+                     f"check (T = {cfg.threshold:g} on the summed copies)"
+                     if cfg.sigma_threshold else "")
+            self.report.privacy.update({
+                "model": "node-level DP per client (its private nodes), for every reply and "
+                         "the released student; against the server (honest-but-curious: "
+                         "it sees every client's noisy histograms), the other clients and "
+                         "third parties",
+                "unit": "epsilon per client for the whole run (all its released histograms), "
+                        "at delta; data-independent (the guarantee)",
+                "mechanism": f"{cfg.num_teachers} teachers per client on disjoint groups of "
+                             f"its nodes; per query the vote histogram (L2 sensitivity sqrt 2) "
+                             f"+ N(0, {cfg.sigma_votes:g}^2) per class{check}; the server sums "
+                             "over clients and takes the argmax (GNMax, post-processing)",
+                "data_dependent": "PATE's data-dependent bound needs the noise-free summed "
+                                  "votes, which no party of the federation holds; it is "
+                                  "measured in bench/privgnn_federation.py (a simulation-only "
+                                  "figure, itself data-dependent: not a released guarantee)",
+            })
+            return
         self.report.privacy.update({
             "model": "node-level DP per client (its private nodes), for every answer and the "
                      "released student",

@@ -74,3 +74,24 @@ def test_unprotected_and_unused_releases_are_listed_not_dropped():
     # an unprotected release dominates accountable ones of the same subject
     ledger.record_unprotected("client-0", "extra", "no noise")
     assert math.isinf(ledger.epsilon("client-0", 1e-5)[0])
+
+
+def test_a_claimed_figure_never_becomes_the_epsilon_of_a_release_that_is_not_dp():
+    """record_unprotected(..., claimed=...) (PrivGNN's log-softmax-paper mode): epsilon inf,
+    the claim composed beside it with holds False; strict JSON writes "inf", no Infinity."""
+    import json
+
+    from fedgraph.accounting import Laplace, PrivacyLedger
+    from fedgraph.report import strict_json
+
+    led = PrivacyLedger()
+    for _ in range(2):  # two rounds merge into one claimed event
+        led.record_unprotected("client-0", "answers", "unbounded sensitivity",
+                               claimed=[Laplace(1.0, count=3)], claimed_by="a paper")
+    row = led.summary(1e-5, "pld")["client-0"]
+    assert row["epsilon"] == float("inf") and row["accountant"] == "none"
+    assert row["claimed"]["holds"] is False and row["claimed"]["by"] == ["a paper"]
+    assert row["claimed"]["epsilon"] == pytest.approx(6.0, rel=1e-3)  # 6 Laplace(1), PLD
+    assert led.claims["client-0"][0][2].count == 6
+    text = json.dumps(strict_json(row), allow_nan=False)
+    assert '"epsilon": "inf"' in text

@@ -33,7 +33,7 @@ SMALL = {"method": "privgnn", "dataset": "cora", "num-clients": 2, "num-queries"
     ("client-epsilons", "0,1", "allowed: (0, inf]"),
     ("client-epsilons", "1,,2", "empty entry"),
     ("query-policy", "greedy", "'random' or 'entropy'"),
-    ("answer-mode", "logits", "'posterior' or 'vote'"),
+    ("answer-mode", "logits", "'posterior', 'vote'"),
     ("num-queries", 0, "greater than or equal to 1"),
     ("public-fraction", 1.0, "less than 1"),
     ("delta", 1.0, "less than 1"),
@@ -180,6 +180,38 @@ def test_strategy_copes_with_refusals_and_records_each_client(tmp_path, monkeypa
     assert json.loads((tmp_path / "run.json").read_text())["status"] == "ok"
     # every message went through the real client handler: 2 rounds x 2 clients
     assert len(grid.log) == 4
+
+
+def test_log_softmax_paper_mode_reports_no_finite_epsilon(tmp_path, monkeypatch):
+    """answer-mode = log-softmax-paper (the authors' release: Laplace(1/lam) on log-softmax)
+    is not DP: every client's epsilon is inf (strict JSON "inf", never a number), the paper's
+    figure appears only as ``claimed`` with ``holds: false``, and the report says why. Before,
+    the mode did not exist; a Laplace figure would have been the only epsilon."""
+    _, _, report = _run_strategy({**SMALL, "answer-mode": "log-softmax-paper",
+                                  "client-epsilons": "inf"}, tmp_path, monkeypatch)
+    assert report["status"] == "ok"
+    text = (tmp_path / "run.json").read_text()
+    assert "Infinity" not in text and "NaN" not in text
+    disk = json.loads(text)
+    assert disk["privacy"]["model"].startswith("NONE: not differentially private")
+    assert "unbounded" in disk["privacy"]["not_dp_reason"]
+    claim = pg.privgnn_epsilon(6, 0.3, 1.0, 1e-4, "pld")  # 6 answers per client
+    for subject in ("client-0", "client-1"):
+        row = disk["privacy"]["per_subject"][subject]
+        assert row["epsilon"] == "inf" and row["accountant"] == "none"
+        assert [r["event"] for r in row["releases"]] == ["none"]
+        assert "log-softmax" in row["releases"][0]["reason"]
+        assert row["claimed"]["holds"] is False
+        assert row["claimed"]["by"] == ["Olatunji et al. (TMLR 2023)"]
+        assert row["claimed"]["epsilon"] == pytest.approx(claim, rel=1e-6)
+
+
+def test_log_softmax_paper_answers_are_log_probabilities_plus_laplace_of_scale_1_over_lam():
+    post = torch.tensor([[0.7, 0.2, 0.1]]).repeat(20000, 1)
+    out = pg.noisy_answers(post, 0.5, "log-softmax-paper", torch.Generator().manual_seed(0))
+    noise = out - post.log()
+    assert float(noise.mean()) == pytest.approx(0.0, abs=0.03)
+    assert float(noise.abs().mean()) == pytest.approx(1 / 0.5, rel=0.02)  # E|Lap(b)| = b
 
 
 def test_strategy_fails_loudly_when_nobody_answers(tmp_path, monkeypatch):

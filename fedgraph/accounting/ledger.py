@@ -56,6 +56,11 @@ class PrivacyLedger:
     #: epsilon budget per subject (nats; e.g. a PPGNN level's eps_tau, a client's target):
     #: :meth:`summary` flags a subject whose epsilon exceeds it
     budgets: dict[str, float] = field(default_factory=dict)
+    #: figures claimed for releases that are *not* DP (:meth:`record_unprotected` with
+    #: ``claimed``), per subject: ``(release, claimed_by, event)``; shown beside the epsilon
+    #: ``inf`` in :meth:`summary`, never composed into it
+    claims: dict[str, list[tuple[str, str, Event]]] = field(
+        default_factory=lambda: defaultdict(list))
 
     def record(self, subject: str, release: str, event: Event) -> None:
         """Record that ``subject``'s data went through ``event`` in the release ``release``.
@@ -95,11 +100,51 @@ class PrivacyLedger:
             return None
         return bool(epsilon > budget * (1 + BUDGET_RTOL)) if not math.isnan(epsilon) else True
 
-    def record_unprotected(self, subject: str, release: str, reason: str = "no noise") -> None:
+    def record_unprotected(self, subject: str, release: str, reason: str = "no noise",
+                           claimed=(), claimed_by: str = "") -> None:
         """Record that ``subject``'s data left in ``release`` **without** a DP guarantee (e.g. a
         client whose epsilon target is inf adds no noise). The subject is listed with epsilon
-        ``inf`` (:meth:`epsilon`, :meth:`summary`) instead of vanishing from the report."""
+        ``inf`` (:meth:`epsilon`, :meth:`summary`) instead of vanishing from the report.
+
+        ``claimed``: events that someone (``claimed_by``, e.g. a paper) accounts this release
+        as, although they do not hold for it (e.g. Laplace noise calibrated to a sensitivity the
+        released quantity does not have). :meth:`summary` composes them into a separate
+        ``claimed`` figure, labelled as not holding; the subject's epsilon stays ``inf``.
+
+        Raises:
+            TypeError: a claimed event is not an event of :mod:`.events`.
+        """
         self.unprotected[subject].append((release, reason, math.inf))
+        for event in claimed:
+            check_event(event)
+            rows = self.claims[subject]
+            merged = (_merge(rows[-1][2], event) if rows and rows[-1][:2] == (release, claimed_by)
+                      else None)
+            if merged is not None:
+                rows[-1] = (release, claimed_by, merged)
+            else:
+                rows.append((release, claimed_by, event))
+
+    def _claimed_row(self, subject: str, delta: float, accountant) -> dict:
+        """The composed claimed figure of ``subject`` (see :meth:`record_unprotected`)."""
+        claims = self.claims[subject]
+        events = [e for _, _, e in claims]
+        row = {"by": sorted({by for _, by, _ in claims}),
+               "releases": sorted({r for r, _, _ in claims}),
+               "holds": False,
+               "note": "the figure its authors' accounting gives; it is NOT a differential "
+                       "privacy guarantee for this release (see the release's reason)"}
+        try:
+            if all(is_pure(e) for e in events):
+                row.update(epsilon=sum(e.epsilon * e.count for e in events),
+                           delta=sum(event_delta(e) for e in events),
+                           accountant="basic composition")
+            else:
+                c = compose(events, delta, accountant)
+                row.update(epsilon=c.epsilon, delta=c.delta, accountant=c.accountant)
+        except Exception as err:  # noqa: BLE001 - keep the report writable
+            row["error"] = f"{type(err).__name__}: {err}"
+        return row
 
     def record_unused(self, subject: str, release: str, reason: str) -> None:
         """Record that ``release`` did not use ``subject``'s protected unit at all (e.g. an MLP
@@ -276,6 +321,8 @@ class PrivacyLedger:
             if fixed is not None:
                 c = self.composition(s)
                 row.update(epsilon=fixed, delta=0.0, accountant="none", notes=list(c.notes))
+                if self.claims.get(s):
+                    row["claimed"] = self._claimed_row(s, delta, accountant)
                 out[s] = row
                 continue
             try:

@@ -62,7 +62,15 @@ from ..nn import adjacency_for
 from .. import randomness as rng
 from .training import TrainResult, accuracy, train_node_classifier
 
-Mode = Literal["posterior", "vote"]
+Mode = Literal["posterior", "vote", "log-softmax-paper"]
+#: answer modes whose release is differentially private (the others reproduce a published rule)
+DP_MODES = ("posterior", "vote")
+#: why ``log-softmax-paper`` is not DP (the report's reason)
+NOT_DP_REASON = (
+    "answer-mode log-softmax-paper reproduces the authors' code: Laplace noise of scale "
+    "1/lam on the teachers' log-softmax outputs, accounted by the paper as sensitivity 1. "
+    "Log-probabilities are unbounded (one private node can move a log-probability from near "
+    "0 to below -100), so no finite sensitivity, hence no finite epsilon, holds")
 
 #: L1 sensitivity of a released answer: a probability vector or a one-hot vote (any two differ
 #: by at most 2 in L1 norm).
@@ -167,6 +175,36 @@ def poisson_subsample(num_nodes: int, rate: float,
     if not (0.0 < rate <= 1.0):
         raise ValueError(f"rate (gamma) must lie in (0, 1] (got {rate})")
     return rng.rand(int(num_nodes), generator, torch.float64) < rate
+
+
+def max_neighbours(num_candidates: int, rate: float) -> int:
+    """The largest valid ``K`` (``num-neighbours``) for a private graph of ``num_candidates``
+    labelled nodes at Poisson rate ``gamma``: ``floor(gamma * num_candidates)``, the expected
+    size of a subsample (paper Sec. 3.1.1 retrieves ``K`` of the sampled nodes; a larger ``K``
+    would silently use every sampled node, i.e. a teacher on the whole subsample)."""
+    return int(math.floor(float(rate) * int(num_candidates) + 1e-9))
+
+
+def check_neighbours(k: int, num_candidates: int, rate: float, where: str = "") -> int:
+    """``k`` if it is a valid ``K`` for ``num_candidates`` labelled nodes at rate ``gamma``.
+
+    Rule: ``1 <= K <= floor(gamma * num_candidates)`` (:func:`max_neighbours`). A subsample
+    that happens to be smaller than ``K`` (Poisson fluctuation below its mean) uses all its
+    nodes; :class:`TeacherTiming` counts those teachers (``short_samples``).
+
+    Raises:
+        ValueError: naming ``num-neighbours`` and the largest valid value.
+    """
+    k = int(k)
+    largest = max_neighbours(num_candidates, rate)
+    if k < 1 or k > largest:
+        raise ValueError(
+            f"num-neighbours (K) = {k} exceeds the expected Poisson sample "
+            f"gamma * n = {float(rate):g} * {int(num_candidates)} = "
+            f"{float(rate) * int(num_candidates):.1f}{where}: every teacher would be trained on "
+            f"its whole subsample; allowed: 1 <= num-neighbours <= {largest} (or raise gamma)"
+            if k >= 1 else f"num-neighbours (K) must be >= 1 (got {k})")
+    return k
 
 
 def laplace_noise(shape, scale: float, generator: torch.Generator | None = None) -> Tensor:
@@ -406,6 +444,8 @@ class TeacherTiming:
 
     seconds: float = 0.0
     queries: int = 0
+    #: teachers whose Poisson subsample held fewer than K labelled nodes (they used them all)
+    short_samples: int = 0
 
     @property
     def per_query(self) -> float:
@@ -439,8 +479,7 @@ def teacher_posteriors(private, query_x: Tensor, *, rate: float, k: int, num_cla
     x, y, ei, cand = (t.to(dev) for t in _private_view(private))
     n = x.shape[0]
     Q = query_x.shape[0]
-    if k < 1:
-        raise ValueError(f"k must be >= 1 (got {k})")
+    check_neighbours(k, int(cand.sum()), rate)
     if neighbourhoods is not None and neighbourhoods.center.numel() != Q:
         raise ValueError("neighbourhoods must describe exactly the Q queries")
     if neighbourhoods is not None:  # ptr/center stay on the CPU: they only index
@@ -454,13 +493,15 @@ def teacher_posteriors(private, query_x: Tensor, *, rate: float, k: int, num_cla
     proj = projection if projection is not None else (lambda z: z.float())
     tx = proj(x)  # teacher inputs
     out = torch.full((Q, num_classes), 1.0 / num_classes, device=dev)
+    short = 0
     for start in range(0, Q, cfg.batch_size):
         qs = list(range(start, min(Q, start + cfg.batch_size)))
         chosen = []
         for q in qs:
             sample = poisson_subsample(n, rate, generator).to(dev) & cand
             d = dist[q].masked_fill(~sample, float("inf"))
-            kk = min(k, int(sample.sum()))
+            kk = min(k, int(sample.sum()))  # below K only by a Poisson fluctuation
+            short += int(kk < k)
             chosen.append(torch.topk(d, kk, largest=False).indices if kk else None)
         live = [i for i, c in enumerate(chosen) if c is not None]
         if not live:
@@ -497,6 +538,7 @@ def teacher_posteriors(private, query_x: Tensor, *, rate: float, k: int, num_cla
             torch.cuda.synchronize(dev)  # kernels run asynchronously: time them to the end
         timing.seconds += time.perf_counter() - t0
         timing.queries += Q
+        timing.short_samples += short
     return out
 
 
@@ -506,6 +548,12 @@ def noisy_answers(posteriors: Tensor, lam: float, mode: Mode = "posterior",
     the probability vector, ``vote`` the one-hot argmax, each plus i.i.d. Laplace noise of scale
     ``SENSITIVITY / lam`` (= 2 / lambda) per coordinate. The noise is drawn from
     ``generator`` on the CPU and moved to ``posteriors``' device (the same draws everywhere).
+
+    ``log-softmax-paper`` (a reproduction, **not differentially private**): the authors' code
+    releases ``log(posterior) + Laplace(1 / lambda)`` (log-softmax outputs, the paper's
+    ``beta = 1/lambda`` at an assumed sensitivity of 1); log-probabilities have no finite
+    sensitivity (:data:`NOT_DP_REASON`). Probabilities are clamped at the float32 ``tiny``
+    (``log`` of an underflowed softmax is ``-87.3`` instead of ``-inf``).
 
     Returns:
         ``[Q, C]`` noisy answers, on ``posteriors``' device.
@@ -517,9 +565,214 @@ def noisy_answers(posteriors: Tensor, lam: float, mode: Mode = "posterior",
         clean = posteriors
     elif mode == "vote":
         clean = F.one_hot(posteriors.argmax(-1), posteriors.shape[-1]).float()
+    elif mode == "log-softmax-paper":
+        clean = posteriors.float().clamp_min(torch.finfo(torch.float32).tiny).log()
+        return clean + laplace_noise(clean.shape, 1.0 / lam, generator).to(clean.device)
     else:
-        raise ValueError(f"mode: unknown {mode!r}; allowed: ['posterior', 'vote']")
+        raise ValueError(f"answer-mode: unknown {mode!r}; allowed: "
+                         "['posterior', 'vote', 'log-softmax-paper']")
     return clean + laplace_noise(clean.shape, SENSITIVITY / lam, generator).to(clean.device)
+
+
+# --------------------------------------------------------------------------------------------
+# Ensemble answers (PATE for graphs: Papernot et al., ICLR 2018, "Scalable Private Learning
+# with PATE"; our federated adaptation)
+# --------------------------------------------------------------------------------------------
+def teacher_groups(num_candidates: int, num_teachers: int,
+                   generator: torch.Generator | None = None) -> list[Tensor]:
+    """A uniform random partition of ``0..num_candidates-1`` into ``num_teachers`` disjoint
+    groups of sizes differing by at most one (the draw does not look at the data).
+
+    Raises:
+        ValueError: ``num_teachers`` outside ``[1, num_candidates]`` (names ``num-teachers``).
+    """
+    if not 1 <= int(num_teachers) <= int(num_candidates):
+        raise ValueError(f"num-teachers must lie in [1, {int(num_candidates)}] (the client's "
+                         f"labelled private nodes; got {num_teachers})")
+    perm = rng.randperm(int(num_candidates), generator)
+    return [g.sort().values for g in torch.tensor_split(perm, int(num_teachers))]
+
+
+def ensemble_votes(private, query_x: Tensor, *, num_teachers: int, num_classes: int,
+                   teacher: TeacherConfig | None = None,
+                   neighbourhoods: QueryGraphs | None = None,
+                   projection: FeatureProjection | None = None,
+                   generator: torch.Generator | None = None,
+                   timing: TeacherTiming | None = None,
+                   device: torch.device | str | None = None) -> Tensor:
+    """Noise-free vote histograms of a client's teacher ensemble, ``[Q, C]`` float counts
+    summing to ``num_teachers`` per query (internal to the client: never release them).
+
+    The client's labelled private nodes are split into ``num_teachers`` disjoint random groups
+    (:func:`teacher_groups`); teacher ``t`` is a GraphSAGE trained on the subgraph *induced* by
+    group ``t`` (edges to other groups dropped), so a private node (its features, label and
+    edges) influences exactly one teacher, and its removal changes at most one vote per query:
+    the histogram moves by at most ``sqrt 2`` in L2 norm, whatever ``num_teachers``. Each
+    teacher votes for the argmax of its prediction of the query from its public neighbourhood
+    (``neighbourhoods``; ``None``: the query's features alone, no edges). Teachers are trained
+    together (:class:`BatchedSAGE`: exactly as one by one).
+    """
+    cfg = teacher or TeacherConfig()
+    dev = torch.device("cpu") if device is None else torch.device(device)
+    x, y, ei, cand = (t.to(dev) for t in _private_view(private))
+    n, Q = x.shape[0], query_x.shape[0]
+    if neighbourhoods is not None and neighbourhoods.center.numel() != Q:
+        raise ValueError("neighbourhoods must describe exactly the Q queries")
+    t0 = time.perf_counter()
+    proj = ((lambda z: (z.float() - projection.mean.to(dev)) @ projection.components.to(dev))
+            if projection is not None else (lambda z: z.float()))
+    tx = proj(x)
+    ids = cand.nonzero().view(-1)
+    groups = [ids[g.to(dev)] for g in teacher_groups(ids.numel(), num_teachers, generator)]
+    T, K = len(groups), max(g.numel() for g in groups)
+    xs, adjs = tx.new_zeros(T, K, tx.shape[1]), tx.new_zeros(T, K, K)
+    ys = torch.zeros(T, K, dtype=torch.long, device=dev)
+    mask = torch.zeros(T, K, dtype=torch.bool, device=dev)
+    for t, idx in enumerate(groups):
+        m = idx.numel()
+        sei, _ = subgraph(idx, ei, relabel_nodes=True, num_nodes=n)
+        xs[t, :m], ys[t, :m], mask[t, :m] = tx[idx], y[idx], True
+        adjs[t, :m, :m] = _mean_adjacency(sei, m)
+    model = train_teachers(xs, adjs, ys, mask, num_classes, cfg, generator)
+    if neighbourhoods is not None:
+        gx, gei = proj(neighbourhoods.x.to(dev)), neighbourhoods.edge_index.to(dev)
+        centers = neighbourhoods.center.to(dev)
+    else:
+        gx, gei = proj(query_x.to(dev)), torch.zeros(2, 0, dtype=torch.long, device=dev)
+        centers = torch.arange(Q, device=dev)
+    votes = torch.zeros(Q, num_classes, device=dev)
+    with torch.no_grad():
+        for t in range(T):
+            pred = model.single(t, gx, gei)[centers].argmax(-1)
+            votes += F.one_hot(pred, num_classes).float()
+    if timing is not None:
+        if dev.type == "cuda":
+            torch.cuda.synchronize(dev)
+        timing.seconds += time.perf_counter() - t0
+        timing.queries += Q
+    return votes
+
+
+def noisy_votes(votes: Tensor, sigma_votes: float, sigma_threshold: float | None = None,
+                generator: torch.Generator | None = None) -> Tensor:
+    """A client's release of its vote histograms ``[Q, C]``: ``votes + N(0, sigma_votes^2)``
+    per coordinate (the GNMax copy) and, with ``sigma_threshold``, an independent
+    ``votes + N(0, sigma_threshold^2)`` (the copy for Confident-GNMax's threshold check),
+    concatenated: ``[Q, C]`` or ``[Q, 2C]`` (threshold copy first), on the CPU.
+
+    Privacy (against everyone who sees the reply, the server included): each copy is the
+    Gaussian mechanism on a histogram of L2 sensitivity ``sqrt 2`` (:func:`ensemble_events`).
+    """
+    from ..mechanisms._checks import check_noise_scale
+
+    votes = votes.detach().float().cpu()
+    sigma_votes = check_noise_scale(sigma_votes, "sigma-votes")
+    out = votes + sigma_votes * rng.randn(votes.shape, generator)
+    if sigma_threshold:
+        sigma_threshold = check_noise_scale(sigma_threshold, "sigma-threshold")
+        out = torch.cat([votes + sigma_threshold * rng.randn(votes.shape, generator), out], 1)
+    return out
+
+
+#: L2 sensitivity of a vote histogram: one teacher's vote moves from one class to another
+VOTE_SENSITIVITY = math.sqrt(2.0)
+
+
+def ensemble_events(num_queries: int, sigma_votes: float,
+                    sigma_threshold: float | None = None) -> list:
+    """Privacy events of ``num_queries`` released noisy histograms (:func:`noisy_votes`): per
+    query a Gaussian of noise multiplier ``sigma / sqrt 2`` per copy (RDP ``alpha / sigma^2``:
+    PATE 2018 Prop. 8's data-independent bound of GNMax, which also covers the whole noisy
+    histogram)."""
+    from ..accounting import Gaussian
+
+    if num_queries < 1:
+        return []
+    out = [Gaussian(float(sigma_votes) / VOTE_SENSITIVITY, count=int(num_queries))]
+    if sigma_threshold:
+        out.append(Gaussian(float(sigma_threshold) / VOTE_SENSITIVITY, count=int(num_queries)))
+    return out
+
+
+def ensemble_epsilon(num_queries: int, sigma_votes: float, sigma_threshold: float | None,
+                     delta: float, accountant: str = "pld") -> float:
+    """Epsilon at ``delta`` of ``num_queries`` released histograms (0 for none)."""
+    from ..accounting import compose_epsilon
+
+    if num_queries < 1:
+        return 0.0
+    return float(compose_epsilon(ensemble_events(num_queries, sigma_votes, sigma_threshold),
+                                 delta, accountant=accountant))
+
+
+def ensemble_sigma_for_epsilon(epsilon: float, delta: float, num_queries: int,
+                               threshold_ratio: float | None = None) -> float:
+    """``sigma_votes`` (per-client std) at which ``num_queries`` released histograms cost
+    exactly ``epsilon`` at ``delta`` (with a threshold copy of std ``threshold_ratio *
+    sigma_votes``). Gaussian compositions are one Gaussian of multiplier ``z`` with
+    ``z^-2 = Q (2 / s2^2 + 2 / s1^2)`` (:func:`ensemble_events`), solved for with the exact
+    analytic Gaussian (Balle & Wang 2018).
+
+    Raises:
+        ValueError: ``epsilon`` not > 0 or ``num_queries`` < 1.
+    """
+    from scipy.optimize import brentq
+
+    from ..accounting.accountants import analytic_gaussian_epsilon
+
+    if not (epsilon > 0 and math.isfinite(epsilon)) or num_queries < 1:
+        raise ValueError(f"epsilon must be finite and > 0 and num_queries >= 1 (got {epsilon}, "
+                         f"{num_queries})")
+    z = brentq(lambda m: analytic_gaussian_epsilon(m, delta) - epsilon, 1e-3, 1e4, xtol=1e-10)
+    per = 2.0 * (1.0 + (1.0 / threshold_ratio ** 2 if threshold_ratio else 0.0))
+    return float(z * math.sqrt(num_queries * per))
+
+
+def margin_filter(scores: Tensor, keep_fraction: float) -> Tensor:
+    """bool ``[Q]``: the ``ceil(keep_fraction * Q)`` queries with the largest gap between the
+    top two of ``scores [Q, C]`` (e.g. the summed *noisy* histograms the server received).
+    On released values only, it is post-processing: no privacy cost (unlike a threshold copy,
+    whose own noise is accounted); ``keep_fraction`` 1 keeps all.
+
+    Raises:
+        ValueError: ``keep_fraction`` outside (0, 1].
+    """
+    if not 0.0 < float(keep_fraction) <= 1.0:
+        raise ValueError(f"keep-fraction must lie in (0, 1] (got {keep_fraction})")
+    top2 = scores.float().topk(2, -1).values
+    gap = top2[:, 0] - top2[:, 1]
+    keep = torch.zeros(scores.shape[0], dtype=torch.bool)
+    keep[gap.argsort(descending=True)[:math.ceil(float(keep_fraction) * scores.shape[0])]] = True
+    return keep
+
+
+def confident_aggregate(releases: Sequence[Tensor], num_classes: int,
+                        threshold: float | None = None) -> tuple[Tensor, Tensor]:
+    """Server side of the ensemble mode (post-processing of the clients' noisy histograms):
+    sums the releases ``[Q, C]`` or ``[Q, 2C]`` (:func:`noisy_votes`) over the clients; with
+    ``threshold`` (needs the threshold copies) a query is answered iff the summed threshold
+    copy's maximum is ``>= threshold`` (Confident-GNMax); labels = argmax of the summed GNMax
+    copies.
+
+    Returns:
+        ``(answered bool [Q], labels long [Q])`` (labels of unanswered queries are
+        meaningless).
+    """
+    if not releases:
+        raise ValueError("confident_aggregate: no release")
+    total = torch.stack([r.float() for r in releases]).sum(0)
+    C = int(num_classes)
+    if total.shape[1] == 2 * C:
+        check, gnmax = total[:, :C], total[:, C:]
+    elif total.shape[1] == C:
+        if threshold:
+            raise ValueError("a threshold needs the clients' threshold copies (sigma-threshold)")
+        check, gnmax = None, total
+    else:
+        raise ValueError(f"releases must be [Q, {C}] or [Q, {2 * C}] (got {tuple(total.shape)})")
+    answered = (check.max(-1).values >= float(threshold) if threshold and check is not None
+                else torch.ones(total.shape[0], dtype=torch.bool))
+    return answered, gnmax.argmax(-1)
 
 
 def privgnn_events(num_queries: int, rate: float, lam: float,
@@ -712,16 +965,44 @@ class StudentResult:
     predictions: Tensor = field(repr=False)
 
 
+def propagate_labels(public: Data, query_idx: Tensor, labels: Tensor, num_classes: int,
+                     base: Tensor | None = None, alpha: float = 0.9,
+                     num_layers: int = 10) -> Tensor:
+    """Label propagation over the public graph (Zhou et al., NeurIPS 2004; PyG's
+    ``LabelPropagation``: ``Y <- alpha * D^-1/2 A D^-1/2 Y + (1 - alpha) Y0``, ``num_layers``
+    steps) from ``Y0`` = one-hot released ``labels`` at ``query_idx`` and ``base`` (``[N, C]``
+    class probabilities, e.g. a student's) elsewhere (zeros without it).
+
+    Uses only released labels and public data: post-processing, no privacy cost.
+
+    Returns:
+        ``[N, C]`` propagated scores (argmax = prediction).
+    """
+    from torch_geometric.nn.models import LabelPropagation
+
+    if not 0.0 < float(alpha) < 1.0:
+        raise ValueError(f"student-propagation (alpha) must lie in (0, 1) (got {alpha})")
+    n = int(public.num_nodes)
+    y0 = base.detach().float().clone() if base is not None else torch.zeros(n, int(num_classes))
+    y0[query_idx] = F.one_hot(labels.long(), int(num_classes)).float()
+    return LabelPropagation(int(num_layers), float(alpha))(y0, public.edge_index)
+
+
 def train_student(public: Data, query_idx: Tensor, labels: Tensor, *,
                   holdout_fraction: float = 0.2, hidden: int = 64, dropout: float = 0.5,
                   epochs: int = 200, lr: float = 0.01, weight_decay: float = 0.0,
-                  seed: int = 0) -> StudentResult:
+                  seed: int = 0, propagation: float = 0.0) -> StudentResult:
     """Server side: the student (paper Sec. 3.1.3), a 2-layer GraphSAGE trained transductively
     on the public graph with ``labels`` at ``query_idx``.
 
     Model selection uses a held-out slice (``holdout_fraction``) of the pseudo-labelled queries,
     never the public test labels; the test accuracy on ``public.test_mask`` is reported after
     selection (evaluation only).
+
+    ``propagation`` in (0, 1) (our addition; 0: off): the student's class probabilities are
+    smoothed over the public graph by label propagation with the released labels clamped in
+    (:func:`propagate_labels` with ``alpha = propagation``); predictions and test accuracy are
+    the smoothed ones. Public graph and released labels only: no privacy cost.
     """
     num_classes = int(public.y.max()) + 1 if labels.numel() == 0 else max(
         int(public.y.max()), int(labels.max())) + 1
@@ -743,6 +1024,9 @@ def train_student(public: Data, query_idx: Tensor, labels: Tensor, *,
                                 epochs=epochs, lr=lr, weight_decay=weight_decay)
     with torch.no_grad():
         logits = res.model(public.x, graph)
+        if propagation:
+            logits = propagate_labels(public, query_idx, labels, num_classes,
+                                      logits.softmax(-1), alpha=propagation)
     return StudentResult(res.model, res, res.val_accuracy,
                          accuracy(logits, public.y, public.test_mask), logits.argmax(-1))
 
@@ -837,11 +1121,13 @@ def run_centralized(private: Data, public: Data, *, num_queries: int = 1000, rat
 
 
 __all__ = [
-    "SENSITIVITY", "privgnn_split", "poisson_subsample", "laplace_noise", "TeacherConfig",
+    "SENSITIVITY", "DP_MODES", "NOT_DP_REASON", "privgnn_split", "poisson_subsample", "laplace_noise", "TeacherConfig",
     "BatchedSAGE", "train_teachers", "QueryGraphs", "query_neighbourhoods", "TeacherTiming",
-    "teacher_posteriors", "FeatureProjection", "public_projection", "noisy_answers", "privgnn_events", "privgnn_epsilon", "max_queries",
+    "teacher_posteriors", "max_neighbours", "check_neighbours", "FeatureProjection", "public_projection", "noisy_answers", "privgnn_events", "privgnn_epsilon", "max_queries",
     "BudgetExceededError", "QueryBudget", "answer_queries", "make_sage", "select_queries",
-    "aggregate_answers", "StudentResult", "train_student", "BaselineResult",
+    "aggregate_answers", "teacher_groups", "ensemble_votes", "noisy_votes", "VOTE_SENSITIVITY",
+    "ensemble_events", "ensemble_epsilon", "ensemble_sigma_for_epsilon", "confident_aggregate",
+    "propagate_labels", "margin_filter", "StudentResult", "train_student", "BaselineResult",
     "nonprivate_teacher", "public_label_student", "majority_accuracy", "PrivGNNRun",
     "run_centralized",
 ]

@@ -36,7 +36,7 @@ from torch import Tensor
 from ..config import DataConfig, PrivGNNConfig
 from ..device import resolve_device
 from .privgnn import (FeatureProjection, QueryBudget, QueryGraphs, TeacherConfig,
-                      answer_queries, max_queries, privgnn_epsilon, privgnn_split,
+                      answer_queries, check_neighbours, ensemble_votes, noisy_votes, max_queries, privgnn_epsilon, privgnn_split,
                       query_neighbourhoods)
 
 #: features sparser than this travel as COO (index, value) pairs: exact, and Cora's or
@@ -90,6 +90,30 @@ def client_graph(cfg: PrivGNNConfig, partition_id: int):
                          "federation's num-supernodes must equal the run config's num-clients")
     _, clients, stats = _federation(_data_key(cfg))
     return clients[partition_id], stats
+
+
+def check_config_neighbours(cfg: PrivGNNConfig) -> None:
+    """Before any client starts: ``num-neighbours`` fits every client's expected Poisson sample
+    (:func:`~.privgnn.check_neighbours`: ``K <= floor(gamma * n_c)`` for the ``n_c`` private
+    nodes of client ``c``; the partition is computed from the public run config).
+
+    Raises:
+        fedgraph.config.ConfigError: naming ``num-neighbours``, the smallest client and the
+            largest valid value.
+    """
+    from ..config import ConfigError
+
+    if cfg.answer_mode == "ensemble":
+        return  # the ensemble's teachers use disjoint groups, not K nearest neighbours
+    _, clients, _ = _federation(_data_key(cfg))
+    sizes = [int(c.train_mask.sum()) if getattr(c, "train_mask", None) is not None
+             else int(c.num_nodes) for c in clients]
+    small = min(range(len(sizes)), key=sizes.__getitem__)
+    try:
+        check_neighbours(cfg.num_neighbours, sizes[small], cfg.gamma,
+                         f" for client {small} ({sizes[small]} private nodes)")
+    except ValueError as err:
+        raise ConfigError(str(err)) from None
 
 
 def teacher_config(cfg: PrivGNNConfig) -> TeacherConfig:
@@ -170,6 +194,39 @@ def answer_limit(epsilon: float, delta: float, rate: float, lam: float, wanted: 
     return max_queries(epsilon, delta, rate, lam, accountant="pld", cap=int(wanted))
 
 
+@lru_cache(maxsize=64)
+def ensemble_answer_limit(epsilon: float, delta: float, sigma_votes: float,
+                          sigma_threshold: float, wanted: int) -> int:
+    """Ensemble mode: the most released histograms (at most ``wanted``) whose composed epsilon
+    at ``delta`` (:func:`~.privgnn.ensemble_epsilon`, PLD) stays within ``epsilon``; public
+    parameters only. Epsilon grows with the count, so a bisection finds it."""
+    from .privgnn import _bisect, ensemble_epsilon
+
+    if wanted < 1 or math.isinf(epsilon):
+        return max(int(wanted), 0)
+
+    def fits(q: int) -> bool:
+        return ensemble_epsilon(q, sigma_votes, sigma_threshold or None, delta) <= epsilon
+
+    if fits(int(wanted)):
+        return int(wanted)
+    if not fits(1):
+        return 0
+    return _bisect(fits, 1, int(wanted))
+
+
+def client_limit(cfg: PrivGNNConfig, partition_id: int, wanted: int) -> int:
+    """Answers client ``partition_id`` may give in total (at most ``wanted``) within its
+    target: :func:`ensemble_answer_limit` in ensemble mode, else :func:`answer_limit` (for
+    ``log-softmax-paper`` the paper's own accounting, which does not hold: the report marks it
+    not DP)."""
+    target = cfg.client_epsilon(partition_id)
+    if cfg.answer_mode == "ensemble":
+        return ensemble_answer_limit(target, cfg.delta, cfg.sigma_votes, cfg.sigma_threshold,
+                                     int(wanted))
+    return answer_limit(target, cfg.delta, cfg.gamma, cfg.lam, int(wanted))
+
+
 @dataclass
 class ClientReply:
     """What leaves a client for one query round.
@@ -204,6 +261,9 @@ def client_answer(cfg: PrivGNNConfig, partition_id: int, arrays: dict[str, Tenso
         :class:`ClientReply`; ``answers`` ``[m, C]`` (a CPU tensor, ready for the Flower
         message) with ``m = min(Q, limit - answered_before)``.
         Privacy: ``privgnn_events(answered_before + m, gamma, lam)`` for the whole run.
+        Ensemble mode: ``answers`` are noisy vote histograms (:func:`~.privgnn.noisy_votes`,
+        ``[m, 2C]`` with the threshold copy first when ``sigma-threshold > 0``), privacy
+        ``ensemble_events(answered_before + m, sigma_votes, sigma_threshold)``.
 
     Raises:
         ConfigError: ``device = "cuda"`` but this process sees no GPU (names the key).
@@ -213,12 +273,20 @@ def client_answer(cfg: PrivGNNConfig, partition_id: int, arrays: dict[str, Tenso
     hoods, proj = decode_queries(arrays)
     asked = int(hoods.center.numel())
     target = cfg.client_epsilon(partition_id)
-    limit = answer_limit(target, cfg.delta, cfg.gamma, cfg.lam, answered_before + asked)
+    limit = client_limit(cfg, partition_id, answered_before + asked)
     budget = QueryBudget(limit, int(answered_before), target, cfg.delta)
     m = min(asked, budget.remaining)
     C = int(stats["num_classes"])
+    width = 2 * C if cfg.answer_mode == "ensemble" and cfg.sigma_threshold else C
     if m == 0:
-        answers = torch.zeros(0, C)
+        answers = torch.zeros(0, width)
+    elif cfg.answer_mode == "ensemble":
+        budget.charge(m)
+        sub = first_queries(hoods, m)
+        votes = ensemble_votes(graph, sub.query_x, num_teachers=cfg.num_teachers,
+                               num_classes=C, teacher=teacher_config(cfg), neighbourhoods=sub,
+                               projection=proj, generator=generator, device=device)
+        answers = noisy_votes(votes, cfg.sigma_votes, cfg.sigma_threshold or None, generator)
     else:
         sub = first_queries(hoods, m)
         answers = answer_queries(graph, sub.query_x, rate=cfg.gamma, k=cfg.num_neighbours,
@@ -261,6 +329,41 @@ def aggregate_partial(answers: list[Tensor], num_queries: int, num_classes: int)
     return Aggregate(kept, total[kept].argmax(-1), votes)
 
 
-__all__ = ["SPARSE_DENSITY", "public_graph", "client_graph", "teacher_config", "encode_queries",
-           "decode_queries", "first_queries", "make_queries", "answer_limit", "ClientReply",
+def aggregate_ensemble(answers: list[Tensor], num_queries: int, num_classes: int,
+                       threshold: float = 0.0, keep_fraction: float = 1.0) -> Aggregate:
+    """Server side of the ensemble mode (post-processing): each client answered a prefix
+    ``[m_c, C]`` or ``[m_c, 2C]`` of the queries with noisy vote histograms; per query, sum
+    over the clients that answered it, keep it if someone answered and (with ``threshold``)
+    the summed threshold copy's maximum reaches it (Confident-GNMax), label = argmax of the
+    summed GNMax copies (:func:`~.privgnn.confident_aggregate`). ``keep_fraction < 1`` then
+    keeps only that share of the kept queries with the widest noisy top-2 margin
+    (:func:`~.privgnn.margin_filter`)."""
+    from .privgnn import confident_aggregate, margin_filter
+
+    counts = torch.zeros(int(num_queries), dtype=torch.long)
+    width = max([int(a.shape[1]) for a in answers if a.numel()], default=int(num_classes))
+    padded = []
+    for a in answers:
+        m = int(a.shape[0])
+        if m > num_queries:
+            raise ValueError(f"a client answered {m} of {num_queries} queries")
+        full = torch.zeros(int(num_queries), width)
+        full[:m] = a.float()
+        counts[:m] += 1
+        padded.append(full)
+    answered, labels = confident_aggregate(padded or [torch.zeros(int(num_queries), width)],
+                                           num_classes, threshold or None)
+    kept = answered & (counts > 0)
+    if keep_fraction < 1.0 and int(kept.sum()):
+        gnmax = torch.stack(padded).sum(0)[:, -int(num_classes):]
+        ids = kept.nonzero().view(-1)
+        kept = torch.zeros_like(kept)
+        kept[ids[margin_filter(gnmax[ids], keep_fraction)]] = True
+    return Aggregate(kept, labels[kept], counts)
+
+
+__all__ = ["SPARSE_DENSITY", "aggregate_ensemble", "public_graph", "client_graph", "check_config_neighbours",
+           "teacher_config", "encode_queries",
+           "decode_queries", "first_queries", "make_queries", "answer_limit",
+           "ensemble_answer_limit", "client_limit", "ClientReply",
            "client_answer", "Aggregate", "aggregate_partial"]
