@@ -353,7 +353,7 @@ class PrivGNNConfig(DataConfig):
         "random", description="entropy: half random, half where a first student is least certain")
     lam: float = Field(0.2, gt=0, description="Laplace parameter lambda: noise scale 2 / lambda")
     gamma: float = Field(0.3, gt=0, le=1, description="Poisson sampling rate of private nodes")
-    num_neighbours: int = Field(300, ge=1, description="K: sampled private nodes per teacher")
+    num_neighbours: int = Field(30, ge=1, description="K: sampled private nodes per teacher (at most floor(gamma * n) of the smallest client)")
     answer_mode: Literal["posterior", "vote", "log-softmax-paper", "ensemble"] = Field(
         "posterior", description="log-softmax-paper: the authors' rule, NOT DP (report: no "
                                  "finite epsilon); ensemble: PATE's (Confident-)GNMax")
