@@ -1,11 +1,9 @@
 """Extension API (docs/extending.md): the three examples run, and extensions that break the
-contract are caught with a clear message. One real Flower run (the custom-dataset example);
-the others run in-process (simulations.local.run_local: same strategy, handlers and ledger)."""
+contract are caught with a clear message. In-process (simulations.local.run_local: same
+strategy, handlers and ledger); the custom-dataset example's real Flower run is in
+tests/test_ray_cluster.py."""
 import json
 import math
-import os
-import subprocess
-import sys
 import textwrap
 from pathlib import Path
 
@@ -46,26 +44,6 @@ def write_module(tmp_path, name, code) -> str:
 
 
 # ------------------------------------------------------------------------------ examples
-def test_custom_dataset_example_real_flower_run(tmp_path):
-    """The one command of examples/custom_dataset (GAP on a user's graph and partitioner),
-    through Flower's simulation engine: clients load the loader by file path too."""
-    out = tmp_path / "runs"
-    env = {**os.environ, "XDG_CACHE_HOME": str(tmp_path / "cache")}
-    res = subprocess.run([sys.executable, "-m", "simulations.cli", "run",
-                          "examples/custom_dataset/run.toml", "--num-cpus", "2",
-                          "--set", f"output-dir='{out}'"], cwd=ROOT, env=env,
-                         capture_output=True, text=True, timeout=300)
-    assert res.returncode == 0, res.stderr[-3000:]
-    report = json.loads((out / "example-custom-dataset.json").read_text())
-    assert report["status"] == "ok"
-    assert report["dataset"]["name"] == "sbm-400" and report["dataset"]["num_nodes"] == 400
-    acc = report["accuracy"]
-    assert acc["test"] > acc["majority_class"] + 0.2, acc
-    per_client = report["privacy"]["per_subject"]
-    assert sorted(per_client) == ["client-0", "client-1", "client-2"]
-    assert all(row["epsilon"] <= 4.0 + 1e-6 for row in per_client.values())
-
-
 def test_custom_dataset_files_and_partitioner():
     """The example loader, the no-code 'files' dataset and the example partitioner."""
     loader = import_object("examples/custom_dataset/loader.py:load")

@@ -1,6 +1,7 @@
-"""``fedgraph run`` on an existing Ray cluster (``RAY_ADDRESS``): a head started with
-``ray start --head`` on loopback, a temporary port and a temporary folder, stopped afterwards
-by the ids of its own processes (never ``ray stop``, which stops every Ray on the machine)."""
+"""``fedgraph run`` of the custom-dataset example on an existing Ray cluster (``RAY_ADDRESS``):
+a head started with ``ray start --head`` on loopback, a temporary port and a temporary folder,
+stopped afterwards by the ids of its own processes (never ``ray stop``, which stops every Ray
+on the machine)."""
 import json
 import os
 import signal
@@ -91,25 +92,34 @@ class LocalCluster:
 
 
 @pytest.mark.slow
-def test_fedgraph_run_on_an_existing_ray_cluster(tmp_path):
+def test_custom_dataset_example_on_an_existing_ray_cluster(tmp_path):
+    """Two things in one real Flower run (each Ray start costs half a minute on 2 cores): the
+    one command of examples/custom_dataset (GAP on a user's graph and partitioner, which the
+    clients load by file path too), and ``fedgraph run`` on an existing Ray cluster (the
+    clients run on its node; the default, a Ray of fedgraph's own, runs in the other e2e
+    tests)."""
     cluster = LocalCluster(num_cpus=2)
     try:
         nodes = cluster.node_ids()
         assert len(nodes) == 1
         env = {**os.environ, "RAY_ADDRESS": cluster.address,
-               "FLWR_DISABLE_RUNTIME_DEPENDENCY_INSTALLATION": "1"}
-        cmd = [str(BIN / "fedgraph"), "run", "--set", "method='gap'",
-               "--set", "dataset='synthetic-sbm:300:6'", "--set", "num-clients=2",
-               "--set", "partitioner='random'", "--set", "encoder-rounds=1",
-               "--set", "classifier-rounds=1", "--set", "local-epochs=1",
-               "--set", f"output-dir='{tmp_path}'", "--set", "run-name='on-cluster'"]
+               "FLWR_DISABLE_RUNTIME_DEPENDENCY_INSTALLATION": "1",
+               "XDG_CACHE_HOME": str(tmp_path / "cache")}
+        cmd = [str(BIN / "fedgraph"), "run", "examples/custom_dataset/run.toml",
+               "--set", f"output-dir='{tmp_path}'"]
         r = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=420,
                            cwd=Path(__file__).parents[1])
         assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
-        report = json.loads((tmp_path / "on-cluster.json").read_text())
+        report = json.loads((tmp_path / "example-custom-dataset.json").read_text())
         assert report["status"] == "ok"
+        assert report["dataset"]["name"] == "sbm-400" and report["dataset"]["num_nodes"] == 400
+        acc = report["accuracy"]
+        assert acc["test"] > acc["majority_class"] + 0.2, acc
+        per_client = report["privacy"]["per_subject"]
+        assert sorted(per_client) == ["client-0", "client-1", "client-2"]
+        assert all(row["epsilon"] <= 4.0 + 1e-6 for row in per_client.values())
         workers = report["workers"]
-        assert sorted(workers) == ["client-0", "client-1"]
+        assert sorted(workers) == ["client-0", "client-1", "client-2"]
         for info in workers.values():
             # Ran on the cluster's node (a fresh local Ray would have another node id).
             assert info["ray_node_id"] == nodes[0]
