@@ -11,6 +11,7 @@ second SIGINT ends the command at once.
 from __future__ import annotations
 
 import os
+import sys
 import signal
 import threading
 import time
@@ -139,7 +140,15 @@ def descendants(pid: int | None = None) -> set[int]:
 
 def _keep_our_sigterm_handler() -> None:
     """``ray.init`` replaces the main thread's SIGTERM handler with ``sys.exit`` (which crashes
-    Flower's simulation without a report): make Ray's setter leave ours in place."""
+    Flower's simulation without a report): make Ray's setter leave ours in place. Its core
+    worker also installs absl's failure-signal handler for SIGTERM at the C level, above
+    Python's (a SIGTERM then dumps a stack and aborts, exit 134, before the report is written):
+    ``RAY_DISABLE_FAILURE_SIGNAL_HANDLER`` keeps it out of this driver (read when Ray's
+    constants are imported, so set here and on the module if Ray is already imported)."""
+    os.environ.setdefault("RAY_DISABLE_FAILURE_SIGNAL_HANDLER", "1")
+    constants = sys.modules.get("ray._private.ray_constants")
+    if constants is not None and os.environ["RAY_DISABLE_FAILURE_SIGNAL_HANDLER"] == "1":
+        constants.RAY_DISABLE_FAILURE_SIGNAL_HANDLER = True
     try:
         import ray._private.utils as ray_utils
     except ImportError:
@@ -234,8 +243,8 @@ class StopOnSignal:
                                              for t in threading.enumerate()):
             time.sleep(0.1)
         time.sleep(self.grace)
-        self.echo(f"fedgraph: interrupted by the user (Ctrl-C); report: {REPORT_PATH[0]}"
-                  if REPORT_PATH else "fedgraph: interrupted by the user (Ctrl-C)")
+        self.echo(f"fedgraph: interrupted (Ctrl-C or SIGTERM); report: {REPORT_PATH[0]}"
+                  if REPORT_PATH else "fedgraph: interrupted (Ctrl-C or SIGTERM)")
         end_all_descendants(self.remember(), within=5.0)
         os._exit(130)
 

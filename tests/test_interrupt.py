@@ -137,3 +137,20 @@ def test_ray_init_cannot_take_sigterm_away():
             assert signal.getsignal(signal.SIGTERM) == stop._handler
     finally:
         ray_utils.set_sigterm_handler = original
+
+
+def test_ray_core_worker_gets_no_c_level_sigterm_handler(monkeypatch):
+    """Ray's core worker installs absl's failure-signal handler for SIGTERM at the C level,
+    above Python's: a SIGTERM (``timeout``, a scheduler) then aborted the run (exit 134) before
+    its report was written. Inside ``fedgraph run`` the driver's core worker is told not to."""
+    import ray._private.ray_constants as ray_constants
+    import ray._private.utils as ray_utils
+
+    from simulations.interrupt import StopOnSignal
+
+    monkeypatch.delenv("RAY_DISABLE_FAILURE_SIGNAL_HANDLER", raising=False)
+    monkeypatch.setattr(ray_constants, "RAY_DISABLE_FAILURE_SIGNAL_HANDLER", False)
+    monkeypatch.setattr(ray_utils, "set_sigterm_handler", ray_utils.set_sigterm_handler)
+    with StopOnSignal(echo=lambda line: None):
+        assert os.environ["RAY_DISABLE_FAILURE_SIGNAL_HANDLER"] == "1"
+        assert ray_constants.RAY_DISABLE_FAILURE_SIGNAL_HANDLER is True
