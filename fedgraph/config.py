@@ -101,6 +101,15 @@ class DataConfig(_Base):
     def _partitioner(cls, v: str) -> str:
         return _check_extension("partitioner", v)
 
+    @field_validator("run_name", check_fields=False)
+    @classmethod
+    def _plain_file_name(cls, v: str) -> str:
+        """The report is ``<output-dir>/<run-name>.json``: a name, never a path out of it."""
+        if v and (v in (".", "..") or "/" in v or "\\" in v or "\0" in v):
+            raise ValueError(f"must be a plain file name without '/', '\\' or '..' (got {v!r}); "
+                             "choose the folder with output-dir")
+        return v
+
 
 class PPGNNConfig(DataConfig):
     """PPGNN (personalized LDP on features, PPGNN paper) and its baselines BASE and LPGNN.

@@ -115,3 +115,11 @@ def test_flwr_run_reports_are_named_like_fedgraph_run_reports(tmp_path):
     cfg = parse_run_config({"output-dir": str(tmp_path)})
     stem = Named(cfg).report_path().stem
     assert re.fullmatch(rf"named-cora-seed0-\d{{8}}-\d{{6}}-{os.getpid()}", stem), stem
+
+
+@pytest.mark.parametrize("method", ["ppgnn", "gap", "privgnn"])
+@pytest.mark.parametrize("name", ["../escape", "a/b", "..", "a\\b"])
+def test_run_name_is_a_file_name_not_a_path_out_of_output_dir(method, name):
+    with pytest.raises(ConfigError, match="run-name: must be a plain file name"):
+        parse_run_config({"method": method, "run-name": name})
+    assert parse_run_config({"method": method, "run-name": "seed-0_ok.v2"}).run_name == "seed-0_ok.v2"

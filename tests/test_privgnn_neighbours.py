@@ -67,3 +67,15 @@ def test_shipped_cora_preset_fits_every_client(tmp_path):
 
     cfg = parse_run_config({**_preset("privgnn-cora"), "output-dir": str(tmp_path)})
     check_config_neighbours(cfg)  # raises if K exceeds a client's expected sample
+
+
+def test_preflight_names_num_teachers_above_a_clients_labelled_nodes(tmp_path):
+    """Ensemble mode: one disjoint group per teacher, so at most n_c teachers; refused before
+    any client starts (was: every client failed, exit 1)."""
+    from fedgraph.federation import preflight
+
+    base = {**_preset("privgnn-cora"), "answer-mode": "ensemble", "output-dir": str(tmp_path)}
+    with pytest.raises(ConfigError, match=r"num-teachers = 100000 .*client \d .*"
+                                          r"1 <= num-teachers <= 258"):
+        preflight(parse_run_config({**base, "num-teachers": 100000}))
+    preflight(parse_run_config({**base, "num-teachers": 258}))

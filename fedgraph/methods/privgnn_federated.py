@@ -95,20 +95,26 @@ def client_graph(cfg: PrivGNNConfig, partition_id: int):
 def check_config_neighbours(cfg: PrivGNNConfig) -> None:
     """Before any client starts: ``num-neighbours`` fits every client's expected Poisson sample
     (:func:`~.privgnn.check_neighbours`: ``K <= floor(gamma * n_c)`` for the ``n_c`` private
-    nodes of client ``c``; the partition is computed from the public run config).
+    nodes of client ``c``; the partition is computed from the public run config); in the
+    ensemble mode, ``num-teachers <= n_c`` instead (:func:`~.privgnn.teacher_groups`).
 
     Raises:
-        fedgraph.config.ConfigError: naming ``num-neighbours``, the smallest client and the
-            largest valid value.
+        fedgraph.config.ConfigError: naming ``num-neighbours`` (or ``num-teachers``), the
+            smallest client and the largest valid value.
     """
     from ..config import ConfigError
 
-    if cfg.answer_mode == "ensemble":
-        return  # the ensemble's teachers use disjoint groups, not K nearest neighbours
     _, clients, _ = _federation(_data_key(cfg))
     sizes = [int(c.train_mask.sum()) if getattr(c, "train_mask", None) is not None
              else int(c.num_nodes) for c in clients]
     small = min(range(len(sizes)), key=sizes.__getitem__)
+    if cfg.answer_mode == "ensemble":  # disjoint groups of labelled nodes, not K neighbours
+        if cfg.num_teachers > sizes[small]:
+            raise ConfigError(
+                f"num-teachers = {cfg.num_teachers} exceeds the labelled private nodes of "
+                f"client {small} ({sizes[small]}): each teacher needs its own disjoint group; "
+                f"allowed: 1 <= num-teachers <= {sizes[small]}")
+        return
     try:
         check_neighbours(cfg.num_neighbours, sizes[small], cfg.gamma,
                          f" for client {small} ({sizes[small]} private nodes)")
