@@ -50,7 +50,8 @@ class PrivacyLedger:
 
     entries: dict[str, list[_Entry]] = field(default_factory=lambda: defaultdict(list))
     #: releases outside the accountants, per subject: ``(release, reason, epsilon)`` with
-    #: epsilon ``inf`` (released without noise) or ``0`` (the protected unit was not used)
+    #: epsilon ``inf`` (released without noise, or with noise of no finite sensitivity) or
+    #: ``0`` (the protected unit was not used)
     unprotected: dict[str, list[tuple[str, str, float]]] = field(
         default_factory=lambda: defaultdict(list))
     #: epsilon budget per subject (nats; e.g. a PPGNN level's eps_tau, a client's target):
@@ -210,8 +211,8 @@ class PrivacyLedger:
         events = self.events(subject)
         fixed = self._fixed_epsilon(subject)
         if fixed is not None:
-            note = ("released without noise: no differential privacy" if math.isinf(fixed)
-                    else "the protected unit was not used")
+            note = ("no differential privacy: released without noise, or with noise of no "
+                    "finite sensitivity" if math.isinf(fixed) else "the protected unit was not used")
             return Composition(fixed, 0.0, "none", "none", None, (note,))
         if all(is_pure(e) for e in events):
             eps, d = self.epsilon(subject)
