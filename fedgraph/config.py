@@ -491,13 +491,25 @@ def keys_of_other_methods(run_config: dict[str, Any]) -> dict[str, list[str]]:
     return found
 
 
+#: (key, value) -> {key set with it that would be ignored: the value it would have to be}
+IGNORED_WITH = {("schedule", "fedsgd"): {"local-epochs": 1}}
+
+
 def reject_keys_of_other_methods(run_config: dict[str, Any]) -> None:
     """Raise :class:`ConfigError` naming every key of ``run_config`` that belongs only to
-    another method (see :func:`keys_of_other_methods`): such a key would be ignored."""
+    another method (see :func:`keys_of_other_methods`), or that another key's value makes
+    ignored (:data:`IGNORED_WITH`, e.g. ``local-epochs`` other than 1 with ``schedule =
+    "fedsgd"``): such a key would be ignored."""
     found = keys_of_other_methods(run_config)
-    if found:
-        method = method_of(run_config)
-        raise ConfigError("invalid run config:\n  " + "\n  ".join(
-            f"{k}: a key of method {' and '.join(repr(m) for m in owners)}, not of this run's "
-            f"method {method!r} (it would be ignored); remove it or set method"
-            for k, owners in found.items()))
+    method = method_of(run_config)
+    problems = [f"{k}: a key of method {' and '.join(repr(m) for m in owners)}, not of this "
+                f"run's method {method!r} (it would be ignored); remove it or set method"
+                for k, owners in found.items()]
+    for (key, value), ignored in IGNORED_WITH.items():
+        if run_config.get(key) == value:
+            problems += [f"{k}: ignored with {key} = {value!r} (it would have to be {want!r}); "
+                         f"set {k}={want!r} or another {key}"
+                         for k, want in ignored.items() if k in run_config
+                         and run_config[k] != want]
+    if problems:
+        raise ConfigError("invalid run config:\n  " + "\n  ".join(problems))

@@ -123,3 +123,12 @@ def test_run_name_is_a_file_name_not_a_path_out_of_output_dir(method, name):
     with pytest.raises(ConfigError, match="run-name: must be a plain file name"):
         parse_run_config({"method": method, "run-name": name})
     assert parse_run_config({"method": method, "run-name": "seed-0_ok.v2"}).run_name == "seed-0_ok.v2"
+
+
+def test_a_key_that_fedsgd_would_ignore_is_rejected_naming_it():
+    from fedgraph.config import reject_keys_of_other_methods
+
+    with pytest.raises(ConfigError, match="local-epochs: ignored with schedule = 'fedsgd'"):
+        reject_keys_of_other_methods({"method": "gap", "schedule": "fedsgd", "local-epochs": 5})
+    reject_keys_of_other_methods({"method": "gap", "schedule": "fedsgd", "local-epochs": 1})
+    reject_keys_of_other_methods({"method": "gap", "schedule": "fedavg", "local-epochs": 5})
