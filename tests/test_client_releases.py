@@ -28,6 +28,7 @@ GAP = {"method": "gap", "dataset": "cora", "num-clients": 2, "encoder-rounds": 1
 GAP_NODE = {**GAP, "level": "node", "max-degree": 5, "batch-size": 256,
             "accountant": "rdp"}  # calibration in seconds (prv: a minute per client)
 GAP_SECURE = {**GAP, "num-clients": 3, "client-epsilons": "4,2,8", "secure-aggregation": True}
+GAP_FEDSGD = {**GAP, "schedule": "fedsgd", "local-epochs": 1}  # gradients instead of weights
 PPGNN = {"method": "ppgnn", "dataset": "cora", "num-clients": 2, "epochs": 5}
 PRIVGNN = {"method": "privgnn", "dataset": "cora", "num-clients": 2, "num-queries": 6,
            "lam": 1.0, "gamma": 0.3, "delta": 1e-4, "num-neighbours": 20, "teacher-epochs": 5,
@@ -198,12 +199,14 @@ def runs(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("releases")
     return {"gap-edge": _run(GAP, tmp, "gap-edge"), "gap-node": _run(GAP_NODE, tmp, "gap-node"),
             "gap-secure": _run(GAP_SECURE, tmp, "gap-secure"),
+            "gap-fedsgd": _run(GAP_FEDSGD, tmp, "gap-fedsgd"),
             "ppgnn": _run(PPGNN, tmp, "ppgnn"), "privgnn": _run(PRIVGNN, tmp, "privgnn")}
 
 
 @pytest.mark.parametrize("name,method,level", [("gap-edge", "gap", "edge"),
                                                ("gap-node", "gap", "node"),
                                                ("gap-secure", "gap", "edge"),
+                                               ("gap-fedsgd", "gap", "edge"),
                                                ("ppgnn", "ppgnn", None),
                                                ("privgnn", "privgnn", None)])
 def test_every_reply_field_is_noised_and_accounted_or_public(runs, name, method, level):
