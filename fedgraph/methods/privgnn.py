@@ -708,24 +708,20 @@ def ensemble_epsilon(num_queries: int, sigma_votes: float, sigma_threshold: floa
 def ensemble_sigma_for_epsilon(epsilon: float, delta: float, num_queries: int,
                                threshold_ratio: float | None = None) -> float:
     """``sigma_votes`` (per-client std) at which ``num_queries`` released histograms cost
-    exactly ``epsilon`` at ``delta`` (with a threshold copy of std ``threshold_ratio *
-    sigma_votes``). Gaussian compositions are one Gaussian of multiplier ``z`` with
-    ``z^-2 = Q (2 / s2^2 + 2 / s1^2)`` (:func:`ensemble_events`), solved for with the exact
-    analytic Gaussian (Balle & Wang 2018).
+    ``epsilon`` at ``delta`` (with a threshold copy of std ``threshold_ratio * sigma_votes``):
+    :func:`fedgraph.accounting.calibrate` on the ledger's own events (:func:`ensemble_events`,
+    PLD; exact for Gaussians), so the result never exceeds ``epsilon``.
 
     Raises:
-        ValueError: ``epsilon`` not > 0 or ``num_queries`` < 1.
+        ValueError: ``epsilon`` not finite and > 0 or ``num_queries`` < 1.
     """
-    from scipy.optimize import brentq
+    from ..accounting import calibrate
 
-    from ..accounting.accountants import analytic_gaussian_epsilon
-
-    if not (epsilon > 0 and math.isfinite(epsilon)) or num_queries < 1:
-        raise ValueError(f"epsilon must be finite and > 0 and num_queries >= 1 (got {epsilon}, "
-                         f"{num_queries})")
-    z = brentq(lambda m: analytic_gaussian_epsilon(m, delta) - epsilon, 1e-3, 1e4, xtol=1e-10)
-    per = 2.0 * (1.0 + (1.0 / threshold_ratio ** 2 if threshold_ratio else 0.0))
-    return float(z * math.sqrt(num_queries * per))
+    if num_queries < 1:
+        raise ValueError(f"num_queries must be >= 1 (got {num_queries})")
+    ratio = threshold_ratio or None
+    return float(calibrate(epsilon, delta, lambda s: ensemble_events(
+        num_queries, s, ratio * s if ratio else None), accountant="pld", lower=1.0, upper=1e6))
 
 
 def margin_filter(scores: Tensor, keep_fraction: float) -> Tensor:
