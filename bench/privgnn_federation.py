@@ -90,6 +90,15 @@ class Memo:
         return self.cache[id(graph)]
 
 
+def lambdas_of(args, cfg, num_queries: int) -> list[float]:
+    """The lambdas of a posterior-mode run: ``--lambdas``, or in ``--mode table`` the largest
+    lambda at which ``num_queries`` answers cost each ``--epsilons`` per client
+    (:func:`~fedgraph.methods.privgnn.lam_for_epsilon`, PLD at the preset's delta)."""
+    if args.mode != "table":
+        return list(args.lambdas)
+    return [pg.lam_for_epsilon(e, cfg.delta, num_queries, cfg.gamma) for e in args.epsilons]
+
+
 def run_setting(name: str, clients: int, seed: int, args) -> dict:
     """One (dataset, number of clients, seed): teachers once, then every lambda."""
     t0 = time.perf_counter()
@@ -117,17 +126,23 @@ def run_setting(name: str, clients: int, seed: int, args) -> dict:
     b1 = pg.nonprivate_teacher(private, public, epochs=cfg.epochs, seed=seed)
     row["B1_nonprivate_teacher"] = b1.test_accuracy
     row["B2_public_labels"] = pg.public_label_student(public, qidx, **kw).test_accuracy
-    # membership audit: members from the private graph, shadow and non-members from the audit set
-    m = int(audit.num_nodes) // 3
-    perm = torch.randperm(int(audit.num_nodes), generator=gen)
-    shadow_in, shadow_out, nonmembers = (pg._induced(audit, perm[i * m:(i + 1) * m])
-                                         for i in range(3))
-    members = node_sample_graph(private, m, gen)
-    shadow = Memo(shadow_trainer(C, cfg.epochs))
-    audit_kw = dict(shadow_train=shadow, shadow_members=shadow_in, shadow_nonmembers=shadow_out,
-                    seed=seed)
-    row["auroc_B1"] = membership_auroc(predict_fn(b1.model), members, nonmembers, **audit_kw)
-    for lam in args.lambdas:
+    auroc = None  # no audit set (--audit-fraction 0): no membership audit
+    if audit is not None:
+        # membership audit: members from the private graph, shadow and non-members from the
+        # audit set
+        m = int(audit.num_nodes) // 3
+        perm = torch.randperm(int(audit.num_nodes), generator=gen)
+        shadow_in, shadow_out, nonmembers = (pg._induced(audit, perm[i * m:(i + 1) * m])
+                                             for i in range(3))
+        members = node_sample_graph(private, m, gen)
+        shadow = Memo(shadow_trainer(C, cfg.epochs))
+        audit_kw = dict(shadow_train=shadow, shadow_members=shadow_in,
+                        shadow_nonmembers=shadow_out, seed=seed)
+
+        def auroc(model):
+            return membership_auroc(predict_fn(model), members, nonmembers, **audit_kw)
+    row["auroc_B1"] = auroc(b1.model) if auroc else float("nan")
+    for lam in lambdas_of(args, cfg, int(qidx.numel())):
         answers = [pg.noisy_answers(p, lam, cfg.answer_mode, gen) for p in posts]
         labels = pf.aggregate_partial(answers, int(qidx.numel()), C).labels
         st = pg.train_student(public, qidx, labels, **kw)
@@ -151,14 +166,13 @@ def run_setting(name: str, clients: int, seed: int, args) -> dict:
             # every client answered all Q queries: the same epsilon for each client
             "epsilon_pld": pg.privgnn_epsilon(int(qidx.numel()), cfg.gamma, lam, cfg.delta, "pld"),
             "epsilon_rdp": pg.privgnn_epsilon(int(qidx.numel()), cfg.gamma, lam, cfg.delta, "rdp"),
-            "auroc_student": membership_auroc(predict_fn(st.model), members, nonmembers,
-                                              **audit_kw)}
+            "auroc_student": auroc(st.model) if auroc else float("nan")}
     row["seconds"] = time.perf_counter() - t0
     row["peak_rss_mib"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     return row
 
 
-def run_ensemble(name: str, clients: int, seed: int, args) -> dict:
+def run_ensemble(name: str, clients: int, seed: int, args, secure: bool | str = False) -> dict:
     """The ensemble mode (PATE's Confident-GNMax across clients) for one (dataset, clients,
     seed): each client's ``--teachers`` disjoint teachers vote once on ``--ensemble-queries``
     queries; for every per-client epsilon the per-client sigma is calibrated to it
@@ -167,7 +181,14 @@ def run_ensemble(name: str, clients: int, seed: int, args) -> dict:
     without label propagation. Beside the guarantee (data-independent, against the server),
     the data-dependent epsilon (PATE 2018 Thm. 6) of the released labels for client 0, from the
     noise-free summed votes: a simulation-only figure (no party holds those votes) that is
-    itself data-dependent, not a released guarantee."""
+    itself data-dependent, not a released guarantee.
+
+    ``secure``: secure aggregation (``secure-aggregation = true``): each client adds a
+    ``1/clients`` share of the noise variance (:func:`~fedgraph.methods.privgnn.noisy_votes`
+    with ``shares``), so the sum carries std sigma, the same guarantee against a server that
+    does not collude with clients; the row also gives the epsilon against a server colluding
+    with all other clients (own share only). ``"both"``: the per-client rows under
+    ``epsilons`` and the secure ones under ``epsilons_secure``, on the same teachers."""
     from fedgraph.accounting import PrivacyLedger
     from fedgraph.accounting.pate import confident_gnmax_cost
 
@@ -192,36 +213,45 @@ def run_ensemble(name: str, clients: int, seed: int, args) -> dict:
                public, qidx, propagation=args.propagation, **kw).test_accuracy,
            "epsilons": {}}
     n_teachers = clients * args.teachers
-    for eps in args.epsilons:
-        ratio = args.threshold_ratio or None
-        s2 = pg.ensemble_sigma_for_epsilon(eps, cfg.delta, Q, ratio)
-        s1 = ratio * s2 if ratio else None
-        thr = args.threshold * n_teachers if ratio else None
-        rel = [pg.noisy_votes(v, s2, s1, gen) for v in votes]
-        answered, labels = pg.confident_aggregate(rel, C, thr)
-        if int(answered.sum()) == 0:
-            answered[:] = True  # nothing passed: (post-processing) fall back to every query
-        gnmax_sum = torch.stack([r[:, -C:] for r in rel]).sum(0)
-        kept = answered & pg.margin_filter(gnmax_sum, args.keep_fraction)  # post-processing
-        idx, lab = qidx[kept], labels[kept]
-        st = pg.train_student(public, idx, lab, **kw)
-        st_lp = pg.train_student(public, idx, lab, propagation=args.propagation, **kw)
-        ledger = PrivacyLedger()
-        for e in pg.ensemble_events(Q, s2, s1):
-            ledger.record("client-0", "noisy vote histograms", e)
-        guarantee = ledger.epsilon("client-0", cfg.delta, "pld")[0]
-        root = math.sqrt(clients)  # the summed noise: clients' independent draws
-        cost = confident_gnmax_cost(total.numpy(), answered.numpy(), s2 * root,
-                                    thr, s1 * root if s1 else None)
-        row["epsilons"][str(eps)] = {
-            "sigma_votes": s2, "sigma_threshold": s1, "threshold": thr,
-            "answered": int(answered.sum()), "kept": int(kept.sum()),
-            "label_accuracy": float((lab == public.y[idx]).float().mean()),
-            "student_test_accuracy": st.test_accuracy,
-            "student_lp_test_accuracy": st_lp.test_accuracy,
-            "epsilon_guarantee_pld": guarantee,
-            "epsilon_labels_data_independent_rdp": cost.epsilon(cfg.delta),
-            "epsilon_labels_data_dependent_rdp": cost.epsilon(cfg.delta, "dependent")}
+    for noise in (("per-client", "secure") if secure == "both" else
+                  ("secure",) if secure else ("per-client",)):
+        key = "epsilons" if noise == "per-client" else "epsilons_secure"
+        row[key] = {}
+        for eps in args.epsilons:
+            ratio = args.threshold_ratio or None
+            s2 = pg.ensemble_sigma_for_epsilon(eps, cfg.delta, Q, ratio)
+            s1 = ratio * s2 if ratio else None
+            thr = args.threshold * n_teachers if ratio else None
+            shares = clients if noise == "secure" else 1
+            rel = [pg.noisy_votes(v, s2, s1, gen, shares=shares) for v in votes]
+            answered, labels = pg.confident_aggregate(rel, C, thr)
+            if int(answered.sum()) == 0:
+                answered[:] = True  # nothing passed: (post-processing) fall back to every query
+            gnmax_sum = torch.stack([r[:, -C:] for r in rel]).sum(0)
+            kept = answered & pg.margin_filter(gnmax_sum, args.keep_fraction)  # post-processing
+            idx, lab = qidx[kept], labels[kept]
+            st = pg.train_student(public, idx, lab, **kw)
+            st_lp = pg.train_student(public, idx, lab, propagation=args.propagation, **kw)
+            ledger = PrivacyLedger()
+            for e in pg.ensemble_events(Q, s2, s1):
+                ledger.record("client-0", "noisy vote histograms", e)
+            guarantee = ledger.epsilon("client-0", cfg.delta, "pld")[0]
+            # the summed noise: clients' independent draws (secure: their shares sum to sigma)
+            root = 1.0 if noise == "secure" else math.sqrt(clients)
+            cost = confident_gnmax_cost(total.numpy(), answered.numpy(), s2 * root,
+                                        thr, s1 * root if s1 else None)
+            row[key][str(eps)] = {
+                "sigma_votes": s2, "sigma_threshold": s1, "threshold": thr,
+                "answered": int(answered.sum()), "kept": int(kept.sum()),
+                "label_accuracy": float((lab == public.y[idx]).float().mean()),
+                "student_test_accuracy": st.test_accuracy,
+                "student_lp_test_accuracy": st_lp.test_accuracy,
+                "epsilon_guarantee_pld": guarantee,
+                "epsilon_if_server_colludes_with_other_clients": (
+                    pg.ensemble_collusion_epsilon(Q, s2, s1, cfg.delta, clients)
+                    if noise == "secure" else guarantee),
+                "epsilon_labels_data_independent_rdp": cost.epsilon(cfg.delta),
+                "epsilon_labels_data_dependent_rdp": cost.epsilon(cfg.delta, "dependent")}
     row["seconds"] = time.perf_counter() - t0
     return row
 
@@ -244,6 +274,38 @@ def print_ensemble(rows, epsilons) -> None:
                   f" ± {g('student_lp_test_accuracy')[1]:.3f} "
                   f"{g('epsilon_labels_data_independent_rdp')[0]:>10.3g} / "
                   f"{g('epsilon_labels_data_dependent_rdp')[0]:.3g}")
+
+
+def print_issue_table(rows, epsilons) -> None:
+    """Issue 15's table: per (dataset, clients), student test accuracy (mean ± std over the
+    seeds) of every release rule at each epsilon per client."""
+    for key in sorted({(r["posterior"]["dataset"], r["posterior"]["clients"]) for r in rows}):
+        rs = [r for r in rows if (r["posterior"]["dataset"], r["posterior"]["clients"]) == key]
+        pm = lambda k: mean_std([r["posterior"][k] for r in rs])  # noqa: E731
+        em = lambda k: mean_std([r["ensemble"][k] for r in rs])  # noqa: E731
+        f = lambda ms: f"{100 * ms[0]:.1f} ± {100 * ms[1]:.1f}"  # noqa: E731
+        e0 = rs[0]["ensemble"]
+        print(f"\n{key[0]} / {key[1]} clients, {len(rs)} seeds (mean ± std, %): majority "
+              f"{f(pm('majority'))}; B2 (true labels of the Q = {rs[0]['posterior']['queries']}"
+              f" queries) {f(pm('B2_public_labels'))}; B2 of the ensemble's Q = "
+              f"{e0['queries']}: {f(em('B2_public_labels'))} (LP {f(em('B2_public_labels_lp'))})"
+              f"; ensemble: {e0['teachers_per_client']} teachers per client, clean summed "
+              f"votes {f(em('clean_vote_accuracy'))} correct")
+        print("| epsilon per client | lam | honest posterior (DP) | paper's literal 1/lam "
+              "(not DP) | authors' log-softmax (not DP) | ensemble, per-client noise | "
+              "ensemble, secure aggregation | ensemble, secure aggregation + LP | "
+              "secure: epsilon if the server colludes with the other clients |")
+        print("|---|---|---|---|---|---|---|---|---|")
+        for i, eps in enumerate(epsilons):
+            lam = list(rs[0]["posterior"]["lambdas"])[i]
+            pl = lambda k: mean_std([r["posterior"]["lambdas"][lam][k] for r in rs])  # noqa
+            en = lambda grp, k: mean_std([r["ensemble"][grp][str(eps)][k] for r in rs])  # noqa
+            print(f"| {eps:g} | {float(lam):.3g} | {f(pl('student_test_accuracy'))} | "
+                  f"{f(pl('paper_literal_student'))} | {f(pl('log_softmax_paper_student'))} | "
+                  f"{f(en('epsilons', 'student_test_accuracy'))} | "
+                  f"{f(en('epsilons_secure', 'student_test_accuracy'))} | "
+                  f"{f(en('epsilons_secure', 'student_lp_test_accuracy'))} | "
+                  f"{en('epsilons_secure', 'epsilon_if_server_colludes_with_other_clients')[0]:.3g} |")
 
 
 def mean_std(xs):
@@ -304,8 +366,15 @@ def main(argv=None):
                    help="torch threads (1: on a shared 2-core machine 2 threads ran 20x slower)")
     p.add_argument("--data-root", default=str(DATA))
     p.add_argument("--out", default=str(REPO / "bench" / "results" / "privgnn_federation.json"))
-    p.add_argument("--mode", choices=["posterior", "ensemble"], default="posterior",
-                   help="ensemble: PATE's Confident-GNMax rows (run_ensemble)")
+    p.add_argument("--mode", choices=["posterior", "ensemble", "table"], default="posterior",
+                   help="ensemble: PATE's Confident-GNMax rows (run_ensemble); table: issue "
+                        "15's table, every release rule at each --epsilons per client on the "
+                        "same split (posterior at the lambda of that epsilon, the paper's two "
+                        "rules at that lambda, ensemble with per-client and with secure-"
+                        "aggregation noise), majority and B2")
+    p.add_argument("--secure-aggregation", action="store_true",
+                   help="ensemble: each client adds a 1/n share of the noise (secure "
+                        "aggregation); table mode runs both")
     p.add_argument("--epsilons", type=float, nargs="+", default=[1.0, 4.0, 8.0],
                    help="ensemble: per-client epsilon targets at the preset's delta")
     p.add_argument("--teachers", type=int, default=20, help="ensemble: teachers per client")
@@ -324,11 +393,30 @@ def main(argv=None):
     warnings.filterwarnings("ignore")
     t0 = time.perf_counter()
     rows = []
+    if args.mode == "table":
+        for name in args.datasets:
+            for clients in args.clients:
+                for seed in range(args.seeds):
+                    post = run_setting(name, clients, seed, args)
+                    ens = run_ensemble(name, clients, seed, args, secure="both")
+                    rows.append({"posterior": post, "ensemble": ens})
+                    print(f"{name} clients={clients} seed={seed}: "
+                          f"{post['seconds'] + ens['seconds']:.0f} s", flush=True)
+                    write_json_atomic(args.out, {"args": vars(args), "command": " ".join(
+                        sys.argv), "rows": rows, "partial": True})
+        print_issue_table(rows, args.epsilons)
+        out = {"args": vars(args), "command": " ".join(sys.argv), "rows": rows,
+               "wall_seconds": time.perf_counter() - t0,
+               "peak_rss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}
+        write_json_atomic(args.out, out)
+        print(f"results: {args.out}")
+        return
     if args.mode == "ensemble":
         for name in args.datasets:
             for clients in args.clients:
                 for seed in range(args.seeds):
-                    rows.append(run_ensemble(name, clients, seed, args))
+                    rows.append(run_ensemble(name, clients, seed, args,
+                                             secure=args.secure_aggregation))
                     r = rows[-1]
                     print(f"{name} clients={clients} seed={seed}: {r['seconds']:.0f} s, "
                           f"clean votes {r['clean_vote_accuracy']:.3f}, " + ", ".join(

@@ -375,6 +375,12 @@ class PrivGNNConfig(DataConfig):
                              "the summed votes (needs sigma-threshold > 0); 0: answer all")
     keep_fraction: float = Field(1.0, gt=0, le=1, description="ensemble: keep this share of the "
                                  "answered queries with the widest noisy top-2 margin (free)")
+    secure_aggregation: bool = Field(
+        False, description="ensemble: pairwise-masked secure aggregation of the clients' "
+        "histograms (fedgraph.secure_aggregation, no dropout recovery): the server learns only "
+        "their sum; sigma-votes / sigma-threshold are then the std of the summed noise, each "
+        "client adding a 1/n share of the variance; every client answers the same queries "
+        "(the smallest client limit)")
     client_epsilons: list[float] = Field(default_factory=lambda: [10.0])
     delta: float = Field(1e-4, gt=0, lt=1)
     hops: int = Field(2, ge=1, le=10, description="public neighbourhood of a query (l hops)")
@@ -396,6 +402,18 @@ class PrivGNNConfig(DataConfig):
 
     _parse_eps = field_validator("client_epsilons", mode="before")(_client_epsilons)
     _check_delta = field_validator("delta", mode="after")(_delta)
+
+    @field_validator("secure_aggregation", mode="after")
+    @classmethod
+    def _secure_aggregation_needs_ensemble(cls, v: bool, info) -> bool:
+        if v and info.data.get("answer_mode") != "ensemble":
+            raise ValueError("secure aggregation of PrivGNN answers is built for answer-mode = "
+                             "ensemble only (allowed: secure-aggregation = false, or "
+                             "answer-mode = 'ensemble')")
+        if v and info.data.get("num_clients", 2) < 2:
+            raise ValueError("needs num-clients >= 2 (with one client the sum is its own "
+                             "release: nothing to mask)")
+        return v
 
     @field_validator("threshold", mode="after")
     @classmethod

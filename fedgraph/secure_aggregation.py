@@ -163,7 +163,8 @@ def mask_rows(rows: np.ndarray, row_ids: np.ndarray, owner: np.ndarray, me: int,
         row_ids: ``[m]`` distinct public ids of the rows (node ids, ``< N``).
         owner: ``[N]`` client index owning each id: that client sends no row for it, every
             other client sends exactly one (the contributors of id ``w`` are the clients
-            ``!= owner[w]``).
+            ``!= owner[w]``); ``-1``: no owner, every one of the ``n`` clients sends a row
+            (e.g. PrivGNN's ensemble histograms, one row per query).
         me: this client's index; private_key, public_keys, context: as in
             :func:`pairwise_keys`.
 
@@ -184,11 +185,11 @@ def mask_rows(rows: np.ndarray, row_ids: np.ndarray, owner: np.ndarray, me: int,
                          or np.unique(row_ids).size != row_ids.size):
         raise ValueError(f"row ids must be distinct ids in [0, {owner.size})")
     own = owner[row_ids]
-    if ((own < 0) | (own >= n)).any():
-        raise ValueError(f"every masked row needs an owner in [0, {n})")
+    if ((own < -1) | (own >= n)).any():
+        raise ValueError(f"every masked row needs an owner in [0, {n}) or -1 (no owner)")
     if (own == me).any():
         raise ValueError("a client contributes no row for its own nodes")
-    out = quantize(rows, max(n - 1, 1))
+    out = quantize(rows, n if (own < 0).any() else max(n - 1, 1))
     for j, key in pairwise_keys(private_key, public_keys, me, context).items():
         m = mask_stream(key, owner.size, rows.shape[1])[row_ids]
         m[own == j] = 0  # j owns these rows: it sends none, so the pair adds no mask
@@ -204,9 +205,10 @@ def unmask_sum(contributions: dict[int, tuple[np.ndarray, np.ndarray]], owner: n
     Args:
         contributions: client index -> ``(row_ids [m_c], masked [m_c, e] uint64)`` from
             :func:`mask_rows`.
-        owner: ``[N]`` client index owning each id (as sent to the clients).
+        owner: ``[N]`` client index owning each id (as sent to the clients; ``-1``: no
+            owner).
         num_clients: ``n``, the number of clients (of public keys): each id needs ``n - 1``
-            contributions.
+            contributions (``n`` for an id without owner).
 
     Returns:
         ``(ids [k], sums [k, e] float64)``: every id some client sent, sorted, with the sum of
@@ -234,13 +236,14 @@ def unmask_sum(contributions: dict[int, tuple[np.ndarray, np.ndarray]], owner: n
             count[ids] += 1
     ids = np.flatnonzero(count)
     n = num_clients
-    short = ids[count[ids] != n - 1]
+    need = np.where(owner[ids] < 0, n, n - 1)
+    short = ids[count[ids] != need]
     if short.size:
         senders = sorted(contributions)
         raise ValueError(
-            f"secure aggregation: {short.size} row(s) (e.g. node {int(short[0])}) have "
-            f"{int(count[short[0]])} of the {n - 1} contributions they need (replies from "
-            f"clients {senders}); the pairwise masks cancel only in the sum over every client "
-            f"other than the node's owner, and this protocol has no dropout recovery: the "
-            f"round fails")
+            f"secure aggregation: {short.size} row(s) (e.g. row {int(short[0])}) have "
+            f"{int(count[short[0]])} of the {int(need[count[ids] != need][0])} contributions "
+            f"they need (replies from clients {senders}); the pairwise masks cancel only in the "
+            f"sum over every contributor (every client other than the row's owner, if any), "
+            f"and this protocol has no dropout recovery: the round fails")
     return ids, dequantize(total[ids])

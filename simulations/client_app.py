@@ -70,16 +70,27 @@ def gap_setup(msg: Message, context: Context) -> Message:
                    reply_to=msg)
 
 
-@app.query("gap_keys")
-def gap_keys(msg: Message, context: Context) -> Message:
+def _advertise_key(msg: Message, context: Context, state_key: str) -> Message:
     """Secure aggregation's key advertisement: a fresh X25519 key pair; the private key stays
-    in this client's state, the public key goes to the server
+    in this client's state (``state_key``), the public key goes to the server
     (:mod:`fedgraph.secure_aggregation`)."""
     from fedgraph.secure_aggregation import generate_key_pair
 
     private, public = generate_key_pair()
-    context.state["gap.secagg"] = ConfigRecord({"private-key": private})
+    context.state[state_key] = ConfigRecord({"private-key": private})
     return Message(RecordDict({"secagg": ConfigRecord({"public-key": public})}), reply_to=msg)
+
+
+@app.query("gap_keys")
+def gap_keys(msg: Message, context: Context) -> Message:
+    """GAP's secure aggregation of remote PMA rows: advertise a public key."""
+    return _advertise_key(msg, context, "gap.secagg")
+
+
+@app.query("privgnn_keys")
+def privgnn_keys(msg: Message, context: Context) -> Message:
+    """PrivGNN's secure aggregation of ensemble histograms: advertise a public key."""
+    return _advertise_key(msg, context, "privgnn.secagg")
 
 
 def _gap_state_key(graph: str) -> str:
@@ -265,14 +276,20 @@ def privgnn_query(msg: Message, context: Context) -> Message:
     device (``device``: the GPU Ray assigned, else the CPU); the draws come from the client's
     own generator (:func:`fedgraph.randomness.client_generator`) and the answers come back as
     CPU tensors."""
-    from fedgraph.methods.privgnn_federated import client_answer
+    from fedgraph.methods.privgnn_federated import SecAggKeys, client_answer
 
     cfg = parse_run_config(json.loads(msg.content["config"]["json"]))
     pid = int(context.node_config["partition-id"])
     state = context.state["privgnn"] if "privgnn" in context.state else {"answered": 0, "rounds": 0}
     before, rnd = int(state["answered"]), int(state["rounds"])
     gen = client_generator(cfg, context, pid, f"privgnn:{rnd}")
-    reply = client_answer(cfg, pid, tensors(msg.content["queries"]), before, gen)
+    keys = None
+    if "secagg" in msg.content and "privgnn.secagg" in context.state:
+        sa = msg.content["secagg"]
+        keys = SecAggKeys(bytes(context.state["privgnn.secagg"]["private-key"]),
+                          list(sa["public-keys"]), int(sa["index"]),
+                          f"fedgraph privgnn ensemble run={context.run_id} round={rnd}")
+    reply = client_answer(cfg, pid, tensors(msg.content["queries"]), before, gen, keys)
     context.state["privgnn"] = ConfigRecord({"answered": reply.meta["answered_total"],
                                              "rounds": rnd + 1})
     return Message(RecordDict({"answers": ArrayRecord({"answers": reply.answers}),

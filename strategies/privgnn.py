@@ -53,7 +53,7 @@ import math
 import torch
 from flwr.app import ArrayRecord, ConfigRecord, RecordDict
 
-from fedgraph.federation import tensors, wait_for_nodes
+from fedgraph.federation import ClientFailure, send_to_all, tensors, wait_for_nodes
 from fedgraph.methods import privgnn as pg
 from fedgraph.methods import privgnn_federated as pf
 from fedgraph.report import progress
@@ -88,6 +88,13 @@ class PrivGNNStrategy(PrivateStrategy):
             nodes = wait_for_nodes(grid, cfg.num_clients, timeout=min(cfg.timeout, 60.0))
         for p in range(cfg.num_clients):
             self.ledger.set_budget(f"client-{p}", cfg.client_epsilon(p))
+        keys = None  # secure aggregation: the clients' X25519 public keys, by index
+        if cfg.secure_aggregation:
+            with self.report.phase("secure aggregation: key exchange (clients)"):
+                replies = send_to_all(grid, "query.privgnn_keys", {
+                    n: RecordDict({"config": payload}) for n in nodes}, cfg.timeout)
+                keys = [bytes(replies[n]["secagg"]["public-key"]) for n in nodes]
+        index = {n: i for i, n in enumerate(nodes)}
         with self.report.phase("public graph (server)"):
             public, stats = pf.public_graph(cfg)
             proj = (pg.public_projection(public.x, cfg.projection_dim, cfg.seed)
@@ -110,12 +117,13 @@ class PrivGNNStrategy(PrivateStrategy):
             qidx = pg.select_queries(pool, size, policy, student, generator=gen)
             asked[qidx] = True
             arrays = ArrayRecord(pf.make_queries(public, qidx, cfg, gen, proj))
-            answers = []
+            answers, masked = [], {}
 
-            def record(node, rec, answers=answers):
+            def record(node, rec, answers=answers, masked=masked):
                 """Ledger first (the answers left the client), then the checks."""
                 meta = dict(rec["meta"])
                 answers.append(tensors(rec["answers"])["answers"])
+                masked[index[node]] = answers[-1]
                 self._record_answers(int(meta["partition_id"]),
                                      max(int(answers[-1].shape[0]), int(meta["answered"])))
                 row = clients.setdefault(int(meta["partition_id"]), {
@@ -130,10 +138,26 @@ class PrivGNNStrategy(PrivateStrategy):
                     raise RuntimeError(f"client {meta['partition_id']} sent "
                                        f"{answers[-1].shape[0]} answers, said {meta['answered']}")
 
+            contents = {n: RecordDict({"config": payload, "queries": arrays}) for n in nodes}
+            if keys is not None:
+                for n in nodes:
+                    contents[n]["secagg"] = ConfigRecord({"public-keys": keys,
+                                                          "index": index[n]})
             with self.report.phase(f"answer queries round {r + 1} (clients)"):
-                self.send_and_record(grid, "query.privgnn", {n: RecordDict({
-                    "config": payload, "queries": arrays}) for n in nodes}, record)
-            if cfg.answer_mode == "ensemble":
+                try:
+                    self.send_and_record(grid, "query.privgnn", contents, record)
+                except ClientFailure as err:
+                    if keys is None:
+                        raise
+                    raise ClientFailure(f"{err}. Secure aggregation has no dropout recovery: "
+                                        f"the masks of a client that fails or does not reply "
+                                        f"do not cancel, so the round fails",
+                                        replies=err.replies) from err
+            if keys is not None:  # the server learns only the sum
+                agg = pf.aggregate_ensemble([pf.unmask_histograms(masked, len(nodes))],
+                                            int(qidx.numel()), num_classes, cfg.threshold,
+                                            cfg.keep_fraction)
+            elif cfg.answer_mode == "ensemble":
                 agg = pf.aggregate_ensemble(answers, int(qidx.numel()), num_classes,
                                             cfg.threshold, cfg.keep_fraction)
             else:
@@ -144,6 +168,15 @@ class PrivGNNStrategy(PrivateStrategy):
                            "kept": int(agg.kept.sum()), "dropped": int((~agg.kept).sum()),
                            "answers_per_query_mean": float(agg.votes.float().mean())})
         self.report.extra["clients"] = {f"client-{p}": clients[p] for p in sorted(clients)}
+        if keys is not None:
+            self.report.privacy["collusion"] = {
+                "threat": "a server colluding with all other clients subtracts their noise "
+                          "shares from the sum: only the client's own share (std sigma / "
+                          "sqrt n) protects it",
+                "epsilon": {f"client-{p}": pg.ensemble_collusion_epsilon(
+                    int(clients[p]["answered"]), cfg.sigma_votes, cfg.sigma_threshold or None,
+                    cfg.delta, cfg.num_clients) for p in sorted(clients)},
+                "delta": cfg.delta}
         self.report.extra["queries"] = {"asked": int(asked.sum()),
                                         "kept": sum(x["kept"] for x in rounds),
                                         "dropped": sum(x["dropped"] for x in rounds),
@@ -205,6 +238,30 @@ class PrivGNNStrategy(PrivateStrategy):
             check = (f"; threshold copy N(0, {cfg.sigma_threshold:g}^2) for the Confident-GNMax "
                      f"check (T = {cfg.threshold:g} on the summed copies)"
                      if cfg.sigma_threshold else "")
+            if cfg.secure_aggregation:
+                self.report.privacy.update({
+                    "model": "node-level DP per client (its private nodes), for every reply "
+                             "and the released student; against the server (honest-but-"
+                             "curious, relays the public keys unchanged, does not collude "
+                             "with clients: it learns only the sum of the clients' masked "
+                             "histograms), other clients that do not collude with it, and "
+                             "third parties; against a server colluding with the other "
+                             "clients see privacy.collusion",
+                    "unit": "epsilon per client for the whole run (all its released "
+                            "histograms), at delta; data-independent (the guarantee)",
+                    "mechanism": f"{cfg.num_teachers} teachers per client on disjoint groups "
+                                 f"of its nodes; per query the vote histogram (L2 sensitivity "
+                                 f"sqrt 2) + a 1/{cfg.num_clients} share of N(0, "
+                                 f"{cfg.sigma_votes:g}^2) per class{check}, pairwise-masked "
+                                 f"(secure aggregation); the summed noise is N(0, "
+                                 f"{cfg.sigma_votes:g}^2); the server takes the argmax of the "
+                                 "sum (GNMax, post-processing)",
+                    "aggregation": "secure aggregation (pairwise masking as in SecAgg, "
+                                   "Bonawitz et al. 2017, without dropout recovery: a missing "
+                                   "client fails the round); every client answers the same "
+                                   "queries (the smallest client limit)",
+                })
+                return
             self.report.privacy.update({
                 "model": "node-level DP per client (its private nodes), for every reply and "
                          "the released student; against the server (honest-but-curious: "

@@ -12,6 +12,7 @@
 import json
 import math
 
+import numpy as np
 import pytest
 import torch
 from flwr.app import ArrayRecord, ConfigRecord, MetricRecord
@@ -34,6 +35,8 @@ PRIVGNN = {"method": "privgnn", "dataset": "cora", "num-clients": 2, "num-querie
            "lam": 1.0, "gamma": 0.3, "delta": 1e-4, "num-neighbours": 20, "teacher-epochs": 5,
            "teacher-hidden": 8, "teacher-batch-size": 8, "projection-dim": 16, "epochs": 20,
            "hidden": 8, "neighbourhood-size": 10}
+PRIVGNN_SECURE = {**PRIVGNN, "answer-mode": "ensemble", "num-teachers": 4, "sigma-votes": 3.0,
+                  "secure-aggregation": True}
 
 
 # ------------------------------------------------------------------------ the allow-list
@@ -110,11 +113,16 @@ ALLOWED = {
     },
     "privgnn": {
         "query.privgnn": {
-            "answers.answers": _noised("noisy answers"),
+            # "level" here: None for the posterior modes, "ensemble" for the secure ensemble
+            # (masked noisy histograms: the ledger's release is the sum's)
+            "answers.answers": {None: _noised("noisy answers"),
+                                "ensemble": _noised("noisy vote histograms")},
             **{f"meta.{k}": _public("fixed by public parameters (target, gamma, lam, delta) "
                                     "and the number of queries asked")
                for k in ("partition_id", "asked", "answered", "refused", "limit",
                          "answered_total", "epsilon_target")}},
+        "query.privgnn_keys": {  # secure aggregation's key advertisement
+            "secagg.public-key": _public("a fresh X25519 public key: no data")},
     },
 }
 
@@ -200,7 +208,8 @@ def runs(tmp_path_factory):
     return {"gap-edge": _run(GAP, tmp, "gap-edge"), "gap-node": _run(GAP_NODE, tmp, "gap-node"),
             "gap-secure": _run(GAP_SECURE, tmp, "gap-secure"),
             "gap-fedsgd": _run(GAP_FEDSGD, tmp, "gap-fedsgd"),
-            "ppgnn": _run(PPGNN, tmp, "ppgnn"), "privgnn": _run(PRIVGNN, tmp, "privgnn")}
+            "ppgnn": _run(PPGNN, tmp, "ppgnn"), "privgnn": _run(PRIVGNN, tmp, "privgnn"),
+            "privgnn-secure": _run(PRIVGNN_SECURE, tmp, "privgnn-secure")}
 
 
 @pytest.mark.parametrize("name,method,level", [("gap-edge", "gap", "edge"),
@@ -208,7 +217,8 @@ def runs(tmp_path_factory):
                                                ("gap-secure", "gap", "edge"),
                                                ("gap-fedsgd", "gap", "edge"),
                                                ("ppgnn", "ppgnn", None),
-                                               ("privgnn", "privgnn", None)])
+                                               ("privgnn", "privgnn", None),
+                                               ("privgnn-secure", "privgnn", "ensemble")])
 def test_every_reply_field_is_noised_and_accounted_or_public(runs, name, method, level):
     report, grid = runs[name]
     assert report["status"] == "ok"
@@ -226,6 +236,11 @@ def test_every_reply_field_is_noised_and_accounted_or_public(runs, name, method,
                  if m.metadata.message_type == "query.gap_pma"
                  and "sums" in reply.content["partial_sums"]]
         assert all(a.size == 0 for a in plain)  # only the finish-only hop's empty record
+    if name == "privgnn-secure":  # keys out, then only masked ring elements
+        assert "query.privgnn_keys:secagg.public-key" in seen
+        answers = [reply.content["answers"]["answers"].numpy() for m, reply in grid.log
+                   if m.metadata.message_type == "query.privgnn"]
+        assert len(answers) == 2 and all(a.dtype == np.int64 for a in answers)
     if level == "node":  # no per-round validation at node level: the labels are private
         assert "evaluate[gap.classifier]" not in kinds
     stats = {reply.content["meta"]["statistics"] for m, reply in grid.log

@@ -124,7 +124,8 @@ class InProcessGrid:
     def __init__(self, num_clients, monkeypatch):
         from simulations import client_app
 
-        self.handlers = {"query.privgnn": client_app.privgnn_query}
+        self.handlers = {"query.privgnn": client_app.privgnn_query,
+                         "query.privgnn_keys": client_app.privgnn_keys}
         self.contexts = {n: Context(run_id=1, node_id=n, node_config={"partition-id": n - 1},
                                     state=RecordDict(), run_config={})
                          for n in range(1, num_clients + 1)}

@@ -654,23 +654,39 @@ def ensemble_votes(private, query_x: Tensor, *, num_teachers: int, num_classes: 
 
 
 def noisy_votes(votes: Tensor, sigma_votes: float, sigma_threshold: float | None = None,
-                generator: torch.Generator | None = None) -> Tensor:
-    """A client's release of its vote histograms ``[Q, C]``: ``votes + N(0, sigma_votes^2)``
-    per coordinate (the GNMax copy) and, with ``sigma_threshold``, an independent
-    ``votes + N(0, sigma_threshold^2)`` (the copy for Confident-GNMax's threshold check),
-    concatenated: ``[Q, C]`` or ``[Q, 2C]`` (threshold copy first), on the CPU.
+                generator: torch.Generator | None = None, shares: int = 1) -> Tensor:
+    """A client's release of its vote histograms ``[Q, C]``: ``votes + N(0, sigma_votes^2 /
+    shares)`` per coordinate (the GNMax copy) and, with ``sigma_threshold``, an independent
+    ``votes + N(0, sigma_threshold^2 / shares)`` (the copy for Confident-GNMax's threshold
+    check), concatenated: ``[Q, C]`` or ``[Q, 2C]`` (threshold copy first), on the CPU.
 
-    Privacy (against everyone who sees the reply, the server included): each copy is the
-    Gaussian mechanism on a histogram of L2 sensitivity ``sqrt 2`` (:func:`ensemble_events`).
+    ``shares = 1`` (no secure aggregation): each copy is the Gaussian mechanism of std
+    ``sigma`` on a histogram of L2 sensitivity ``sqrt 2`` (:func:`ensemble_events`), against
+    everyone who sees the reply, the server included.
+
+    ``shares = n`` (secure aggregation over the ``n`` clients; distributed DP, e.g. Kairouz
+    et al., ICML 2021, "The Distributed Discrete Gaussian Mechanism", Sec. 1): each client adds
+    only ``1/n`` of the variance, so the *sum* the server learns carries ``N(0, sigma^2)``,
+    the same events as above, against a server that sees only that sum and does not collude
+    with the other clients; against a coalition of the server and all ``n - 1`` other clients
+    a client is protected by its own share only (std ``sigma / sqrt n``,
+    :func:`ensemble_collusion_epsilon`).
+
+    Raises:
+        ValueError: a noise std not finite and > 0 (names the key), or ``shares < 1``.
     """
     from ..mechanisms._checks import check_noise_scale
 
+    if int(shares) < 1:
+        raise ValueError(f"shares must be >= 1 (the clients that split the noise), got {shares}")
+    root = math.sqrt(int(shares))
     votes = votes.detach().float().cpu()
     sigma_votes = check_noise_scale(sigma_votes, "sigma-votes")
-    out = votes + sigma_votes * rng.randn(votes.shape, generator)
+    out = votes + (sigma_votes / root) * rng.randn(votes.shape, generator)
     if sigma_threshold:
         sigma_threshold = check_noise_scale(sigma_threshold, "sigma-threshold")
-        out = torch.cat([votes + sigma_threshold * rng.randn(votes.shape, generator), out], 1)
+        out = torch.cat([votes + (sigma_threshold / root) * rng.randn(votes.shape, generator),
+                         out], 1)
     return out
 
 
@@ -703,6 +719,19 @@ def ensemble_epsilon(num_queries: int, sigma_votes: float, sigma_threshold: floa
         return 0.0
     return float(compose_epsilon(ensemble_events(num_queries, sigma_votes, sigma_threshold),
                                  delta, accountant=accountant))
+
+
+def ensemble_collusion_epsilon(num_queries: int, sigma_votes: float,
+                               sigma_threshold: float | None, delta: float,
+                               num_clients: int) -> float:
+    """Secure aggregation's weak point, stated: epsilon at ``delta`` of ``num_queries``
+    histograms of one client against a server that colludes with all ``num_clients - 1``
+    other clients (they know their own noise shares and subtract them from the sum), so only
+    this client's share, std ``sigma / sqrt(num_clients)``, protects it (:func:`noisy_votes`
+    with ``shares = num_clients``). With ``num_clients = 1`` it is :func:`ensemble_epsilon`."""
+    root = math.sqrt(int(num_clients))
+    return ensemble_epsilon(num_queries, sigma_votes / root,
+                            sigma_threshold / root if sigma_threshold else None, delta)
 
 
 def ensemble_sigma_for_epsilon(epsilon: float, delta: float, num_queries: int,
@@ -793,6 +822,23 @@ def privgnn_epsilon(num_queries: int, rate: float, lam: float, delta: float,
         return 0.0
     return float(compose_epsilon(privgnn_events(num_queries, rate, lam), delta,
                                  accountant=accountant))
+
+
+def lam_for_epsilon(epsilon: float, delta: float, num_queries: int, rate: float) -> float:
+    """The largest ``lam`` (least noise) at which ``num_queries`` answers cost at most
+    ``epsilon`` at ``delta`` (:func:`privgnn_epsilon`, PLD): :func:`fedgraph.accounting.calibrate`
+    on the ledger's own events (:func:`privgnn_events`) over the noise multiplier ``1 / lam``.
+
+    Raises:
+        ValueError: ``epsilon`` not finite and > 0, or ``num_queries`` < 1.
+    """
+    from ..accounting import calibrate
+
+    if num_queries < 1:
+        raise ValueError(f"num_queries must be >= 1 (got {num_queries})")
+    z = calibrate(epsilon, delta, lambda s: privgnn_events(num_queries, rate, 1.0 / s),
+                  accountant="pld", lower=0.01, upper=1e6)
+    return 1.0 / float(z)
 
 
 def max_queries(epsilon_budget: float, delta: float, rate: float, lam: float, *,
@@ -1119,10 +1165,11 @@ def run_centralized(private: Data, public: Data, *, num_queries: int = 1000, rat
 __all__ = [
     "SENSITIVITY", "DP_MODES", "NOT_DP_REASON", "privgnn_split", "poisson_subsample", "laplace_noise", "TeacherConfig",
     "BatchedSAGE", "train_teachers", "QueryGraphs", "query_neighbourhoods", "TeacherTiming",
-    "teacher_posteriors", "max_neighbours", "check_neighbours", "FeatureProjection", "public_projection", "noisy_answers", "privgnn_events", "privgnn_epsilon", "max_queries",
+    "teacher_posteriors", "max_neighbours", "check_neighbours", "FeatureProjection", "public_projection", "noisy_answers", "privgnn_events", "privgnn_epsilon", "lam_for_epsilon", "max_queries",
     "BudgetExceededError", "QueryBudget", "answer_queries", "make_sage", "select_queries",
     "aggregate_answers", "teacher_groups", "ensemble_votes", "noisy_votes", "VOTE_SENSITIVITY",
-    "ensemble_events", "ensemble_epsilon", "ensemble_sigma_for_epsilon", "confident_aggregate",
+    "ensemble_events", "ensemble_epsilon", "ensemble_collusion_epsilon", "ensemble_sigma_for_epsilon",
+    "confident_aggregate",
     "propagate_labels", "margin_filter", "StudentResult", "train_student", "BaselineResult",
     "nonprivate_teacher", "public_label_student", "majority_accuracy", "PrivGNNRun",
     "run_centralized",

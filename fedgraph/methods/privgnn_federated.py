@@ -223,14 +223,32 @@ def ensemble_answer_limit(epsilon: float, delta: float, sigma_votes: float,
 
 def client_limit(cfg: PrivGNNConfig, partition_id: int, wanted: int) -> int:
     """Answers client ``partition_id`` may give in total (at most ``wanted``) within its
-    target: :func:`ensemble_answer_limit` in ensemble mode, else :func:`answer_limit` (for
+    target: :func:`ensemble_answer_limit` in ensemble mode (with ``secure-aggregation``: the
+    smallest over all clients' targets, since every client must answer the same queries for
+    the masks to cancel; public parameters only), else :func:`answer_limit` (for
     ``log-softmax-paper`` the paper's own accounting, which does not hold: the report marks it
     not DP)."""
     target = cfg.client_epsilon(partition_id)
     if cfg.answer_mode == "ensemble":
+        if cfg.secure_aggregation:  # the masks cancel only over every client: same queries
+            return min(ensemble_answer_limit(cfg.client_epsilon(p), cfg.delta, cfg.sigma_votes,
+                                             cfg.sigma_threshold, int(wanted))
+                       for p in range(min(cfg.num_clients, len(cfg.client_epsilons))))
         return ensemble_answer_limit(target, cfg.delta, cfg.sigma_votes, cfg.sigma_threshold,
                                      int(wanted))
     return answer_limit(target, cfg.delta, cfg.gamma, cfg.lam, int(wanted))
+
+
+@dataclass
+class SecAggKeys:
+    """What a client needs to mask its ensemble histograms (:mod:`fedgraph.secure_aggregation`):
+    its X25519 private key (never sent), every client's public key by index (from the server),
+    its own index and the masks' context (run and round: a fresh mask for every release)."""
+
+    private_key: bytes
+    public_keys: list[bytes]
+    index: int
+    context: str
 
 
 @dataclass
@@ -248,8 +266,8 @@ class ClientReply:
 
 
 def client_answer(cfg: PrivGNNConfig, partition_id: int, arrays: dict[str, Tensor],
-                  answered_before: int, generator: torch.Generator | None = None
-                  ) -> ClientReply:
+                  answered_before: int, generator: torch.Generator | None = None,
+                  secagg: SecAggKeys | None = None) -> ClientReply:
     """Client side of a query round (paper Alg. 1 lines 3-7, within a budget).
 
     Args:
@@ -269,11 +287,19 @@ def client_answer(cfg: PrivGNNConfig, partition_id: int, arrays: dict[str, Tenso
         Privacy: ``privgnn_events(answered_before + m, gamma, lam)`` for the whole run.
         Ensemble mode: ``answers`` are noisy vote histograms (:func:`~.privgnn.noisy_votes`,
         ``[m, 2C]`` with the threshold copy first when ``sigma-threshold > 0``), privacy
-        ``ensemble_events(answered_before + m, sigma_votes, sigma_threshold)``.
+        ``ensemble_events(answered_before + m, sigma_votes, sigma_threshold)``. With
+        ``secure-aggregation`` the histograms carry a ``1 / num_clients`` share of that noise
+        and leave masked (:func:`masked_histograms`: ``int64`` ring elements, uniform for the
+        server); the events are those of the sum.
 
     Raises:
         ConfigError: ``device = "cuda"`` but this process sees no GPU (names the key).
+        ValueError: ``secure-aggregation = true`` without ``secagg`` keys (refuses to release
+            unmasked histograms).
     """
+    if cfg.secure_aggregation and secagg is None:
+        raise ValueError("secure-aggregation = true but the server sent no public keys: "
+                         "refusing to release unmasked histograms")
     device = resolve_device(cfg.device)  # before any work: a bad device fails every round
     graph, stats = client_graph(cfg, partition_id)
     hoods, proj = decode_queries(arrays)
@@ -285,14 +311,18 @@ def client_answer(cfg: PrivGNNConfig, partition_id: int, arrays: dict[str, Tenso
     C = int(stats["num_classes"])
     width = 2 * C if cfg.answer_mode == "ensemble" and cfg.sigma_threshold else C
     if m == 0:
-        answers = torch.zeros(0, width)
+        answers = torch.zeros(0, width, dtype=torch.long if secagg is not None else None)
     elif cfg.answer_mode == "ensemble":
         budget.charge(m)
         sub = first_queries(hoods, m)
         votes = ensemble_votes(graph, sub.query_x, num_teachers=cfg.num_teachers,
                                num_classes=C, teacher=teacher_config(cfg), neighbourhoods=sub,
                                projection=proj, generator=generator, device=device)
-        answers = noisy_votes(votes, cfg.sigma_votes, cfg.sigma_threshold or None, generator)
+        shares = cfg.num_clients if cfg.secure_aggregation else 1
+        answers = noisy_votes(votes, cfg.sigma_votes, cfg.sigma_threshold or None, generator,
+                              shares=shares)
+        if secagg is not None:
+            answers = masked_histograms(answers, secagg)
     else:
         sub = first_queries(hoods, m)
         answers = answer_queries(graph, sub.query_x, rate=cfg.gamma, k=cfg.num_neighbours,
@@ -303,6 +333,51 @@ def client_answer(cfg: PrivGNNConfig, partition_id: int, arrays: dict[str, Tenso
             "refused": asked - int(m), "limit": int(limit),
             "answered_total": int(budget.answered), "epsilon_target": float(target)}
     return ClientReply(answers, meta)
+
+
+def masked_histograms(histograms: Tensor, keys: SecAggKeys) -> Tensor:
+    """A client's noisy histograms ``[m, W]`` (its noise share already added), masked for
+    secure aggregation: one row per query (public id ``0..m-1``), no owner, so the masks cancel
+    in the sum over all clients (:func:`fedgraph.secure_aggregation.mask_rows`). Returns
+    ``[m, W]`` ``int64`` (the ``uint64`` ring elements' bits)."""
+    import numpy as np
+
+    from ..secure_aggregation import mask_rows
+
+    m = int(histograms.shape[0])
+    masked = mask_rows(histograms.detach().double().cpu().numpy(), np.arange(m),
+                       np.full(m, -1), int(keys.index), keys.private_key, list(keys.public_keys),
+                       keys.context)
+    return torch.from_numpy(masked.view(np.int64))
+
+
+def unmask_histograms(masked: dict[int, Tensor], num_clients: int) -> Tensor:
+    """Server side of secure aggregation: the clients' masked histograms (client index ->
+    ``[m, W]`` ``int64`` from :func:`masked_histograms`; every one of the ``num_clients``
+    clients must send the same ``m``) added in the ring, which cancels the masks: the sum of the noisy histograms
+    ``[m, W]`` (float32, up to :func:`~fedgraph.secure_aggregation.quantization_error_bound`).
+
+    Raises:
+        ValueError: a client's reply is missing or covers other queries (the masks do not
+            cancel; no dropout recovery), or the widths differ.
+    """
+    import numpy as np
+
+    from ..secure_aggregation import unmask_sum
+
+    sizes = {int(t.shape[0]) for t in masked.values()}
+    if len(sizes) != 1:
+        raise ValueError(f"secure aggregation: the clients answered different numbers of "
+                         f"queries {sorted(sizes)}; the masks cancel only over the same rows")
+    m = sizes.pop()
+    width = max(int(t.shape[1]) for t in masked.values())
+    if m == 0:
+        return torch.zeros(0, width)
+    contributions = {i: (np.arange(m), t.numpy().view(np.uint64)) for i, t in masked.items()}
+    ids, sums = unmask_sum(contributions, np.full(m, -1), int(num_clients))
+    if ids.size != m:
+        raise ValueError("secure aggregation: not every query was summed")
+    return torch.from_numpy(sums).float()
 
 
 # --------------------------------------------------------------------------------------------
@@ -372,4 +447,5 @@ __all__ = ["SPARSE_DENSITY", "aggregate_ensemble", "public_graph", "client_graph
            "teacher_config", "encode_queries",
            "decode_queries", "first_queries", "make_queries", "answer_limit",
            "ensemble_answer_limit", "client_limit", "ClientReply",
-           "client_answer", "Aggregate", "aggregate_partial"]
+           "client_answer", "Aggregate", "aggregate_partial", "SecAggKeys",
+           "masked_histograms", "unmask_histograms"]
