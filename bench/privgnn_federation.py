@@ -57,7 +57,9 @@ def run_config(name: str, clients: int, seed: int, args) -> object:
     over = {"num-clients": clients, "seed": seed, "client-epsilons": "inf",
             "num-queries": args.queries, "num-neighbours": args.k,
             "teacher-epochs": args.teacher_epochs, "epochs": args.student_epochs,
-            "projection-dim": args.projection_dim}
+            "projection-dim": args.projection_dim,
+            **({"weight-decay": args.student_weight_decay}
+               if args.student_weight_decay is not None else {})}
     return parse_run_config({**preset, **over})
 
 
@@ -360,6 +362,8 @@ def main(argv=None):
     p.add_argument("--k", type=int, default=100, help="K: neighbours per teacher (lowered to the smallest client's gamma * n)")
     p.add_argument("--teacher-epochs", type=int, default=100)
     p.add_argument("--student-epochs", type=int, default=200)
+    p.add_argument("--student-weight-decay", type=float, default=None,
+                   help="the student's weight decay (default: the preset's)")
     p.add_argument("--projection-dim", type=int, default=64, help="0: raw features (paper)")
     p.add_argument("--audit-fraction", type=float, default=0.2)
     p.add_argument("--threads", type=int, default=1,

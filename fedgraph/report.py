@@ -209,6 +209,12 @@ def format_table(report: dict) -> str:
                              for r in row["releases"])
         lines.append(f"  {subject:<{width}} epsilon {row['epsilon']:.4g}{delta}{extra}  "
                      f"[{releases}]")
+    collusion = report.get("privacy", {}).get("collusion")
+    if collusion and collusion.get("epsilon"):  # secure aggregation's weak point, stated
+        worst = max(collusion["epsilon"].values())
+        lines.append(f"  secure aggregation: against a server colluding with all other "
+                     f"clients, epsilon up to {worst:.4g} per client (own noise share only; "
+                     f"privacy.collusion)")
     note = report.get("privacy", {}).get("inference_note")
     if note:
         lines.append(f"  note: {note}")

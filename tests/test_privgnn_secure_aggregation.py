@@ -143,6 +143,9 @@ def test_secure_run_server_sees_only_masked_rows_and_learns_the_sum(tmp_path, mo
         assert disk["privacy"]["collusion"]["epsilon"][subject] == pytest.approx(
             pg.ensemble_epsilon(6, 3.0 / math.sqrt(2), 5.0 / math.sqrt(2), 1e-4), rel=1e-6)
     assert "secure aggregation" in disk["privacy"]["aggregation"]
+    from fedgraph.report import format_table
+    worst = max(disk["privacy"]["collusion"]["epsilon"].values())
+    assert f"colluding with all other clients, epsilon up to {worst:.4g}" in format_table(report)
     with pytest.raises(ValueError, match="different numbers of queries"):
         pf.unmask_histograms({0: masked[0], 1: masked[1][:3]}, 2)
     with pytest.raises(ValueError, match="contributions"):
