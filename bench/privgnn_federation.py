@@ -59,7 +59,9 @@ def run_config(name: str, clients: int, seed: int, args) -> object:
             "teacher-epochs": args.teacher_epochs, "epochs": args.student_epochs,
             "projection-dim": args.projection_dim,
             **({"weight-decay": args.student_weight_decay}
-               if args.student_weight_decay is not None else {})}
+               if args.student_weight_decay is not None else {}),
+            **({"student-holdout": args.student_holdout}
+               if args.student_holdout is not None else {})}
     return parse_run_config({**preset, **over})
 
 
@@ -124,6 +126,7 @@ def run_setting(name: str, clients: int, seed: int, args) -> dict:
            "clean_label_accuracy": float((clean == public.y[qidx]).float().mean()),
            "majority": pg.majority_accuracy(public), "lambdas": {}}
     kw = dict(hidden=cfg.hidden, dropout=cfg.dropout, epochs=cfg.epochs, lr=cfg.lr,
+              holdout_fraction=cfg.student_holdout,
               weight_decay=cfg.weight_decay, seed=seed)
     b1 = pg.nonprivate_teacher(private, public, epochs=cfg.epochs, seed=seed)
     row["B1_nonprivate_teacher"] = b1.test_accuracy
@@ -206,6 +209,7 @@ def run_ensemble(name: str, clients: int, seed: int, args, secure: bool | str = 
     total = torch.stack(votes).sum(0)
     truth = public.y[qidx]
     kw = dict(hidden=cfg.hidden, dropout=cfg.dropout, epochs=cfg.epochs, lr=cfg.lr,
+              holdout_fraction=cfg.student_holdout,
               weight_decay=cfg.weight_decay, seed=seed)
     row = {"dataset": name, "clients": clients, "seed": seed, "queries": Q,
            "teachers_per_client": args.teachers, "majority": pg.majority_accuracy(public),
@@ -364,6 +368,9 @@ def main(argv=None):
     p.add_argument("--student-epochs", type=int, default=200)
     p.add_argument("--student-weight-decay", type=float, default=None,
                    help="the student's weight decay (default: the preset's)")
+    p.add_argument("--student-holdout", type=float, default=None,
+                   help="share of pseudo-labels held out for the student's model selection "
+                        "(default: the preset's; 0: none)")
     p.add_argument("--projection-dim", type=int, default=64, help="0: raw features (paper)")
     p.add_argument("--audit-fraction", type=float, default=0.2)
     p.add_argument("--threads", type=int, default=1,

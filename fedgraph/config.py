@@ -392,6 +392,9 @@ class PrivGNNConfig(DataConfig):
     hidden: int = Field(64, ge=1, description="student hidden size")
     student_propagation: float = Field(0.0, ge=0, lt=1, description="label-propagation alpha "
                                        "smoothing the student over the public graph; 0: off")
+    student_holdout: float = Field(0.2, ge=0, lt=1, description="share of the pseudo-labelled "
+                                   "queries held out to select the student's epoch; 0: train "
+                                   "on all, keep the epoch that fits them best")
     dropout: float = Field(0.5, ge=0, lt=1)
     epochs: int = Field(200, ge=1, description="student epochs")
     lr: float = Field(0.01, gt=0)

@@ -189,7 +189,8 @@ class PrivGNNStrategy(PrivateStrategy):
             st = self._student(public, kept_idx, kept_labels)
         idx, labels = torch.cat(kept_idx), torch.cat(kept_labels)
         self.report.accuracy.update({
-            "test": st.test_accuracy, "holdout": st.holdout_accuracy,
+            "test": st.test_accuracy,
+            **({} if math.isnan(st.holdout_accuracy) else {"holdout": st.holdout_accuracy}),
             "pseudo_label": float((labels == public.y[idx]).float().mean()),
             "majority_class": pg.majority_accuracy(public)})
         self.report.extra["training"] = {"best_epoch": st.train.best_epoch,
@@ -200,7 +201,8 @@ class PrivGNNStrategy(PrivateStrategy):
         return pg.train_student(public, torch.cat(kept_idx), torch.cat(kept_labels),
                                 hidden=cfg.hidden, dropout=cfg.dropout, epochs=cfg.epochs,
                                 lr=cfg.lr, weight_decay=cfg.weight_decay, seed=cfg.seed,
-                                propagation=cfg.student_propagation)
+                                propagation=cfg.student_propagation,
+                                holdout_fraction=cfg.student_holdout)
 
     def _record_answers(self, partition_id: int, answered: int) -> None:
         """Ledger: ``answered`` more answers of client ``partition_id`` left it (recorded when

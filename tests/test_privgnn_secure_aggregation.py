@@ -104,8 +104,10 @@ def test_secure_run_server_sees_only_masked_rows_and_learns_the_sum(tmp_path, mo
 
     monkeypatch.setenv(SECRET_ENV, "test-secret-secagg")
     cfg, grid, report = _run_strategy({**SECURE, "client-epsilons": "inf",
-                                       "noise-source": "secret"}, tmp_path, monkeypatch)
+                                       "noise-source": "secret", "student-holdout": 0.0},
+                                      tmp_path, monkeypatch)
     assert report["status"] == "ok"
+    assert "holdout" not in report["accuracy"]  # no held-out slice: no holdout figure
     kinds = [m.metadata.message_type for _, m, _ in grid.log]
     assert kinds == ["query.privgnn_keys"] * 2 + ["query.privgnn"] * 2
     public, stats = pf.public_graph(cfg)
@@ -150,3 +152,20 @@ def test_secure_run_server_sees_only_masked_rows_and_learns_the_sum(tmp_path, mo
         pf.unmask_histograms({0: masked[0], 1: masked[1][:3]}, 2)
     with pytest.raises(ValueError, match="contributions"):
         pf.unmask_histograms({0: masked[0]}, 2)
+
+
+def test_student_without_holdout_trains_on_every_label():
+    """student-holdout = 0: all pseudo-labels are trained on (none held out), and no holdout
+    accuracy is claimed; 0.5 holds out half."""
+    from test_privgnn_federated import SMALL
+
+    cfg = parse_run_config(SMALL)
+    public, _ = pf.public_graph(cfg)
+    q = public.train_mask.nonzero().view(-1)[:20]
+    kw = dict(hidden=8, epochs=5, seed=0)
+    full = pg.train_student(public, q, public.y[q], holdout_fraction=0.0, **kw)
+    assert math.isnan(full.holdout_accuracy)
+    half = pg.train_student(public, q, public.y[q], holdout_fraction=0.5, **kw)
+    assert not math.isnan(half.holdout_accuracy)
+    with pytest.raises(ConfigError, match="student-holdout"):
+        parse_run_config({**SMALL, "student-holdout": 1.0})

@@ -1039,7 +1039,9 @@ def train_student(public: Data, query_idx: Tensor, labels: Tensor, *,
 
     Model selection uses a held-out slice (``holdout_fraction``) of the pseudo-labelled queries,
     never the public test labels; the test accuracy on ``public.test_mask`` is reported after
-    selection (evaluation only).
+    selection (evaluation only). ``holdout_fraction = 0``: every pseudo-label is trained on
+    and the epoch that fits them best is kept (``holdout_accuracy`` is NaN); with few noisy
+    labels (the ensemble mode) a small held-out slice selects erratically (README "PrivGNN").
 
     ``propagation`` in (0, 1) (our addition; 0: off): the student's class probabilities are
     smoothed over the public graph by label propagation with the released labels clamped in
@@ -1069,7 +1071,7 @@ def train_student(public: Data, query_idx: Tensor, labels: Tensor, *,
         if propagation:
             logits = propagate_labels(public, query_idx, labels, num_classes,
                                       logits.softmax(-1), alpha=propagation)
-    return StudentResult(res.model, res, res.val_accuracy,
+    return StudentResult(res.model, res, res.val_accuracy if n_hold else float("nan"),
                          accuracy(logits, public.y, public.test_mask), logits.argmax(-1))
 
 
