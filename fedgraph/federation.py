@@ -401,7 +401,7 @@ def preflight(cfg) -> dict:
     from pathlib import Path
 
     from .config import ConfigError
-    from .data import dataset_statistics, load_dataset, user_cache_dir
+    from .data.paths import user_cache_dir
 
     out = Path(cfg.output_dir).expanduser()
     try:
@@ -424,6 +424,8 @@ def preflight(cfg) -> dict:
     if views is not None:
         stats, domain = views[0].statistics, views[0].feature_domain
     else:
+        from .data import dataset_statistics, load_dataset
+
         try:
             with FileLock(str(user_cache_dir() / ".load.lock")):
                 data = load_dataset(cfg.dataset, cfg.data_root or None,

@@ -176,11 +176,33 @@ class RunReport:
                 "error": self.error, "config": self.config, "dataset": self.dataset,
                 "accuracy": self.accuracy, "privacy": self.privacy,
                 "timings_s": {**self.timings, "total": round(time.time() - self.started, 3)},
-                "host": {"python": platform.python_version(), "machine": platform.machine()},
+                "host": _host(),
                 **self.extra}
 
     def write(self, folder: str | Path, name: str) -> Path:
         return write_json_atomic(Path(folder) / f"{name}.json", self.to_dict())
+
+
+def _host() -> dict:
+    """The machine and the process that ran the server: Python, architecture, CPUs this
+    process may use, torch's thread counts and the thread settings of its environment (a
+    server step's speed depends on them: ``flwr run`` starts the ServerApp in a process of
+    its own, with the SuperLink's environment)."""
+    import os
+    import sys
+
+    out = {"python": platform.python_version(), "machine": platform.machine()}
+    try:
+        out["cpus"] = len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        out["cpus"] = os.cpu_count()
+    torch = sys.modules.get("torch")
+    if torch is not None:
+        out["torch_threads"] = torch.get_num_threads()
+        out["torch_interop_threads"] = torch.get_num_interop_threads()
+    out["env"] = {k: os.environ[k] for k in ("OMP_NUM_THREADS", "MKL_NUM_THREADS")
+                  if k in os.environ}
+    return out
 
 
 def format_table(report: dict) -> str:
