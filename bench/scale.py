@@ -42,7 +42,10 @@ Phases (``--phases``):
   one thread, like the plain run), ``--clients`` clients (random partition) and the small
   training budgets of :data:`RUN_SETTINGS` (the data size dominates). ``phase_s`` is the wall
   time of the ``fedgraph`` process from start to exit (interpreter, imports, Ray start and
-  stop, every client's data loading: each Ray worker loads and partitions the graph itself).
+  stop, every client's data loading: each client reads its part from the partition cache,
+  filled by the preflight on a miss); ``setup_s`` the report's client setup phase (GAP:
+  ``setup + calibration (clients)``: the Ray worker's start, the part's load, calibration)
+  and ``setup_share`` its share of ``phase_s``.
 * ``run-plain:<method>``: the same method and hyperparameters in one plain process without
   Flower or Ray (a child process, timed the same way): ``gap``: load, split and
   :func:`fedgraph.methods.gap.run_gap` (encoder and classifier epochs = rounds x local
@@ -85,6 +88,13 @@ run:ppgnn,run-plain:privgnn,run:privgnn --device cpu --out bench/results/scale_r
     OMP_NUM_THREADS=1 nice -n 5 python bench/scale.py --sizes 1e6 --degree 50 --clients 4 \\
         --phases run-plain:gap,run:gap --device cpu --timeout 900 --min-avail 1.5 \\
         --out 1e6.json   # then its two rows appended to scale_runs.json
+    # issue 16 (README, "Scale out"): PMA and FlexProp vs their plain loops, a GAP run vs plain
+    OMP_NUM_THREADS=1 nice -n 5 python bench/scale.py --sizes 1e6 --phases gap-plain,gap-pma \\
+        --device cpu --cache /tmp/sbm
+    OMP_NUM_THREADS=1 nice -n 5 python bench/scale.py --sizes 1e5 \\
+        --phases gap-plain,gap-pma,flexprop-plain,flexprop --device cpu --cache /tmp/sbm
+    OMP_NUM_THREADS=1 nice -n 5 python bench/scale.py --sizes 1e5 --clients 4 \\
+        --phases run-plain:gap,run:gap --device cpu
 
 Output: a table on stdout and, with ``--out``, JSON rows ``{phase, nodes, edges, graph_s,
 graph_peak_gib, setup_s, phase_s, peak_gib, device, threads, ratio}`` (``run`` rows also
@@ -486,8 +496,14 @@ def _whole_run(phase: str, nodes: int, degree: float, clients: int, device: str,
     else:
         res = json.loads((work / "stdout.log").read_text().strip().splitlines()[-1])
     shutil.rmtree(work, ignore_errors=True)
+    # The clients' setup phase of a federated run (GAP: "setup + calibration (clients)"):
+    # its seconds and its share of the whole wall time.
+    setup = next((v for k, v in (res.get("timings") or {}).items()
+                  if kind == "run" and k.startswith("setup")), None)
     return {"phase": phase, "nodes": nodes, "edges": res["edges"], "graph_s": None,
-            "graph_peak_gib": None, "setup_s": None, "phase_s": st["wall_s"],
+            "graph_peak_gib": None, "setup_s": setup,
+            "setup_share": None if setup is None else round(setup / st["wall_s"], 3),
+            "phase_s": st["wall_s"],
             "peak_gib": st["ru_maxrss_gib"], "tree_rss_gib": st["tree_rss_gib"],
             "tree_pss_gib": st["tree_pss_gib"], "largest_proc": st["largest_proc"],
             "largest_proc_gib": st["largest_proc_gib"], "samples": st["samples"],
@@ -602,6 +618,8 @@ def _fmt(row: dict) -> str:
         return f"{'-' if v is None else v:>{width}}"
 
     note = f"  Q={row['queries']}" if "queries" in row else ""
+    if row.get("setup_share") is not None:
+        note += f"  setup {100 * row['setup_share']:.1f} %"
     return (f"{row['phase']:<21}{row['nodes']:>9}{row['edges']:>11}{c('graph_s', 8)}"
             f"{c('setup_s', 8)}{c('phase_s', 9)}{c('peak_gib', 9)}{c('tree_rss_gib', 9)}"
             f"{c('tree_pss_gib', 9)}{c('ratio', 7)}{c('mem_ratio', 7)}  {row['device']}{note}")

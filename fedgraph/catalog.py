@@ -14,9 +14,10 @@ import, and that the messages are the same either way.
 """
 from __future__ import annotations
 
+import math
 import sys
 from dataclasses import dataclass
-from typing import Optional
+from typing import Optional, Tuple
 
 #: Built-in datasets (descriptions with ``<...>`` stand for a family of names), in the order
 #: ``fedgraph datasets`` and the unknown-name message list them.
@@ -91,7 +92,8 @@ def check_name(kind: str, spec: object) -> Optional[str]:
 def dataset_spec(name: object) -> Optional[str]:
     """:func:`fedgraph.data.dataset_spec` where it needs no import: a built-in name
     (lower-cased), ``facebook100:<College>``, an unknown name (raises ``ValueError``);
-    ``None`` for the rest (``synthetic-sbm:...``, import paths, registered names)."""
+    ``synthetic-sbm:...`` (:func:`fedgraph.data.synthetic.sbm_spec`); ``None`` for the rest
+    (import paths, registered names)."""
     if "fedgraph.data.datasets" in sys.modules or not isinstance(name, str) or not name.strip():
         return None
     key = name.strip().lower()
@@ -102,5 +104,42 @@ def dataset_spec(name: object) -> Optional[str]:
     if key in KINDS["dataset"].registered:
         return key
     if key.startswith("synthetic-sbm:"):
-        return None
+        return sbm_spec(key)  # parsed, not built: no torch
     return check_name("dataset", name)
+
+
+#: Number of classes of the synthetic SBM (equal sizes up to one node).
+SBM_CLASSES = 5
+#: Dataset names of the synthetic SBM start with this.
+SBM_PREFIX = 'synthetic-sbm:'
+
+
+def parse_sbm_name(name: str) -> Tuple[int, float, int]:
+    r"""``'synthetic-sbm:<nodes>:<avg_degree>[:<seed>]'`` -> ``(nodes, avg_degree, seed)``.
+
+    Raises:
+        ValueError: not of that form, ``nodes < 2 * SBM_CLASSES``, ``avg_degree`` not in
+            ``(0, nodes - 1]`` or ``seed < 0`` (the message shows the expected form).
+    """
+    form = ("expected 'synthetic-sbm:<nodes>:<avg_degree>[:<seed>]', e.g. "
+            "'synthetic-sbm:2000:10' (nodes an integer >= 10, avg_degree > 0: directed "
+            "edges per node, seed an integer >= 0, default 0)")
+    parts = name.strip().split(':')
+    if parts[0].strip().lower() != SBM_PREFIX[:-1] or len(parts) not in (3, 4):
+        raise ValueError(f"dataset {name!r}: {form}")
+    try:
+        nodes = int(parts[1].replace('_', ''))
+        degree = float(parts[2])
+        seed = int(parts[3]) if len(parts) == 4 else 0
+    except ValueError:
+        raise ValueError(f"dataset {name!r}: {form}") from None
+    if nodes < 2 * SBM_CLASSES or not (0 < degree <= nodes - 1) or not math.isfinite(degree) \
+            or seed < 0:
+        raise ValueError(f"dataset {name!r}: {form}; avg_degree must lie in (0, nodes - 1]")
+    return nodes, degree, seed
+
+
+def sbm_spec(name: str) -> str:
+    """Canonical spelling ``synthetic-sbm:<nodes>:<avg_degree>:<seed>`` (checked, not built)."""
+    nodes, degree, seed = parse_sbm_name(name)
+    return f"{SBM_PREFIX}{nodes}:{degree:g}:{seed}"

@@ -58,7 +58,8 @@ ENV = "FEDGRAPH_PARTITION_CACHE"
 MAX_BYTES = int(float(os.environ.get("FEDGRAPH_PARTITION_CACHE_MAX_GB", "4")) * 2 ** 30)
 #: modules whose source decides what the parts hold (a changed one is a miss)
 CODE_MODULES = ("fedgraph.data.splits", "fedgraph.data.partition", "fedgraph.data.levels",
-                "fedgraph.data.datasets", "fedgraph.data.synthetic", "fedgraph.federation",
+                "fedgraph.data.datasets", "fedgraph.data.paths", "fedgraph.data.synthetic",
+                "fedgraph.federation",
                 "fedgraph.partition_cache")
 
 
@@ -70,7 +71,7 @@ def cache_dir() -> Optional[Path]:
         return None
     if value:
         return Path(value).expanduser()
-    from .data import user_cache_dir
+    from .data.paths import user_cache_dir
 
     return user_cache_dir() / "partitions"
 
@@ -87,14 +88,19 @@ def code_digest() -> str:
     """SHA-256 of the sources of :data:`CODE_MODULES`, by module name (not path: two
     checkouts of the same code share entries). Only fedgraph's own partitioners are cached: a
     user's may depend on more than its inputs."""
-    import importlib
-    import inspect
-
     h = hashlib.sha256()
     for name in CODE_MODULES:
         h.update(f"{name}\0".encode())
-        _sha256_file(Path(inspect.getsourcefile(importlib.import_module(name))), h)
+        _sha256_file(_source_file(name), h)
     return h.hexdigest()
+
+
+def _source_file(module: str) -> Path:
+    """The source file of ``module``, found, not imported (a client reading its part need
+    not import PyG's dataset loaders)."""
+    import importlib.util
+
+    return Path(importlib.util.find_spec(module).origin)
 
 
 def graph_digest(data) -> str:
@@ -165,7 +171,7 @@ def remember_graph_digest(root: Path, source_key: Optional[str], digest: str) ->
 def source_key(dataset: str, data_root: Optional[str], min_class_size: int) -> Optional[str]:
     """A key for the dataset's input files as they are now (names, sizes, mtimes, inodes) and
     the loaders' code; ``None`` when the inputs are not known (a user loader)."""
-    from .data.datasets import dataset_inputs
+    from .data.paths import dataset_inputs
 
     paths = dataset_inputs(dataset, data_root or None)
     if paths is None:

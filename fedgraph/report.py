@@ -143,6 +143,7 @@ class RunReport:
     accuracy: dict = field(default_factory=dict)
     privacy: dict = field(default_factory=dict)
     timings: dict = field(default_factory=dict)
+    cpu_timings: dict = field(default_factory=dict)
     extra: dict = field(default_factory=dict)
     started: float = field(default_factory=time.time)
 
@@ -154,7 +155,7 @@ class RunReport:
         """Time a phase (wall seconds) into ``timings[name]``; with :attr:`progress`, show a
         spinner while it runs, with what :func:`progress` reports (clients done / total,
         round r of ``rounds``, queries answered), and one line with its time when it ends."""
-        t = time.perf_counter()
+        t, cpu = time.perf_counter(), time.process_time()
         ok = False
         status = _CONSOLE.status(f"{self.method}: {name} ...") if self.progress else nullcontext()
         outer = _PHASE[:]
@@ -167,6 +168,9 @@ class RunReport:
         finally:
             _PHASE[:] = outer
             self.timings[name] = round(time.perf_counter() - t, 3)
+            # CPU seconds of the server's process (all its threads) in the phase: beside the
+            # wall time, it tells work from waiting (on clients, or for a loaded machine's CPU).
+            self.cpu_timings[name] = round(time.process_time() - cpu, 3)
             if self.progress:
                 mark = "[green]done[/]" if ok else "[red]failed[/]"
                 _CONSOLE.print(f"{self.method}: {name} {mark} in {self.timings[name]:.1f} s")
@@ -176,11 +180,34 @@ class RunReport:
                 "error": self.error, "config": self.config, "dataset": self.dataset,
                 "accuracy": self.accuracy, "privacy": self.privacy,
                 "timings_s": {**self.timings, "total": round(time.time() - self.started, 3)},
-                "host": {"python": platform.python_version(), "machine": platform.machine()},
+                "server_cpu_s": dict(self.cpu_timings),
+                "host": _host(),
                 **self.extra}
 
     def write(self, folder: str | Path, name: str) -> Path:
         return write_json_atomic(Path(folder) / f"{name}.json", self.to_dict())
+
+
+def _host() -> dict:
+    """The machine and the process that ran the server: Python, architecture, CPUs this
+    process may use, torch's thread counts and the thread settings of its environment (a
+    server step's speed depends on them: ``flwr run`` starts the ServerApp in a process of
+    its own, with the SuperLink's environment)."""
+    import os
+    import sys
+
+    out = {"python": platform.python_version(), "machine": platform.machine()}
+    try:
+        out["cpus"] = len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        out["cpus"] = os.cpu_count()
+    torch = sys.modules.get("torch")
+    if torch is not None:
+        out["torch_threads"] = torch.get_num_threads()
+        out["torch_interop_threads"] = torch.get_num_interop_threads()
+    out["env"] = {k: os.environ[k] for k in ("OMP_NUM_THREADS", "OMP_WAIT_POLICY",
+                                              "MKL_NUM_THREADS") if k in os.environ}
+    return out
 
 
 def format_table(report: dict) -> str:

@@ -14,7 +14,6 @@ from flwr.clientapp import ClientApp
 from fedgraph.config import parse_run_config
 from fedgraph.device import resolve_device, to_cpu
 from fedgraph.federation import client_view, tensors, worker_info
-from fedgraph.methods import ppgnn
 from fedgraph.randomness import client_generator
 
 app = ClientApp()
@@ -32,6 +31,8 @@ def _setup(msg: Message, context: Context):
 def ppgnn_query(msg: Message, context: Context) -> Message:
     """Answer a PPM request with this client's users' reports (on the CPU whatever ``device``:
     see :func:`fedgraph.methods.ppgnn.client_report`)."""
+    from fedgraph.methods import ppgnn
+
     cfg, pid, view = _setup(msg, context)
     gen = client_generator(cfg, context, pid, "ppgnn")
     report = ppgnn.client_report(view.graph, cfg, view.feature_domain,
@@ -43,6 +44,8 @@ def ppgnn_query(msg: Message, context: Context) -> Message:
 @app.evaluate("ppgnn")
 def ppgnn_evaluate(msg: Message, context: Context) -> Message:
     """Count correct predictions of this client's users per split."""
+    from fedgraph.methods import ppgnn
+
     _, _, view = _setup(msg, context)
     pred = tensors(msg.content["predictions"])
     counts = ppgnn.count_correct(view.graph, pred["node_ids"], pred["pred"])

@@ -123,3 +123,29 @@ def test_a_preset_that_is_not_toml_fails_with_one_line(tmp_path):
     r = CliRunner().invoke(cli, ["run", str(bad)])
     assert r.exit_code == 1 and "fedgraph: FAILED: Invalid value" in r.output, r.output
     assert not isinstance(r.exception, Exception) or isinstance(r.exception, SystemExit)
+
+
+LIGHT_CLIENT = r"""
+import json, sys
+from fedgraph.config import parse_run_config
+cfg = parse_run_config({"method": "gap", "dataset": "synthetic-sbm:300:6:1"})
+assert cfg.dataset == "synthetic-sbm:300:6:1", cfg.dataset
+before = [m for m in ("torch", "torch_geometric") if m in sys.modules]
+import simulations.client_app, fedgraph.methods.gap_federated, fedgraph.methods.gap
+from fedgraph import partition_cache as pc
+from fedgraph.data import ClientGraph, partition
+pc.code_digest(); pc.source_key("facebook-pagepage", "", 1); pc.cache_dir()
+print(json.dumps({"config": before, "client": [m for m in ("torch_geometric", "torch._dynamo")
+                                               if m in sys.modules],
+                  "partition": callable(partition)}))
+"""
+
+
+def test_a_synthetic_dataset_validates_without_torch_and_gaps_client_path_without_pyg():
+    """Parsing ``synthetic-sbm:...`` imports no torch; a GAP client (its app, GAP's client
+    functions, its part of the partition cache's key) imports no PyG (about 2 s a process)."""
+    proc = subprocess.run([sys.executable, "-c", LIGHT_CLIENT], cwd=ROOT, capture_output=True,
+                          text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    out = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert out == {"config": [], "client": [], "partition": True}

@@ -95,3 +95,28 @@ def test_a_claimed_figure_never_becomes_the_epsilon_of_a_release_that_is_not_dp(
     assert led.claims["client-0"][0][2].count == 6
     text = json.dumps(strict_json(row), allow_nan=False)
     assert '"epsilon": "inf"' in text
+
+
+def test_summary_composes_each_distinct_event_list_once(monkeypatch):
+    """Subjects with the same events get the figures a ledger of that subject alone gives,
+    computed once; a subject with other events gets its own."""
+    from fedgraph.accounting import Gaussian
+
+    ledger = PrivacyLedger()
+    for s in ("client-0", "client-1", "client-2"):
+        ledger.record(s, "pma", Gaussian(1.5, count=2))
+    ledger.record("client-3", "pma", Gaussian(3.0, count=2))
+    calls = []
+    figures = PrivacyLedger._summary_figures
+    monkeypatch.setattr(PrivacyLedger, "_summary_figures",
+                        lambda self, *a: calls.append(a) or figures(self, *a))
+    rows = ledger.summary(1e-5, "prv")
+    assert len(calls) == 2
+    alone = PrivacyLedger()
+    alone.record("client-1", "pma", Gaussian(1.5, count=2))
+    want = alone.summary(1e-5, "prv")["client-1"]
+    for s in ("client-0", "client-1", "client-2"):
+        assert rows[s] == want
+    assert rows["client-3"]["epsilon"] < rows["client-0"]["epsilon"]
+    rows["client-0"]["cross_check"]["agrees"] = "changed"  # rows do not share objects
+    assert rows["client-1"]["cross_check"]["agrees"] is True

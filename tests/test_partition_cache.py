@@ -266,12 +266,41 @@ def test_the_code_digest_follows_the_source_not_the_path(monkeypatch, tmp_path):
     digest = pc.code_digest()
     copy = tmp_path / "splits.py"
     copy.write_text(inspect.getsource(__import__("fedgraph.data.splits", fromlist=["x"])))
-    real = inspect.getsourcefile
+    real = pc._source_file
 
-    def moved(obj):
-        return str(copy) if getattr(obj, "__name__", "") == "fedgraph.data.splits" else real(obj)
+    def moved(name):
+        return copy if name == "fedgraph.data.splits" else real(name)
 
-    monkeypatch.setattr(inspect, "getsourcefile", moved)
+    monkeypatch.setattr(pc, "_source_file", moved)
     assert pc.code_digest() == digest  # another checkout of the same code
     copy.write_text(copy.read_text() + "\n# changed\n")
     assert pc.code_digest() != digest
+
+
+def test_preflight_loads_the_dataset_once_on_a_miss_and_not_at_all_on_a_hit(cache, monkeypatch,
+                                                                             tmp_path):
+    """A cold preflight loads the graph once (its check of the clients reuses it); a warm
+    one, in a fresh process (no views in memory), reads the parts and loads nothing."""
+    from fedgraph import data as fdata
+
+    loads = []
+    original = fdata.load_dataset
+
+    def counted(*a, **k):
+        loads.append(1)
+        return original(*a, **k)
+
+    monkeypatch.setattr(fdata, "load_dataset", counted)
+    monkeypatch.setattr(federation, "load_dataset", counted, raising=False)
+    from fedgraph.data import datasets
+    monkeypatch.setattr(datasets, "load_dataset", counted)
+    cfg = parse_run_config({**GAP, "output-dir": str(tmp_path / "out")})
+    cold = federation.preflight(cfg)
+    assert len(loads) == 1
+    federation._client_views.cache_clear()  # as a new process
+    warm = federation.preflight(cfg)
+    assert len(loads) == 1 and warm == cold
+    federation._client_views.cache_clear()
+    with pytest.raises(federation.NotCached):  # another seed: not in the cache
+        federation.client_view(parse_run_config({**GAP, "seed": 4}), 0, compute=False)
+    assert len(loads) == 1

@@ -46,3 +46,34 @@ def test_routing_equals_the_per_client_loop(num_nodes, num_clients, seed):
     assert got[-1][0].numel() == 0 and got[-1][1].shape == (0, dim)
     for i, (ids, _) in enumerate(got):
         assert bool((owner[ids] == i).all())
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_positions_equal_searchsorted(seed):
+    """The inverse-table lookup that replaced searchsorted in pma_partial_sums/pma_finish gives
+    the same positions, and -1 for ids that are not there (both callers then raise)."""
+    from fedgraph.methods.gap_federated import _positions
+
+    g = torch.Generator().manual_seed(seed)
+    ids = torch.randperm(1000, generator=g)[:300].sort().values
+    query = ids[torch.randint(0, 300, (5000,), generator=g)]
+    assert torch.equal(_positions(ids, query), torch.searchsorted(ids, query))
+    missing = torch.tensor([int(ids.max()) + 5, *[i for i in range(1000) if i not in set(ids.tolist())][:3]])
+    assert bool((_positions(ids, missing) == -1).all())
+    assert _positions(ids, query[:0]).numel() == 0
+
+
+def test_partial_sums_and_finish_refuse_unknown_ids():
+    from fedgraph.methods.gap_federated import pma_finish, pma_partial_sums
+
+    h = torch.randn(3, 4)
+    local = torch.tensor([[0, 1], [1, 2]])
+    boundary = torch.tensor([[0, 2], [7, 9]])  # remote targets 7 and 9
+    with pytest.raises(ValueError, match="every boundary target"):
+        pma_partial_sums(h, local, boundary, 1.0, torch.Generator().manual_seed(0),
+                         remote_ids=torch.tensor([5, 7, 8]))
+    ls, ids, sums = pma_partial_sums(h, local, boundary, 0.0, torch.Generator(),
+                                     remote_ids=torch.tensor([5, 7, 8, 9]))
+    assert torch.equal(sums[1], h[0]) and torch.equal(sums[3], h[2]) and not sums[0].any()
+    with pytest.raises(ValueError, match="does not hold"):
+        pma_finish(ls, torch.tensor([0, 1, 2]), torch.tensor([1, 4]), torch.zeros(2, 4))

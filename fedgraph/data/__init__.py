@@ -1,14 +1,33 @@
 r"""Datasets, splits, client partitions and privacy levels."""
-from .datasets import (DATASETS, KNOWN_DATASETS, check_graph, dataset_spec,
-                       dataset_statistics, known_datasets, load_dataset,
-                       load_facebook100, one_hot_attributes, read_graph_files,
-                       register_dataset, resolve_root, user_cache_dir)
+# The dataset loaders (and with them PyG and torch._dynamo, about 2 s per process on 2 cores)
+# are imported on first use (PEP 562): a client that only reads its part of the partition
+# cache (a ClientGraph) does not need them. Splits, partitions and levels need only torch.
+from importlib import import_module as _import_module
+
 from .levels import (assign_privacy_levels, check_budgets, geometric_budgets,
                      level_budgets)
 from .partition import (PARTITIONERS, ClientGraph, build_client_graphs,
                         fix_empty_clients, partition, register_partitioner)
 from .splits import (SPLITS, apply_split, gap_split, planetoid_split,
                      ppgnn_split, random_split)
+
+_WHERE = dict.fromkeys(('DATASETS', 'KNOWN_DATASETS', 'check_graph', 'dataset_spec',
+                        'dataset_statistics', 'known_datasets', 'load_dataset',
+                        'load_facebook100', 'one_hot_attributes', 'read_graph_files',
+                        'register_dataset', 'resolve_root', 'user_cache_dir'), 'datasets')
+
+
+def __getattr__(name: str):
+    if name in _WHERE:
+        value = getattr(_import_module(f"{__name__}.{_WHERE[name]}"), name)
+        globals()[name] = value
+        return value
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def __dir__():
+    return sorted(set(globals()) | set(_WHERE))
+
 
 __all__ = [
     'DATASETS', 'KNOWN_DATASETS', 'check_graph', 'dataset_spec', 'known_datasets',

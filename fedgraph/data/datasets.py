@@ -83,48 +83,14 @@ from ..catalog import KNOWN_DATASETS  # the built-in names (known without torch)
 from ..registry import ContractError, Registry, spec_label
 from .synthetic import PREFIX as SBM_PREFIX
 from .synthetic import load_sbm, sbm_spec
+from .paths import (_BUNDLED_ROOT, _PLANETOID_NAMES, ENV_DATA, bundled_root,  # noqa: F401
+                    dataset_inputs, resolve_root, user_cache_dir)
 
 PathLike = Union[str, Path]
 
-ENV_DATA = 'FEDGRAPH_DATA'
 
-_PLANETOID_NAMES = {'cora': 'Cora', 'citeseer': 'CiteSeer', 'pubmed': 'PubMed'}
 _PLANETOID_FILES = ('x', 'tx', 'allx', 'y', 'ty', 'ally', 'graph', 'test.index')
 
-_BUNDLED_ROOT = Path(__file__).resolve().parent / '_bundled'
-
-
-def bundled_root() -> Path:
-    """Folder of the data shipped with the package (Cora's raw files).
-
-    ``flwr run`` executes a copy of the app (a FAB) that holds only ``.py``/``.toml``/``.md``
-    and similar files, and that copy shadows the installed package on ``sys.path``: so when
-    the files are not next to this module, look in the installed distribution (a regular
-    install in site-packages, or the source tree of an editable install).
-    """
-    candidates = [_BUNDLED_ROOT]
-    try:
-        import json
-        from importlib.metadata import distribution
-
-        dist = distribution('fedgraph')
-        located = Path(dist.locate_file('fedgraph/data/_bundled'))
-        if located.is_absolute():
-            candidates.append(located)
-        url = dist.read_text('direct_url.json')
-        if url:
-            info = json.loads(url)
-            if info.get('url', '').startswith('file://'):
-                from urllib.parse import unquote, urlparse
-
-                src = Path(unquote(urlparse(info['url']).path))
-                candidates.append(src / 'fedgraph' / 'data' / '_bundled')
-    except Exception:  # not installed: only the folder next to this module
-        pass
-    for c in candidates:
-        if (c / 'planetoid' / 'Cora' / 'raw' / 'ind.cora.x').is_file():
-            return c
-    return _BUNDLED_ROOT
 
 #: Columns of ``local_info`` in the Facebook100 ``.mat`` files.
 FACEBOOK100_COLUMNS: Tuple[str, ...] = ('status', 'gender', 'major',
@@ -136,34 +102,6 @@ _FB100_YEAR = 5
 # --------------------------------------------------------------------------
 # Paths
 # --------------------------------------------------------------------------
-def user_cache_dir() -> Path:
-    r"""Returns the user cache folder of the project.
-
-    ``$XDG_CACHE_HOME/fedgraph`` if ``XDG_CACHE_HOME`` is set, else
-    ``~/.cache/fedgraph``. The folder is not created.
-    """
-    base = os.environ.get('XDG_CACHE_HOME')
-    if not base:
-        base = os.path.join(os.path.expanduser('~'), '.cache')
-    return Path(base) / 'fedgraph'
-
-
-def resolve_root(root: Optional[PathLike] = None) -> Path:
-    r"""Resolves the data root folder.
-
-    Args:
-        root (str or Path, optional): Explicit root. (default: :obj:`None`)
-
-    Returns:
-        Path: ``root`` if given, else ``$FEDGRAPH_DATA`` if set, else
-        :func:`user_cache_dir`.
-    """
-    if root is not None:
-        return Path(root).expanduser()
-    env = os.environ.get(ENV_DATA)
-    if env:
-        return Path(env).expanduser()
-    return user_cache_dir()
 
 
 def _is_writable_dir(path: Path) -> bool:
@@ -265,30 +203,6 @@ def _remove_empty_processed(base: Path, since: float) -> None:
 # --------------------------------------------------------------------------
 # Normalisation and statistics
 # --------------------------------------------------------------------------
-def dataset_inputs(name: str, root: Optional[PathLike] = None) -> Optional[List[Path]]:
-    r"""The folders and files a built-in dataset is read from (for
-    :mod:`fedgraph.partition_cache` to notice a changed input without loading
-    the graph): ``raw`` folders of the PyG datasets (Cora: the root's and the
-    bundled copy), the college's ``.mat`` for Facebook100, ``[]`` for
-    ``synthetic-sbm:`` (generated from its name). ``None`` where only the
-    loader knows (``files``, registered loaders, import paths).
-    """
-    key = name.strip().lower()
-    base = resolve_root(root)
-    if key.startswith(SBM_PREFIX):
-        return []
-    if key.startswith('facebook100:'):
-        college = name.strip().split(':', 1)[1].strip().lower()
-        folder = base / 'facebook100'
-        return sorted(p for p in folder.glob('*') if p.stem.lower() == college) \
-            if folder.is_dir() else []
-    if key in _PLANETOID_NAMES:
-        rel = Path('planetoid') / _PLANETOID_NAMES[key] / 'raw'
-        return [base / rel] + ([bundled_root() / rel] if key == 'cora' else [])
-    folders = {'facebook-pagepage': Path('musae') / 'FacebookPagePage' / 'raw',
-               'lastfm-asia': Path('lastfm') / 'raw', 'reddit': Path('reddit') / 'raw',
-               'ogbn-products': Path('ogbn_products')}
-    return [base / folders[key]] if key in folders else None
 
 
 def _finalize(data: Data, name: str,

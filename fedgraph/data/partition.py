@@ -17,12 +17,13 @@ from __future__ import annotations
 
 import heapq
 from dataclasses import dataclass
-from typing import Callable, List, Optional
+from typing import TYPE_CHECKING, Callable, List, Optional
 
 import numpy as np
 import torch
 from torch import Tensor
-from torch_geometric.data import Data
+if TYPE_CHECKING:
+    from torch_geometric.data import Data
 
 from ..registry import ContractError, Registry
 

@@ -8,10 +8,11 @@ from __future__ import annotations
 
 import copy
 import math
-from typing import Callable, Dict
+from typing import TYPE_CHECKING, Callable, Dict
 
 import torch
-from torch_geometric.data import Data
+if TYPE_CHECKING:
+    from torch_geometric.data import Data
 
 _EPS = 1e-9
 

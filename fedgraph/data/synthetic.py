@@ -19,55 +19,23 @@ STATS (``synthetic-sbm:2000:10``): 2,000 nodes, 20,000 directed edges, 32 binary
 """
 from __future__ import annotations
 
-import math
 import zlib
-from typing import Tuple
+from typing import TYPE_CHECKING, Tuple
 
-import torch
-from torch import Tensor
-from torch_geometric.data import Data
+if TYPE_CHECKING:  # torch and PyG load with sbm_graph: parsing a name needs neither
+    from torch import Tensor
+    from torch_geometric.data import Data
 
-#: Number of classes (equal sizes up to one node).
-SBM_CLASSES = 5
+# The name's parsing lives in fedgraph.catalog: a run config is checked without torch.
+from ..catalog import SBM_CLASSES, parse_sbm_name, sbm_spec  # noqa: F401
+from ..catalog import SBM_PREFIX as PREFIX
+
 #: Expected share of edges whose endpoints share a class.
 SBM_HOMOPHILY = 0.8
 #: Number of binary features.
 SBM_FEATURES = 32
 #: ``P(x_f = 1)`` for a feature in the node's class block, and outside it.
 SBM_FEATURE_P = (0.5, 0.1)
-
-PREFIX = 'synthetic-sbm:'
-
-
-def parse_sbm_name(name: str) -> Tuple[int, float, int]:
-    r"""``'synthetic-sbm:<nodes>:<avg_degree>[:<seed>]'`` -> ``(nodes, avg_degree, seed)``.
-
-    Raises:
-        ValueError: not of that form, ``nodes < 2 * SBM_CLASSES``, ``avg_degree`` not in
-            ``(0, nodes - 1]`` or ``seed < 0`` (the message shows the expected form).
-    """
-    form = ("expected 'synthetic-sbm:<nodes>:<avg_degree>[:<seed>]', e.g. "
-            "'synthetic-sbm:2000:10' (nodes an integer >= 10, avg_degree > 0: directed "
-            "edges per node, seed an integer >= 0, default 0)")
-    parts = name.strip().split(':')
-    if parts[0].strip().lower() != PREFIX[:-1] or len(parts) not in (3, 4):
-        raise ValueError(f"dataset {name!r}: {form}")
-    try:
-        nodes = int(parts[1].replace('_', ''))
-        degree = float(parts[2])
-        seed = int(parts[3]) if len(parts) == 4 else 0
-    except ValueError:
-        raise ValueError(f"dataset {name!r}: {form}") from None
-    if nodes < 2 * SBM_CLASSES or not (0 < degree <= nodes - 1) or not math.isfinite(degree) \
-            or seed < 0:
-        raise ValueError(f"dataset {name!r}: {form}; avg_degree must lie in (0, nodes - 1]")
-    return nodes, degree, seed
-
-
-def sbm_spec(name: str) -> str:
-    """Canonical spelling ``synthetic-sbm:<nodes>:<avg_degree>:<seed>`` (checked, not built)."""
-    nodes, degree, seed = parse_sbm_name(name)
-    return f"{PREFIX}{nodes}:{degree:g}:{seed}"
 
 
 def sbm_graph(num_nodes: int, avg_degree: float, seed: int = 0, *,
@@ -106,6 +74,9 @@ def sbm_graph(num_nodes: int, avg_degree: float, seed: int = 0, *,
         raise ValueError(f"homophily must lie in [1/num_classes, 1], got {homophily}")
     if num_features < c:
         raise ValueError(f"num_features must be >= num_classes, got {num_features}")
+    import torch
+    from torch_geometric.data import Data
+
     # Not ``seed`` itself: a split seeded with the same integer draws the same randperm, and
     # the test nodes would all be of one class.
     gen = torch.Generator().manual_seed(zlib.crc32(f"{PREFIX}{n}:{avg_degree}:{seed}".encode()))
