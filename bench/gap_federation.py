@@ -59,8 +59,10 @@ def largest_class_shares(run_config: dict) -> list[float]:
 
 #: what leaves a client in the training rounds of each schedule (edge level; PMA's rows are
 #: the only edge-dependent release, each client's epsilon is its PMA's, from the ledger)
-RELEASES = {"fedavg": "weights after local-epochs of Adam per round",
-            "fedsgd": "one full-batch gradient (and batch-norm statistics) per round"}
+RELEASES = {"fedavg": "weights after local-epochs of Adam per round, and (edge level) each "
+                      "round's validation accuracy/loss/count, encoder and classifier",
+            "fedsgd": "one full-batch gradient (and batch-norm statistics) per round, and each "
+                      "round's validation accuracy/loss/count, encoder and classifier"}
 
 
 def main() -> None:
