@@ -31,7 +31,8 @@ from strategies.gap import _seeded_init
 ROUNDS = 15
 BASE = {"method": "gap", "dataset": "synthetic-sbm:600:6", "client-epsilons": "inf",
         "encoder-rounds": ROUNDS, "classifier-rounds": ROUNDS, "schedule": "fedsgd", "hops": 2,
-        "device": "cpu", "seed": 0}
+        "device": "cpu", "seed": 0,
+        "lr": 0.05}  # the encoder's best validation round is then not its last (seed 0)
 
 
 def _run(tmp_path, num_clients: int, partitioner: str, **extra):
@@ -103,7 +104,8 @@ def test_one_client_fedsgd_is_centralized_gap(one_client):
     """The one-client federated run = centralized GAP's fit: the encoder and the classifier
     each with selection on validation (edge level), PMA between them; the same initial weights
     (the run's seed), so the same final weights and the same selected rounds."""
-    _check_centralized(*one_client)
+    enc_round = _check_centralized(*one_client)
+    assert enc_round < ROUNDS  # so a run that kept the last encoder round would fail
 
 
 def test_one_client_fedsgd_with_batch_norm_is_centralized_gap(tmp_path):
@@ -141,6 +143,7 @@ def _check_centralized(cfg, st, grid, rep):
     assert rep["training"]["selected_round"] == res.best_epoch
     acc = float((clf(x[data.test_mask]).argmax(-1) == data.y[data.test_mask]).float().mean())
     assert rep["accuracy"]["test"] == pytest.approx(acc, abs=1e-6)
+    return enc_res.best_epoch
 
 
 def test_fedsgd_refuses_what_would_change_the_trajectory():
