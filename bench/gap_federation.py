@@ -2,9 +2,13 @@
 without cross-client edges, through real Flower simulations (Ray backend).
 
 Usage: python bench/gap_federation.py [--dataset facebook100:Wisconsin87] [--clients 10]
-       [--epsilon 4] [--seeds 1] [--data-root ../shared/data] [--reuse] [--settings louvain random]
-       [--set secure-aggregation=true] [--local]
-Prints a table and writes bench/results/gap_federation.json.
+       [--epsilon 4] [--seeds 1] [--first-seed 0] [--data-root ../shared/data] [--reuse]
+       [--settings louvain random] [--set secure-aggregation=true] [--local]
+Prints the command, the load average, one line per setting (mean +- std over the seeds and
+every seed's test accuracy, the clients' largest class shares, the largest client epsilon
+recomposed from the ledger) and writes bench/results/gap_federation.json. The best measured
+schedule for louvain clients (README, GAP results): ``--local --seeds 5 --set schedule=fedsgd
+encoder-rounds=100 classifier-rounds=100 local-epochs=1 hops=4 secure-aggregation=true``.
 
 Settings are compared paired by seed, so the clients' noise is reproducible:
 ``noise-source = secret`` with ``$FEDGRAPH_NOISE_SECRET`` (default: a fixed benchmark secret;
