@@ -11,9 +11,11 @@ Usage:
   python bench/gap_tune.py --seeds 5 --epsilons 4 8 inf --grid batch-norm=false,true \
       encoder-select=false,true [--set edge-unit=directed] [--out results.json]
 Every ``--grid`` key is a ``GAPConfig`` key (``batch-norm``, ``lr``, ``hidden``, ``hops``,
-``encoder-rounds``, ``classifier-rounds``, ``dropout``, ...) or ``encoder-select`` (keep the
-encoder's best validation epoch); the product of the grids runs, each over every seed and
-epsilon. Prints mean +- std test accuracy per setting.
+``encoder-rounds``, ``classifier-rounds``, ``edge-unit``, ...) or one of the diagnostics
+``encoder-select`` (keep the encoder's best validation epoch, as federated runs at edge level
+do) and ``bn-parts`` (with ``batch-norm=true``: keep only some batch norms, ``enc-hidden``,
+``enc-out``, ``cls-out``, joined by ``+``); the product of the grids runs, each over every
+seed and epsilon. Prints mean +- std test accuracy per setting (and every seed's).
 """
 from __future__ import annotations
 
