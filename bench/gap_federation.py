@@ -2,9 +2,13 @@
 without cross-client edges, through real Flower simulations (Ray backend).
 
 Usage: python bench/gap_federation.py [--dataset facebook100:Wisconsin87] [--clients 10]
-       [--epsilon 4] [--seeds 1] [--data-root ../shared/data] [--reuse] [--settings louvain random]
-       [--set secure-aggregation=true] [--local]
-Prints a table and writes bench/results/gap_federation.json.
+       [--epsilon 4] [--seeds 1] [--first-seed 0] [--data-root ../shared/data] [--reuse]
+       [--settings louvain random] [--set secure-aggregation=true] [--local]
+Prints the command, the load average, one line per setting (mean +- std over the seeds and
+every seed's test accuracy, the clients' largest class shares, the largest client epsilon
+recomposed from the ledger) and writes bench/results/gap_federation.json. The best measured
+schedule for louvain clients (README, GAP results): ``--local --seeds 5 --set schedule=fedsgd
+encoder-rounds=100 classifier-rounds=100 local-epochs=1 hops=4 secure-aggregation=true``.
 
 Settings are compared paired by seed, so the clients' noise is reproducible:
 ``noise-source = secret`` with ``$FEDGRAPH_NOISE_SECRET`` (default: a fixed benchmark secret;
@@ -15,7 +19,9 @@ from __future__ import annotations
 import argparse
 import os
 import resource
+import shlex
 import statistics
+import sys
 import time
 from pathlib import Path
 
@@ -59,8 +65,10 @@ def largest_class_shares(run_config: dict) -> list[float]:
 
 #: what leaves a client in the training rounds of each schedule (edge level; PMA's rows are
 #: the only edge-dependent release, each client's epsilon is its PMA's, from the ledger)
-RELEASES = {"fedavg": "weights after local-epochs of Adam per round",
-            "fedsgd": "one full-batch gradient (and batch-norm statistics) per round"}
+RELEASES = {"fedavg": "weights after local-epochs of Adam per round, and (edge level) each "
+                      "round's validation accuracy/loss/count, encoder and classifier",
+            "fedsgd": "one full-batch gradient (and batch-norm statistics) per round, and each "
+                      "round's validation accuracy/loss/count, encoder and classifier"}
 
 
 def main() -> None:
@@ -71,6 +79,8 @@ def main() -> None:
     p.add_argument("--epsilon", type=float, default=4.0)
     p.add_argument("--level", default="edge")
     p.add_argument("--seeds", type=int, default=1)
+    p.add_argument("--first-seed", type=int, default=0,
+                   help="seeds first-seed .. first-seed + seeds - 1")
     p.add_argument("--data-root", default=str(Path(__file__).parents[2] / "shared" / "data"))
     p.add_argument("--out", default=str(Path(__file__).parent / "results" / "gap_federation.json"))
     p.add_argument("--settings", nargs="*", default=None,
@@ -112,12 +122,16 @@ def main() -> None:
         settings.pop("1 client")
 
     extra = load_run_config(None, args.set)  # typed like fedgraph run --set
+    command = "python " + " ".join(shlex.quote(a) for a in sys.argv)
+    load_start = os.getloadavg()
+    print(f"command: {command}\nload average at start: "
+          + " / ".join(f"{v:.1f}" for v in load_start), flush=True)
     os.environ.setdefault("FEDGRAPH_NOISE_SECRET", "fedgraph-bench-gap-federation")
     tag = "".join(f"-{k}={v}" for k, v in sorted(extra.items()))
     results = {}
     for name, s in settings.items():
         accs, secs, eps = [], [], []
-        for seed in range(args.seeds):
+        for seed in range(args.first_seed, args.first_seed + args.seeds):
             t = time.time()
             run_config = {
                 "method": "gap", "dataset": args.dataset, "data-root": args.data_root,
@@ -148,14 +162,20 @@ def main() -> None:
                          "runs": accs, "seconds": statistics.mean(secs),
                          "peak_rss_mib_driver": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}
         print(f"{name:<48} test acc {100 * results[name]['mean']:.1f} +- "
-              f"{100 * results[name]['std']:.1f}  ({results[name]['seconds']:.0f} s/run; "
+              f"{100 * results[name]['std']:.1f} over {len(accs)} seed(s) "
+              f"({', '.join(f'{100 * a:.1f}' for a in accs)})  "
+              f"({results[name]['seconds']:.0f} s/run; "
               f"largest class share per client {min(shares):.2f}-{max(shares):.2f}; "
               f"max client eps {max(eps):.3g})", flush=True)
     if "1 client" in results:
         base = results["1 client"]["mean"]
         for name, r in results.items():
             r["lost_vs_one_client"] = base - r["mean"]
-    out = write_json_atomic(args.out, {"args": vars(args), "results": results})
+    load_end = os.getloadavg()
+    print("load average at end: " + " / ".join(f"{v:.1f}" for v in load_end))
+    out = write_json_atomic(args.out, {"args": vars(args), "command": command,
+                                       "load_average": {"start": load_start, "end": load_end},
+                                       "results": results})
     print(f"wrote {out}")
 
 

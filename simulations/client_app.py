@@ -237,14 +237,19 @@ def gap_pma(msg: Message, context: Context) -> Message:
 
 @app.evaluate()
 def gap_evaluate_round(msg: Message, context: Context) -> Message:
-    """FedAvg evaluation round: validation accuracy of the aggregated classifier."""
+    """FedAvg evaluation round: validation accuracy of the aggregated encoder (its
+    pre-training head, on the raw features) or classifier (the config's ``phase``)."""
     from fedgraph.methods.gap import evaluate
 
     cfg, _, view = _setup(msg, context)
     if cfg.level == "node":
         raise ValueError("level: node: the validation labels are private, validation accuracy "
                          "is not released (the strategy does not select rounds at node level)")
-    model, x = _gap_inputs(cfg, view, context, "gap.classifier", msg.content["arrays"])
+    config = msg.content["config"]
+    phase = str(config["phase"]) if "phase" in config else "gap.classifier"
+    if phase not in ("gap.encoder", "gap.classifier"):
+        raise ValueError(f"unknown GAP phase {phase!r}")
+    model, x = _gap_inputs(cfg, view, context, phase, msg.content["arrays"])
     res = evaluate(model, x, _on(x, view.graph.y), _on(x, view.graph.val_mask))
     acc, loss = (res["accuracy"], res["loss"]) if res["total"] else (0.0, 0.0)
     # the exact count as weight (0: this client has no validation node), the loss breaks ties

@@ -1,9 +1,10 @@
 """GAP as a Flower strategy (Sajadmanesh et al., USENIX Security 2023), federated.
 
 Phases: setup (each client calibrates its noise for its own epsilon target and reports its
-plan) -> encoder rounds (FedAvg; node level: DP-SGD on the clients) -> PMA hop by hop, with
-cross-client edges served by noisy partial sums routed through the server -> classifier rounds
-(FedAvg, best round by validation accuracy at edge level) -> evaluation on the clients.
+plan) -> encoder rounds (FedAvg; node level: DP-SGD on the clients; edge level: best round by
+validation accuracy) -> PMA hop by hop, with cross-client edges served by noisy partial sums
+routed through the server -> classifier rounds (FedAvg, best round by validation accuracy at
+edge level) -> evaluation on the clients.
 
 ``inference = "inductive"``: PMA runs on the training graph (edges between train/val nodes),
 and once more after the classifier rounds on the held-out graph (edges between test nodes;
@@ -182,16 +183,25 @@ class GAPStrategy(PrivateStrategy):
                     n: RecordDict({"config": payload}) for n in nodes}, cfg.timeout)
                 self._keys = [bytes(keys[n]["secagg"]["public-key"]) for n in nodes]
         encoder_arrays = ArrayRecord()
+        select = cfg.level == "edge"  # node level: validation labels are private
+        training = {}
         if cfg.variant != "mlp" and cfg.encoder_rounds > 0:
             with self.report.phase(f"encoder rounds ({self._server_name()})",
                                    rounds=cfg.encoder_rounds):
                 enc = _seeded_init(build_encoder, cfg, num_features, num_classes)
-                fedavg = self._trainer("encoder", enc)
+                # Edge level: the encoder, like the classifier, is the round with the best
+                # validation accuracy of its pre-training head (the reference code's
+                # checkpointing); it reads no edge, so the per-round validation counts are
+                # no PMA release (README "What leaves a client").
+                fedavg = self._trainer("encoder", enc, select)
                 fedavg.on_train_reply = lambda rnd, r: self._released(
                     r.metadata.src_node_id, "encoder")
+                enc_cfg = ConfigRecord({"json": cfg_json, "phase": "gap.encoder"})
                 res = fedavg.start(grid, ArrayRecord(enc.state_dict()), cfg.encoder_rounds,
-                                   cfg.timeout, ConfigRecord({"json": cfg_json, "phase": "gap.encoder"}))
-                encoder_arrays = res.arrays
+                                   cfg.timeout, enc_cfg, enc_cfg)
+                encoder_arrays = fedavg.best[2] if select and fedavg.best else res.arrays
+                training["encoder_selected_round"] = (fedavg.best[1] if select and fedavg.best
+                                                      else cfg.encoder_rounds)
         if cfg.variant != "mlp":
             with self.report.phase("PMA (clients, via server)"):
                 self._pma(grid, nodes, owner, payload, encoder_arrays,
@@ -199,7 +209,6 @@ class GAPStrategy(PrivateStrategy):
         with self.report.phase(f"classifier rounds ({self._server_name()})",
                                rounds=cfg.classifier_rounds):
             clf = _seeded_init(build_classifier, cfg, num_features, num_classes)
-            select = cfg.level == "edge"  # node level: validation labels are private
             fedavg = self._trainer("classifier", clf, select)
             fedavg.on_train_reply = lambda rnd, r: self._released(r.metadata.src_node_id,
                                                                   "classifier")
@@ -208,7 +217,7 @@ class GAPStrategy(PrivateStrategy):
                                cfg.timeout, train_cfg, train_cfg)
             arrays = fedavg.best[2] if select and fedavg.best else res.arrays
             self.report.extra["training"] = {"selected_round": fedavg.best[1] if select and fedavg.best
-                                             else cfg.classifier_rounds}
+                                             else cfg.classifier_rounds, **training}
         if inductive:
             with self.report.phase("PMA on the held-out graph (clients, via server)"):
                 self._pma(grid, nodes, owner, payload, encoder_arrays, "test")

@@ -93,6 +93,12 @@ ALLOWED = {
                                                      "post-processing of PMA")},
             "metrics.val-loss": {"edge": _public("labels are not the unit; the model is "
                                                  "post-processing of PMA")}},
+        "evaluate[gap.encoder]": {  # per-round validation of the encoder: edge level only
+            "metrics.num-examples": {"edge": _public("a count of nodes: not the unit")},
+            "metrics.val-accuracy": {"edge": _public("labels are not the unit; the encoder "
+                                                     "reads no edge")},
+            "metrics.val-loss": {"edge": _public("labels are not the unit; the encoder reads "
+                                                 "no edge")}},
         "evaluate.gap": {f"metrics.{s}_{c}": EVALUATION for s in ("train", "val", "test")
                          for c in ("correct", "total")},
     },
@@ -229,7 +235,7 @@ def test_every_reply_field_is_noised_and_accounted_or_public(runs, name, method,
             "ppgnn": {"query.ppgnn", "evaluate.ppgnn"}, "privgnn": {"query.privgnn"}}[method]
     assert want <= kinds  # the run exercised every handler of the method
     if level == "edge":
-        assert "evaluate[gap.classifier]" in kinds
+        assert {"evaluate[gap.classifier]", "evaluate[gap.encoder]"} <= kinds
     if name == "gap-secure":  # the masked path ran: keys out, no plain sums
         assert {"query.gap_keys:secagg.public-key", "query.gap_pma:partial_sums.masked"} <= seen
         plain = [reply.content["partial_sums"]["sums"].numpy() for m, reply in grid.log
@@ -242,7 +248,7 @@ def test_every_reply_field_is_noised_and_accounted_or_public(runs, name, method,
                    if m.metadata.message_type == "query.privgnn"]
         assert len(answers) == 2 and all(a.dtype == np.int64 for a in answers)
     if level == "node":  # no per-round validation at node level: the labels are private
-        assert "evaluate[gap.classifier]" not in kinds
+        assert not {"evaluate[gap.classifier]", "evaluate[gap.encoder]"} & kinds
     stats = {reply.content["meta"]["statistics"] for m, reply in grid.log
              if "meta" in reply.content and "statistics" in reply.content["meta"]}
     assert len(stats) <= 1  # the same published statistics from every client

@@ -310,3 +310,22 @@ def test_gap_on_caltech_beats_mlp_and_majority(caltech):
     assert gap["epsilon_spent"] <= 16.0 + 1e-6 and gap["sigma"] > 0
     assert held_acc(gap) > held_acc(mlp) + 0.05
     assert held_acc(gap) > majority + 0.12
+
+
+def test_batch_norm_never_sits_between_the_row_normalization_and_pma():
+    """PMA's sensitivity needs unit-norm rows: with every batch norm of the reference
+    architecture on (hidden layers and after the normalized output), what the encoder hands to
+    PMA (``embed``) is still the row-normalized encoder output, in training mode too, whatever
+    the running statistics; the output batch norm only feeds the pre-training head."""
+    torch.manual_seed(0)
+    x = 50 * torch.randn(64, 10) + 3
+    enc = GAPEncoder(10, 3, batch_norm=True, output_batch_norm=True)
+    y = torch.randint(0, 3, (64,))
+    local_train(enc, x, y, None, 5, None, 0.05)  # moves the running statistics
+    enc.train()
+    rows = enc.embed(x)
+    assert enc.training  # embed restores the mode
+    torch.testing.assert_close(rows.norm(dim=1), torch.ones(64), rtol=0, atol=1e-5)
+    enc.eval()
+    torch.testing.assert_close(rows, normalize_rows(enc.encoder(x)))
+    assert isinstance(enc.out_norm, torch.nn.BatchNorm1d)  # the output norm exists, unused here

@@ -31,7 +31,8 @@ from strategies.gap import _seeded_init
 ROUNDS = 15
 BASE = {"method": "gap", "dataset": "synthetic-sbm:600:6", "client-epsilons": "inf",
         "encoder-rounds": ROUNDS, "classifier-rounds": ROUNDS, "schedule": "fedsgd", "hops": 2,
-        "device": "cpu", "seed": 0}
+        "device": "cpu", "seed": 0,
+        "lr": 0.05}  # the encoder's best validation round is then not its last (seed 0)
 
 
 def _run(tmp_path, num_clients: int, partitioner: str, **extra):
@@ -92,17 +93,19 @@ def test_federated_gap_without_noise_follows_the_one_client_run(
                 torch.testing.assert_close(a[k], b[k], rtol=1e-4, atol=1e-6,
                                            msg=lambda m: f"{module} round {r} {k}: {m}")
 
-    # the same round selected, the same accuracy
+    # the same rounds selected, the same accuracy
     assert rep["training"]["selected_round"] == rep1["training"]["selected_round"]
+    assert rep["training"]["encoder_selected_round"] == rep1["training"]["encoder_selected_round"]
     for split in ("train", "val", "test"):
         assert abs(rep["accuracy"][split] - rep1["accuracy"][split]) <= 0.005, split
 
 
 def test_one_client_fedsgd_is_centralized_gap(one_client):
-    """The one-client federated run = centralized GAP's fit: the encoder without selection (the
-    federated encoder rounds keep the last round), PMA, the classifier with selection on
-    validation; the same initial weights (the run's seed), so the same final weights."""
-    _check_centralized(*one_client)
+    """The one-client federated run = centralized GAP's fit: the encoder and the classifier
+    each with selection on validation (edge level), PMA between them; the same initial weights
+    (the run's seed), so the same final weights and the same selected rounds."""
+    enc_round = _check_centralized(*one_client)
+    assert enc_round < ROUNDS  # so a run that kept the last encoder round would fail
 
 
 def test_one_client_fedsgd_with_batch_norm_is_centralized_gap(tmp_path):
@@ -127,8 +130,8 @@ def _check_centralized(cfg, st, grid, rep):
     data, _ = load_federated(cfg)
     nf, nc = data.x.size(1), int(data.y.max()) + 1
     enc = _seeded_init(build_encoder, cfg, nf, nc)
-    fit(enc, data.x, data.y, data.train_mask, None, epochs=ROUNDS, lr=cfg.lr,
-        select_on_val=False)
+    enc_res = fit(enc, data.x, data.y, data.train_mask, data.val_mask, epochs=ROUNDS,
+                  lr=cfg.lr, select_on_val=True)
     x = torch.stack(pma(enc.embed(data.x), data.edge_index, cfg.hops, 0.0), dim=1)
     clf = _seeded_init(build_classifier, cfg, nf, nc)
     res = fit(clf, x, data.y, data.train_mask, data.val_mask, epochs=ROUNDS, lr=cfg.lr,
@@ -136,9 +139,11 @@ def _check_centralized(cfg, st, grid, rep):
     hops = _hops(cfg, grid)
     torch.testing.assert_close(torch.stack([hops[i] for i in range(data.num_nodes)]), x,
                                rtol=0, atol=1e-5)
+    assert rep["training"]["encoder_selected_round"] == enc_res.best_epoch
     assert rep["training"]["selected_round"] == res.best_epoch
     acc = float((clf(x[data.test_mask]).argmax(-1) == data.y[data.test_mask]).float().mean())
     assert rep["accuracy"]["test"] == pytest.approx(acc, abs=1e-6)
+    return enc_res.best_epoch
 
 
 def test_fedsgd_refuses_what_would_change_the_trajectory():
