@@ -221,7 +221,8 @@ def run_ensemble(name: str, clients: int, seed: int, args, secure: bool | str = 
     n_teachers = clients * args.teachers
     for noise in (("per-client", "secure") if secure == "both" else
                   ("secure",) if secure else ("per-client",)):
-        key = "epsilons" if noise == "per-client" else "epsilons_secure"
+        key = "epsilons_secure" if secure == "both" and noise == "secure" else "epsilons"
+        row["noise"] = "secure aggregation" if secure is True else "per-client"
         row[key] = {}
         for eps in args.epsilons:
             ratio = args.threshold_ratio or None
