@@ -362,6 +362,8 @@ def main(argv=None):
     p.add_argument("--datasets", nargs="+", default=list(PRESETS), choices=list(PRESETS))
     p.add_argument("--clients", type=int, nargs="+", default=[1, 5])
     p.add_argument("--seeds", type=int, default=3)
+    p.add_argument("--first-seed", type=int, default=0,
+                   help="seeds first-seed .. first-seed + seeds - 1 (split a sweep over processes)")
     p.add_argument("--lambdas", type=float, nargs="+", default=[0.1, 0.2, 0.4, 1.0, 2.0, 4.0, 8.0])
     p.add_argument("--queries", type=int, default=200)
     p.add_argument("--k", type=int, default=100, help="K: neighbours per teacher (lowered to the smallest client's gamma * n)")
@@ -408,7 +410,7 @@ def main(argv=None):
     if args.mode == "table":
         for name in args.datasets:
             for clients in args.clients:
-                for seed in range(args.seeds):
+                for seed in range(args.first_seed, args.first_seed + args.seeds):
                     post = run_setting(name, clients, seed, args)
                     ens = run_ensemble(name, clients, seed, args, secure="both")
                     rows.append({"posterior": post, "ensemble": ens})
@@ -426,7 +428,7 @@ def main(argv=None):
     if args.mode == "ensemble":
         for name in args.datasets:
             for clients in args.clients:
-                for seed in range(args.seeds):
+                for seed in range(args.first_seed, args.first_seed + args.seeds):
                     rows.append(run_ensemble(name, clients, seed, args,
                                              secure=args.secure_aggregation))
                     r = rows[-1]
@@ -443,7 +445,7 @@ def main(argv=None):
         return
     for name in args.datasets:
         for clients in args.clients:
-            for seed in range(args.seeds):
+            for seed in range(args.first_seed, args.first_seed + args.seeds):
                 rows.append(run_setting(name, clients, seed, args))
                 r = rows[-1]
                 print(f"{name} clients={clients} seed={seed}: {r['seconds']:.0f} s, " + ", ".join(

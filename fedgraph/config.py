@@ -369,10 +369,14 @@ class PrivGNNConfig(DataConfig):
         "posterior", description="log-softmax-paper: the authors' rule, NOT DP (report: no "
                                  "finite epsilon); ensemble: PATE's (Confident-)GNMax")
     num_teachers: int = Field(10, ge=1, description="ensemble: disjoint teachers per client")
-    sigma_votes: float = Field(20.0, gt=0, description="ensemble: std of each client's "
-                               "Gaussian noise on its vote histogram (GNMax copy)")
+    sigma_votes: float = Field(20.0, ge=1, description="ensemble: std of each client's "
+                               "Gaussian noise on its vote histogram (GNMax copy; with secure "
+                               "aggregation, of the summed noise); at least 1 vote (below, the "
+                               "histogram is released almost exactly and the PLD cross-check "
+                               "needs gigabytes)")
     sigma_threshold: float = Field(0.0, ge=0, description="ensemble: std of each client's "
-                                   "threshold copy; 0: no threshold check")
+                                   "threshold copy (with secure aggregation, of the sum); 0: no "
+                                   "threshold check, else at least 1")
     threshold: float = Field(0.0, ge=0, description="ensemble: Confident-GNMax threshold on "
                              "the summed votes (needs sigma-threshold > 0); 0: answer all")
     keep_fraction: float = Field(1.0, gt=0, le=1, description="ensemble: keep this share of the "
@@ -418,6 +422,14 @@ class PrivGNNConfig(DataConfig):
         if v and info.data.get("num_clients", 2) < 2:
             raise ValueError("needs num-clients >= 2 (with one client the sum is its own "
                              "release: nothing to mask)")
+        return v
+
+    @field_validator("sigma_threshold", mode="after")
+    @classmethod
+    def _sigma_threshold_off_or_at_least_one(cls, v: float) -> float:
+        if 0 < v < 1 or not math.isfinite(v):
+            raise ValueError(f"must be 0 (no threshold check) or a finite std >= 1 vote "
+                             f"(got {v})")
         return v
 
     @field_validator("threshold", mode="after")

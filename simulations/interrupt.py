@@ -107,7 +107,7 @@ class InterruptibleGrid(Grid):
     @staticmethod
     def _check() -> None:
         if STOP.is_set():
-            raise RunInterrupted("interrupted by the user (Ctrl-C)")
+            raise RunInterrupted("interrupted (Ctrl-C or SIGTERM)")
 
 
 def descendants(pid: int | None = None) -> set[int]:
@@ -217,17 +217,27 @@ class StopOnSignal:
     Ray's processes started meanwhile are remembered so that :func:`kill_descendants` finds
     them even after their parent died."""
 
+    #: seconds after the first signal in which another is the same interrupt: GNU ``timeout``
+    #: signals the command and then its whole process group, and a terminal's Ctrl-C reaches
+    #: every process of the group, so one interrupt can arrive twice (the second one killed
+    #: the run before its report was written)
+    DEBOUNCE_S = 1.5
+
     def __init__(self, echo, grace: float = 3.0, report_wait: float = 30.0) -> None:
         self.echo, self.grace, self.report_wait = echo, grace, report_wait
         self.previous: dict = {}
         self.seen: set[int] = set()
+        self.first = None  # monotonic time of the first signal
 
     def _handler(self, signum, frame) -> None:
         if STOP.is_set():
+            if self.first is not None and time.monotonic() - self.first < self.DEBOUNCE_S:
+                return  # the same interrupt delivered twice (timeout, process group)
             self.echo("fedgraph: interrupted again: stopping now")
             kill_descendants(self.remember(), grace=0.5)
             os._exit(130)
         STOP.set()
+        self.first = time.monotonic()
         _interrupt_server_thread()
         self.remember()
         self.echo("fedgraph: interrupted: stopping the run and writing its report "

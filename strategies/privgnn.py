@@ -80,6 +80,12 @@ class PrivGNNStrategy(PrivateStrategy):
     method = "privgnn"
     privacy_accountant = "pld"
 
+    def privacy_parameters(self) -> tuple[float, str]:
+        """PLD (dp-accounting) for the Laplace modes; the ensemble's Gaussian events compose
+        exactly in closed form (analytic Gaussian), cross-checked by PLD in the report."""
+        delta, accountant = super().privacy_parameters()
+        return delta, "analytic" if self.config.answer_mode == "ensemble" else accountant
+
     def run(self, grid) -> None:
         cfg = self.config
         payload = ConfigRecord({"json": json.dumps(cfg.model_dump())})
@@ -132,6 +138,8 @@ class PrivGNNStrategy(PrivateStrategy):
                 row["limit"] = int(meta["limit"])
                 for k in ("asked", "answered", "refused"):
                     row[k] += int(meta[k])
+                if keys is not None:  # in the report as soon as the release is
+                    self._collusion(clients)
                 progress("queries answered", sum(int(a.shape[0]) for a in answers),
                          int(qidx.numel()) * len(nodes))
                 if int(answers[-1].shape[0]) != int(meta["answered"]):
@@ -168,23 +176,25 @@ class PrivGNNStrategy(PrivateStrategy):
                            "kept": int(agg.kept.sum()), "dropped": int((~agg.kept).sum()),
                            "answers_per_query_mean": float(agg.votes.float().mean())})
         self.report.extra["clients"] = {f"client-{p}": clients[p] for p in sorted(clients)}
-        if keys is not None:
-            self.report.privacy["collusion"] = {
-                "threat": "a server colluding with all other clients subtracts their noise "
-                          "shares from the sum: only the client's own share (std sigma / "
-                          "sqrt n) protects it",
-                "epsilon": {f"client-{p}": pg.ensemble_collusion_epsilon(
-                    int(clients[p]["answered"]), cfg.sigma_votes, cfg.sigma_threshold or None,
-                    cfg.delta, cfg.num_clients) for p in sorted(clients)},
-                "delta": cfg.delta}
         self.report.extra["queries"] = {"asked": int(asked.sum()),
                                         "kept": sum(x["kept"] for x in rounds),
                                         "dropped": sum(x["dropped"] for x in rounds),
                                         "rounds": rounds}
         if not sum(x["kept"] for x in rounds):
-            raise RuntimeError("no client answered any query (every client's epsilon budget "
-                               "allows 0 answers at this lam, gamma, delta): raise "
-                               "client-epsilons or lower lam")
+            answered = sum(int(c["answered"]) for c in clients.values())
+            if cfg.answer_mode != "ensemble":
+                why = ("every client's epsilon budget allows 0 answers at this lam, gamma, "
+                       "delta): raise client-epsilons or lower lam")
+            elif answered:
+                why = (f"the clients released {answered} histograms but the threshold check "
+                       f"kept none): lower threshold ({cfg.threshold:g}) or sigma-threshold")
+            else:
+                why = ("every client's epsilon budget allows 0 histograms at this sigma-votes, "
+                       "sigma-threshold, delta" + (", and with secure-aggregation every client "
+                       "answers as many as the strictest client-epsilons allows" if
+                       cfg.secure_aggregation else "") + "): raise client-epsilons or "
+                       "sigma-votes")
+            raise RuntimeError(f"no query was labelled ({why}")
         with self.report.phase("student (server)"):
             st = self._student(public, kept_idx, kept_labels)
         idx, labels = torch.cat(kept_idx), torch.cat(kept_labels)
@@ -204,14 +214,29 @@ class PrivGNNStrategy(PrivateStrategy):
                                 propagation=cfg.student_propagation,
                                 holdout_fraction=cfg.student_holdout)
 
+    def _collusion(self, clients: dict) -> None:
+        """Secure aggregation's weak point, in the report: each client's epsilon against a
+        server colluding with all other clients (its own noise share only)."""
+        cfg = self.config
+        self.report.privacy["collusion"] = {
+            "threat": "a server colluding with all other clients subtracts their noise "
+                      "shares from the sum: only the client's own share (std sigma / sqrt n) "
+                      "protects it",
+            "epsilon": {f"client-{p}": pg.ensemble_collusion_epsilon(
+                int(clients[p]["answered"]), cfg.sigma_votes, cfg.sigma_threshold or None,
+                cfg.delta, cfg.num_clients) for p in sorted(clients)},
+            "delta": cfg.delta}
+
     def _record_answers(self, partition_id: int, answered: int) -> None:
         """Ledger: ``answered`` more answers of client ``partition_id`` left it (recorded when
         its reply arrives, so a run that fails later reports them): Poisson-subsampled Laplace
         events, merged with the client's earlier rounds into one entry."""
         cfg = self.config
         if cfg.answer_mode == "ensemble":
-            for event in pg.ensemble_events(answered, cfg.sigma_votes, cfg.sigma_threshold):
-                self.ledger.record(f"client-{partition_id}", "noisy vote histograms", event)
+            events = pg.ensemble_events(answered, cfg.sigma_votes, cfg.sigma_threshold)
+            names = ["noisy vote histograms", "noisy vote histograms (threshold copy)"]
+            for name, event in zip(names, events):
+                self.ledger.record(f"client-{partition_id}", name, event)
             return
         events = pg.privgnn_events(answered, cfg.gamma, cfg.lam)
         if cfg.answer_mode not in pg.DP_MODES:  # log-softmax-paper: no finite epsilon

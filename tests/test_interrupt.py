@@ -154,3 +154,27 @@ def test_ray_core_worker_gets_no_c_level_sigterm_handler(monkeypatch):
     with StopOnSignal(echo=lambda line: None):
         assert os.environ["RAY_DISABLE_FAILURE_SIGNAL_HANDLER"] == "1"
         assert ray_constants.RAY_DISABLE_FAILURE_SIGNAL_HANDLER is True
+
+
+def test_one_interrupt_delivered_twice_is_one_graceful_stop(monkeypatch):
+    """GNU ``timeout -s INT`` signals the command and then its process group: the second
+    copy, a moment after the first, used to count as "Ctrl-C again" and killed the run before
+    its report was written. Within the debounce window it is ignored; a later one quits."""
+    from simulations import interrupt
+    from simulations.interrupt import StopOnSignal
+
+    exits, lines = [], []
+    monkeypatch.setattr(interrupt, "_interrupt_server_thread", lambda: None)
+    monkeypatch.setattr(interrupt, "kill_descendants", lambda *a, **k: None)
+    monkeypatch.setattr(interrupt.os, "_exit", exits.append)
+    stop = StopOnSignal(echo=lines.append)
+    monkeypatch.setattr(stop, "_watchdog", lambda: None)
+    try:
+        stop._handler(signal.SIGINT, None)
+        stop._handler(signal.SIGINT, None)  # the process-group copy
+        assert STOP.is_set() and exits == [] and not any("interrupted again" in x for x in lines)
+        stop.first -= StopOnSignal.DEBOUNCE_S + 0.1  # a real second Ctrl-C, later
+        stop._handler(signal.SIGINT, None)
+        assert exits == [130] and any("interrupted again" in x for x in lines)
+    finally:
+        STOP.clear()

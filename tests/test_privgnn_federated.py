@@ -216,7 +216,7 @@ def test_log_softmax_paper_answers_are_log_probabilities_plus_laplace_of_scale_1
 
 
 def test_strategy_fails_loudly_when_nobody_answers(tmp_path, monkeypatch):
-    with pytest.raises(RuntimeError, match="no client answered any query"):
+    with pytest.raises(RuntimeError, match="no query was labelled .*raise client-epsilons or lower lam"):
         _run_strategy({**SMALL, "client-epsilons": "1e-3"}, tmp_path, monkeypatch)
     report = json.loads((tmp_path / "run.json").read_text())
     assert report["status"] == "failed" and report["queries"]["dropped"] == 6

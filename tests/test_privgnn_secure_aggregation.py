@@ -169,3 +169,28 @@ def test_student_without_holdout_trains_on_every_label():
     assert not math.isnan(half.holdout_accuracy)
     with pytest.raises(ConfigError, match="student-holdout"):
         parse_run_config({**SMALL, "student-holdout": 1.0})
+
+
+def test_failed_secure_run_reports_collusion_and_says_why(tmp_path, monkeypatch):
+    """A run whose threshold check keeps no query fails (exit 1 in fedgraph run) with a
+    message about the threshold, not lam; the histograms did leave the clients, so the report
+    on disk has their epsilon, the threshold copy under its own name, and the collusion
+    figure (it used to be added only at the end of a successful run)."""
+    with pytest.raises(RuntimeError, match=r"threshold check kept none.*lower threshold"):
+        _run_strategy({**SECURE, "client-epsilons": "inf", "threshold": 1000.0},
+                      tmp_path, monkeypatch)
+    disk = json.loads((tmp_path / "run.json").read_text())
+    assert disk["status"] == "failed"
+    for subject in ("client-0", "client-1"):
+        names = [r["release"] for r in disk["privacy"]["per_subject"][subject]["releases"]]
+        assert names == ["noisy vote histograms", "noisy vote histograms (threshold copy)"]
+        assert disk["privacy"]["collusion"]["epsilon"][subject] == pytest.approx(
+            pg.ensemble_collusion_epsilon(6, 3.0, 5.0, 1e-4, 2), rel=1e-6)
+
+
+@pytest.mark.parametrize("over,expect", [({"sigma-votes": 0.5}, "greater than or equal to 1"),
+                                         ({"sigma-threshold": 0.5}, "or a finite std >= 1")])
+def test_noise_below_one_vote_is_refused(over, expect):
+    """sigma-votes 0.01 was accepted and made every client's PLD allocate 301 GiB."""
+    with pytest.raises(ConfigError, match=expect):
+        parse_run_config({**ENSEMBLE, **over})

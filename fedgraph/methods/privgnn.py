@@ -711,8 +711,10 @@ def ensemble_events(num_queries: int, sigma_votes: float,
 
 
 def ensemble_epsilon(num_queries: int, sigma_votes: float, sigma_threshold: float | None,
-                     delta: float, accountant: str = "pld") -> float:
-    """Epsilon at ``delta`` of ``num_queries`` released histograms (0 for none)."""
+                     delta: float, accountant: str = "analytic") -> float:
+    """Epsilon at ``delta`` of ``num_queries`` released histograms (0 for none); by default
+    the exact composition of Gaussians (analytic Gaussian, Balle & Wang 2018: microseconds,
+    where PLD's discretisation needs gigabytes once epsilon is in the hundreds)."""
     from ..accounting import compose_epsilon
 
     if num_queries < 1:
@@ -739,7 +741,7 @@ def ensemble_sigma_for_epsilon(epsilon: float, delta: float, num_queries: int,
     """``sigma_votes`` (per-client std) at which ``num_queries`` released histograms cost
     ``epsilon`` at ``delta`` (with a threshold copy of std ``threshold_ratio * sigma_votes``):
     :func:`fedgraph.accounting.calibrate` on the ledger's own events (:func:`ensemble_events`,
-    PLD; exact for Gaussians), so the result never exceeds ``epsilon``.
+    the analytic Gaussian composition: exact), so the result never exceeds ``epsilon``.
 
     Raises:
         ValueError: ``epsilon`` not finite and > 0 or ``num_queries`` < 1.
@@ -750,7 +752,8 @@ def ensemble_sigma_for_epsilon(epsilon: float, delta: float, num_queries: int,
         raise ValueError(f"num_queries must be >= 1 (got {num_queries})")
     ratio = threshold_ratio or None
     return float(calibrate(epsilon, delta, lambda s: ensemble_events(
-        num_queries, s, ratio * s if ratio else None), accountant="pld", lower=1.0, upper=1e6))
+        num_queries, s, ratio * s if ratio else None), accountant="analytic", lower=1.0,
+        upper=1e6))
 
 
 def margin_filter(scores: Tensor, keep_fraction: float) -> Tensor:

@@ -204,7 +204,7 @@ def answer_limit(epsilon: float, delta: float, rate: float, lam: float, wanted: 
 def ensemble_answer_limit(epsilon: float, delta: float, sigma_votes: float,
                           sigma_threshold: float, wanted: int) -> int:
     """Ensemble mode: the most released histograms (at most ``wanted``) whose composed epsilon
-    at ``delta`` (:func:`~.privgnn.ensemble_epsilon`, PLD) stays within ``epsilon``; public
+    at ``delta`` (:func:`~.privgnn.ensemble_epsilon`, exact) stays within ``epsilon``; public
     parameters only. Epsilon grows with the count, so a bisection finds it."""
     from .privgnn import _bisect, ensemble_epsilon
 
