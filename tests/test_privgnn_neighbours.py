@@ -79,3 +79,15 @@ def test_preflight_names_num_teachers_above_a_clients_labelled_nodes(tmp_path):
                                           r"1 <= num-teachers <= 258"):
         preflight(parse_run_config({**base, "num-teachers": 100000}))
     preflight(parse_run_config({**base, "num-teachers": 258}))
+
+
+def test_preflight_names_num_queries_above_the_public_query_pool(tmp_path):
+    """num-queries = 5000 on Cora was silently capped at the 677-node query pool (the
+    report's config said 5000); now refused before any client starts."""
+    from fedgraph.federation import preflight
+
+    base = {**_preset("privgnn-cora"), "output-dir": str(tmp_path)}
+    with pytest.raises(ConfigError, match=r"num-queries = 5000 exceeds the public query pool "
+                                          r"\(677 .*1 <= num-queries <= 677"):
+        preflight(parse_run_config({**base, "num-queries": 5000}))
+    preflight(parse_run_config({**base, "num-queries": 677}))

@@ -96,15 +96,22 @@ def check_config_neighbours(cfg: PrivGNNConfig) -> None:
     """Before any client starts: ``num-neighbours`` fits every client's expected Poisson sample
     (:func:`~.privgnn.check_neighbours`: ``K <= floor(gamma * n_c)`` for the ``n_c`` private
     nodes of client ``c``; the partition is computed from the public run config); in the
-    ensemble mode, ``num-teachers <= n_c`` instead (:func:`~.privgnn.teacher_groups`).
+    ensemble mode, ``num-teachers <= n_c`` instead (:func:`~.privgnn.teacher_groups`); and
+    ``num-queries`` at most the public query pool (it was silently capped).
 
     Raises:
         fedgraph.config.ConfigError: naming ``num-neighbours`` (or ``num-teachers``), the
-            smallest client and the largest valid value.
+            smallest client and the largest valid value; or ``num-queries`` and the pool.
     """
     from ..config import ConfigError
 
-    _, clients, _ = _federation(_data_key(cfg))
+    _, clients, stats = _federation(_data_key(cfg))
+    pool = int(stats["public_query_pool"])
+    if cfg.num_queries > pool:
+        raise ConfigError(f"num-queries = {cfg.num_queries} exceeds the public query pool "
+                          f"({pool} unlabelled public nodes at public-fraction "
+                          f"{cfg.public_fraction:g}, public-test-fraction "
+                          f"{cfg.public_test_fraction:g}); allowed: 1 <= num-queries <= {pool}")
     sizes = [int(c.train_mask.sum()) if getattr(c, "train_mask", None) is not None
              else int(c.num_nodes) for c in clients]
     small = min(range(len(sizes)), key=sizes.__getitem__)
