@@ -35,6 +35,31 @@ def _votes(graph, seed=1, teachers=5):
                              generator=torch.Generator().manual_seed(seed))
 
 
+def replay_clean_votes(cfg, node, request, num_classes, teachers=4):
+    """A client's noise-free votes recomputed from its secret (``noise-source = secret``) and
+    the logged request, with the generator left where the client's noise draws start."""
+    from fedgraph.randomness import client_generator
+
+    hoods, proj = pf.decode_queries(request.content["queries"].to_torch_state_dict())
+    graph, _ = pf.client_graph(cfg, node - 1)
+    ctx = Context(run_id=1, node_id=node, node_config={}, state=RecordDict(), run_config={})
+    gen = client_generator(cfg, ctx, node - 1, "privgnn:0")
+    clean = pg.ensemble_votes(graph, hoods.query_x, num_teachers=teachers,
+                              num_classes=num_classes, teacher=pf.teacher_config(cfg),
+                              neighbourhoods=hoods, projection=proj, generator=gen)
+    return clean, gen
+
+
+def assert_ledger_row(row, queries=6, sigma_votes=3.0, sigma_threshold=5.0, delta=1e-4):
+    """A client's ledger row: two Gaussian events (votes, threshold copy) of multiplier
+    sigma / sqrt 2, ``queries`` each, and the epsilon they compose to."""
+    assert [(r["event"], r["noise_multiplier"], r["count"]) for r in row["releases"]] == [
+        ("Gaussian", pytest.approx(sigma_votes / math.sqrt(2)), queries),
+        ("Gaussian", pytest.approx(sigma_threshold / math.sqrt(2)), queries)]
+    assert row["epsilon"] == pytest.approx(
+        pg.ensemble_epsilon(queries, sigma_votes, sigma_threshold, delta), rel=1e-3)
+
+
 def test_groups_are_a_disjoint_cover():
     groups = pg.teacher_groups(23, 5, torch.Generator().manual_seed(0))
     allnodes = torch.cat(groups)
@@ -97,7 +122,7 @@ def test_ensemble_run_records_gaussian_events_and_releases_only_noisy_histograms
     """In-process run, 2 clients: every reply is [m, 2C] noisy histograms equal to the clean
     votes plus the client's own Gaussian draws (recomputed from its secret); the ledger holds
     each client's two Gaussian events and its epsilon recomputes from them."""
-    from fedgraph.randomness import SECRET_ENV, client_generator
+    from fedgraph.randomness import SECRET_ENV
 
     monkeypatch.setenv(SECRET_ENV, "test-secret-ensemble")
     cfg, grid, report = _run_strategy({**ENSEMBLE, "client-epsilons": "inf",
@@ -108,23 +133,13 @@ def test_ensemble_run_records_gaussian_events_and_releases_only_noisy_histograms
     for node, request, reply in grid.log:
         answers = reply.content["answers"].to_torch_state_dict()["answers"]
         assert answers.shape == (cfg.num_queries, 2 * C)
-        hoods, proj = pf.decode_queries(request.content["queries"].to_torch_state_dict())
-        graph, _ = pf.client_graph(cfg, node - 1)
-        ctx = Context(run_id=1, node_id=node, node_config={}, state=RecordDict(), run_config={})
-        gen = client_generator(cfg, ctx, node - 1, "privgnn:0")
-        clean = pg.ensemble_votes(graph, hoods.query_x, num_teachers=4, num_classes=C,
-                                  teacher=pf.teacher_config(cfg), neighbourhoods=hoods,
-                                  projection=proj, generator=gen)
+        clean, gen = replay_clean_votes(cfg, node, request, C)
         assert torch.equal(clean.sum(-1), torch.full((cfg.num_queries,), 4.0))
         expect = pg.noisy_votes(clean, 3.0, 5.0, gen)
         assert torch.allclose(answers, expect, atol=1e-5)
     disk = json.loads((tmp_path / "run.json").read_text())
     for subject in ("client-0", "client-1"):
-        row = disk["privacy"]["per_subject"][subject]
-        assert [(r["event"], r["noise_multiplier"], r["count"]) for r in row["releases"]] == [
-            ("Gaussian", pytest.approx(3.0 / math.sqrt(2)), 6),
-            ("Gaussian", pytest.approx(5.0 / math.sqrt(2)), 6)]
-        assert row["epsilon"] == pytest.approx(pg.ensemble_epsilon(6, 3.0, 5.0, 1e-4), rel=1e-3)
+        assert_ledger_row(disk["privacy"]["per_subject"][subject])
     assert "data_dependent" in disk["privacy"]
 
 

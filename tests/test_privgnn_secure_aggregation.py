@@ -10,7 +10,6 @@ import math
 import numpy as np
 import pytest
 import torch
-from flwr.app import Context, RecordDict
 from scipy import stats as sps
 
 from fedgraph.config import ConfigError, parse_run_config
@@ -19,7 +18,7 @@ from fedgraph.methods import privgnn_federated as pf
 from fedgraph.secure_aggregation import (generate_key_pair, mask_rows,
                                          quantization_error_bound, unmask_sum)
 
-from test_privgnn_ensemble import ENSEMBLE
+from test_privgnn_ensemble import ENSEMBLE, assert_ledger_row, replay_clean_votes
 from test_privgnn_federated import _run_strategy
 
 SECURE = {**ENSEMBLE, "secure-aggregation": True}
@@ -100,7 +99,7 @@ def test_secure_run_server_sees_only_masked_rows_and_learns_the_sum(tmp_path, mo
     unmasked, the sum equals the clients' noisy histograms summed (recomputed from their
     secrets, each with a 1/2 share of the variance); the ledger records the sum's Gaussian
     events per client; the report states the collusion figure."""
-    from fedgraph.randomness import SECRET_ENV, client_generator
+    from fedgraph.randomness import SECRET_ENV
 
     monkeypatch.setenv(SECRET_ENV, "test-secret-secagg")
     cfg, grid, report = _run_strategy({**SECURE, "client-epsilons": "inf",
@@ -118,13 +117,7 @@ def test_secure_run_server_sees_only_masked_rows_and_learns_the_sum(tmp_path, mo
         assert out.dtype == torch.int64 and out.shape == (cfg.num_queries, 2 * C)
         idx = int(request.content["secagg"]["index"])
         masked[idx] = out
-        hoods, proj = pf.decode_queries(request.content["queries"].to_torch_state_dict())
-        graph, _ = pf.client_graph(cfg, node - 1)
-        ctx = Context(run_id=1, node_id=node, node_config={}, state=RecordDict(), run_config={})
-        gen = client_generator(cfg, ctx, node - 1, "privgnn:0")
-        clean = pg.ensemble_votes(graph, hoods.query_x, num_teachers=4, num_classes=C,
-                                  teacher=pf.teacher_config(cfg), neighbourhoods=hoods,
-                                  projection=proj, generator=gen)
+        clean, gen = replay_clean_votes(cfg, node, request, C)
         mine = pg.noisy_votes(clean, 3.0, 5.0, gen, shares=2)
         noisy.append(mine)
         # what the server got is not the client's histogram (nor near it)
@@ -137,11 +130,7 @@ def test_secure_run_server_sees_only_masked_rows_and_learns_the_sum(tmp_path, mo
     assert torch.allclose(total, noisy[0] + noisy[1], atol=1e-5)
     disk = json.loads((tmp_path / "run.json").read_text())
     for subject in ("client-0", "client-1"):
-        row = disk["privacy"]["per_subject"][subject]
-        assert [(r["event"], r["noise_multiplier"], r["count"]) for r in row["releases"]] == [
-            ("Gaussian", pytest.approx(3.0 / math.sqrt(2)), 6),
-            ("Gaussian", pytest.approx(5.0 / math.sqrt(2)), 6)]
-        assert row["epsilon"] == pytest.approx(pg.ensemble_epsilon(6, 3.0, 5.0, 1e-4), rel=1e-3)
+        assert_ledger_row(disk["privacy"]["per_subject"][subject])  # the sum's events
         assert disk["privacy"]["collusion"]["epsilon"][subject] == pytest.approx(
             pg.ensemble_epsilon(6, 3.0 / math.sqrt(2), 5.0 / math.sqrt(2), 1e-4), rel=1e-6)
     assert "secure aggregation" in disk["privacy"]["aggregation"]
