@@ -33,7 +33,12 @@ figure only as ``claimed`` (``holds: false``); ``ensemble`` is PATE's (Confident
 clients release noisy vote histograms of disjoint teachers
 (:func:`fedgraph.methods.privgnn.noisy_votes`, Gaussian events of multiplier sigma/sqrt 2 per
 copy, :func:`~fedgraph.methods.privgnn.ensemble_events`), the server sums, thresholds and
-takes the argmax (:func:`fedgraph.methods.privgnn_federated.aggregate_ensemble`).
+takes the argmax (:func:`fedgraph.methods.privgnn_federated.aggregate_ensemble`). With
+``secure-aggregation`` the ensemble's clients exchange X25519 keys first (``query.privgnn_keys``)
+and send pairwise-masked histograms, each with a ``1/n`` share of the noise; the server
+unmasks only their sum (:func:`~fedgraph.methods.privgnn_federated.unmask_histograms`), the
+ledger records the sum's events, and ``privacy.collusion`` states each client's epsilon
+against a server colluding with the other clients.
 
 Noise convention (a deliberate choice; see README "PrivGNN"): the answer is a probability
 vector (or a one-hot vote), whose L1 sensitivity is 2, so the Laplace scale is ``2 / lam``
