@@ -2,7 +2,7 @@ r"""Datasets, splits, client partitions and privacy levels."""
 # The dataset loaders (and with them PyG and torch._dynamo, about 2 s per process on 2 cores)
 # are imported on first use (PEP 562): a client that only reads its part of the partition
 # cache (a ClientGraph) does not need them. Splits, partitions and levels need only torch.
-from importlib import import_module as _import_module
+from .._lazy import lazy_attributes
 
 from .levels import (assign_privacy_levels, check_budgets, geometric_budgets,
                      level_budgets)
@@ -17,16 +17,7 @@ _WHERE = dict.fromkeys(('DATASETS', 'KNOWN_DATASETS', 'check_graph', 'dataset_sp
                         'register_dataset', 'resolve_root', 'user_cache_dir'), 'datasets')
 
 
-def __getattr__(name: str):
-    if name in _WHERE:
-        value = getattr(_import_module(f"{__name__}.{_WHERE[name]}"), name)
-        globals()[name] = value
-        return value
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-
-
-def __dir__():
-    return sorted(set(globals()) | set(_WHERE))
+__getattr__, __dir__ = lazy_attributes(__name__, _WHERE, globals())
 
 
 __all__ = [
