@@ -67,23 +67,58 @@ SETTINGS = {
 }
 
 
+#: issue 18's K sweep: LPGNN at the smallest and at the largest level for everyone, PPGNN as
+#: shipped (posterior FlexProp weights), BASE and NonPriv (no propagation: K = 0 only).
+SWEEP_SETTINGS = ["B: LPGNN eps=1 (all)", "ref: LPGNN eps=4 (all)", "B: PPGNN E={1,2,4} posterior",
+                  "B: BASE E={1,2,4}", "ref: NonPriv (clean features)"]
+
+#: The LPGNN reference code (github.com/sisaman/LPGNN: GraphSAGE, multi-bit features at
+#: eps_x = 1, clean labels, 50/25/25 split, 3 repeats), test accuracy (%) by K (KProp steps
+#: Kx), as issue 18 measured it. Printed beside "LPGNN eps=1 (all)"; not a result of ours.
+LPGNN_REFERENCE = {"cora": {0: 78.58, 4: 84.19, 16: 84.15},
+                   "facebook-pagepage": {0: 90.97, 4: 93.03, 8: 92.89, 16: 90.51}}
+
+
 def run_once(dataset: str, setting: dict, seed: int, data_root: str, extra: dict) -> float:
+    """Test accuracy of one run of ``setting`` (K chosen on validation, as the server does)."""
+    return run_each_steps(dataset, setting, seed, data_root, extra, None)["selected"][0]
+
+
+def run_each_steps(dataset: str, setting: dict, seed: int, data_root: str, extra: dict,
+                   steps: list[int] | None) -> dict:
+    """One perturbation of ``setting`` on ``seed``, then the server trained once per K.
+
+    ``steps`` (the K sweep) overrides the setting's candidate K; ``None`` keeps them. Returns
+    ``{K: (test acc, val acc), ..., "selected": (test, val) of the K with the best validation
+    accuracy}``; a setting without denoiser has only K = 0.
+    """
+    over = {} if steps is None else {"steps": ",".join(map(str, steps))}
     cfg = parse_run_config({"dataset": dataset, "data-root": data_root, "num-clients": 1,
-                            "seed": seed, **setting, **extra})
+                            "seed": seed, **setting, **over, **extra})
     data, clients = load_federated(cfg, cfg.budgets, cfg.shares)
     gen = torch.Generator().manual_seed(seed)
-    rep = ppgnn.client_report(clients[0], cfg, data.feature_domain, int(data.y.max()) + 1, gen)
-    fit = ppgnn.server_fit([rep], cfg, data.num_nodes, data.num_features, int(data.y.max()) + 1)
     c = clients[0]
-    return float((fit.predictions[c.test_mask] == c.y[c.test_mask]).float().mean())
+    rep = ppgnn.client_report(c, cfg, data.feature_domain, int(data.y.max()) + 1, gen)
+    out, best = {}, None
+    for fit in ppgnn.fit_each_steps([rep], cfg, data.num_nodes, data.num_features,
+                                    int(data.y.max()) + 1):
+        test = float((fit.predictions[c.test_mask] == c.y[c.test_mask]).float().mean())
+        out[fit.train.steps] = (test, fit.train.val_accuracy)
+        if best is None or fit.train.val_accuracy > best[1]:
+            best = out[fit.train.steps]
+    out["selected"] = best
+    return out
 
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--datasets", nargs="+", default=["cora", "citeseer", "facebook-pagepage"])
     p.add_argument("--settings", nargs="+", choices=list(SETTINGS), metavar="SETTING",
-                   default=[k for k in SETTINGS if not k.startswith(("ref", "control", "ablation"))],
+                   default=None,
                    help="rows to run (quote each): " + "; ".join(f"'{k}'" for k in SETTINGS))
+    p.add_argument("--steps", nargs="+", type=int, default=None, metavar="K",
+                   help="K sweep: train every setting at each K on the same reports (default "
+                   "settings: " + "; ".join(SWEEP_SETTINGS) + ")")
     p.add_argument("--seeds", type=int, default=5)
     p.add_argument("--first-seed", type=int, default=0)
     p.add_argument("--paired", default=None, metavar="REF", help="setting to compare against, by seed")
@@ -93,6 +128,11 @@ def main() -> None:
     p.add_argument("--out", default=str(Path(__file__).parent / "results" / "ppgnn_table.json"),
                    help="result JSON (default: bench/results/ppgnn_table.json)")
     args = p.parse_args()
+    if args.settings is None:
+        args.settings = SWEEP_SETTINGS if args.steps else [
+            k for k in SETTINGS if not k.startswith(("ref", "control", "ablation"))]
+    if args.steps and any(k < 0 for k in args.steps):
+        p.error(f"--steps: K must be >= 0, got {args.steps}")
     if args.paired is not None and args.paired not in SETTINGS:
         p.error(f"--paired: unknown setting {args.paired!r}; allowed: {', '.join(SETTINGS)}")
     if not args.merge and args.paired is not None and args.paired not in args.settings:
@@ -104,7 +144,9 @@ def main() -> None:
         results = merge_results(args.merge)
         print_table(results)
     else:
-        results = run_table(args)
+        results = run_sweep(args) if args.steps else run_table(args)
+    if any(key.count(" | ") == 2 for key in results):
+        print_sweep(results)
     if args.paired:
         print_paired(results, args.paired)
     out = write_json_atomic(args.out, {"args": vars(args), "results": results})
@@ -128,9 +170,36 @@ def run_table(args) -> dict:
     return results
 
 
-def summarize(accs: list[float], seeds: list[int]) -> dict:
-    return {"mean": statistics.mean(accs), "std": statistics.pstdev(accs), "runs": accs,
-            "seeds": seeds}
+def run_sweep(args) -> dict:
+    """Issue 18's K sweep: per dataset, setting and seed one perturbation, the server trained
+    at every K of ``--steps``. Rows ``"<dataset> | <setting> | K=<k>"``."""
+    extra = dict(kv.split("=", 1) for kv in args.set)
+    seeds = list(range(args.first_seed, args.first_seed + args.seeds))
+    results = {}
+    for ds in args.datasets:
+        for name in args.settings:
+            by_k: dict[int, list[tuple[float, float]]] = {}
+            t0 = time.time()
+            for seed in seeds:
+                out = run_each_steps(ds, SETTINGS[name], seed, args.data_root, extra, args.steps)
+                for k, accs in out.items():
+                    if k != "selected":
+                        by_k.setdefault(k, []).append(accs)
+            for k, accs in sorted(by_k.items()):
+                row = summarize([a[0] for a in accs], seeds, [a[1] for a in accs])
+                row.update({"seconds_per_run": (time.time() - t0) / len(seeds),
+                            "peak_rss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024})
+                results[f"{ds} | {name} | K={k}"] = row
+                print_row(f"{ds} | {name} | K={k}", row)
+    return results
+
+
+def summarize(accs: list[float], seeds: list[int], val: list[float] | None = None) -> dict:
+    row = {"mean": statistics.mean(accs), "std": statistics.pstdev(accs), "runs": accs,
+           "seeds": seeds}
+    if val is not None:
+        row.update({"val_mean": statistics.mean(val), "val_runs": val})
+    return row
 
 
 def print_row(key: str, row: dict) -> None:
@@ -138,7 +207,8 @@ def print_row(key: str, row: dict) -> None:
     timing = (f"   ({row['seconds_per_run']:.1f} s/run, process peak RSS so far "
               f"{row['peak_rss_mib']:.0f} MiB)"
               if "seconds_per_run" in row else "")
-    print(f"{ds:<18} {name:<30} test acc {100 * row['mean']:.1f} +- {100 * row['std']:.1f}"
+    val = f" (val {100 * row['val_mean']:.1f})" if "val_mean" in row else ""
+    print(f"{ds:<18} {name:<30} test acc {100 * row['mean']:.1f} +- {100 * row['std']:.1f}{val}"
           f"  ({len(row['runs'])} seeds){timing}", flush=True)
 
 
@@ -155,13 +225,18 @@ def runs_by_seed(row: dict) -> dict[int, float]:
 def merge_results(paths: list[str]) -> dict:
     """Rows of several result files, runs keyed by seed (a later file wins a seed)."""
     by_key: dict[str, dict[int, float]] = {}
+    val_by_key: dict[str, dict[int, float]] = {}
     for path in paths:
         for key, row in json.loads(Path(path).read_text())["results"].items():
             by_key.setdefault(key, {}).update(runs_by_seed(row))
+            if "val_runs" in row:
+                val_by_key.setdefault(key, {}).update(zip(row["seeds"], row["val_runs"]))
     merged = {}
     for key, runs in by_key.items():
         seeds = sorted(runs)
-        merged[key] = summarize([runs[s] for s in seeds], seeds)
+        val = val_by_key.get(key)
+        merged[key] = summarize([runs[s] for s in seeds], seeds,
+                                [val[s] for s in seeds] if val and set(val) == set(runs) else None)
     return merged
 
 
@@ -189,6 +264,65 @@ def print_paired(results: dict, ref_name: str) -> None:
         if d is not None:
             print(f"{ds:<18} {name:<30} {d['mean']:+.2f} +- {d['se']:.2f} (se, n={d['n']})"
                   f"   wins/ties/losses {d['wins']}/{d['ties']}/{d['losses']}")
+
+
+def _cell(row: dict | None) -> str:
+    if row is None:
+        return ""
+    n = len(row["runs"])
+    se = statistics.stdev(row["runs"]) / n ** 0.5 if n > 1 else float("nan")
+    return f"{100 * row['mean']:.1f} ± {100 * se:.1f}"
+
+
+def _diff_cell(d: dict | None) -> str:
+    if d is None:
+        return ""
+    return f"{d['mean']:+.2f} ± {d['se']:.2f} ({d['wins']}/{d['ties']}/{d['losses']})"
+
+
+def print_sweep(results: dict) -> None:
+    """Markdown tables of a K sweep, per dataset: mean ± standard error test accuracy (%) per
+    setting and K; the LPGNN reference code's figures; paired-by-seed differences PPGNN - LPGNN
+    at the smallest level and largest - smallest level (mean ± se, wins/ties/losses), and the
+    share of the largest-minus-smallest gap PPGNN captures where that gap is separable
+    (mean > 2 se)."""
+    lo, hi, pp = "B: LPGNN eps=1 (all)", "ref: LPGNN eps=4 (all)", "B: PPGNN E={1,2,4} posterior"
+    datasets = list(dict.fromkeys(k.split(" | ")[0] for k in results if k.count(" | ") == 2))
+    for ds in datasets:
+        rows = {tuple(k.split(" | ")[1:]): v for k, v in results.items()
+                if k.startswith(ds + " | ") and k.count(" | ") == 2}
+        ks = sorted({int(k[1][2:]) for k in rows})
+        names = list(dict.fromkeys(name for name, _ in rows))
+        seeds = max(len(v["runs"]) for v in rows.values())
+        print(f"\n{ds}: test accuracy % (mean ± standard error, {seeds} seeds, paired by seed)\n")
+        print("| setting | " + " | ".join(f"K = {k}" for k in ks) + " |")
+        print("|---|" + "---|" * len(ks))
+        for name in names:
+            print(f"| {name} | " + " | ".join(_cell(rows.get((name, f"K={k}"))) for k in ks) + " |")
+        ref = LPGNN_REFERENCE.get(ds)
+        if ref:
+            print("| LPGNN reference code (sisaman/LPGNN, eps 1) | "
+                  + " | ".join(f"{ref[k]:.2f}" if k in ref else "" for k in ks) + " |")
+            print("| LPGNN eps=1 (ours) - reference | " + " | ".join(
+                f"{100 * rows[(lo, f'K={k}')]['mean'] - ref[k]:+.2f}"
+                if k in ref and (lo, f"K={k}") in rows else "" for k in ks) + " |")
+        for a, b, label in ((pp, lo, "PPGNN - LPGNN eps=1"), (hi, lo, "LPGNN eps=4 - eps=1")):
+            diffs = [paired_difference(rows[(a, f"K={k}")], rows[(b, f"K={k}")])
+                     if (a, f"K={k}") in rows and (b, f"K={k}") in rows else None for k in ks]
+            if any(diffs):
+                print(f"| Δ {label} (points) | " + " | ".join(map(_diff_cell, diffs)) + " |")
+        shares = []
+        for k in ks:
+            keys = [(n, f"K={k}") for n in (pp, lo, hi)]
+            if not all(key in rows for key in keys):
+                shares.append("")
+                continue
+            gap = paired_difference(rows[keys[2]], rows[keys[1]])
+            won = paired_difference(rows[keys[0]], rows[keys[1]])
+            shares.append(f"{won['mean'] / gap['mean']:.0%}" if gap["n"] > 1
+                          and gap["mean"] > 2 * gap["se"] else "not separable")
+        if any(shares):
+            print("| share of (eps=4 - eps=1) PPGNN captures | " + " | ".join(shares) + " |")
 
 if __name__ == "__main__":
     main()

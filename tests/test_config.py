@@ -132,3 +132,22 @@ def test_a_key_that_fedsgd_would_ignore_is_rejected_naming_it():
         reject_keys_of_other_methods({"method": "gap", "schedule": "fedsgd", "local-epochs": 5})
     reject_keys_of_other_methods({"method": "gap", "schedule": "fedsgd", "local-epochs": 1})
     reject_keys_of_other_methods({"method": "gap", "schedule": "fedavg", "local-epochs": 5})
+
+
+def test_pyproject_values_are_the_ppgnn_defaults():
+    """One place for PPGNN's defaults: ``flwr run .`` (pyproject), ``fedgraph run`` presets and
+    the benches (``parse_run_config``) get the same values for every PPGNN key."""
+    import tomllib
+    from pathlib import Path
+
+    from fedgraph.config import PPGNNConfig
+
+    declared = tomllib.loads((Path(__file__).parents[1] / "pyproject.toml").read_text())
+    declared = declared["tool"]["flwr"]["app"]["config"]
+    assert declared["method"] == "ppgnn"
+    from_pyproject = parse_run_config({k: v for k, v in declared.items() if k != "strategy"})
+    defaults = PPGNNConfig()
+    for field in PPGNNConfig.model_fields:
+        if field in ("data_root", "epsilon"):
+            continue  # resolved at parse time (data folder, smallest level)
+        assert getattr(from_pyproject, field) == getattr(defaults, field), field

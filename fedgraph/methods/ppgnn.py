@@ -20,6 +20,7 @@ level where Eq. 12 is -1.74 +- 0.56, and level with Eq. 12 or above it on Cora a
 """
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass
 
 import torch
@@ -168,17 +169,23 @@ def assemble(reports: list[dict[str, Tensor]], mech: FeatureMechanism, num_nodes
     return x_hat, level_hat, y, train_mask, val_mask, edge_index
 
 
-def server_fit(reports: list[dict[str, Tensor]], cfg: PPGNNConfig, num_nodes: int,
-               num_features: int, num_classes: int) -> ServerFit:
-    """Server half of PPGNN: decode, denoise (FlexProp / KProp / none), train, predict.
+def fit_each_steps(reports: list[dict[str, Tensor]], cfg: PPGNNConfig, num_nodes: int,
+                   num_features: int, num_classes: int) -> Iterator[ServerFit]:
+    """Server half of PPGNN once per candidate ``K`` in ``cfg.steps`` (ascending): decode,
+    denoise (FlexProp / KProp / none) with ``K`` steps, train, predict.
 
-    With several candidate ``cfg.steps`` (K), one model is trained per K (propagating
-    incrementally) and the one with the best validation accuracy is kept: model selection on
-    the validation users, whose labels the server holds. Everything here is post-processing
-    of the clients' DP reports.
+    Propagation is incremental (``K = 16`` after ``K = 8`` costs 8 more steps), and every
+    ``K``'s model starts from the same seeded initialization, so the ``K`` of one candidate
+    list gives the same result as a run with that single ``K``. With ``denoiser = "none"`` the
+    only candidate is ``K = 0``. Everything here is post-processing of the clients' DP
+    reports. Used by :func:`server_fit` (model selection on validation) and by the K sweep of
+    ``bench/ppgnn_table.py`` (every ``K`` on the same reports).
 
     Runs on ``cfg.device`` (:func:`fedgraph.device.resolve_device`: ``auto`` is the server
-    process's GPU if it has one); the returned tensors and model are on the CPU.
+    process's GPU if it has one); the yielded tensors and models are on the CPU.
+
+    Yields:
+        :class:`ServerFit` per ``K``, with ``train.steps = K``.
     """
     from ..device import resolve_device
 
@@ -199,24 +206,40 @@ def server_fit(reports: list[dict[str, Tensor]], cfg: PPGNNConfig, num_nodes: in
         t.to(dev) for t in (x_hat, y, train_mask, val_mask, edge_index))
     graph = adjacency_for(cfg.backbone, edge_index, num_nodes)
     candidates = [0] if cfg.denoiser == "none" else sorted(set(cfg.steps))
-    best, h, done = None, x_hat, 0
+    h, done = x_hat, 0
     for k in candidates:
-        h = weighted_propagation(h, edge_index, k - done, w)
+        h = weighted_propagation(h, edge_index, k - done, w, cfg.self_loops)
         done = k
         feats = (h - h.mean(0)) / h.std(0).clamp_min(1e-6) if cfg.standardize else h
         torch.manual_seed(cfg.seed)
         model = make_backbone(cfg.backbone, num_features, num_classes, cfg.hidden, 2,
                               cfg.dropout).to(dev)
         result = train_node_classifier(model, feats, graph, y.clamp_min(0), train_mask, val_mask,
-                                       epochs=cfg.epochs, lr=cfg.lr, weight_decay=cfg.weight_decay)
-        if best is None or result.val_accuracy > best[0].val_accuracy:
-            best = (result, feats, k)
-    result, feats, k = best
-    result.steps = k
-    with torch.no_grad():
-        pred = result.model(feats, graph).argmax(-1)
-    result.model = result.model.cpu()
-    return ServerFit(result, feats.cpu(), edge_index.cpu(), pred.cpu(), level_hat)
+                                       epochs=cfg.epochs, lr=cfg.lr, weight_decay=cfg.weight_decay,
+                                       patience=cfg.patience or None)
+        result.steps = k
+        with torch.no_grad():
+            pred = result.model(feats, graph).argmax(-1)
+        result.model = result.model.cpu()
+        yield ServerFit(result, feats.cpu(), edge_index.cpu(), pred.cpu(), level_hat)
+
+
+def server_fit(reports: list[dict[str, Tensor]], cfg: PPGNNConfig, num_nodes: int,
+               num_features: int, num_classes: int) -> ServerFit:
+    """Server half of PPGNN: decode, denoise (FlexProp / KProp / none), train, predict.
+
+    With several candidate ``cfg.steps`` (K), one model is trained per K
+    (:func:`fit_each_steps`) and the one with the best validation accuracy is kept (ties: the
+    smaller K): model selection on the validation users, whose labels the server holds.
+
+    Returns:
+        the selected :class:`ServerFit` (tensors and model on the CPU).
+    """
+    best = None
+    for fit in fit_each_steps(reports, cfg, num_nodes, num_features, num_classes):
+        if best is None or fit.train.val_accuracy > best.train.val_accuracy:
+            best = fit
+    return best
 
 
 def count_correct(client: ClientGraph, node_ids: Tensor, predictions: Tensor) -> dict[str, int]:

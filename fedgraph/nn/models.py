@@ -2,10 +2,50 @@
 SELU activation followed by dropout."""
 from __future__ import annotations
 
-from torch import nn
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+from torch_geometric.nn import SAGEConv
 from torch_geometric.nn.models import GAT, GCN, GraphSAGE
 
-BACKBONES = {"gcn": GCN, "sage": GraphSAGE, "gat": GAT}
+
+class ProjectFirstSAGEConv(SAGEConv):
+    r"""PyG's :class:`~torch_geometric.nn.SAGEConv` (mean aggregation) that projects before it
+    aggregates when that is cheaper: :math:`W \operatorname{mean}_{j} x_j =
+    \operatorname{mean}_j W x_j`, the same layer up to float rounding (the same parameters,
+    initialization and state dict), with the sparse aggregation over ``out_channels`` columns
+    instead of ``in_channels`` (16 instead of 4,714 on Facebook page-page: the aggregation was
+    most of a training epoch there), and one matmul for the neighbour and root projections.
+    Other aggregations, ``project = True`` and pair inputs
+    use PyG's order.
+    """
+
+    def forward(self, x, edge_index, size=None) -> Tensor:
+        if (not isinstance(x, Tensor) or self.project or self.aggr != "mean"
+                or self.lin_l.in_channels <= self.lin_l.out_channels):
+            return super().forward(x, edge_index, size)
+        # One matmul for both projections (the wide input is read once).
+        weights = [self.lin_l.weight] + ([self.lin_r.weight] if self.root_weight else [])
+        h = F.linear(x, torch.cat(weights)).split(self.lin_l.out_channels, dim=-1)
+        out = self.propagate(edge_index, x=(h[0], h[0]), size=size)
+        if self.lin_l.bias is not None:
+            out = out + self.lin_l.bias
+        if self.root_weight:
+            out = out + h[1]
+        if self.normalize:
+            out = F.normalize(out, p=2., dim=-1)
+        return out
+
+
+class ProjectFirstGraphSAGE(GraphSAGE):
+    """PyG's :class:`~torch_geometric.nn.models.GraphSAGE` with :class:`ProjectFirstSAGEConv`
+    layers (same model, faster for wide inputs)."""
+
+    def init_conv(self, in_channels, out_channels, **kwargs):
+        return ProjectFirstSAGEConv(in_channels, out_channels, **kwargs)
+
+
+BACKBONES = {"gcn": GCN, "sage": ProjectFirstGraphSAGE, "gat": GAT}
 
 
 def make_backbone(name: str, in_channels: int, out_channels: int, hidden_channels: int = 16,
@@ -21,8 +61,6 @@ def make_backbone(name: str, in_channels: int, out_channels: int, hidden_channel
     return BACKBONES[name](in_channels=in_channels, hidden_channels=hidden_channels,
                            num_layers=num_layers, out_channels=out_channels, dropout=dropout,
                            act="selu")
-
-
 def adjacency_for(name: str, edge_index, num_nodes: int):
     """The graph argument that runs ``name`` fastest with identical results.
 

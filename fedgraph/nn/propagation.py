@@ -1,9 +1,12 @@
 """Multi-hop feature propagation for denoising LDP features: FlexProp and KProp.
 
 Both compute ``K`` steps of :math:`h^k_i = \\sum_{j \\in N(i)} \\Pi_{ij} h^{k-1}_j` with
-:math:`\\Pi_{ij} = w_j / \\sum_{l \\in N(i)} w_l` over the neighbourhood including ``i`` itself
-(PPGNN paper Alg. 4, Eq. 12). FlexProp weighs neighbour ``j`` by its (released) privacy level;
-KProp (LPGNN, Sajadmanesh & Gatica-Perez 2021) is the uniform-weight special case (a mean).
+:math:`\\Pi_{ij} = w_j / \\sum_{l \\in N(i)} w_l`: FlexProp weighs neighbour ``j`` by its
+(released) privacy level (PPGNN paper Alg. 4, Eq. 12, where ``Pi_ij`` is nonzero only where
+``A_ij = 1``); KProp (LPGNN, Sajadmanesh & Gatica-Perez 2021) is the uniform-weight special
+case (a mean over the neighbours). ``N(i)`` excludes ``i`` by default, as Eq. 12 and the
+LPGNN reference code (sisaman/LPGNN, ``add_self_loops=False``) do; ``self_loops=True`` adds
+it (the run-config key ``self-loops``; bench/ppgnn_table.py measures both). A node without neighbours keeps its own features either way.
 Sparse throughout: cost ``O(K * E * d)``, memory ``O(E + N * d)``, never an ``N x N`` matrix.
 """
 from __future__ import annotations
@@ -17,7 +20,7 @@ from ..mechanisms.bits import mlr_num_dims, unbias_factor
 
 def weighted_propagation(
     x: Tensor, edge_index: Tensor, steps: int, node_weight: Tensor | None = None,
-    self_loops: bool = True,
+    self_loops: bool = False,
 ) -> Tensor:
     """``steps`` rounds of weighted neighbourhood averaging.
 
@@ -31,19 +34,26 @@ def weighted_propagation(
         steps: ``K >= 0`` (0 returns ``x``).
         node_weight: ``[N]`` positive weight ``w_j`` of each source node; ``None`` = uniform
             (KProp).
-        self_loops: include ``i`` in ``N(i)`` (the paper's convention).
+        self_loops: include ``i`` in ``N(i)``; without (the default), a node with no
+            incoming edge keeps its own row (``Pi_ii = 1``): the mean over an empty
+            neighbourhood is undefined, and zeroing the node would discard its report.
 
     Returns:
-        ``[N, d]``; each row of ``Pi`` sums to 1 (nodes without neighbours and without self
-        loops keep a zero row).
+        ``[N, d]``; each row of ``Pi`` sums to 1.
     """
     if steps < 0:
         raise ValueError(f"steps must be >= 0, got {steps}")
     if steps == 0:
         return x
     n = x.size(0)
+    edge_index = edge_index[:, edge_index[0] != edge_index[1]]
     if self_loops:
         edge_index, _ = add_remaining_self_loops(edge_index, num_nodes=n)
+    else:
+        lonely = torch.ones(n, dtype=torch.bool, device=edge_index.device)
+        lonely[edge_index[1]] = False
+        ids = lonely.nonzero().view(-1)
+        edge_index = torch.cat([edge_index, torch.stack([ids, ids])], dim=1)
     src, dst = edge_index
     w = torch.ones(src.numel(), dtype=x.dtype, device=x.device) if node_weight is None \
         else node_weight.to(x.device, x.dtype)[src]
