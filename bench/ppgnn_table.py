@@ -11,7 +11,16 @@ B. heterogeneous levels E = {1, 2, 4}, equal shares: PPGNN (PPM + FlexProp), BAS
    and with ``"control: LPGNN eps=0.01 (all)"`` a control whose features are nearly pure noise:
    the accuracy the graph structure and the training labels give without the features.
 
+C. the K sweep of issue 18 (``--steps 0 2 4 8 16``): every setting trained at each K on the
+   same reports (one perturbation per seed; :func:`fedgraph.methods.ppgnn.fit_each_steps`),
+   by default LPGNN at the smallest and at the largest level for everyone, PPGNN, BASE and
+   NonPriv; markdown tables per dataset with mean +- standard error, the LPGNN reference
+   code's published figures (:data:`LPGNN_REFERENCE`), PPGNN - LPGNN(smallest) and
+   LPGNN(largest) - LPGNN(smallest) paired by seed, and the share of the latter that PPGNN
+   captures where it is separable.
+
 Usage: python bench/ppgnn_table.py [--datasets cora citeseer facebook-pagepage] [--seeds 5]
+       [--steps 0 2 4 8 16]
        [--first-seed 0] [--data-root ../shared/data] [--paired "B: LPGNN eps=1 (all)"]
        python bench/ppgnn_table.py --merge a.json b.json --paired "B: LPGNN eps=1 (all)"
 Writes bench/results/ppgnn_table.json and prints a table (mean +- std test accuracy). With
@@ -89,8 +98,8 @@ def run_each_steps(dataset: str, setting: dict, seed: int, data_root: str, extra
     """One perturbation of ``setting`` on ``seed``, then the server trained once per K.
 
     ``steps`` (the K sweep) overrides the setting's candidate K; ``None`` keeps them. Returns
-    ``{K: (test acc, val acc), ..., "selected": (test, val) of the K with the best validation
-    accuracy}``; a setting without denoiser has only K = 0.
+    ``{K: (test acc, val acc, selected epoch), ..., "selected": that triple for the K with the
+    best validation accuracy}``; a setting without denoiser has only K = 0.
     """
     over = {} if steps is None else {"steps": ",".join(map(str, steps))}
     cfg = parse_run_config({"dataset": dataset, "data-root": data_root, "num-clients": 1,
@@ -103,7 +112,7 @@ def run_each_steps(dataset: str, setting: dict, seed: int, data_root: str, extra
     for fit in ppgnn.fit_each_steps([rep], cfg, data.num_nodes, data.num_features,
                                     int(data.y.max()) + 1):
         test = float((fit.predictions[c.test_mask] == c.y[c.test_mask]).float().mean())
-        out[fit.train.steps] = (test, fit.train.val_accuracy)
+        out[fit.train.steps] = (test, fit.train.val_accuracy, fit.train.best_epoch)
         if best is None or fit.train.val_accuracy > best[1]:
             best = out[fit.train.steps]
     out["selected"] = best
@@ -178,7 +187,7 @@ def run_sweep(args) -> dict:
     results = {}
     for ds in args.datasets:
         for name in args.settings:
-            by_k: dict[int, list[tuple[float, float]]] = {}
+            by_k: dict[int, list[tuple[float, float, int]]] = {}
             t0 = time.time()
             for seed in seeds:
                 out = run_each_steps(ds, SETTINGS[name], seed, args.data_root, extra, args.steps)
@@ -187,6 +196,7 @@ def run_sweep(args) -> dict:
                         by_k.setdefault(k, []).append(accs)
             for k, accs in sorted(by_k.items()):
                 row = summarize([a[0] for a in accs], seeds, [a[1] for a in accs])
+                row["best_epochs"] = [a[2] for a in accs]
                 row.update({"seconds_per_run": (time.time() - t0) / len(seeds),
                             "peak_rss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024})
                 results[f"{ds} | {name} | K={k}"] = row
@@ -208,6 +218,8 @@ def print_row(key: str, row: dict) -> None:
               f"{row['peak_rss_mib']:.0f} MiB)"
               if "seconds_per_run" in row else "")
     val = f" (val {100 * row['val_mean']:.1f})" if "val_mean" in row else ""
+    if "best_epochs" in row:
+        val += f" (selected epochs {min(row['best_epochs'])}-{max(row['best_epochs'])})"
     print(f"{ds:<18} {name:<30} test acc {100 * row['mean']:.1f} +- {100 * row['std']:.1f}{val}"
           f"  ({len(row['runs'])} seeds){timing}", flush=True)
 
