@@ -23,7 +23,8 @@ Usage: python bench/ppgnn_table.py [--datasets cora citeseer facebook-pagepage] 
        [--steps 0 2 4 8 16]
        [--first-seed 0] [--data-root ../shared/data] [--paired "B: LPGNN eps=1 (all)"]
        python bench/ppgnn_table.py --merge a.json b.json --paired "B: LPGNN eps=1 (all)"
-Writes bench/results/ppgnn_table.json and prints a table (mean +- std test accuracy). With
+Writes bench/results/ppgnn_table.json and prints a line per row (mean +- std test accuracy
+over the seeds) and, for a K sweep, markdown tables (mean ± standard error). With
 ``--paired REF`` it also prints, per dataset, every setting's difference to REF paired by seed
 (same seed = same split, same level assignment): mean +- standard error and wins/ties/losses.
 ``--merge`` combines earlier result files (runs keyed by seed; a later file wins a seed) and
@@ -220,7 +221,7 @@ def print_row(key: str, row: dict) -> None:
     val = f" (val {100 * row['val_mean']:.1f})" if "val_mean" in row else ""
     if "best_epochs" in row:
         val += f" (selected epochs {min(row['best_epochs'])}-{max(row['best_epochs'])})"
-    print(f"{ds:<18} {name:<30} test acc {100 * row['mean']:.1f} +- {100 * row['std']:.1f}{val}"
+    print(f"{ds:<18} {name:<30} test acc {100 * row['mean']:.1f} +- {100 * row['std']:.1f} (std){val}"
           f"  ({len(row['runs'])} seeds){timing}", flush=True)
 
 
@@ -282,14 +283,16 @@ def _cell(row: dict | None) -> str:
     if row is None:
         return ""
     n = len(row["runs"])
-    se = statistics.stdev(row["runs"]) / n ** 0.5 if n > 1 else float("nan")
-    return f"{100 * row['mean']:.1f} ± {100 * se:.1f}"
+    if n == 1:
+        return f"{100 * row['mean']:.1f} (1 seed)"
+    return f"{100 * row['mean']:.1f} ± {100 * statistics.stdev(row['runs']) / n ** 0.5:.1f}"
 
 
 def _diff_cell(d: dict | None) -> str:
     if d is None:
         return ""
-    return f"{d['mean']:+.2f} ± {d['se']:.2f} ({d['wins']}/{d['ties']}/{d['losses']})"
+    se = f" ± {d['se']:.2f}" if d["n"] > 1 else ""
+    return f"{d['mean']:+.2f}{se} ({d['wins']}/{d['ties']}/{d['losses']})"
 
 
 def print_sweep(results: dict) -> None:

@@ -400,7 +400,7 @@ def preflight(cfg) -> dict:
     import tempfile
     from pathlib import Path
 
-    from .config import ConfigError
+    from .config import ConfigError, check_data_root
     from .data.paths import user_cache_dir
 
     out = Path(cfg.output_dir).expanduser()
@@ -412,10 +412,7 @@ def preflight(cfg) -> dict:
         raise ConfigError(f"output-dir: cannot write reports to {out}: {err}") from None
     from filelock import FileLock
 
-    if cfg.data_root and not Path(cfg.data_root).expanduser().is_dir():
-        raise ConfigError(f"data-root: {cfg.data_root} is not a folder (give an existing data "
-                          "root, or leave data-root empty for $FEDGRAPH_DATA, the user cache "
-                          "and the bundled Cora)")
+    check_data_root(cfg)
     user_cache_dir().mkdir(parents=True, exist_ok=True)
     # Where the partition cache holds every client's part (a built-in dataset whose input
     # files are unchanged: :mod:`fedgraph.partition_cache`), the checks read the parts

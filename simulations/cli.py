@@ -106,9 +106,9 @@ def check_run_config(run_config: dict) -> None:
             :func:`run_simulation` gives).
     """
     from fedgraph import catalog
-    from fedgraph.config import ConfigError, parse_run_config
+    from fedgraph.config import ConfigError, check_data_root, parse_run_config
 
-    parse_run_config(run_config)
+    check_data_root(parse_run_config(run_config))
     spec = str(run_config.get("strategy", "") or run_config.get("method", "ppgnn"))
     try:
         catalog.check_name("strategy", spec)

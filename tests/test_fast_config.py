@@ -42,6 +42,9 @@ BAD = [  # (args, words the message must hold)
     (["--set", "mechanism=nope"], ["mechanism: unknown 'nope'", "'ppm'"]),
     (["--set", "strategy=nope"], ["strategy: unknown 'nope'", "'privgnn'"]),
     (["gap-edge-cora", "--cpus-per-client", "0"], ["--cpus-per-client: must be > 0"]),
+    (["--set", "data-root=/no/such/folder"], ["data-root: /no/such/folder is not a folder"]),
+    (["--set", "self-loops=maybe"], ["self-loops", "valid boolean"]),
+    (["--set", "patience=-1"], ["patience", "greater than or equal to 0"]),
 ]
 
 
