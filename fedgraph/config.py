@@ -574,4 +574,3 @@ def check_data_root(cfg) -> None:
         raise ConfigError(f"data-root: {root} is not a folder (give an existing data root, or "
                           "leave data-root empty for $FEDGRAPH_DATA, the user cache and the "
                           "bundled Cora)")
-

@@ -16,8 +16,7 @@ class ProjectFirstSAGEConv(SAGEConv):
     initialization and state dict), with the sparse aggregation over ``out_channels`` columns
     instead of ``in_channels`` (16 instead of 4,714 on Facebook page-page: the aggregation was
     most of a training epoch there), and one matmul for the neighbour and root projections.
-    Other aggregations, ``project = True`` and pair inputs
-    use PyG's order.
+    Other aggregations, ``project = True`` and pair inputs use PyG's order.
     """
 
     def forward(self, x, edge_index, size=None) -> Tensor:
@@ -61,6 +60,8 @@ def make_backbone(name: str, in_channels: int, out_channels: int, hidden_channel
     return BACKBONES[name](in_channels=in_channels, hidden_channels=hidden_channels,
                            num_layers=num_layers, out_channels=out_channels, dropout=dropout,
                            act="selu")
+
+
 def adjacency_for(name: str, edge_index, num_nodes: int):
     """The graph argument that runs ``name`` fastest with identical results.
 
