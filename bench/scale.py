@@ -150,11 +150,17 @@ def _sync(dev) -> None:
         torch.cuda.synchronize()
 
 
+#: ``--set key=value`` overrides of :data:`RUN_SETTINGS`, for the federated and the plain run
+#: alike (e.g. the default training budgets: ``--set encoder-rounds=10 classifier-rounds=10
+#: local-epochs=10``).
+RUN_OVERRIDES: dict[str, str] = {}
+
+
 def _settings(method: str, nodes: int, degree: float, clients: int, device: str,
               queries: int | None = None) -> dict:
     """The run config of ``method`` on ``synthetic-sbm:<nodes>:<degree>`` (:data:`RUN_SETTINGS`)."""
     cfg = {**RUN_SETTINGS[method], "dataset": f"synthetic-sbm:{nodes}:{degree:g}",
-           "num-clients": clients, "seed": 0, "device": device}
+           "num-clients": clients, "seed": 0, "device": device, **RUN_OVERRIDES}
     if method == "privgnn" and queries:
         cfg["num-queries"] = queries
     return cfg
@@ -482,6 +488,7 @@ def _whole_run(phase: str, nodes: int, degree: float, clients: int, device: str,
         cmd = [sys.executable, __file__, "--plain-child", "--phases", phase, "--sizes",
                str(nodes), "--degree", str(degree), "--clients", str(clients), "--queries",
                str(queries), "--device", device]
+        cmd += ["--set", *(f"{k}={v}" for k, v in RUN_OVERRIDES.items())] if RUN_OVERRIDES else []
     st = _measure(cmd, env, timeout, mem_limit, work / "stdout.log", work / "stderr.log",
                   min_avail=min_avail)
     if st["status"] != "ok" or st["rc"] != 0:
@@ -660,9 +667,16 @@ def main() -> None:
     ap.add_argument("--timeout", type=float, default=3600.0, help="seconds per cell")
     ap.add_argument("--out", default="", help="JSON file for the rows")
     ap.add_argument("--cache", default="", help="folder to keep generated graphs in (.pt)")
+    ap.add_argument("--set", nargs="*", default=[], metavar="KEY=VALUE",
+                    help="override run-config keys of the whole runs (both sides of the ratio)")
     ap.add_argument("--one", action="store_true", help=argparse.SUPPRESS)
     ap.add_argument("--plain-child", action="store_true", help=argparse.SUPPRESS)
     a = ap.parse_args()
+    for item in a.set:
+        key, sep, value = item.partition("=")
+        if not sep or not key:
+            ap.error(f"--set takes KEY=VALUE, got {item!r}")
+        RUN_OVERRIDES[key.strip()] = value.strip()
     sizes = [int(float(s)) for s in a.sizes.split(",") if s.strip()]
     phases = [p.strip() for p in a.phases.split(",") if p.strip()]
     unknown = [p for p in phases if p not in ALL_PHASES]
@@ -688,7 +702,7 @@ def main() -> None:
                    str(a.sigma), "--device", a.device, "--cache", a.cache, "--queries",
                    str(a.queries), "--run-cpus", str(a.run_cpus), "--mem-limit",
                    str(a.mem_limit), "--min-avail", str(a.min_avail), "--timeout",
-                   str(a.timeout)]
+                   str(a.timeout)] + (["--set", *a.set] if a.set else [])
             work = Path(tempfile.mkdtemp(prefix="fedgraph-scale-cell-"))
             st = _measure(cmd, dict(os.environ), a.timeout + 60, a.mem_limit,
                           work / "stdout.log", work / "stderr.log", pss=False,

@@ -192,7 +192,8 @@ def _host() -> dict:
     """The machine and the process that ran the server: Python, architecture, CPUs this
     process may use, torch's thread counts and the thread settings of its environment (a
     server step's speed depends on them: ``flwr run`` starts the ServerApp in a process of
-    its own, with the SuperLink's environment)."""
+    its own, with the SuperLink's environment); under Flower's simulation engine, whether its
+    message polls were replaced by wake-ups (``simulations.wakeups``)."""
     import os
     import sys
 
@@ -207,6 +208,9 @@ def _host() -> dict:
         out["torch_interop_threads"] = torch.get_num_interop_threads()
     out["env"] = {k: os.environ[k] for k in ("OMP_NUM_THREADS", "OMP_WAIT_POLICY",
                                               "MKL_NUM_THREADS") if k in os.environ}
+    wakeups = sys.modules.get("simulations.wakeups")
+    if wakeups is not None:
+        out["flower_wakeups"] = wakeups.installed()
     return out
 
 

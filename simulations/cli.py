@@ -211,7 +211,9 @@ def _prepare(run_config: dict, num_cpus, cpus_per_client: float, gpus_per_client
     from fedgraph.report import default_run_name
     from simulations.client_app import app as client_app
     from simulations.server_app import make_server_app, validate_run_config
+    from simulations.wakeups import install
 
+    install()  # Flower's message polls -> wake-ups (simulations.wakeups)
     _, cfg = validate_run_config(run_config)
     check_resources(num_cpus, cpus_per_client, gpus_per_client)
     preflight(cfg)

@@ -15,6 +15,11 @@ from fedgraph.config import parse_run_config
 from fedgraph.device import resolve_device, to_cpu
 from fedgraph.federation import client_view, tensors, worker_info
 from fedgraph.randomness import client_generator
+from simulations import wakeups
+
+# flwr run: Flower's simulation process imports this module before its runtime starts the
+# threads that move messages; patch them there (simulations.wakeups), not in Ray's workers.
+wakeups.install(if_imported=True)
 
 app = ClientApp()
 

@@ -20,6 +20,7 @@ from typing import Iterable
 from flwr.serverapp import Grid
 
 from fedgraph.federation import RunInterrupted
+from simulations.wakeups import PUSHED, REPLIED
 
 __all__ = ["STOP", "InterruptibleGrid", "RunInterrupted", "StopOnSignal", "become_subreaper",
            "descendants", "end_all_descendants", "kill_descendants"]
@@ -71,13 +72,16 @@ class InterruptibleGrid(Grid):
 
     def push_messages(self, messages):
         self._check()
-        return self._grid.push_messages(messages)
+        ids = self._grid.push_messages(messages)
+        PUSHED.set()  # Flower's simulation runtime takes them at once (simulations.wakeups)
+        return ids
 
     def pull_messages(self, message_ids):
         return self._grid.pull_messages(message_ids)
 
     def send_and_receive(self, messages, *, timeout: float | None = None):
-        """As Flower's: push, then pull until every reply arrived or ``timeout`` passed.
+        """As Flower's: push, then pull until every reply arrived or ``timeout`` passed (between
+        two pulls it waits ``poll`` seconds or until a reply was stored: :data:`REPLIED`).
 
         Raises:
             RunInterrupted: :data:`STOP` was set (Ctrl-C) before all replies arrived.
@@ -88,6 +92,7 @@ class InterruptibleGrid(Grid):
         first = getattr(messages[0], "metadata", None) if messages else None
         if getattr(first, "message_type", "") == "train":
             progress_round()  # a Flower strategy's round: its train messages go out
+        import sys as _s; _t0 = time.perf_counter()
         pending = set(self.push_messages(messages))
         end = None if timeout is None else time.monotonic() + timeout
         replies = []
@@ -98,7 +103,9 @@ class InterruptibleGrid(Grid):
             pending -= {m.metadata.reply_to_message_id for m in got}
             progress("clients", len(replies), len(messages))
             if pending:
-                time.sleep(self._poll)
+                REPLIED.wait(self._poll)
+                REPLIED.clear()
+        print(f"DBG {getattr(first, 'message_type', '')} {time.perf_counter()-_t0:.3f}", file=_s.stderr)
         return replies
 
     def __getattr__(self, name):  # anything else a grid offers

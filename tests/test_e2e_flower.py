@@ -34,6 +34,7 @@ def test_ppgnn_cora_three_clients_well_above_majority(tmp_path):
     assert report["privacy"]["noise_source"] == "secret"
     assert secret not in (out / "e2e.json").read_text() + res.stdout + res.stderr
     assert report["dataset"]["num_nodes"] == 2708  # bundled Cora, no data folder needed
+    assert report["host"]["flower_wakeups"] is True  # simulations.wakeups in the simulation
     acc = report["accuracy"]
     assert acc["test"] > acc["majority_class"] + 0.3, acc
     per_level = report["privacy"]["per_subject"]
