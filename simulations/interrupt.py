@@ -92,7 +92,6 @@ class InterruptibleGrid(Grid):
         first = getattr(messages[0], "metadata", None) if messages else None
         if getattr(first, "message_type", "") == "train":
             progress_round()  # a Flower strategy's round: its train messages go out
-        import sys as _s; _t0 = time.perf_counter()
         pending = set(self.push_messages(messages))
         end = None if timeout is None else time.monotonic() + timeout
         replies = []
@@ -105,7 +104,6 @@ class InterruptibleGrid(Grid):
             if pending:
                 REPLIED.wait(self._poll)
                 REPLIED.clear()
-        print(f"DBG {getattr(first, 'message_type', '')} {time.perf_counter()-_t0:.3f}", file=_s.stderr)
         return replies
 
     def __getattr__(self, name):  # anything else a grid offers
