@@ -95,6 +95,10 @@ run:ppgnn,run-plain:privgnn,run:privgnn --device cpu --out bench/results/scale_r
         --phases gap-plain,gap-pma,flexprop-plain,flexprop --device cpu --cache /tmp/sbm
     OMP_NUM_THREADS=1 nice -n 5 python bench/scale.py --sizes 1e5 --clients 4 \\
         --phases run-plain:gap,run:gap --device cpu
+    # the same at fedgraph's default training budgets (both sides of the ratio)
+    OMP_NUM_THREADS=1 python bench/scale.py --sizes 1e5 --clients 4 --phases \\
+        run-plain:gap,run:gap --device cpu --set encoder-rounds=10 classifier-rounds=10 \\
+        local-epochs=10
 
 Output: a table on stdout and, with ``--out``, JSON rows ``{phase, nodes, edges, graph_s,
 graph_peak_gib, setup_s, phase_s, peak_gib, device, threads, ratio}`` (``run`` rows also
