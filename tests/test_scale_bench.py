@@ -34,6 +34,28 @@ def test_plain_gap_run(scale):
     assert out["timings"]["total"] > 0
 
 
+def test_set_overrides_both_sides_of_the_ratio(scale, monkeypatch):
+    """``--set`` (e.g. the default budgets) changes the federated run's config and the plain
+    run's alike: the plain child gets the same ``--set`` on its command line."""
+    monkeypatch.setattr(scale, "RUN_OVERRIDES", {"encoder-rounds": "3", "local-epochs": "4"})
+    cfg = scale._settings("gap", 300, 6.0, 2, "cpu")
+    assert cfg["encoder-rounds"] == "3" and cfg["local-epochs"] == "4"
+    assert cfg["classifier-rounds"] == scale.RUN_SETTINGS["gap"]["classifier-rounds"]
+    seen = {}
+
+    def fake_measure(cmd, env, timeout, mem_limit, stdout, stderr, **kwargs):
+        seen["cmd"] = cmd
+        Path(stderr).write_text("not run\n")
+        return {"status": "killed", "rc": 1}
+
+    monkeypatch.setattr(scale, "_measure", fake_measure)
+    with pytest.raises(RuntimeError):
+        scale._whole_run("run-plain:gap", 300, 6.0, 2, "cpu", 3, 1, 18.0, 60.0)
+    cmd = seen["cmd"]
+    i = cmd.index("--set")
+    assert cmd[i + 1:i + 3] == ["encoder-rounds=3", "local-epochs=4"]
+
+
 def test_measure_samples_the_tree_and_kills_past_the_limit(scale, tmp_path):
     # A parent holding ~100 MB and a child holding ~100 MB: the tree's sum sees both.
     code = ("import subprocess, sys, time; b = bytearray(100_000_000); "
