@@ -216,6 +216,21 @@ def test_partitioners(cora, method):
                        for x, y in zip(a, c))
 
 
+@pytest.mark.parametrize('method', ['random', 'users'])
+@pytest.mark.parametrize('seed', [0, 1, 7])
+def test_random_partitions_are_independent_of_the_split_of_the_same_seed(cora, method, seed):
+    """The run config's one ``seed`` seeds the split and the partition: a partitioner that drew
+    the split's own permutation gave the first clients only training nodes and the last only
+    test nodes (``users`` did, before). Every client holds about the split's shares."""
+    from fedgraph.data import apply_split
+
+    data = apply_split(cora, 'random-50-25-25', seed)
+    for client in partition(data, 10, method, seed=seed):
+        train = float(data.train_mask[client.node_ids].float().mean())
+        test = float(data.test_mask[client.node_ids].float().mean())
+        assert 0.38 < train < 0.62 and 0.14 < test < 0.36, (client.client_id, train, test)
+
+
 def test_partition_edge_cases(cora):
     sizes = [c.num_nodes for c in partition(cora, 7, 'users', seed=0)]
     assert max(sizes) - min(sizes) <= 1

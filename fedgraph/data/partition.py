@@ -16,6 +16,7 @@ or named by import path in the run config (``partitioner =
 from __future__ import annotations
 
 import heapq
+import zlib
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Callable, List, Optional
 
@@ -204,7 +205,13 @@ def users_partition(data: Data, num_clients: int, seed: int, *,
                     **options) -> Tensor:
     r"""Groups of users (nodes) per client: contiguous chunks of a seeded
     permutation, sizes equal up to one. If ``users_per_client`` is given it
-    overrides ``num_clients`` with ``max(1, N // users_per_client)``."""
+    overrides ``num_clients`` with ``max(1, N // users_per_client)``.
+
+    The permutation's generator is seeded from ``"users:<seed>"``, not from
+    ``seed`` itself: the random splits (:func:`fedgraph.data.splits.random_split`)
+    draw ``randperm(N)`` from ``seed``, and the same permutation cut into
+    chunks gave the first clients only training nodes and the last ones only
+    test nodes."""
     n = int(data.num_nodes)
     if users_per_client is not None:
         if not isinstance(users_per_client, (int, np.integer)) or not (
@@ -212,7 +219,7 @@ def users_partition(data: Data, num_clients: int, seed: int, *,
             raise ValueError(f"'users_per_client' must be an integer in "
                              f"[1, {n}] (got {users_per_client})")
         num_clients = max(1, n // int(users_per_client))
-    gen = torch.Generator().manual_seed(int(seed))
+    gen = torch.Generator().manual_seed(zlib.crc32(f"users:{int(seed)}".encode()))
     perm = torch.randperm(n, generator=gen)
     assign = torch.empty(n, dtype=torch.long)
     for c, chunk in enumerate(torch.tensor_split(perm, num_clients)):
