@@ -60,7 +60,10 @@ SETTINGS = {
     "B: LPGNN eps=1 (all)": {"budgets": "1,2,4", "mechanism": "multi-bit", "epsilon": 1.0, "denoiser": "kprop"},
     # Reference, not a baseline: every user at the largest level. PPGNN should land between
     # this and "LPGNN eps=1 (all)"; the gap between the two bounds is all PPGNN can win.
-    "ref: LPGNN eps=4 (all)": {"budgets": "1,2,4", "mechanism": "multi-bit", "epsilon": 4.0, "denoiser": "kprop"},
+    # (budgets "4": every user's budget is the epsilon spent; the reports are the same as with
+    # budgets "1,2,4", which a uniform mechanism ignores, but a run refuses an epsilon above a
+    # level's budget: fedgraph.federation.check_feature_budgets)
+    "ref: LPGNN eps=4 (all)": {"budgets": "4", "mechanism": "multi-bit", "epsilon": 4.0, "denoiser": "kprop"},
     # Ablation: PPGNN's reports (PPM) propagated uniformly (KProp) instead of with FlexProp's
     # level weights (Eq. 12, applied at every step).
     "ablation: PPM + KProp E={1,2,4}": {"budgets": "1,2,4", "mechanism": "ppm", "denoiser": "kprop"},
@@ -70,9 +73,9 @@ SETTINGS = {
     # NonPriv (the paper's upper bound): clean features, no propagation. Multi-bit at
     # eps = 1e5 samples every dimension (m = d) at eps / d >= 21 per dimension on these datasets,
     # so a sign flips with probability < 1e-9: the features arrive unchanged.
-    "ref: NonPriv (clean features)": {"budgets": "1", "mechanism": "multi-bit", "epsilon": 1e5, "denoiser": "none"},
+    "ref: NonPriv (clean features)": {"budgets": "100000", "mechanism": "multi-bit", "epsilon": 1e5, "denoiser": "none"},
     # The same clean features propagated (KProp), K in {1, 2, 4, 8, 16} chosen on validation.
-    "ref: clean features + KProp": {"budgets": "1", "mechanism": "multi-bit", "epsilon": 1e5, "denoiser": "kprop",
+    "ref: clean features + KProp": {"budgets": "100000", "mechanism": "multi-bit", "epsilon": 1e5, "denoiser": "kprop",
                                     "steps": "1,2,4,8,16"},
 }
 

@@ -186,9 +186,18 @@ class PPGNNConfig(DataConfig):
 
     @field_validator("epsilon")
     @classmethod
-    def _epsilon(cls, v: Optional[float]) -> Optional[float]:
+    def _epsilon(cls, v: Optional[float], info) -> Optional[float]:
         if v is not None and (not math.isfinite(v) or v <= 0):
             raise ValueError(f"epsilon must be finite and > 0 (allowed: (0, inf)), got {v}")
+        budgets, mechanism = info.data.get("budgets"), info.data.get("mechanism")
+        if v is not None and budgets and mechanism != "ppm" and v > min(budgets) * (1 + 1e-9):
+            # a uniform mechanism gives every user this epsilon: the lower levels would
+            # overspend (fedgraph.federation.check_feature_budgets checks any mechanism)
+            raise ValueError(
+                f"{v:g} is above the smallest level's budget {min(budgets):g} (budgets "
+                f"{', '.join(f'{b:g}' for b in budgets)}): mechanism {mechanism!r} gives every "
+                f"user the same epsilon (allowed: (0, {min(budgets):g}]); for everyone at "
+                f"{v:g}, set budgets = \"{v:g}\"")
         return v
 
     _check_delta = field_validator("delta", mode="after")(_delta)

@@ -381,6 +381,29 @@ def tensors(record) -> dict[str, Tensor]:
 
 
 
+def check_feature_budgets(cfg, mech) -> None:
+    """Refuse a feature mechanism that would spend more than a level's budget on a user's
+    features (basic composition of what ``mech.privacy_spent(level)`` declares), before any
+    data is perturbed. The configuration already refuses a built-in uniform mechanism's
+    ``epsilon`` above the smallest budget; this holds any mechanism, a user's included, to
+    the same rule. (``label-epsilon`` adds to the features' spend and is reported per level
+    as over budget, not refused: with PPM the features alone spend each budget in full.)
+
+    Raises:
+        fedgraph.config.ConfigError: naming ``mechanism``, the level, the spend and the budget.
+    """
+    from .config import ConfigError
+
+    for level, budget in enumerate(cfg.budgets, start=1):
+        spent = float(sum(mech.privacy_spent(level).values()))
+        if spent > budget * (1 + 1e-9):
+            raise ConfigError(
+                f"mechanism: {cfg.mechanism!r} spends epsilon {spent:g} on a level-{level} "
+                f"user's features, above that level's budget {budget:g} (budgets "
+                f"{', '.join(f'{b:g}' for b in cfg.budgets)}); allowed: a spend of at most "
+                f"each level's budget")
+
+
 def preflight(cfg) -> dict:
     """Check, before any client starts, what would otherwise fail on every client: the
     output folder is writable, the dataset loads (a user loader's graph passes
@@ -447,6 +470,7 @@ def preflight(cfg) -> dict:
             check_mechanism(mech, num_levels=len(getattr(cfg, "budgets", [1])))
         except (ValueError, ContractError) as err:
             raise ConfigError(f"mechanism: {err}") from None
+        check_feature_budgets(cfg, mech)
     if getattr(cfg, "device", "auto") == "cuda" and not os.environ.get("RAY_ADDRESS"):
         # One machine: the clients' GPUs are this machine's. (On a cluster, set by RAY_ADDRESS,
         # the GPUs may be on other nodes: each client checks its own device instead.)

@@ -95,6 +95,8 @@ def test_failed_run_exits_1_and_report_says_failed(tmp_path):
     (["--set", "dataset='citeseer'", "--set", "data-root='/nonexistent'"], "data-root"),
     (["--set", "strategy='no.such:Strategy'"], "strategy"),
     (["--set", "budgets='1,2,,4'"], "budgets"),
+    # a uniform epsilon above the smallest level's budget would overspend level-1 users
+    (["lpgnn-cora", "--set", "epsilon=2.0"], "epsilon: 2 is above the smallest level's budget 1"),
 ])
 def test_preflight_errors_exit_2_before_any_client_starts(tmp_path, args, key):
     res = fedgraph("run", *args, tmp_path=tmp_path, timeout=120)
