@@ -7,14 +7,20 @@ cd "$(dirname "$0")/.."
 bash scripts/setup.sh
 export PATH="$PWD/.venv/bin:$PATH"
 export FLWR_DISABLE_RUNTIME_DEPENDENCY_INSTALLATION=1   # offline: no `uv sync` of the app
-# `flwr run` reuses any SuperLink on 127.0.0.1:39091, with the environment (and code) it was
-# started with. Refuse one started from another checkout or venv.
+# `flwr run` reuses the SuperLink whose Control API is on 127.0.0.1:$FLWR_LOCAL_CONTROL_API_PORT
+# (default 39093), with the environment (and code) it was started with. Refuse that one when it
+# was started from another checkout or venv; SuperLinks on other ports are not ours to judge.
+CONTROL="127.0.0.1:${FLWR_LOCAL_CONTROL_API_PORT:-39093}"
 if pids=$(pgrep -f flower-superlink); then
   for pid in $pids; do
-    if ! tr '\0' ' ' < /proc/$pid/cmdline | grep -q "$PWD/.venv/"; then
-      echo "A SuperLink from another environment is running (pid $pid):" >&2
-      tr '\0' ' ' < /proc/$pid/cmdline >&2; echo >&2
-      echo "flwr run would use it and that environment's code. Stop it: kill $pid" >&2
+    cmd=$(tr '\0' ' ' < /proc/$pid/cmdline 2>/dev/null) || continue
+    case "$cmd" in *"--control-api-address $CONTROL "*) ;; *) continue ;; esac
+    if ! grep -q "$PWD/.venv/" <<< "$cmd"; then
+      echo "A SuperLink from another environment is running on $CONTROL (pid $pid):" >&2
+      echo "$cmd" >&2
+      echo "flwr run would use it and that environment's code. Stop it (kill $pid), or run" >&2
+      echo "beside it on ports of your own: FLWR_HOME=\$HOME/.flwr-2" >&2
+      echo "FLWR_LOCAL_SUPERLINK_HTTP_API_PORT=39191 FLWR_LOCAL_CONTROL_API_PORT=39193 bash scripts/main.sh" >&2
       exit 1
     fi
   done
