@@ -318,7 +318,8 @@ def wait_for_nodes(grid, num_nodes: int, timeout: float = 60.0) -> list[int]:
     seen = -1
     # A simulation (Flower's in-memory grid) registers all its supernodes at once, so a count
     # that holds still for a few seconds is final: a mismatch fails at once, not after timeout.
-    simulated = type(grid).__name__ == "InMemoryGrid"
+    # (``wrapped``: the grid inside a wrapper such as simulations.interrupt.InterruptibleGrid)
+    simulated = type(getattr(grid, "wrapped", grid)).__name__ == "InMemoryGrid"
     while True:
         nodes = sorted(grid.get_node_ids())
         if len(nodes) != seen:

@@ -56,6 +56,11 @@ class InterruptibleGrid(Grid):
     def __init__(self, grid: Grid, poll: float = 0.2) -> None:
         self._grid, self._poll = grid, poll
 
+    @property
+    def wrapped(self) -> Grid:
+        """The grid this one forwards to."""
+        return self._grid
+
     def set_run(self, run) -> None:
         self._grid.set_run(run)
 

@@ -59,6 +59,19 @@ def test_simulation_with_too_few_supernodes_fails_within_seconds(monkeypatch):
     assert time.time() - start < 5
 
 
+def test_too_few_supernodes_fail_within_seconds_behind_the_interruptible_grid(monkeypatch):
+    """fedgraph's ServerApp wraps Flower's grid (simulations.interrupt): the simulation is
+    still recognized (it waited out the 60 s timeout before)."""
+    import fedgraph.federation as federation
+    from simulations.interrupt import InterruptibleGrid
+
+    monkeypatch.setattr(federation, "SETTLE_S", 0.5)
+    start = time.time()
+    with pytest.raises(ClientFailure, match="has 5 supernodes .* num-clients=10"):
+        wait_for_nodes(InterruptibleGrid(InMemoryGrid(5)), 10, timeout=60)
+    assert time.time() - start < 5
+
+
 def test_deployment_grid_keeps_waiting_for_late_supernodes():
     class Grid(InMemoryGrid):
         pass  # another class name: a deployment, where supernodes connect one by one
