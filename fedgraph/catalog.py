@@ -83,10 +83,48 @@ def check_name(kind: str, spec: object) -> Optional[str]:
     spec = spec.strip()
     if spec in k.registered:
         return spec
-    if ":" in spec or has_entry_point(kind, spec):
+    if ":" in spec:
+        _check_import_path(kind, spec)
+        return None
+    if has_entry_point(kind, spec):
         return None
     raise unknown_name_error(kind, spec, [*k.builtin, *sorted(k.registered)], k.hint,
                              quoted_from=len(k.builtin))
+
+
+def _check_import_path(kind: str, spec: str) -> None:
+    """Without importing anything: the file of ``"path/to/file.py:attr"`` exists, and the
+    top-level package of ``"package.module:attr"`` is on ``sys.path`` or in the working
+    directory (where :func:`fedgraph.registry.import_object` also looks).
+
+    Raises:
+        ValueError: worded as :func:`fedgraph.registry.import_object` words it.
+    """
+    import importlib.util
+    import os
+    from pathlib import Path
+
+    from .registry import is_file_spec
+
+    module = spec.rpartition(":")[0].strip() if is_file_spec(spec) else \
+        spec.partition(":")[0].strip()
+    if not module:
+        return  # import_object names the malformed path
+    if module.endswith(".py"):
+        file = Path(module).expanduser().resolve()
+        if not file.is_file():
+            raise ValueError(f"{kind}: cannot import {spec!r}: no file {file} (a relative path "
+                             f"is taken from the working directory {os.getcwd()})")
+        return
+    top = module.split(".")[0]
+    try:
+        found = importlib.util.find_spec(top) is not None
+    except (ImportError, ValueError):
+        found = True  # let the import itself say what is wrong
+    if not found and not (Path(os.getcwd()) / top).exists() and \
+            not (Path(os.getcwd()) / f"{top}.py").exists():
+        raise ValueError(f"{kind}: cannot import {spec!r}: ModuleNotFoundError: No module "
+                         f"named {top!r}")
 
 
 def dataset_spec(name: object) -> Optional[str]:

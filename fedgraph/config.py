@@ -569,6 +569,26 @@ def reject_keys_of_other_methods(run_config: dict[str, Any]) -> None:
         raise ConfigError("invalid run config:\n  " + "\n  ".join(problems))
 
 
+def check_output_dir(cfg) -> None:
+    """Raise :class:`ConfigError` naming ``output-dir`` when reports cannot be written there:
+    creates the folder and a temporary file in it (cheap, no torch; called before anything
+    starts and again by the preflight).
+
+    Raises:
+        ConfigError: the folder cannot be created or written to.
+    """
+    import tempfile
+    from pathlib import Path
+
+    out = Path(getattr(cfg, "output_dir", "") or ".").expanduser()
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+        with tempfile.NamedTemporaryFile(dir=out):
+            pass
+    except OSError as err:
+        raise ConfigError(f"output-dir: cannot write reports to {out}: {err}") from None
+
+
 def check_data_root(cfg) -> None:
     """Raise :class:`ConfigError` naming ``data-root`` when it is set but not a folder (cheap:
     no torch; called before anything starts and again by the preflight).

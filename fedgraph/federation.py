@@ -421,19 +421,10 @@ def preflight(cfg) -> dict:
             num-clients, num-neighbours, device: ``cuda`` asked on a machine without a GPU when no Ray cluster
             is named by ``RAY_ADDRESS``).
     """
-    import tempfile
-    from pathlib import Path
-
-    from .config import ConfigError, check_data_root
+    from .config import ConfigError, check_data_root, check_output_dir
     from .data.paths import user_cache_dir
 
-    out = Path(cfg.output_dir).expanduser()
-    try:
-        out.mkdir(parents=True, exist_ok=True)
-        with tempfile.NamedTemporaryFile(dir=out):
-            pass
-    except OSError as err:
-        raise ConfigError(f"output-dir: cannot write reports to {out}: {err}") from None
+    check_output_dir(cfg)
     from filelock import FileLock
 
     check_data_root(cfg)

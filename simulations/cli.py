@@ -106,9 +106,11 @@ def check_run_config(run_config: dict) -> None:
             :func:`run_simulation` gives).
     """
     from fedgraph import catalog
-    from fedgraph.config import ConfigError, check_data_root, parse_run_config
+    from fedgraph.config import ConfigError, check_data_root, check_output_dir, parse_run_config
 
-    check_data_root(parse_run_config(run_config))
+    cfg = parse_run_config(run_config)
+    check_data_root(cfg)
+    check_output_dir(cfg)
     spec = str(run_config.get("strategy", "") or run_config.get("method", "ppgnn"))
     try:
         catalog.check_name("strategy", spec)

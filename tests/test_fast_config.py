@@ -45,6 +45,12 @@ BAD = [  # (args, words the message must hold)
     (["--set", "data-root=/no/such/folder"], ["data-root: /no/such/folder is not a folder"]),
     (["--set", "self-loops=maybe"], ["self-loops", "valid boolean"]),
     (["--set", "patience=-1"], ["patience", "greater than or equal to 0"]),
+    # under a file (README.md): no folder can be made there
+    (["--set", "output-dir=README.md/runs"], ["output-dir: cannot write reports to README.md/runs"]),
+    (["--set", "strategy=no_such_pkg.mod:Cls"],
+     ["strategy: cannot import 'no_such_pkg.mod:Cls'", "No module named 'no_such_pkg'"]),
+    (["--set", "strategy=examples/nope.py:X"], ["strategy: cannot import", "no file"]),
+    (["lpgnn-cora", "--set", "epsilon=2"], ["epsilon: 2 is above the smallest level's budget 1"]),
 ]
 
 
@@ -77,8 +83,9 @@ def test_catalog_names_are_what_the_registries_hold(kind):
                                        ("mechanism", "my_mod.Mech"), ("strategy", "nope")])
 def test_catalog_gives_the_registrys_message_and_answers(kind, name, monkeypatch):
     """Without the registry's module imported, an unknown name gets the registry's message
-    (names registered at run time aside), a built-in name passes, anything else is left to the
-    registry (None)."""
+    (names registered at run time aside), a built-in name passes, an import path whose module
+    or file is nowhere gets the registry's message, anything else is left to the registry
+    (None)."""
     k = catalog.KINDS[kind]
     registry = getattr(importlib.import_module(k.module), k.attr)
     user = [n for n in registry if n not in k.registered]
@@ -92,7 +99,15 @@ def test_catalog_gives_the_registrys_message_and_answers(kind, name, monkeypatch
     assert str(fast.value) == str(slow.value)
     for n in k.registered:
         assert catalog.check_name(kind, f" {n} ") == registry.check_name(n)
-    assert catalog.check_name(kind, "some.module:attribute") is None
+    assert catalog.check_name(kind, "json:attribute") is None  # importable: the registry decides
+    # a module that is nowhere: the registry's message, without importing anything
+    with pytest.raises(ValueError) as slow_path:
+        registry.resolve("some.module:attribute")
+    with pytest.raises(ValueError) as fast_path:
+        catalog.check_name(kind, "some.module:attribute")
+    assert str(fast_path.value) == str(slow_path.value)
+    with pytest.raises(ValueError, match="cannot import 'no/such/file.py:f': no file"):
+        catalog.check_name(kind, "no/such/file.py:f")
     monkeypatch.undo()
     assert catalog.check_name(kind, name) is None  # imported: the registry decides
 
