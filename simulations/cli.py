@@ -49,9 +49,9 @@ def load_run_config(preset: Optional[str], overrides: List[str]) -> dict:
             raise typer.BadParameter(f"preset {preset!r} not found; known presets: {names}")
         cfg.update(tomllib.loads(path.read_text()))
     for item in overrides:
-        if "=" not in item:
+        k, sep, v = item.partition("=")
+        if not sep or not k.strip():
             raise typer.BadParameter(f"--set expects key=value, got {item!r}")
-        k, v = item.split("=", 1)
         cfg[k.strip()] = _parse_value(v.strip())
     return cfg
 
