@@ -11,7 +11,9 @@ Usage:
   python bench/gap_tune.py --seeds 5 --epsilons 4 8 inf --grid batch-norm=false,true \
       encoder-select=false,true [--set edge-unit=directed] [--out results.json]
 Every ``--grid`` key is a ``GAPConfig`` key (``batch-norm``, ``lr``, ``hidden``, ``hops``,
-``encoder-rounds``, ``classifier-rounds``, ``edge-unit``, ...) or one of the diagnostics
+``encoder-rounds``, ``classifier-rounds``, ``edge-unit``, ``batch-size``: shuffled
+mini-batches of that size instead of full batch, with ``--set schedule=fedavg`` for the config
+to accept it, ...) or one of the diagnostics
 ``encoder-select`` (keep the encoder's best validation epoch, as federated runs at edge level
 do) and ``bn-parts`` (with ``batch-norm=true``: keep only some batch norms, ``enc-hidden``,
 ``enc-out``, ``cls-out``, joined by ``+``); the product of the grids runs, each over every
@@ -88,8 +90,9 @@ def run_setting(data0, base: dict, setting: dict, seeds: list[int], epsilons: li
         torch.manual_seed(seed)  # dropout draws
         parts = str(setting.get("bn-parts", "all"))
         enc = _bn_parts(_seeded(build_encoder, cfg, nf, nc), parts)
+        batch = cfg.batch_size or None  # 0: full batch; n: shuffled mini-batches of n
         fit(enc, x, y, data.train_mask, data.val_mask, epochs=cfg.encoder_rounds, lr=cfg.lr,
-            select_on_val=bool(setting.get("encoder-select", False)))
+            batch_size=batch, select_on_val=bool(setting.get("encoder-select", False)))
         x0 = enc.embed(x)
         for eps in epsilons:
             z = calibrate_gap(eps, cfg.delta, num_hops=cfg.hops, level="edge",
@@ -99,7 +102,8 @@ def run_setting(data0, base: dict, setting: dict, seeds: list[int], epsilons: li
             feats = stack_hops(pma(x0, data.edge_index, cfg.hops, sigma, gen))
             clf = _bn_parts(_seeded(build_classifier, cfg, nf, nc), parts)
             fit(clf, feats, y, data.train_mask, data.val_mask, epochs=cfg.classifier_rounds,
-                lr=cfg.lr, select_on_val=True)
+                lr=cfg.lr, batch_size=batch, select_on_val=True,
+                generator=torch.Generator().manual_seed(20_000 + seed))
             out[eps].append(evaluate(clf, feats, y, data.test_mask)["accuracy"])
     return out
 
