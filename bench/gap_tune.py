@@ -15,7 +15,8 @@ Every ``--grid`` key is a ``GAPConfig`` key (``batch-norm``, ``lr``, ``hidden``,
 mini-batches of that size instead of full batch, with ``--set schedule=fedavg`` for the config
 to accept it, ...) or one of the diagnostics
 ``encoder-select`` (keep the encoder's best validation epoch, as federated runs at edge level
-do) and ``bn-parts`` (with ``batch-norm=true``: keep only some batch norms, ``enc-hidden``,
+do), ``encoder-batch-size`` (the encoder's alone: its mini-batches, 0 full batch) and
+``bn-parts`` (with ``batch-norm=true``: keep only some batch norms, ``enc-hidden``,
 ``enc-out``, ``cls-out``, joined by ``+``); the product of the grids runs, each over every
 seed and epsilon. Prints mean +- std test accuracy per setting (and every seed's).
 """
@@ -38,7 +39,7 @@ from fedgraph.methods.gap import calibrate_gap, edge_sensitivity, evaluate, fit,
 from fedgraph.methods.gap_federated import build_classifier, build_encoder
 from fedgraph.nn.gap import stack_hops
 
-BENCH_KEYS = ("encoder-select", "bn-parts")
+BENCH_KEYS = ("encoder-select", "bn-parts", "encoder-batch-size")
 
 
 def _bn_parts(model, parts: str):
@@ -91,8 +92,9 @@ def run_setting(data0, base: dict, setting: dict, seeds: list[int], epsilons: li
         parts = str(setting.get("bn-parts", "all"))
         enc = _bn_parts(_seeded(build_encoder, cfg, nf, nc), parts)
         batch = cfg.batch_size or None  # 0: full batch; n: shuffled mini-batches of n
+        enc_batch = int(setting.get("encoder-batch-size", cfg.batch_size)) or None
         fit(enc, x, y, data.train_mask, data.val_mask, epochs=cfg.encoder_rounds, lr=cfg.lr,
-            batch_size=batch, select_on_val=bool(setting.get("encoder-select", False)))
+            batch_size=enc_batch, select_on_val=bool(setting.get("encoder-select", False)))
         x0 = enc.embed(x)
         for eps in epsilons:
             z = calibrate_gap(eps, cfg.delta, num_hops=cfg.hops, level="edge",
