@@ -9,7 +9,7 @@ from __future__ import annotations
 import math
 from typing import Any, Literal, Optional
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 
 class ConfigError(ValueError):
@@ -230,6 +230,15 @@ class PPGNNConfig(DataConfig):
         return self.level_shares or [1.0 / len(self.budgets)] * len(self.budgets)
 
 
+#: GAP's round counts by schedule, where the run config leaves them unset: FedSGD needs an
+#: epoch per round (the centralized trajectory: 100 + 100 epochs), FedAvg does 10 local
+#: epochs per round.
+SCHEDULE_DEFAULTS = {
+    "fedsgd": {"encoder_rounds": 100, "classifier_rounds": 100, "local_epochs": 1},
+    "fedavg": {"encoder_rounds": 10, "classifier_rounds": 10, "local_epochs": 10},
+}
+
+
 class GAPConfig(DataConfig):
     """GAP (Sajadmanesh et al. 2023) federated: encoder rounds (FedAvg), PMA on the clients with
     cross-client partial sums through the server, classifier rounds (FedAvg).
@@ -253,9 +262,11 @@ class GAPConfig(DataConfig):
     encoder_dim: int = Field(16, ge=1)
     hidden: int = Field(16, ge=1)
     combine: Literal["cat", "sum", "attention"] = "cat"
-    encoder_rounds: int = Field(10, ge=0)
-    classifier_rounds: int = Field(10, ge=1)
-    local_epochs: int = Field(10, ge=1)
+    # None (unset, or "" from pyproject under flwr run): the schedule's own
+    # (:data:`SCHEDULE_DEFAULTS`), once the schedule is resolved (_schedule_defaults)
+    encoder_rounds: Optional[int] = Field(None, ge=0)
+    classifier_rounds: Optional[int] = Field(None, ge=1)
+    local_epochs: Optional[int] = Field(None, ge=1)
     server_optimizer: Literal["fedavg", "fedavgm", "fedadam", "fedyogi"] = Field(
         "fedavg", description="how the server applies the clients' averaged update (Flower's "
         "FedAvg, FedAvgM, FedAdam, FedYogi); the adaptive ones help label-skewed clients")
@@ -270,12 +281,15 @@ class GAPConfig(DataConfig):
         "clients weighted by training nodes. Off by default: measured on Wisconsin87 (one "
         "client, and without noise too) it costs 4-5 points, most of it the encoder's output norm (see "
         "README, GAP results)")
-    schedule: Literal["fedavg", "fedsgd"] = Field(
-        "fedavg", description="fedavg: local-epochs of Adam on each client per round, weights "
+    schedule: Literal["auto", "fedavg", "fedsgd"] = Field(
+        "auto", description="fedavg: local-epochs of Adam on each client per round, weights "
         "averaged (server-optimizer); fedsgd (edge level): each round a client sends the "
         "full-batch gradient of its mean training loss, the server averages them weighted by "
         "training nodes and takes one Adam step with lr (the centralized trajectory; a round "
-        "is an epoch)")
+        "is an epoch); auto (default): fedsgd at edge level (the measured best for clients "
+        "holding communities, README GAP results) unless a FedAvg key is set (local-epochs "
+        "other than 1, batch-size, server-optimizer), else fedavg. Unset rounds follow the "
+        "schedule: fedsgd 100 + 100 rounds of 1 epoch, fedavg 10 + 10 rounds of 10 epochs")
     max_degree: int = Field(100, ge=1, description="node level: out-degree bound D")
     max_grad_norm: float = Field(1.0, gt=0)
     cross_client_edges: bool = True
@@ -335,6 +349,11 @@ class GAPConfig(DataConfig):
                              "level) cannot clip per example; allowed at node level: false")
         return v
 
+    @field_validator("encoder_rounds", "classifier_rounds", "local_epochs", mode="before")
+    @classmethod
+    def _unset_rounds(cls, v: Any) -> Any:
+        return None if isinstance(v, str) and not v.strip() else v
+
     @field_validator("schedule", mode="after")
     @classmethod
     def _fedsgd_edge_level_only(cls, v: str, info) -> str:
@@ -347,6 +366,20 @@ class GAPConfig(DataConfig):
         if v == "fedsgd" and info.data.get("batch_size"):
             raise ValueError("fedsgd sends full-batch gradients; set batch-size to 0")
         return v
+
+    @model_validator(mode="after")
+    def _schedule_defaults(self):
+        """Resolve ``schedule = "auto"`` (see its description), then fill the unset rounds."""
+        if self.schedule == "auto":
+            fedavg_keys = (self.local_epochs not in (None, 1) or self.batch_size
+                           or self.server_optimizer != "fedavg")
+            # the model is frozen: set during validation, before anyone holds it
+            object.__setattr__(self, "schedule",
+                               "fedsgd" if self.level == "edge" and not fedavg_keys else "fedavg")
+        for key, value in SCHEDULE_DEFAULTS[self.schedule].items():
+            if getattr(self, key) is None:
+                object.__setattr__(self, key, value)
+        return self
 
     def client_epsilon(self, partition_id: int) -> float:
         return self.client_epsilons[partition_id % len(self.client_epsilons)]

@@ -151,3 +151,40 @@ def test_pyproject_values_are_the_ppgnn_defaults():
         if field in ("data_root", "epsilon"):
             continue  # resolved at parse time (data folder, smallest level)
         assert getattr(from_pyproject, field) == getattr(defaults, field), field
+
+
+@pytest.mark.parametrize("given,schedule,rounds", [
+    ({}, "fedsgd", (100, 100, 1)),                                  # edge level: FedSGD
+    ({"level": "node"}, "fedavg", (10, 10, 10)),                    # DP-SGD on the clients
+    ({"local-epochs": 5}, "fedavg", (10, 10, 5)),                   # a FedAvg key
+    ({"batch-size": 64}, "fedavg", (10, 10, 10)),
+    ({"server-optimizer": "fedadam"}, "fedavg", (10, 10, 10)),
+    ({"local-epochs": 1}, "fedsgd", (100, 100, 1)),
+    ({"schedule": "fedavg"}, "fedavg", (10, 10, 10)),
+    ({"encoder-rounds": 3}, "fedsgd", (3, 100, 1)),                 # only the unset follow
+    ({"schedule": "auto", "encoder-rounds": "", "classifier-rounds": "", "local-epochs": ""},
+     "fedsgd", (100, 100, 1)),                                      # what flwr run passes
+])
+def test_gap_schedule_auto_and_the_rounds_it_implies(given, schedule, rounds):
+    """Issue 14: FedSGD (the measured best for clients holding communities) is GAP's default
+    at edge level; the report's config holds the resolved schedule and rounds."""
+    cfg = parse_run_config({"method": "gap", "dataset": "cora", **given})
+    assert cfg.schedule == schedule
+    assert (cfg.encoder_rounds, cfg.classifier_rounds, cfg.local_epochs) == rounds
+    assert cfg.model_dump()["schedule"] == schedule
+
+
+def test_pyproject_values_are_the_gap_defaults():
+    """flwr run passes pyproject's GAP keys ("" for rounds that follow the schedule): the same
+    config as GAP's defaults."""
+    import tomllib
+    from pathlib import Path
+
+    declared = tomllib.loads((Path(__file__).parents[1] / "pyproject.toml").read_text())
+    declared = declared["tool"]["flwr"]["app"]["config"]
+    gap = {k: v for k, v in declared.items() if k != "strategy"}
+    from_pyproject = parse_run_config({**gap, "method": "gap"})
+    defaults = parse_run_config({"method": "gap"})
+    for field in ("schedule", "encoder_rounds", "classifier_rounds", "local_epochs", "hops",
+                  "server_optimizer", "secure_aggregation", "edge_unit", "batch_norm"):
+        assert getattr(from_pyproject, field) == getattr(defaults, field), field
