@@ -95,7 +95,7 @@ run:ppgnn,run-plain:privgnn,run:privgnn --device cpu --out bench/results/scale_r
         --phases gap-plain,gap-pma,flexprop-plain,flexprop --device cpu --cache /tmp/sbm
     OMP_NUM_THREADS=1 nice -n 5 python bench/scale.py --sizes 1e5 --clients 4 \\
         --phases run-plain:gap,run:gap --device cpu
-    # the same at fedgraph's default training budgets (both sides of the ratio)
+    # the same at FedAvg's default training budgets (both sides of the ratio)
     OMP_NUM_THREADS=1 python bench/scale.py --sizes 1e5 --clients 4 --phases \\
         run-plain:gap,run:gap --device cpu --set encoder-rounds=10 classifier-rounds=10 \\
         local-epochs=10
@@ -155,7 +155,7 @@ def _sync(dev) -> None:
 
 
 #: ``--set key=value`` overrides of :data:`RUN_SETTINGS`, for the federated and the plain run
-#: alike (e.g. the default training budgets: ``--set encoder-rounds=10 classifier-rounds=10
+#: alike (e.g. FedAvg's default training budgets: ``--set encoder-rounds=10 classifier-rounds=10
 #: local-epochs=10``).
 RUN_OVERRIDES: dict[str, str] = {}
 
