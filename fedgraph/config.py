@@ -190,6 +190,12 @@ class PPGNNConfig(DataConfig):
         if v is not None and (not math.isfinite(v) or v <= 0):
             raise ValueError(f"epsilon must be finite and > 0 (allowed: (0, inf)), got {v}")
         budgets, mechanism = info.data.get("budgets"), info.data.get("mechanism")
+        if v is not None and mechanism == "ppm":
+            raise ValueError(
+                f"has no effect with mechanism 'ppm' (each level spends its budget from "
+                f"budgets): leave epsilon empty and set budgets (e.g. budgets = \"{v:g}\" for "
+                f"everyone at {v:g}), or choose a uniform mechanism (multi-bit, one-bit, "
+                f"laplace, gaussian)")
         if v is not None and budgets and mechanism != "ppm" and v > min(budgets) * (1 + 1e-9):
             # a uniform mechanism gives every user this epsilon: the lower levels would
             # overspend (fedgraph.federation.check_feature_budgets checks any mechanism)

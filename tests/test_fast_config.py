@@ -51,6 +51,7 @@ BAD = [  # (args, words the message must hold)
      ["strategy: cannot import 'no_such_pkg.mod:Cls'", "No module named 'no_such_pkg'"]),
     (["--set", "strategy=examples/nope.py:X"], ["strategy: cannot import", "no file"]),
     (["lpgnn-cora", "--set", "epsilon=2"], ["epsilon: 2 is above the smallest level's budget 1"]),
+    (["ppgnn-cora", "--set", "epsilon=0.5"], ["epsilon: has no effect with mechanism 'ppm'"]),
 ]
 
 

@@ -53,3 +53,12 @@ def test_a_custom_mechanism_that_overspends_is_refused():
     with pytest.raises(ConfigError, match=r"mechanism: 'ppm' spends epsilon 1.5 on a level-1 "
                                           r"user's features, above that level's budget 1"):
         check_feature_budgets(cfg, _Greedy([1.0, 2.0]))
+
+
+def test_epsilon_with_ppm_is_refused_not_ignored():
+    """PPM spends each level's budget; a uniform epsilon beside it would be silently ignored
+    (and shown in the report's config): refused, naming what to set instead."""
+    with pytest.raises(ConfigError, match=r"epsilon: has no effect with mechanism 'ppm'.*"
+                                          r"budgets = \"0.5\""):
+        _cfg(mechanism="ppm", epsilon=0.5)
+    assert _cfg(mechanism="ppm", epsilon="").epsilon is None  # flwr run's "" is unset
