@@ -128,7 +128,7 @@ class PPGNNConfig(DataConfig):
     rescale: Literal["posterior", "released"] = Field(
         "posterior", description="PPM: server rescaling by level posterior or released level")
     epsilon: Optional[float] = Field(None, description="uniform mechanisms: epsilon per user")
-    delta: float = Field(1e-5, gt=0, lt=1, description="gaussian mechanism only")
+    delta: float = Field(1e-5, description="gaussian mechanism only")
     label_epsilon: float = Field(0.0, ge=0, description="> 0: randomized response on labels")
     denoiser: Literal["flexprop", "kprop", "none"] = "flexprop"
     steps: list[int] = Field(default_factory=lambda: [16],
@@ -263,7 +263,7 @@ class GAPConfig(DataConfig):
         "edge of the undirected graph, stored as two directed halves, sensitivity sqrt 2; "
         "directed: one half (GAP's paper), sensitivity 1")
     client_epsilons: list[float] = Field(default_factory=lambda: [4.0])
-    delta: float = Field(1e-7, gt=0, lt=1)
+    delta: float = Field(1e-7)
     hops: int = Field(2, ge=0, le=10)
     encoder_dim: int = Field(16, ge=1)
     hidden: int = Field(16, ge=1)
@@ -446,7 +446,7 @@ class PrivGNNConfig(DataConfig):
         "client adding a 1/n share of the variance; every client answers the same queries "
         "(the smallest client limit)")
     client_epsilons: list[float] = Field(default_factory=lambda: [10.0])
-    delta: float = Field(1e-4, gt=0, lt=1)
+    delta: float = Field(1e-4)
     hops: int = Field(2, ge=1, le=10, description="public neighbourhood of a query (l hops)")
     neighbourhood_size: int = Field(50, ge=1, description="cap on a query's public neighbourhood")
     projection_dim: int = Field(0, ge=0, description="0: raw features; d: public PCA for teachers")
