@@ -36,7 +36,7 @@ SMALL = {"method": "privgnn", "dataset": "cora", "num-clients": 2, "num-queries"
     ("answer-mode", "logits", "'posterior', 'vote'"),
     ("num-queries", 0, "greater than or equal to 1"),
     ("public-fraction", 1.0, "less than 1"),
-    ("delta", 1.0, "less than 1"),
+    ("delta", 1.0, "must lie in [1e-12, 1)"),
     ("partitioner", "nope", "allowed:"),
     ("no-such-key", 1, "unknown key; allowed keys:"),
 ])
