@@ -23,9 +23,11 @@ from fedgraph.methods import privgnn as pg
 from fedgraph.report import format_table
 from simulations.local import LocalGrid
 
+# FedAvg (weights leave the clients), explicitly: local-epochs 1 at edge level is FedSGD's
+# default schedule otherwise, and GAP_FEDSGD below covers the gradients
 GAP = {"method": "gap", "dataset": "cora", "num-clients": 2, "encoder-rounds": 1,
-       "classifier-rounds": 2, "local-epochs": 1, "hops": 2, "client-epsilons": "4,2",
-       "delta": 1e-5}
+       "classifier-rounds": 2, "local-epochs": 1, "schedule": "fedavg", "hops": 2,
+       "client-epsilons": "4,2", "delta": 1e-5}
 GAP_NODE = {**GAP, "level": "node", "max-degree": 5, "batch-size": 256,
             "accountant": "rdp"}  # calibration in seconds (prv: a minute per client)
 GAP_SECURE = {**GAP, "num-clients": 3, "client-epsilons": "4,2,8", "secure-aggregation": True}
