@@ -18,11 +18,13 @@ import pytest
 from simulations.interrupt import InterruptibleGrid, RunInterrupted, STOP, descendants
 
 ROOT = Path(__file__).parents[1]
+#: Linux's process file system (an OS interface, not a project path)
+PROC = Path("/proc")
 
 
 def _marked(marker: str) -> list[int]:
     pids = []
-    for env in Path("/proc").glob("[0-9]*/environ"):
+    for env in PROC.glob("[0-9]*/environ"):
         try:
             if f"FEDGRAPH_TEST_MARKER={marker}".encode() in env.read_bytes():
                 pids.append(int(env.parent.name))
@@ -53,7 +55,7 @@ def _gone(marker: str, within: float) -> list[int]:
     return _marked(marker)
 
 
-@pytest.mark.skipif(not Path("/proc/self/environ").exists(), reason="needs /proc")
+@pytest.mark.skipif(not (PROC / "self" / "environ").exists(), reason="needs /proc")
 def test_ctrl_c_stops_the_run_writes_an_interrupted_report_and_leaves_no_process(tmp_path):
     marker = uuid.uuid4().hex
     proc = _start(tmp_path, marker)
@@ -68,7 +70,7 @@ def test_ctrl_c_stops_the_run_writes_an_interrupted_report_and_leaves_no_process
     assert not _gone(marker, within=10), f"processes left {time.time() - t0:.0f} s after Ctrl-C"
 
 
-@pytest.mark.skipif(not Path("/proc/self/environ").exists(), reason="needs /proc")
+@pytest.mark.skipif(not (PROC / "self" / "environ").exists(), reason="needs /proc")
 def test_second_ctrl_c_quits_at_once(tmp_path):
     marker = uuid.uuid4().hex
     proc = _start(tmp_path, marker)

@@ -18,6 +18,8 @@ from simulations.cli import cli
 from simulations.sweep import SweepError, load_sweep
 
 ROOT = Path(__file__).parents[1]
+#: Linux's process file system (an OS interface, not a project path)
+PROC = Path("/proc")
 
 
 def write(path: Path, text: str) -> Path:
@@ -258,7 +260,7 @@ epsilon-key = "epsilon"
 def _sessions() -> dict[int, int]:
     """pid -> session id of every process."""
     out = {}
-    for p in Path("/proc").iterdir():
+    for p in PROC.iterdir():
         if p.name.isdigit():
             try:
                 out[int(p.name)] = int((p / "stat").read_text().rsplit(")", 1)[1].split()[3])
@@ -268,7 +270,7 @@ def _sessions() -> dict[int, int]:
 
 
 def _pid_running(fragment: str) -> int | None:
-    for p in Path("/proc").iterdir():
+    for p in PROC.iterdir():
         if p.name.isdigit():
             try:
                 if fragment in (p / "cmdline").read_bytes().decode(errors="replace"):
@@ -287,7 +289,7 @@ def _wait(cond, timeout, what):
     raise AssertionError(f"timed out waiting for {what}")
 
 
-@pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="reads /proc")
+@pytest.mark.skipif(not (PROC / "self" / "stat").exists(), reason="reads /proc")
 def test_interrupted_sweep_finishes_only_the_rest_and_failed_cells_do_not_stop_it(tmp_path):
     sweep_file = write(tmp_path / "tiny.toml", TINY)
     out = tmp_path / "out"
