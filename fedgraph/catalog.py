@@ -104,10 +104,9 @@ def _check_import_path(kind: str, spec: str) -> None:
     import os
     from pathlib import Path
 
-    from .registry import is_file_spec
+    from .registry import split_spec
 
-    module = spec.rpartition(":")[0].strip() if is_file_spec(spec) else \
-        spec.partition(":")[0].strip()
+    module = split_spec(spec)[0]
     if not module:
         return  # import_object names the malformed path
     if module.endswith(".py"):

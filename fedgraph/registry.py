@@ -50,6 +50,13 @@ def is_file_spec(spec: str) -> bool:
     return spec.rpartition(":")[0].strip().endswith(".py")
 
 
+def split_spec(spec: str) -> tuple[str, str, str]:
+    """``(module, ":", attribute)`` of an import path (a file path splits at its last colon,
+    a module path at its first: dots may follow the colon); stripped."""
+    module, sep, attr = spec.rpartition(":") if is_file_spec(spec) else spec.partition(":")
+    return module.strip(), sep, attr.strip()
+
+
 def canonical_spec(spec: str) -> str:
     """``spec`` with a relative ``.py`` path made absolute (against the working directory),
     so that processes with another working directory (Flower's clients) find the same file."""
@@ -81,14 +88,10 @@ def import_object(spec: str, kind: str = "object") -> Any:
         ValueError: ``spec`` is not of either form, the module or file cannot be imported (the
             message carries the error) or has no such attribute.
     """
-    if is_file_spec(spec):
-        module, sep, attr = spec.rpartition(":")
-    else:
-        module, sep, attr = spec.partition(":")
-    if not sep or not module.strip() or not attr.strip():
+    module, sep, attr = split_spec(spec)
+    if not sep or not module or not attr:
         raise ValueError(f"{kind}: {spec!r} is not an import path 'package.module:attribute' "
                          "or 'path/to/file.py:attribute'")
-    module, attr = module.strip(), attr.strip()
     try:
         obj = _import_file(module) if module.endswith(".py") else _import_module(module)
     except ImportError as err:
