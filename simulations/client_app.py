@@ -15,7 +15,7 @@ from fedgraph.config import parse_run_config
 from fedgraph.device import resolve_device, to_cpu
 from fedgraph.federation import client_view, tensors, worker_info
 from fedgraph.randomness import client_generator
-from simulations import wakeups
+from simulations import client_state, wakeups
 
 # flwr run: Flower's simulation process imports this module before its runtime starts the
 # threads that move messages; patch them there (simulations.wakeups), not in Ray's workers.
@@ -102,8 +102,10 @@ def privgnn_keys(msg: Message, context: Context) -> Message:
 
 
 def _gap_state_key(graph: str) -> str:
-    """``context.state`` key of the private hops of a PMA run on ``graph`` (``all``/``train``:
-    the classifier's training inputs; ``test``: the held-out graph's, inductive inference)."""
+    """Key of the private hops of a PMA run on ``graph`` (``all``/``train``: the classifier's
+    training inputs; ``test``: the held-out graph's, inductive inference), kept by
+    :mod:`simulations.client_state`; PMA's hop-by-hop state is ``context.state[key + ".pma"]``
+    until the last hop."""
     return "gap.hops.test" if graph == "test" else "gap.hops"
 
 
@@ -134,9 +136,13 @@ def _gap_inputs(cfg, view, context: Context, phase: str, arrays=None, heldout: b
 
 
 def _stacked_hops(context: Context, key: str, num_hops: int) -> torch.Tensor:
-    """The private hops 0..K kept under ``context.state[key]``, stacked ``[n, K + 1, e]``."""
-    hops = tensors(context.state[key])
-    return torch.stack([hops[f"hop{k}"] for k in range(num_hops + 1)], dim=1)
+    """The private hops 0..K kept under ``key`` (:func:`gap_pma`'s last hop), ``[n, K + 1, e]``
+    (shared between messages: not to be written in place)."""
+    hops = client_state.get_tensors(context, key)["hops"]
+    if hops.size(1) != num_hops + 1:
+        raise ValueError(f"client state {key!r} holds {hops.size(1) - 1} hops, the run config "
+                         f"says hops = {num_hops}")
+    return hops
 
 
 def _on(x, tensor):
@@ -152,17 +158,24 @@ def gap_train(msg: Message, context: Context) -> Message:
     cfg, pid, view = _setup(msg, context)
     phase = str(msg.content["config"]["phase"])
     model, x = _gap_inputs(cfg, view, context, phase, msg.content["arrays"])
-    plan = _gap_plan(cfg, pid, view)
-    dp = plan.dpsgd(cfg)
     rnd = int(msg.content["config"]["server-round"])
     if cfg.schedule == "fedsgd":  # edge level (config): the gradient, weighted by train nodes
         from fedgraph.methods.gap import local_gradient
 
+        config = msg.content["config"]
+        # the received weights' validation, for the previous round (strategies.fedavg.StrictFedSGD)
+        val = {}
+        if "evaluate" in config and config["evaluate"]:
+            if cfg.level != "edge":  # (the config allows FedSGD at edge level only)
+                raise ValueError("level: node: the validation labels are private")
+            val = dict(_val_metrics(model, x, view))
+            val["val-examples"] = val.pop("num-examples")
         n, loss, grads = local_gradient(model, x, _on(x, view.graph.y),
                                         _on(x, view.graph.train_mask))
         grads.update(model.named_buffers())  # batch norm: running statistics after the pass
         return Message(RecordDict({"arrays": ArrayRecord(to_cpu(grads)), "metrics": MetricRecord(
-            {"num-examples": n, "train-loss": float(loss) if n else 0.0})}), reply_to=msg)
+            {"num-examples": n, "train-loss": float(loss) if n else 0.0, **val})}), reply_to=msg)
+    dp = _gap_plan(cfg, pid, view).dpsgd(cfg)  # node level: DP-SGD's schedule
     n, loss = local_train(model, x, _on(x, view.graph.y), _on(x, view.graph.train_mask),
                           cfg.local_epochs,
                           cfg.dpsgd_batch_size if dp else (cfg.batch_size or None), cfg.lr, dp,
@@ -193,12 +206,13 @@ def gap_pma(msg: Message, context: Context) -> Message:
     in_graph = graph_nodes(view.test_mask, graph)
     tag = ":test" if graph == "test" else ""  # fresh noise for the held-out run
     key = _gap_state_key(graph)
+    pma_key = key + ".pma"
     dev = resolve_device(cfg.device)
     if k == 1:
         model, x = _gap_inputs(cfg, view, context, "gap.encoder", msg.content["encoder"])
         state = {"hop0": model.embed(x)}
     else:
-        state = tensors(context.state[key])
+        state = tensors(context.state[pma_key])
         inc = tensors(msg.content["incoming"])
         state[f"hop{k - 1}"] = pma_finish(state.pop("local_sums").to(dev), g.node_ids,
                                           inc["ids"], inc["sums"])
@@ -236,7 +250,12 @@ def gap_pma(msg: Message, context: Context) -> Message:
                                  list(sa["public-keys"]), int(sa["index"]),
                                  tensors(msg.content["owner"])["owner"],
                                  f"fedgraph gap pma run={context.run_id} graph={graph} hop={k}")
-    context.state[key] = ArrayRecord(to_cpu(state))
+    if k <= cfg.hops:
+        context.state[pma_key] = ArrayRecord(to_cpu(state))
+    else:  # the last hop: the classifier's inputs, read in every classifier round
+        del context.state[pma_key]
+        client_state.put_tensors(context, key, {"hops": torch.stack(
+            [state[f"hop{j}"].cpu() for j in range(cfg.hops + 1)], dim=1)})
     return Message(RecordDict({"partial_sums": ArrayRecord(to_cpu(out))}), reply_to=msg)
 
 
@@ -244,8 +263,6 @@ def gap_pma(msg: Message, context: Context) -> Message:
 def gap_evaluate_round(msg: Message, context: Context) -> Message:
     """FedAvg evaluation round: validation accuracy of the aggregated encoder (its
     pre-training head, on the raw features) or classifier (the config's ``phase``)."""
-    from fedgraph.methods.gap import evaluate
-
     cfg, _, view = _setup(msg, context)
     if cfg.level == "node":
         raise ValueError("level: node: the validation labels are private, validation accuracy "
@@ -255,13 +272,19 @@ def gap_evaluate_round(msg: Message, context: Context) -> Message:
     if phase not in ("gap.encoder", "gap.classifier"):
         raise ValueError(f"unknown GAP phase {phase!r}")
     model, x = _gap_inputs(cfg, view, context, phase, msg.content["arrays"])
+    return Message(RecordDict({"metrics": _val_metrics(model, x, view)}), reply_to=msg)
+
+
+def _val_metrics(model, x, view) -> MetricRecord:
+    """Validation accuracy and loss of ``model`` on this client's validation nodes, with their
+    exact count as weight (0: this client has none); the loss breaks ties
+    (:func:`strategies.fedavg.selection_key`)."""
+    from fedgraph.methods.gap import evaluate
+
     res = evaluate(model, x, _on(x, view.graph.y), _on(x, view.graph.val_mask))
     acc, loss = (res["accuracy"], res["loss"]) if res["total"] else (0.0, 0.0)
-    # the exact count as weight (0: this client has no validation node), the loss breaks ties
-    # (strategies.fedavg.selection_key)
-    return Message(RecordDict({"metrics": MetricRecord(
-        {"num-examples": res["total"], "val-accuracy": float(acc), "val-loss": float(loss)})}),
-        reply_to=msg)
+    return MetricRecord({"num-examples": res["total"], "val-accuracy": float(acc),
+                         "val-loss": float(loss)})
 
 
 @app.evaluate("gap")

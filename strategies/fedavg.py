@@ -79,25 +79,30 @@ class _Strict:
             return None
         replies = self._check(replies, "evaluate", server_round)
         metrics = super().aggregate_evaluate(server_round, replies)
-        key = selection_key([r.content for r in replies])
-        if self.best is None or key > self.best_key:
-            self.best, self.best_key = (key[0], server_round, self._latest), key
+        self._consider(server_round, selection_key([r.content for r in replies]), self._latest)
         return metrics
 
+    def _consider(self, server_round: int, key: tuple[float, float], arrays) -> None:
+        """Keep ``arrays`` (the weights after ``server_round``) if their ``key`` is the best
+        so far (ties: the earlier round)."""
+        if self.best is None or key > self.best_key:
+            self.best, self.best_key = (key[0], server_round, arrays), key
 
-def selection_key(contents: list) -> tuple[float, float]:
+
+def selection_key(contents: list, count: str = "num-examples") -> tuple[float, float]:
     """``(validation accuracy, -validation loss)`` of a round over all clients, the key of
     :func:`fedgraph.methods.gap.fit`'s best epoch: the accuracy from the exact counts
     (``round(val-accuracy * num-examples)`` per client; a float weighted mean of the clients'
     accuracies is not exact, and would break ties between rounds differently for different
     partitions of the same validation set), the loss the weighted mean of ``val-loss`` (0
-    when the clients send none). ``(-inf, 0)`` without ``val-accuracy``."""
+    when the clients send none). ``(-inf, 0)`` without ``val-accuracy``. ``count``: the
+    metric that holds the validation count (a training reply's is ``val-examples``)."""
     correct, total, loss = 0, 0, 0.0
     for c in contents:
         m = next(iter(c.metric_records.values()), {})
         if "val-accuracy" not in m:
             return float("-inf"), 0.0
-        n = int(m["num-examples"])
+        n = int(m[count])
         correct += round(float(m["val-accuracy"]) * n)
         total += n
         loss += float(m.get("val-loss", 0.0)) * n
@@ -137,6 +142,13 @@ class StrictFedSGD(_Strict, FedAvg):
     What leaves a client: one gradient per round, where FedAvg sends weights after local
     steps; both are functions of the same inputs, so the privacy analysis is the FedAvg one.
 
+    With ``select_on_val`` a round's validation travels with the next round's training
+    message: from round 2 on the train config says ``evaluate = True`` and each client adds
+    to its reply's metrics ``val-accuracy``, ``val-loss`` and ``val-examples`` (the count) of
+    the weights it received (the previous round's result; :func:`selection_key`); only the
+    last round's weights get an evaluation round of their own. The same metrics of the same
+    weights as one evaluation round per round, in half the exchanges.
+
     Args:
         num_clients, select_on_val: as for :class:`StrictFedAvg`.
         lr: the server Adam's learning rate (the centralized optimizer's).
@@ -158,8 +170,36 @@ class StrictFedSGD(_Strict, FedAvg):
         self._params = None  # name -> float tensor, the weights the server steps
         self._buffers = None  # name -> tensor
         self._adam = None
+        self._num_rounds = None
+        self._sent = None  # the weights of the current round's training messages
+
+    #: a fused round's training metrics that validate the received weights
+    VAL_METRICS = ("val-accuracy", "val-loss", "val-examples")
+
+    def start(self, grid, initial_arrays, num_rounds: int = 3, *args, **kwargs):
+        self._num_rounds = num_rounds
+        return super().start(grid, initial_arrays, num_rounds, *args, **kwargs)
+
+    def _fused(self, server_round: int) -> bool:
+        """Whether round ``server_round``'s training messages also validate their weights."""
+        return self.fraction_evaluate > 0.0 and server_round > 1
+
+    def configure_evaluate(self, server_round, arrays, config, grid):
+        if self._fused(server_round + 1) and server_round < (self._num_rounds or 0):
+            return []  # validated by the next round's training messages
+        return super().configure_evaluate(server_round, arrays, config, grid)
+
+    def aggregate_evaluate(self, server_round, replies):
+        if self._fused(server_round + 1) and server_round < (self._num_rounds or 0):
+            return None
+        return super().aggregate_evaluate(server_round, replies)
 
     def configure_train(self, server_round, arrays, config, grid):
+        from flwr.app import ConfigRecord
+
+        if self._fused(server_round):
+            config = ConfigRecord({**dict(config.items()), "evaluate": True})
+        self._sent = arrays
         if self._params is None:
             import torch
 
@@ -174,7 +214,18 @@ class StrictFedSGD(_Strict, FedAvg):
     def aggregate_train(self, server_round, replies):
         from flwr.app import ArrayRecord
 
+        replies = list(replies)
         mean, metrics = super().aggregate_train(server_round, replies)
+        if self._fused(server_round):  # the validation of the weights sent (round - 1's)
+            contents = [r.content for r in replies]
+            missing = [k for k in self.VAL_METRICS
+                       if any(k not in next(iter(c.metric_records.values())) for c in contents)]
+            if missing:
+                raise ClientFailure(f"train round {server_round}: replies without {missing} "
+                                    "(the validation of the weights they received)")
+            self._consider(server_round - 1, selection_key(contents, "val-examples"), self._sent)
+            for k in self.VAL_METRICS:  # not training metrics (Flower weighted them by them)
+                metrics.pop(k, None)
         mean = mean.to_torch_state_dict()
         if set(mean) != set(self._params) | set(self._buffers):
             raise ClientFailure(f"train round {server_round}: the reply's names {sorted(mean)} "

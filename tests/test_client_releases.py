@@ -58,6 +58,16 @@ STATISTICS = _public("the dataset's published statistics, identical on every cli
 WORKER = _public("where the client runs (host, process, device): no data")
 PLAN = _public("the client's calibration: from the public config and the directory counts")
 
+#: FedSGD's fused validation (strategies.fedavg.StrictFedSGD): a training reply's metrics
+#: hold the evaluation round's fields for the weights received, edge level only
+VAL_OF_RECEIVED = {
+    module: {f"metrics.{field}": {"edge": _public(why)} for field, why in (
+        ("val-examples", "a count of nodes: not the unit"),
+        ("val-accuracy", f"labels are not the unit; {reads}"),
+        ("val-loss", f"labels are not the unit; {reads}"))}
+    for module, reads in (("encoder", "the encoder reads no edge"),
+                          ("classifier", "the model is post-processing of PMA"))}
+
 #: method -> message kind -> field -> (kind, why or ledger release) or {level: (...)}
 ALLOWED = {
     "gap": {
@@ -70,6 +80,7 @@ ALLOWED = {
         "train[gap.encoder]": {
             "arrays.*": {"edge": _public("the encoder reads features and labels, no edge"),
                          "node": _noised("encoder dp-sgd")},
+            **VAL_OF_RECEIVED["encoder"],
             "metrics.num-examples": {
                 "edge": _public("a count of nodes: not the protected unit (an edge)"),
                 "node": _public("the constant 1: uniform FedAvg weights")},
@@ -81,7 +92,8 @@ ALLOWED = {
             "metrics.num-examples": {
                 "edge": _public("a count of nodes: not the protected unit (an edge)"),
                 "node": _public("the constant 1: uniform FedAvg weights")},
-            "metrics.train-loss": {"edge": _public("post-processing of PMA's noisy rows")}},
+            "metrics.train-loss": {"edge": _public("post-processing of PMA's noisy rows")},
+            **VAL_OF_RECEIVED["classifier"]},
         "query.gap_pma": {
             "partial_sums.ids": _public("every remote node of the graph: fixed by the directory, "
                                         "not by the edges"),
@@ -238,6 +250,9 @@ def test_every_reply_field_is_noised_and_accounted_or_public(runs, name, method,
     assert want <= kinds  # the run exercised every handler of the method
     if level == "edge":
         assert {"evaluate[gap.classifier]", "evaluate[gap.encoder]"} <= kinds
+    if name == "gap-fedsgd":  # validation fused into the training replies (StrictFedSGD)
+        assert {"train[gap.classifier]:metrics.val-accuracy",
+                "train[gap.classifier]:metrics.val-examples"} <= seen
     if name == "gap-secure":  # the masked path ran: keys out, no plain sums
         assert {"query.gap_keys:secagg.public-key", "query.gap_pma:partial_sums.masked"} <= seen
         plain = [reply.content["partial_sums"]["sums"].numpy() for m, reply in grid.log

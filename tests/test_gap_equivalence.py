@@ -21,9 +21,10 @@ rounds differently for different partitions.
 import pytest
 import torch
 
-from fedgraph.federation import client_view, load_federated, tensors
+from fedgraph.federation import client_view, load_federated
 from fedgraph.methods.gap import fit, pma
 from fedgraph.methods.gap_federated import build_classifier, build_encoder
+from simulations import client_state
 from simulations.local import LocalGrid
 from simulations.server_app import validate_run_config
 from strategies.gap import _seeded_init
@@ -52,8 +53,7 @@ def _hops(cfg, grid) -> dict[int, torch.Tensor]:
     out = {}
     for node, ctx in grid.contexts.items():
         view = client_view(cfg, int(ctx.node_config["partition-id"]))
-        h = tensors(ctx.state["gap.hops"])
-        stacked = torch.stack([h[f"hop{k}"] for k in range(cfg.hops + 1)], dim=1)
+        stacked = client_state.get_tensors(ctx, "gap.hops")["hops"]
         out.update(zip(view.graph.node_ids.tolist(), stacked))
     return out
 

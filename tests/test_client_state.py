@@ -1,0 +1,118 @@
+"""``simulations.client_state``: a client's large tensors between messages, in the Flower
+``Context`` outside Ray and in Ray's object store (a reference in the ``Context``) under it."""
+import pickle
+import subprocess
+import sys
+import textwrap
+
+import torch
+from flwr.app import ArrayRecord, ConfigRecord, Context, RecordDict
+
+from simulations import client_state
+
+
+def _context(node_id: int = 1, run_id: int = 7) -> Context:
+    return Context(run_id=run_id, node_id=node_id, node_config={"partition-id": 0},
+                   state=RecordDict(), run_config={})
+
+
+def test_outside_ray_the_tensors_stay_in_the_context_and_are_memoized():
+    ctx = _context()
+    hops = torch.randn(50, 3, 4)
+    client_state.put_tensors(ctx, "k", {"hops": hops})
+    assert isinstance(ctx.state["k"], ArrayRecord)
+    first = client_state.get_tensors(ctx, "k")["hops"]
+    assert torch.equal(first, hops)
+    assert client_state.get_tensors(ctx, "k")["hops"] is first  # no second decode
+    # another process (no memo): decoded from the context itself
+    copy = pickle.loads(pickle.dumps(ctx))
+    client_state._MEMO.clear()
+    assert torch.equal(client_state.get_tensors(copy, "k")["hops"], hops)
+
+
+def test_the_memo_never_returns_another_put():
+    ctx = _context()
+    client_state.put_tensors(ctx, "k", {"hops": torch.zeros(3)})
+    old = pickle.loads(pickle.dumps(ctx))  # the context as it was after the first put
+    client_state.put_tensors(ctx, "k", {"hops": torch.ones(3)})
+    assert torch.equal(client_state.get_tensors(ctx, "k")["hops"], torch.ones(3))
+    assert torch.equal(client_state.get_tensors(old, "k")["hops"], torch.zeros(3))
+    other_node = _context(node_id=2)
+    client_state.put_tensors(other_node, "k", {"hops": torch.full((3,), 2.0)})
+    assert torch.equal(client_state.get_tensors(ctx, "k")["hops"], torch.ones(3))
+
+
+def test_missing_and_dropped_state_raise_key_error():
+    ctx = _context()
+    try:
+        client_state.get_tensors(ctx, "nothing")
+        raise AssertionError("no KeyError")
+    except KeyError as err:
+        assert "nothing" in str(err)
+    client_state.put_tensors(ctx, "k", {"a": torch.ones(2)})
+    client_state.drop(ctx, "k")
+    assert "k" not in ctx.state and "k.token" not in ctx.state
+    try:
+        client_state.get_tensors(ctx, "k")
+        raise AssertionError("no KeyError")
+    except KeyError:
+        pass
+
+
+RAY_SCRIPT = textwrap.dedent("""
+    import json, pickle, tempfile, time
+    import ray, torch
+    from flwr.app import ConfigRecord, Context, RecordDict
+    from simulations import client_state
+
+    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False,
+             _temp_dir=tempfile.mkdtemp(prefix="fgcs-", dir="/tmp"))
+
+    @ray.remote(num_cpus=0)
+    class Worker:
+        def put(self, ctx, seed):
+            torch.manual_seed(seed)
+            client_state.put_tensors(ctx, "hops", {"hops": torch.randn(20000, 3, 16)})
+            return ctx, float(client_state.get_tensors(ctx, "hops")["hops"].sum())
+
+        def get(self, ctx, fresh=False):
+            if fresh:  # as an actor that never read them
+                client_state._MEMO.clear()
+            try:
+                return float(client_state.get_tensors(ctx, "hops")["hops"].sum())
+            except RuntimeError as err:
+                return str(err)
+
+    a, b, c = Worker.remote(), Worker.remote(), Worker.remote()
+    ctx = Context(run_id=1, node_id=3, node_config={"partition-id": 0}, state=RecordDict(),
+                  run_config={})
+    ctx, total = ray.get(a.put.remote(ctx, 0))
+    out = {"total": total, "state_types": sorted(type(v).__name__ for v in ctx.state.values()),
+           "context_bytes": len(pickle.dumps(ctx)), "on_b": ray.get(b.get.remote(ctx)),
+           "on_a": ray.get(a.get.remote(ctx))}
+    ray.kill(a)
+    try:  # wait until the owner is gone
+        ray.get(a.get.remote(ctx))
+    except ray.exceptions.RayActorError:
+        pass
+    for _ in range(150):  # Ray frees the owner's objects shortly after its death
+        out["owner_gone"] = ray.get(c.get.remote(ctx, True))
+        if isinstance(out["owner_gone"], str):
+            break
+        time.sleep(0.2)
+    ray.shutdown()
+    print(json.dumps(out))
+""")
+
+
+def test_under_ray_the_context_carries_a_reference_that_any_actor_resolves():
+    res = subprocess.run([sys.executable, "-c", RAY_SCRIPT], capture_output=True, text=True,
+                         timeout=180)
+    assert res.returncode == 0, res.stderr[-2000:]
+    import json
+
+    out = json.loads(res.stdout.strip().splitlines()[-1])
+    assert out["state_types"] == ["ConfigRecord"]  # no ArrayRecord travels with the context
+    assert out["context_bytes"] < 10_000  # the tensors are 3.8 MB
+    assert out["on_b"] == out["total"] and out["on_a"] == out["total"]
+    assert "lost with the Ray worker" in str(out["owner_gone"]), out["owner_gone"]
