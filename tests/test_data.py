@@ -111,11 +111,35 @@ def test_facebook100_caltech(monkeypatch):
     assert min(stats['class_counts']) >= 50
     assert stats['num_classes'] == data.class_years.numel()
     assert torch.all(data.class_years[1:] > data.class_years[:-1])
-    # One-hot: at most one 1 per attribute block, so at most 6 ones per row.
-    assert int(data.x.sum(1).max()) <= 6
+    # One-hot: at most one 1 per attribute block, so at most 5 ones per row (GAP's reference
+    # columns: status, gender, major, second major, dorm; no high school).
+    assert int(data.x.sum(1).max()) <= 5
     assert data.num_nodes < 769
     with pytest.raises(ValueError, match='min_class_size'):
         load_dataset('facebook100:Caltech36', min_class_size=10**6)
+
+
+@needs_shared
+def test_facebook100_features_are_the_gap_reference_codes_unless_asked():
+    from fedgraph.data import FACEBOOK100_FEATURES, load_facebook100
+
+    path = SHARED / 'facebook100' / 'Caltech36.mat'
+    import scipy.io
+
+    info = scipy.io.loadmat(str(path))["local_info"]
+    default = load_facebook100(path, min_class_size=50)
+    wide = load_facebook100(path, min_class_size=50,
+                            features=FACEBOOK100_FEATURES + ('high_school',))
+    kept = info[default.original_ids.numpy()]
+    # one column per category present among the kept nodes, 0 (missing) excluded
+    n_cat = lambda col: len(set(kept[:, col].tolist()) - {0})  # noqa: E731
+    assert default.num_features == sum(n_cat(c) for c in (0, 1, 2, 3, 4))
+    assert wide.num_features == default.num_features + n_cat(6)
+    assert torch.equal(wide.x[:, :default.num_features], default.x)
+    assert torch.equal(wide.y, default.y) and torch.equal(wide.edge_index, default.edge_index)
+    for bad in (('year',), ('hometown',), ()):
+        with pytest.raises(ValueError, match="'features'.*allowed: status, gender"):
+            load_facebook100(path, min_class_size=50, features=bad)
 
 
 def test_unknown_name():

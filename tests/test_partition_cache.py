@@ -103,9 +103,11 @@ def test_changed_graph_contents_miss(cache, monkeypatch):
     """A user loader (inputs unknown): the graph is hashed on every start, so one changed
     feature is a miss; the levels are part of the key too."""
     from fedgraph.data import register_dataset
+    from fedgraph.data.datasets import DATASETS
     from fedgraph.data.synthetic import load_sbm
 
     graph = {"data": load_sbm("synthetic-sbm:200:5:0")}
+    monkeypatch.setitem(DATASETS, "cache-test-graph", None)  # unregistered afterwards
     register_dataset("cache-test-graph", lambda root: graph["data"].clone(), replace=True)
     cfg = parse_run_config({**GAP, "dataset": "cache-test-graph", "partitioner": "random"})
     compute = federation._compute_views

@@ -13,7 +13,7 @@ from .splits import (SPLITS, apply_split, gap_split, planetoid_split,
 
 _WHERE = dict.fromkeys(('DATASETS', 'KNOWN_DATASETS', 'check_graph', 'dataset_spec',
                         'dataset_statistics', 'known_datasets', 'load_dataset',
-                        'load_facebook100', 'one_hot_attributes', 'read_graph_files',
+                        'load_facebook100', 'FACEBOOK100_FEATURES', 'one_hot_attributes', 'read_graph_files',
                         'register_dataset', 'resolve_root', 'user_cache_dir'), 'datasets')
 
 
@@ -22,7 +22,7 @@ __getattr__, __dir__ = lazy_attributes(__name__, _WHERE, globals())
 
 __all__ = [
     'DATASETS', 'KNOWN_DATASETS', 'check_graph', 'dataset_spec', 'known_datasets',
-    'read_graph_files', 'register_dataset', 'load_dataset', 'load_facebook100', 'dataset_statistics',
+    'read_graph_files', 'register_dataset', 'load_dataset', 'load_facebook100', 'FACEBOOK100_FEATURES', 'dataset_statistics',
     'one_hot_attributes', 'resolve_root', 'user_cache_dir',
     'SPLITS', 'random_split', 'ppgnn_split', 'gap_split', 'planetoid_split',
     'apply_split',
