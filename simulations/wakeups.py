@@ -12,7 +12,9 @@ ends as soon as :data:`PUSHED` is set (the server pushed messages: set by
 the replies with the same loop that sets :data:`REPLIED` after each reply it stores (the
 grid's wait for replies ends on it). Nothing else changes: the same link state, queues and
 messages; without a wake-up each wait still ends after Flower's 100 ms, so a grid or a Flower
-version that does not signal keeps Flower's behaviour. :func:`install` leaves a Flower whose
+version that does not signal keeps Flower's behaviour. The runtime's queues become
+:class:`PromptQueue`, so that its ClientApp workers see the stop event within 100 ms instead
+of a second (the end of every simulation). :func:`install` leaves a Flower whose
 functions differ from the ones it replaces untouched (returns ``False``).
 
 It runs in the process of the simulation (``fedgraph run``'s own, or ``flwr run``'s simulation
@@ -24,9 +26,9 @@ from __future__ import annotations
 import inspect
 import sys
 import threading
-from queue import Empty
+from queue import Empty, Queue
 
-__all__ = ["PUSHED", "REPLIED", "install", "installed"]
+__all__ = ["PUSHED", "REPLIED", "PromptQueue", "install", "installed"]
 
 #: set when the server pushed messages (the sweeping thread wakes up at once)
 PUSHED = threading.Event()
@@ -85,8 +87,22 @@ def install(if_imported: bool = False) -> bool:
             return False
     vce_api.add_messages_to_queue = add_messages_to_queue
     vce_api.put_message_into_state = put_message_into_state
+    if getattr(vce_api, "Queue", None) is Queue:  # the runtime's queues: see PromptQueue
+        vce_api.Queue = PromptQueue
     _STATE["installed"] = True
     return True
+
+
+class PromptQueue(Queue):
+    """The runtime's message queues, whose timed ``get`` waits at most :data:`IDLE_WAIT_S`
+    (raising ``Empty`` as a longer timeout would). Flower's ClientApp workers wait for the next
+    message with ``get(timeout=1.0)`` and test the stop event only between two waits, so each
+    simulation's end waited up to a second for them; every caller retries on ``Empty``."""
+
+    def get(self, block: bool = True, timeout: float | None = None):
+        if block and timeout is not None:
+            timeout = min(timeout, IDLE_WAIT_S)
+        return super().get(block, timeout)
 
 
 def installed() -> bool:

@@ -117,6 +117,7 @@ def test_install_replaces_flowers_functions_and_only_matching_ones(monkeypatch):
     monkeypatch.setattr(wakeups, "_STATE", {"installed": False})
     monkeypatch.setattr(vce_api, "add_messages_to_queue", vce_api.add_messages_to_queue)
     monkeypatch.setattr(vce_api, "put_message_into_state", vce_api.put_message_into_state)
+    monkeypatch.setattr(vce_api, "Queue", queue.Queue)
     fake = types.ModuleType(wakeups._VCE_API)
     fake.add_messages_to_queue = lambda state, queue, f_stop: None  # another signature
     fake.put_message_into_state = vce_api.put_message_into_state
@@ -129,7 +130,22 @@ def test_install_replaces_flowers_functions_and_only_matching_ones(monkeypatch):
     assert wakeups.install() is True
     assert vce_api.add_messages_to_queue is wakeups.add_messages_to_queue
     assert vce_api.put_message_into_state is wakeups.put_message_into_state
+    assert vce_api.Queue is wakeups.PromptQueue
     assert wakeups.install() is True  # a second call
+
+
+def test_prompt_queue_waits_at_most_the_idle_wait():
+    q = wakeups.PromptQueue()
+    t = time.perf_counter()
+    with pytest.raises(queue.Empty):
+        q.get(timeout=5.0)  # Flower's workers: timeout=1.0, then test their stop event
+    assert time.perf_counter() - t < 1.0
+    q.put("m")
+    assert q.get(timeout=5.0) == "m"
+    with pytest.raises(queue.Empty):
+        q.get(block=False)
+    threading.Timer(0.05, q.put, args=("late",)).start()
+    assert q.get() == "late"  # no timeout: waits as long as it takes
 
 
 def test_install_if_imported_leaves_a_process_without_flowers_runtime(monkeypatch):
