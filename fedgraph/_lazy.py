@@ -23,3 +23,23 @@ def lazy_attributes(package: str, where: dict[str, str],
         return sorted(set(namespace) | set(where))
 
     return __getattr__, __dir__
+
+
+class LazyModule:
+    """A module imported on its first attribute access: ``pg = LazyModule("fedgraph.methods.
+    privgnn")`` at a module's top costs nothing until ``pg.something`` runs (e.g. PyG for a
+    strategy module that registers itself on import but whose method is not the run's)."""
+
+    def __init__(self, name: str):
+        self._name = name
+        self._module = None
+
+    def __getattr__(self, attr: str):
+        if attr.startswith("__"):
+            raise AttributeError(attr)
+        if self._module is None:
+            self._module = import_module(self._name)
+        return getattr(self._module, attr)
+
+    def __repr__(self) -> str:
+        return f"<lazy module {self._name!r}{'' if self._module is None else ' (imported)'}>"

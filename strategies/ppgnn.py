@@ -14,8 +14,10 @@ import json
 from flwr.app import ArrayRecord, ConfigRecord, RecordDict
 
 from fedgraph.federation import record_workers, send_to_all, tensors, wait_for_nodes
-from fedgraph.methods import ppgnn
+from fedgraph._lazy import LazyModule
 from .base import PrivateStrategy, register_strategy
+
+ppgnn = LazyModule("fedgraph.methods.ppgnn")  # PyG: imported by PPGNN runs only
 
 
 @register_strategy("ppgnn")

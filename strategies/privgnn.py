@@ -59,10 +59,13 @@ import torch
 from flwr.app import ArrayRecord, ConfigRecord, RecordDict
 
 from fedgraph.federation import ClientFailure, send_to_all, tensors, wait_for_nodes
-from fedgraph.methods import privgnn as pg
-from fedgraph.methods import privgnn_federated as pf
+from fedgraph._lazy import LazyModule
 from fedgraph.report import progress
 from .base import PrivateStrategy, register_strategy
+
+# PyG: imported by PrivGNN runs only
+pg = LazyModule("fedgraph.methods.privgnn")
+pf = LazyModule("fedgraph.methods.privgnn_federated")
 
 
 @register_strategy("privgnn")
