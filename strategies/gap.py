@@ -80,6 +80,30 @@ def _aggregation_note(cfg, remote: tuple[float, int], sigmas: list[float]) -> st
             f"the noise either client planned for")
 
 
+def _schedule_note(cfg) -> str:
+    """The report's ``privacy.schedule``: what the training rounds release and what epsilon
+    they spend (README, "What leaves a client")."""
+    rounds = f"{cfg.encoder_rounds} encoder + {cfg.classifier_rounds} classifier rounds"
+    if cfg.level == "node":
+        return (f"FedAvg, {rounds} of {cfg.local_epochs} local epoch(s) of DP-SGD: each round "
+                "every client sends its weights, noised by DP-SGD (ledger 'encoder dp-sgd' / "
+                "'classifier dp-sgd', part of each client's epsilon) and the count 1; no loss, "
+                "no validation metric (validation labels are private at node level)")
+    inputs = ("functions of the client's features, labels and PMA's noisy rows: no epsilon "
+              "beyond PMA's (ledger 'pma'; the encoder reads no edge)")
+    val = (" With model selection each round's validation accuracy, loss and count leave "
+           "too (edge level: labels are not the unit), ")
+    if cfg.schedule == "fedsgd":
+        return (f"FedSGD with a server Adam, {rounds}: each round every client sends the "
+                "full-batch gradient of its mean training loss, its training-node count and "
+                f"its training loss.{val}from round 2 in the training reply, for the weights "
+                f"received. All {inputs}")
+    return (f"FedAvg ({cfg.server_optimizer}), {rounds} of {cfg.local_epochs} local epoch(s): "
+            "each round every client sends its weights after its local epochs, its "
+            f"training-node count and its training loss.{val}in an evaluation round. All "
+            f"{inputs}")
+
+
 def _undirected_edge_epsilon(cfg, plans: list[dict]) -> dict[str, float]:
     """``edge_unit = "directed"``: what one undirected edge (both halves, two rows) costs each
     client, per client at its delta: its ``K`` PMA hops as Gaussian mechanisms of sensitivity
@@ -160,6 +184,7 @@ class GAPStrategy(PrivateStrategy):
             "inference": cfg.inference,
             "evaluation": "the clients' correct/total counts per split (the report's accuracy) "
                           "are evaluation outputs, outside the guarantee, as in the paper",
+            "schedule": _schedule_note(cfg),
         })
         if cfg.level == "edge" and cfg.edge_unit == "directed":
             self.report.privacy["undirected_edge_epsilon"] = _undirected_edge_epsilon(

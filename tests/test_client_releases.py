@@ -250,6 +250,13 @@ def test_every_reply_field_is_noised_and_accounted_or_public(runs, name, method,
     assert want <= kinds  # the run exercised every handler of the method
     if level == "edge":
         assert {"evaluate[gap.classifier]", "evaluate[gap.encoder]"} <= kinds
+    if method == "gap":  # the report's statement of what the rounds release matches them
+        note = report["privacy"]["schedule"]
+        assert ("full-batch gradient" in note) == (name == "gap-fedsgd"), note
+        assert ("DP-SGD" in note) == (level == "node"), note
+        val_seen = any(f.split(":")[1].startswith(("metrics.val-", "metrics.val_")) for f in seen
+                       if f.startswith(("train[", "evaluate[")))
+        assert ("validation accuracy" in note and "leave" in note) == val_seen, note
     if name == "gap-fedsgd":  # validation fused into the training replies (StrictFedSGD)
         assert {"train[gap.classifier]:metrics.val-accuracy",
                 "train[gap.classifier]:metrics.val-examples"} <= seen
