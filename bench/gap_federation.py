@@ -63,14 +63,6 @@ def largest_class_shares(run_config: dict) -> list[float]:
     return out
 
 
-#: what leaves a client in the training rounds of each schedule (edge level; PMA's rows are
-#: the only edge-dependent release, each client's epsilon is its PMA's, from the ledger)
-RELEASES = {"fedavg": "weights after local-epochs of Adam per round, and (edge level) each "
-                      "round's validation accuracy/loss/count, encoder and classifier",
-            "fedsgd": "one full-batch gradient (and batch-norm statistics) per round, and each "
-                      "round's validation accuracy/loss/count, encoder and classifier"}
-
-
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--dataset", default="facebook100:Wisconsin87")
@@ -158,7 +150,7 @@ def main() -> None:
                          "largest_class_share": {"min": min(shares), "median": statistics.median(shares),
                                                  "max": max(shares)},
                          "max_client_epsilon_from_ledger": max(eps),
-                         "released_per_round": RELEASES[report["config"]["schedule"]],  # resolved
+                         "released_per_round": report["privacy"]["schedule"],  # the report's
                          "runs": accs, "seconds": statistics.mean(secs),
                          "peak_rss_mib_driver": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}
         print(f"{name:<48} test acc {100 * results[name]['mean']:.1f} +- "
@@ -166,7 +158,8 @@ def main() -> None:
               f"({', '.join(f'{100 * a:.1f}' for a in accs)})  "
               f"({results[name]['seconds']:.0f} s/run; "
               f"largest class share per client {min(shares):.2f}-{max(shares):.2f}; "
-              f"max client eps {max(eps):.3g})", flush=True)
+              f"max client eps {max(eps):.3g})\n    privacy cost of the schedule: "
+              f"{report['privacy']['schedule']}", flush=True)
     if "1 client" in results:
         base = results["1 client"]["mean"]
         for name, r in results.items():
