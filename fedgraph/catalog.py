@@ -145,6 +145,22 @@ def dataset_spec(name: object) -> Optional[str]:
     return check_name("dataset", name)
 
 
+#: Nodes of the built-in datasets whose graph does not depend on the run config (as
+#: :func:`fedgraph.data.load_dataset` returns them; ``tests/test_fast_config.py`` checks them
+#: against the loaders where the files are present), for config errors before any import.
+NUM_NODES: dict[str, int] = {'cora': 2708, 'citeseer': 3327, 'facebook-pagepage': 22470}
+
+
+def known_num_nodes(spec: str) -> Optional[int]:
+    """The node count of the dataset ``spec`` (a canonical name) when it is known without
+    loading it: :data:`NUM_NODES`, ``synthetic-sbm:<nodes>:...``; else ``None``."""
+    if spec in NUM_NODES:
+        return NUM_NODES[spec]
+    if spec.startswith(SBM_PREFIX):
+        return parse_sbm_name(spec)[0]
+    return None
+
+
 #: Number of classes of the synthetic SBM (equal sizes up to one node).
 SBM_CLASSES = 5
 #: Dataset names of the synthetic SBM start with this.

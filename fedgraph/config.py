@@ -101,6 +101,19 @@ class DataConfig(_Base):
     def _partitioner(cls, v: str) -> str:
         return _check_extension("partitioner", v)
 
+    @field_validator("num_clients")
+    @classmethod
+    def _at_most_one_client_per_node(cls, v: int, info) -> int:
+        """At once where the dataset's size is known without loading it (the preflight checks
+        every dataset, :func:`fedgraph.federation.preflight`, with the same message)."""
+        from . import catalog
+
+        n = catalog.known_num_nodes(info.data["dataset"]) if "dataset" in info.data else None
+        if n is not None and v > n:
+            raise ValueError(f"must lie in [1, {n}] for dataset {info.data['dataset']!r} (one "
+                             f"node at least per client), got {v}")
+        return v
+
     @field_validator("run_name", check_fields=False)
     @classmethod
     def _plain_file_name(cls, v: str) -> str:

@@ -52,7 +52,32 @@ BAD = [  # (args, words the message must hold)
     (["--set", "strategy=examples/nope.py:X"], ["strategy: cannot import", "no file"]),
     (["lpgnn-cora", "--set", "epsilon=2"], ["epsilon: 2 is above the smallest level's budget 1"]),
     (["ppgnn-cora", "--set", "epsilon=0.5"], ["epsilon: has no effect with mechanism 'ppm'"]),
+    (["--set", "num-clients=5000"], ["num-clients: must lie in [1, 2708] for dataset 'cora'"]),
+    (["--set", "dataset=synthetic-sbm:40:3", "--set", "num-clients=41"],
+     ["num-clients: must lie in [1, 40] for dataset 'synthetic-sbm:40:3:0'"]),
 ]
+
+
+def test_known_node_counts_are_the_loaders(monkeypatch):
+    """catalog.NUM_NODES (the fast num-clients check) against the loaded graphs, where the files
+    are here (CI has the bundled Cora; the rest with ../shared/data), and the SBM's count."""
+    from fedgraph.data import load_dataset
+
+    shared = ROOT.parent / "shared" / "data"
+    checked = 0
+    for name, n in catalog.NUM_NODES.items():
+        for root in (None, shared):
+            try:
+                data = load_dataset(name, root=root) if root else load_dataset(name)
+            except FileNotFoundError:
+                continue
+            assert data.num_nodes == n, name
+            checked += 1
+            break
+    assert checked >= 1  # the bundled Cora at least
+    assert load_dataset("synthetic-sbm:40:3").num_nodes == catalog.known_num_nodes(
+        "synthetic-sbm:40:3:0") == 40
+    assert catalog.known_num_nodes("facebook100:Caltech36") is None  # depends on the config
 
 
 def test_config_errors_are_reported_before_torch_flower_or_ray_are_imported():
