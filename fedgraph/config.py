@@ -37,6 +37,16 @@ def _client_epsilons(cls, v: Any) -> list[float]:
     return vals
 
 
+def _epsilons_per_client(cls, v: list[float], info) -> list[float]:
+    """``client-epsilons`` after parsing: at most one per client (a shorter list is cycled; a
+    longer one would leave values unused without a word)."""
+    n = info.data.get("num_clients")
+    if n is not None and len(v) > n:
+        raise ValueError(f"{len(v)} values for {n} client(s): give at most one per client "
+                         "(a shorter list is cycled over the clients)")
+    return v
+
+
 def _delta(cls, v: float) -> float:
     """``delta``: in ``[1e-12, 1)`` (:data:`fedgraph.accounting.DELTA_FLOOR`: below it the
     accountants are not reliable)."""
@@ -316,7 +326,8 @@ class GAPConfig(DataConfig):
         False, description="pairwise-masked secure aggregation (SecAgg without dropout "
         "recovery, fedgraph.secure_aggregation): the server learns only the sum of the clients' "
         "rows for a node; every client adds noise std sigma_max / sqrt(n - 1) to its remote "
-        "rows instead of its own sigma")
+        "rows instead of its own sigma (one client, or cross-client-edges false: no remote row, "
+        "nothing to mask: runs as without)")
     accountant: Literal["analytic", "prv", "pld", "rdp"] = Field(
         "analytic", description="analytic: exact for Gaussian-only (edge level), else prv")
     inference: Literal["transductive", "inductive"] = Field(
@@ -327,6 +338,15 @@ class GAPConfig(DataConfig):
     timeout: float = Field(600.0, gt=0)
 
     _parse_eps = field_validator("client_epsilons", mode="before")(_client_epsilons)
+    _per_client = field_validator("client_epsilons")(_epsilons_per_client)
+
+    @field_validator("hops")
+    @classmethod
+    def _hops(cls, v: int, info) -> int:
+        if v == 0 and info.data.get("variant", "gap") != "mlp":
+            raise ValueError("must be >= 1 for variant 'gap' / 'gap-inf' (PMA aggregates K >= 1 "
+                             "hops); for the model without edges set variant = 'mlp'")
+        return v
     _check_delta = field_validator("delta", mode="after")(_delta)
 
     @field_validator("secure_aggregation", mode="after")
@@ -481,6 +501,7 @@ class PrivGNNConfig(DataConfig):
     timeout: float = Field(600.0, gt=0)
 
     _parse_eps = field_validator("client_epsilons", mode="before")(_client_epsilons)
+    _per_client = field_validator("client_epsilons")(_epsilons_per_client)
     _check_delta = field_validator("delta", mode="after")(_delta)
 
     @field_validator("secure_aggregation", mode="after")

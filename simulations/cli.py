@@ -47,7 +47,10 @@ def load_run_config(preset: Optional[str], overrides: List[str]) -> dict:
                 raise typer.BadParameter(f"preset file {preset!r} not found (looked at "
                                          f"{Path(preset).resolve()}); bundled presets: {names}")
             raise typer.BadParameter(f"preset {preset!r} not found; known presets: {names}")
-        cfg.update(tomllib.loads(path.read_text()))
+        try:
+            cfg.update(tomllib.loads(path.read_text()))
+        except tomllib.TOMLDecodeError as err:
+            raise typer.BadParameter(f"{path}: not valid TOML: {err}") from None
     for item in overrides:
         k, sep, v = item.partition("=")
         if not sep or not k.strip():

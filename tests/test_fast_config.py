@@ -53,6 +53,9 @@ BAD = [  # (args, words the message must hold)
     (["lpgnn-cora", "--set", "epsilon=2"], ["epsilon: 2 is above the smallest level's budget 1"]),
     (["ppgnn-cora", "--set", "epsilon=0.5"], ["epsilon: has no effect with mechanism 'ppm'"]),
     (["--set", "num-clients=5000"], ["num-clients: must lie in [1, 2708] for dataset 'cora'"]),
+    (["gap-edge-cora", "--set", "hops=0"], ["hops: must be >= 1", "variant = 'mlp'"]),
+    (["gap-edge-cora", "--set", "num-clients=2", "--set", "client-epsilons=1,2,3"],
+     ["client-epsilons: 3 values for 2 client(s)"]),
     (["--set", "dataset=synthetic-sbm:40:3", "--set", "num-clients=41"],
      ["num-clients: must lie in [1, 40] for dataset 'synthetic-sbm:40:3:0'"]),
 ]
@@ -156,8 +159,8 @@ def test_catalog_dataset_spec_matches_dataset_spec(name, monkeypatch):
 
 
 def test_a_preset_that_is_not_toml_fails_with_one_line(tmp_path):
-    """Errors other than config errors while reading the config: exit 1 with the reason, no
-    traceback (as before the config moved ahead of the imports)."""
+    """A preset file that is not TOML is bad input: exit 2 naming the file and the parser's
+    reason (as ``fedgraph sweep`` does), no traceback."""
     from typer.testing import CliRunner
 
     from simulations.cli import cli
@@ -165,7 +168,8 @@ def test_a_preset_that_is_not_toml_fails_with_one_line(tmp_path):
     bad = tmp_path / "bad.toml"
     bad.write_text('method = "gap"\nbad = [\n')
     r = CliRunner().invoke(cli, ["run", str(bad)])
-    assert r.exit_code == 1 and "fedgraph: FAILED: Invalid value" in r.output, r.output
+    assert r.exit_code == 2, r.output
+    assert f"{bad}: not valid TOML" in " ".join(r.output.split()), r.output
     assert not isinstance(r.exception, Exception) or isinstance(r.exception, SystemExit)
 
 

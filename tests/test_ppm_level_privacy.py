@@ -195,3 +195,14 @@ def test_hides_level_requires_a_level_epsilon():
     with pytest.raises(ContractError, match=r"level_epsilon\(level=1\)"):
         check_privacy_declaration(_ClaimsToHideLevel(1.0), 2)
     assert FeatureMechanism.level_epsilon(MultiBitMechanism(1.0), 1) == math.inf
+
+
+def test_a_budget_beyond_the_any_feature_count_analysis_names_budgets_and_the_limit():
+    """Without the dataset's feature count the bound scans every d MLR could sample; past
+    10,000 the error says which key and up to what it is allowed (was an internal message)."""
+    from fedgraph.mechanisms.ppm import PPMParams, level_leakage
+
+    params = PPMParams(budgets=(1.0, 1e308))
+    with pytest.raises(ValueError, match=r"budgets: 1e\+308 is too large .* allowed: budgets up to \d+"):
+        level_leakage(params)
+    level_leakage(params, num_features=50)  # with the feature count: fine
