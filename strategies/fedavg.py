@@ -28,6 +28,15 @@ class _QuietSkippedEvaluation(logging.Filter):
         return "fraction_evaluate is set to 0.0" not in record.getMessage()
 
 
+class _QuietRounds(logging.Filter):
+    """Drops Flower's INFO records (the per-round lines and the final history: about ten lines
+    a round, 2,000 for GAP's default 100 + 100 FedSGD rounds); warnings and errors pass. The
+    run's own progress (:meth:`fedgraph.report.RunReport.phase`) shows the rounds instead."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return record.levelno > logging.INFO
+
+
 class _Strict:
     """Mixin over a Flower FedAvg-family strategy: all clients every round, fail loudly, keep
     the best round by validation accuracy (``select_on_val``)."""
@@ -35,6 +44,17 @@ class _Strict:
     #: ``on_train_reply(server_round, reply)``: called for every training reply that arrived
     #: (before a failed round raises), e.g. to record its release in a privacy ledger
     on_train_reply = None
+    #: keep Flower's INFO log of every round (default: quiet, see :class:`_QuietRounds`)
+    flower_round_logs = False
+
+    def start(self, *args, **kwargs):
+        flwr_logger, quiet = logging.getLogger("flwr"), _QuietRounds()
+        if not self.flower_round_logs:
+            flwr_logger.addFilter(quiet)
+        try:
+            return super().start(*args, **kwargs)
+        finally:
+            flwr_logger.removeFilter(quiet)
 
     def __init__(self, num_clients: int, select_on_val: bool = False, **kwargs):
         # Without select_on_val the clients' evaluation is skipped on purpose (the strategy

@@ -117,3 +117,43 @@ def test_the_skipped_evaluation_warning_is_dropped_and_nothing_else():
     finally:
         logger.removeHandler(capture)
     assert not logger.filters  # the filter was removed again
+
+
+def test_flowers_per_round_info_is_quiet_during_a_strategy_and_warnings_pass(tmp_path):
+    """A real GAP run in one process: no Flower INFO record reaches a handler while a strict
+    strategy runs (Flower logs about ten per round), its warnings do, and with
+    ``flower_round_logs`` the rounds are logged as Flower does."""
+    import logging
+
+    from simulations.local import run_local
+    from strategies.fedavg import StrictFedSGD
+
+    class Capture(logging.Handler):
+        def __init__(self):
+            super().__init__(logging.DEBUG)
+            self.records = []
+
+        def emit(self, record):
+            self.records.append(record)
+
+    logger, capture = logging.getLogger("flwr"), Capture()
+    logger.addHandler(capture)
+    cfg = {"method": "gap", "num-clients": 2, "encoder-rounds": 2, "classifier-rounds": 3,
+           "output-dir": str(tmp_path), "run-name": "quiet"}
+    try:
+        assert run_local(cfg)["status"] == "ok"
+        assert not any("[ROUND" in r.getMessage() for r in capture.records)
+        logging.getLogger("flwr").warning("a warning")
+        assert capture.records[-1].getMessage() == "a warning"
+        capture.records.clear()
+        StrictFedSGD.flower_round_logs = True
+        try:
+            assert run_local({**cfg, "run-name": "loud"})["status"] == "ok"
+        finally:
+            StrictFedSGD.flower_round_logs = False
+        rounds = [r.getMessage() for r in capture.records if "[ROUND" in r.getMessage()]
+        assert rounds == ["[ROUND 1/2]", "[ROUND 2/2]", "[ROUND 1/3]", "[ROUND 2/3]",
+                          "[ROUND 3/3]"], rounds
+    finally:
+        logger.removeHandler(capture)
+    assert not logger.filters
