@@ -349,9 +349,17 @@ def sweep(
         raise typer.Exit(2)
     console = Console(soft_wrap=True, highlight=False)
     if dry_run:
+        problems: dict = {}  # (dataset, data-root, min-class-size) -> why it does not load
         for c in sw.cells():
-            state = "done" if cell_is_done(sw.cell_dir(c), c.run_config) else "to run"
+            key = (c.run_config.get("dataset", "cora"), c.run_config.get("data-root") or None,
+                   int(c.run_config.get("min-class-size", 1000)))
+            if key not in problems:
+                problems[key] = _data_problem(*key)
+            state = ("done" if cell_is_done(sw.cell_dir(c), c.run_config)
+                     else "no data" if problems[key] else "to run")
             console.print(f"{state:<7} {sw.cell_dir(c)}", markup=False)
+        for name, why in dict.fromkeys((k[0], w) for k, w in problems.items() if w):
+            console.print(f"no data: {name}: {why}", markup=False)
         return
     bar = _Bar(console)
     previous = signal.signal(signal.SIGTERM, _raise_interrupt)
@@ -454,6 +462,22 @@ def datasets(root: Optional[str] = typer.Option(None, help="dataset root (defaul
             else:
                 typer.echo(f"{name:<27} registered; not loadable with this root: "
                            f"{str(err).splitlines()[0][:100]}")
+
+
+def _data_problem(name: str, root: Optional[str], min_class_size: int) -> Optional[str]:
+    """Why the dataset ``name`` does not load offline with this root (its first line), or
+    ``None`` when it loads (``sweep --dry-run``; a cell of such a dataset would fail)."""
+    from fedgraph.data import load_dataset
+
+    if str(name).lower().startswith("synthetic-sbm:"):
+        return None
+    try:
+        load_dataset(name, root, min_class_size=min_class_size)
+    except FileNotFoundError as err:
+        return str(err).splitlines()[0]
+    except Exception:  # noqa: BLE001 - a user loader's own needs: the run will say
+        return None
+    return None
 
 
 def _facebook100_size(path: Path) -> str:

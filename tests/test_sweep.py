@@ -349,3 +349,28 @@ def test_interrupted_sweep_finishes_only_the_rest_and_failed_cells_do_not_stop_i
     assert float(rows["1.0"]["test_std"]) == pytest.approx(abs(a - b) / math.sqrt(2))
     assert (rows["0.0"]["seeds"], rows["0.0"]["failed"]) == ("0", "2")
     assert png_size(out / "plots" / "cora-user.png")[0] > 0
+
+
+def test_dry_run_marks_the_cells_whose_data_is_missing(tmp_path, monkeypatch):
+    """``--dry-run`` says which cells would fail for want of their dataset's files (and why),
+    instead of listing them as "to run"; nothing runs."""
+    monkeypatch.setenv("FEDGRAPH_DATA", str(tmp_path / "empty-root"))
+    (tmp_path / "empty-root").mkdir()
+    f = write(tmp_path / "s.toml", """
+[sweep]
+datasets = ["cora", "citeseer"]
+epsilons = [1]
+num-clients = [2]
+[methods.lpgnn]
+preset = "lpgnn-cora"
+epsilon-key = "epsilon"
+""")
+    res = CliRunner().invoke(cli, ["sweep", str(f), "-o", str(tmp_path / "out"), "--dry-run"])
+    assert res.exit_code == 0, res.output
+    lines = res.output.splitlines()
+    assert any(line.startswith("to run") and "__cora__" in line for line in lines)  # bundled
+    assert any(line.startswith("no data") and "__citeseer__" in line for line in lines)
+    assert any(line.startswith("no data: citeseer: Raw files of dataset 'citeseer' not found")
+               for line in lines), res.output
+    assert not (tmp_path / "out" / "cells").exists() or not any(
+        (tmp_path / "out" / "cells").glob("*/report.json"))
