@@ -575,7 +575,8 @@ def parse_run_config(run_config: dict[str, Any]) -> _Base:
     model = METHOD_CONFIGS[method]
     # Keys declared for another method (pyproject declares them all) are not this method's.
     others = set().union(*(m.model_fields for m in METHOD_CONFIGS.values())) - set(model.model_fields)
-    cfg = {k: v for k, v in cfg.items() if k not in others}
+    cfg = {k: v for k, v in cfg.items() if k not in others
+           and not (k in METHOD_DEPENDENT and isinstance(v, str) and not v.strip())}
     try:
         return model(**cfg)
     except ValidationError as err:
@@ -593,6 +594,22 @@ def parse_run_config(run_config: dict[str, Any]) -> _Base:
                     msg += f" (got {got!r})"
                 lines.append(f"{key}: {msg}")
         raise ConfigError("invalid run config:\n  " + "\n  ".join(lines)) from None
+
+
+def _method_dependent() -> frozenset[str]:
+    """Keys that several methods have with different defaults (e.g. ``delta``: PPGNN 1e-5, GAP
+    1e-7, PrivGNN 1e-4). An empty value (``""``) of such a key means the run's method's own
+    default: ``pyproject.toml`` declares them so, because ``flwr run`` passes every declared key
+    to every run and a declared value would replace the other methods' defaults."""
+    fields: dict[str, set] = {}
+    for m in METHOD_CONFIGS.values():
+        for name, f in m.model_fields.items():
+            if name != "method":
+                fields.setdefault(name, set()).add(repr(f.get_default(call_default_factory=True)))
+    return frozenset(name for name, defaults in fields.items() if len(defaults) > 1)
+
+
+METHOD_DEPENDENT = _method_dependent()
 
 
 def keys_of_other_methods(run_config: dict[str, Any]) -> dict[str, list[str]]:

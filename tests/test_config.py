@@ -182,9 +182,23 @@ def test_pyproject_values_are_the_gap_defaults():
 
     declared = tomllib.loads((Path(__file__).parents[1] / "pyproject.toml").read_text())
     declared = declared["tool"]["flwr"]["app"]["config"]
-    gap = {k: v for k, v in declared.items() if k != "strategy"}
-    from_pyproject = parse_run_config({**gap, "method": "gap"})
-    defaults = parse_run_config({"method": "gap"})
-    for field in ("schedule", "encoder_rounds", "classifier_rounds", "local_epochs", "hops",
-                  "server_optimizer", "secure_aggregation", "edge_unit", "batch_norm"):
-        assert getattr(from_pyproject, field) == getattr(defaults, field), field
+    given = {k: v for k, v in declared.items() if k != "strategy"}
+    for method in ("gap", "privgnn"):  # every key, the shared ones included (delta, split, ...)
+        from_pyproject = parse_run_config({**given, "method": method})
+        defaults = parse_run_config({"method": method})
+        for field in type(defaults).model_fields:
+            assert getattr(from_pyproject, field) == getattr(defaults, field), (method, field)
+
+
+def test_an_empty_method_dependent_key_is_the_methods_default():
+    """flwr run passes every pyproject key to every method: a shared key whose default differs
+    by method (delta: PPGNN 1e-5, GAP 1e-7, PrivGNN 1e-4) is declared "" there."""
+    from fedgraph.config import METHOD_DEPENDENT
+
+    assert {"delta", "split", "partitioner", "gamma", "client_epsilons"} <= METHOD_DEPENDENT
+    assert parse_run_config({"method": "gap", "delta": ""}).delta == 1e-7
+    assert parse_run_config({"method": "privgnn", "delta": ""}).delta == 1e-4
+    assert parse_run_config({"method": "ppgnn", "delta": ""}).delta == 1e-5
+    assert parse_run_config({"method": "gap", "delta": 1e-6}).delta == 1e-6
+    with pytest.raises(ConfigError, match="run-name"):  # "" elsewhere is still a value
+        parse_run_config({"method": "gap", "run-name": "../x"})
