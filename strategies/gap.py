@@ -95,8 +95,9 @@ def _schedule_note(cfg) -> str:
            "too (edge level: labels are not the unit), ")
     if cfg.schedule == "fedsgd":
         return (f"FedSGD with a server Adam, {rounds}: each round every client sends the "
-                "full-batch gradient of its mean training loss (with batch norm also its running "
-                "statistics after the pass), its training-node count and its training loss."
+                "full-batch gradient of its mean training loss"
+                + (" and its batch norms' running statistics after the pass" if cfg.batch_norm
+                   else "") + ", its training-node count and its training loss."
                 f"{val}from round 2 in the training reply, for the weights "
                 f"received. All {inputs}")
     return (f"FedAvg ({cfg.server_optimizer}), {rounds} of {cfg.local_epochs} local epoch(s): "

@@ -137,6 +137,7 @@ def test_facebook100_features_are_the_gap_reference_codes_unless_asked():
     assert wide.num_features == default.num_features + n_cat(6)
     assert torch.equal(wide.x[:, :default.num_features], default.x)
     assert torch.equal(wide.y, default.y) and torch.equal(wide.edge_index, default.edge_index)
+    assert load_facebook100(path, min_class_size=50, features='major').num_features == n_cat(2)
     for bad in (('year',), ('hometown',), ()):
         with pytest.raises(ValueError, match="'features'.*allowed: status, gender"):
             load_facebook100(path, min_class_size=50, features=bad)

@@ -85,3 +85,14 @@ def test_ppgnn_on_a_graph_without_feature_domain_is_refused_before_clients(graph
 def _without_domain(data):
     del data.feature_domain
     return data
+
+
+def test_a_user_loader_that_raises_is_a_dataset_error_before_any_client(tmp_path, monkeypatch):
+    """Exit 2 naming the key (fedgraph run) instead of 'FAILED: boom' with exit 1."""
+    (tmp_path / "boomgraph.py").write_text("def load(root):\n    raise RuntimeError('boom')\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    with pytest.raises(ConfigError, match=r"^dataset: loading 'boomgraph:load' failed: "
+                                          r"RuntimeError: boom"):
+        run_local({"method": "gap", "dataset": "boomgraph:load", "num-clients": 2,
+                   "output-dir": str(tmp_path / "out")})
+    assert not (tmp_path / "out").exists() or not list((tmp_path / "out").glob("*.json"))

@@ -545,6 +545,16 @@ def load_facebook100(path: PathLike, min_class_size: int = 1000,
             encode, names of :data:`FACEBOOK100_COLUMNS` other than ``year``
             (e.g. ``FACEBOOK100_FEATURES + ('high_school',)``).
 
+    Example::
+
+        from fedgraph.data import FACEBOOK100_FEATURES, load_facebook100
+        data = load_facebook100("data/facebook100/Wisconsin87.mat")  # 599 features
+        wide = load_facebook100("data/facebook100/Wisconsin87.mat",
+                                features=FACEBOOK100_FEATURES + ("high_school",))  # 2,903
+
+    (``load_dataset("facebook100:Wisconsin87", root)`` finds the file under
+    ``<root>/facebook100/`` and uses the default features.)
+
     Returns:
         Data: ``x [N', F]`` float32, ``y [N']`` long, undirected
         ``edge_index [2, E']`` without self loops, ``feature_domain=(0, 1)``.
@@ -558,6 +568,8 @@ def load_facebook100(path: PathLike, min_class_size: int = 1000,
 
     if min_class_size < 1:
         raise ValueError(f"'min_class_size' must be >= 1 (got {min_class_size})")
+    if isinstance(features, str):  # one column name, not its letters
+        features = (features,)
     allowed = [c for c in FACEBOOK100_COLUMNS if c != 'year']
     bad = [f for f in features if f not in allowed]
     if bad or not features:

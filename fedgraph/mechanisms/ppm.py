@@ -269,11 +269,11 @@ def level_leakage(params: PPMParams, num_features: int | None = None,
         eps_feat = (1 - params.esw_share) * max(params.budgets)
         top = int(mlr_num_dims(eps_feat, 1 << 30))  # m' without the cap d
         if top > 10_000:
-            limit = 10_000 * 2.2 / (1 - params.esw_share)
+            limit = 10_001 * 2.2 / (1 - params.esw_share)  # floor(eps_feat / 2.2) <= 10,000
             raise ValueError(f"budgets: {max(params.budgets):g} is too large for PPM's level "
                              f"analysis over every feature count (MLR would sample up to {top} "
-                             f"dimensions; allowed: budgets up to {limit:g}, or pass the "
-                             "dataset's num_features)")
+                             f"dimensions; allowed: budgets below {limit:g}; from Python, "
+                             "passing the dataset's num_features lifts the limit)")
         return torch.stack([level_leakage(params, d, relation)
                             for d in range(1, top + 1)]).amax(0)
     if isinstance(num_features, bool) or not isinstance(num_features, int) or num_features < 1:
