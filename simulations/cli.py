@@ -353,6 +353,7 @@ def sweep(
     console = Console(soft_wrap=True, highlight=False)
     if dry_run:
         problems: dict = {}  # (dataset, data-root, min-class-size) -> why it does not load
+        states: dict = {}
         for c in sw.cells():
             key = (c.run_config.get("dataset", "cora"), c.run_config.get("data-root") or None,
                    int(c.run_config.get("min-class-size", 1000)))
@@ -360,9 +361,12 @@ def sweep(
                 problems[key] = _data_problem(*key)
             state = ("done" if cell_is_done(sw.cell_dir(c), c.run_config)
                      else "no data" if problems[key] else "to run")
+            states[state] = states.get(state, 0) + 1
             console.print(f"{state:<7} {sw.cell_dir(c)}", markup=False)
         for name, why in dict.fromkeys((k[0], w) for k, w in problems.items() if w):
             console.print(f"no data: {name}: {why}", markup=False)
+        console.print(f"{sum(states.values())} cells: " + ", ".join(
+            f"{states.get(k, 0)} {k}" for k in ("done", "to run", "no data")), markup=False)
         return
     bar = _Bar(console)
     previous = signal.signal(signal.SIGTERM, _raise_interrupt)

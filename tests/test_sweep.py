@@ -372,5 +372,6 @@ epsilon-key = "epsilon"
     assert any(line.startswith("no data") and "__citeseer__" in line for line in lines)
     assert any(line.startswith("no data: citeseer: Raw files of dataset 'citeseer' not found")
                for line in lines), res.output
+    assert lines[-1] == "2 cells: 0 done, 1 to run, 1 no data", lines[-1]
     assert not (tmp_path / "out" / "cells").exists() or not any(
         (tmp_path / "out" / "cells").glob("*/report.json"))
