@@ -483,7 +483,7 @@ def _data_problem(name: str, root: Optional[str], min_class_size: int) -> Option
     except FileNotFoundError as err:
         return str(err).splitlines()[0]
     except Exception:  # noqa: BLE001 - a user loader's own needs: the run will say
-        return None
+        pass
     return None
 
 

@@ -204,13 +204,18 @@ class StrictFedSGD(_Strict, FedAvg):
         """Whether round ``server_round``'s training messages also validate their weights."""
         return self.fraction_evaluate > 0.0 and server_round > 1
 
+    def _validated_next_round(self, server_round: int) -> bool:
+        """Whether the weights after ``server_round`` are validated by the next round's
+        training messages (every round but the last), not by an evaluation round."""
+        return self._fused(server_round + 1) and server_round < (self._num_rounds or 0)
+
     def configure_evaluate(self, server_round, arrays, config, grid):
-        if self._fused(server_round + 1) and server_round < (self._num_rounds or 0):
-            return []  # validated by the next round's training messages
+        if self._validated_next_round(server_round):
+            return []
         return super().configure_evaluate(server_round, arrays, config, grid)
 
     def aggregate_evaluate(self, server_round, replies):
-        if self._fused(server_round + 1) and server_round < (self._num_rounds or 0):
+        if self._validated_next_round(server_round):
             return None
         return super().aggregate_evaluate(server_round, replies)
 
