@@ -1,6 +1,6 @@
 """Flower's simulation engine's own cost per message: a trivial ClientApp (a 10-float reply),
 4 supernodes, one Ray actor, 50 rounds of 4 messages through the grid ``fedgraph run`` uses
-(:class:`simulations.interrupt.InterruptibleGrid`, with :mod:`simulations.wakeups`).
+(:class:`simulations.grid.InterruptibleGrid`, with :mod:`simulations.wakeups`).
 
 The floor under any federated round of fedgraph's methods in a simulation (issue 16: what a
 whole run through Flower and Ray pays per message beyond its handlers' work).
@@ -21,7 +21,7 @@ from flwr.serverapp import Grid, ServerApp
 from flwr.simulation import run_simulation
 
 from simulations import wakeups
-from simulations.interrupt import InterruptibleGrid
+from simulations.grid import InterruptibleGrid
 
 app = ClientApp()
 

@@ -15,8 +15,10 @@ import re
 import time
 from dataclasses import dataclass
 from functools import lru_cache
+from typing import TYPE_CHECKING
 
-from torch import Tensor
+if TYPE_CHECKING:  # torch is imported where it is used: ``fedgraph run`` imports this module
+    from torch import Tensor  # before Ray starts (simulations.cli)
 
 from .config import DataConfig
 
@@ -318,7 +320,7 @@ def wait_for_nodes(grid, num_nodes: int, timeout: float = 60.0) -> list[int]:
     seen = -1
     # A simulation (Flower's in-memory grid) registers all its supernodes at once, so a count
     # that holds still for a few seconds is final: a mismatch fails at once, not after timeout.
-    # (``wrapped``: the grid inside a wrapper such as simulations.interrupt.InterruptibleGrid)
+    # (``wrapped``: the grid inside a wrapper such as simulations.grid.InterruptibleGrid)
     simulated = type(getattr(grid, "wrapped", grid)).__name__ == "InMemoryGrid"
     while True:
         nodes = sorted(grid.get_node_ids())

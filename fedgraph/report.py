@@ -193,7 +193,9 @@ def _host() -> dict:
     process may use, torch's thread counts and the thread settings of its environment (a
     server step's speed depends on them: ``flwr run`` starts the ServerApp in a process of
     its own, with the SuperLink's environment); under Flower's simulation engine, whether its
-    message polls were replaced by wake-ups (``simulations.wakeups``)."""
+    message polls were replaced by wake-ups (``simulations.wakeups``) and, under ``fedgraph
+    run``, how many client actors were prestarted while it imported
+    (``simulations.early_ray``)."""
     import os
     import sys
 
@@ -211,6 +213,9 @@ def _host() -> dict:
     wakeups = sys.modules.get("simulations.wakeups")
     if wakeups is not None:
         out["flower_wakeups"] = wakeups.installed()
+    early_ray = sys.modules.get("simulations.early_ray")
+    if early_ray is not None:
+        out["prestarted_actors"] = early_ray.TAKEN["count"]
     return out
 
 

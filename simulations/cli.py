@@ -141,7 +141,10 @@ def run_simulation(run_config: dict, num_cpus: Optional[int] = None,
         backend["init_args"] = {"address": os.environ["RAY_ADDRESS"]}
     # Ray starts while the imports and the preflight below run (simulations.early_ray);
     # Flower then finds it running and uses it.
-    early = start_early_ray(backend["init_args"]) if _config_is_valid(run_config) else None
+    # With its client actors, which import while the driver does (simulations.early_ray).
+    method = _early_ray_method(run_config)
+    early = None if method is None else start_early_ray(
+        backend["init_args"], backend["client_resources"], method)
     try:
         flwr_run_simulation, cfg, make_server_app, client_app, default_run_name, spec_label = \
             _prepare(run_config, num_cpus, cpus_per_client, gpus_per_client)
@@ -156,6 +159,9 @@ def run_simulation(run_config: dict, num_cpus: Optional[int] = None,
                 ray.shutdown()
             except Exception:  # noqa: BLE001 - the original error is the one to report
                 pass
+            from simulations.early_ray import release_prestarted
+
+            release_prestarted()
             early.release()
         raise
     try:
@@ -163,6 +169,9 @@ def run_simulation(run_config: dict, num_cpus: Optional[int] = None,
                     client_app, default_run_name, spec_label)
     finally:
         if early is not None:
+            from simulations.early_ray import release_prestarted
+
+            release_prestarted()
             early.release()
 
 
@@ -192,19 +201,21 @@ def _run(run_config, cfg, label, backend, flwr_run_simulation, make_server_app, 
     return report
 
 
-def _config_is_valid(run_config: dict) -> bool:
-    """Whether :func:`check_run_config` accepts ``run_config`` (no torch import) and its
-    noise source needs no secret check (a local Ray's workers inherit this environment: the
-    secret is checked before they start): only then is Ray started early."""
+def _early_ray_method(run_config: dict) -> Optional[str]:
+    """The run's method if :func:`check_run_config` accepts ``run_config`` (no torch import)
+    and its noise source needs no secret check (a local Ray's workers inherit this
+    environment: the secret is checked before they start): only then is Ray started early,
+    with client actors warmed up for this method; else ``None``."""
     from fedgraph.config import ConfigError
 
     try:
         check_run_config(run_config)
         from fedgraph.config import parse_run_config
 
-        return parse_run_config(run_config).noise_source != "secret"
+        cfg = parse_run_config(run_config)
+        return None if cfg.noise_source == "secret" else cfg.method
     except (ConfigError, ValueError):
-        return False
+        return None
 
 
 def _prepare(run_config: dict, num_cpus, cpus_per_client: float, gpus_per_client: float):

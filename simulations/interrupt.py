@@ -1,10 +1,10 @@
 """Ctrl-C for ``fedgraph run``: stop the run in seconds, write its report, leave no process.
 
 The first SIGINT (or SIGTERM) sets :data:`STOP`; the ServerApp's grid is wrapped in
-:class:`InterruptibleGrid`, whose ``send_and_receive`` polls for replies and raises
-:class:`RunInterrupted` as soon as :data:`STOP` is set (Flower's own strategies call the same
-method), so the strategy's ``start`` writes its report with status ``interrupted`` and what
-was spent so far. :func:`kill_descendants` then ends every process the run started (Ray's
+:class:`simulations.grid.InterruptibleGrid`, whose ``send_and_receive`` polls for replies and
+raises :class:`RunInterrupted` as soon as :data:`STOP` is set (Flower's own strategies call
+the same method), so the strategy's ``start`` writes its report with status ``interrupted``
+and what was spent so far. :func:`kill_descendants` then ends every process the run started (Ray's
 GCS, raylet, workers and agents), which outlive ``ray.shutdown`` when a run is cut short. A
 second SIGINT ends the command at once.
 """
@@ -15,14 +15,11 @@ import sys
 import signal
 import threading
 import time
-from typing import Iterable
-
-from flwr.serverapp import Grid
 
 from fedgraph.federation import RunInterrupted
-from simulations.wakeups import PUSHED, REPLIED
 
-__all__ = ["STOP", "InterruptibleGrid", "RunInterrupted", "StopOnSignal", "become_subreaper",
+# Neither torch nor Flower: ``fedgraph run`` imports this module before it starts Ray.
+__all__ = ["STOP", "RunInterrupted", "StopOnSignal", "become_subreaper",
            "descendants", "end_all_descendants", "kill_descendants"]
 
 #: set by the first Ctrl-C of ``fedgraph run``; every grid call after it raises.
@@ -47,77 +44,6 @@ def _interrupt_server_thread() -> None:
     for ident in _SERVER_THREAD:
         ctypes.pythonapi.PyThreadState_SetAsyncExc(ctypes.c_ulong(ident),
                                                    ctypes.py_object(RunInterrupted))
-
-
-class InterruptibleGrid(Grid):
-    """A Flower ``Grid`` that forwards every call to ``grid`` and gives up waiting for replies
-    (:class:`RunInterrupted`) within ``poll`` seconds of :data:`STOP` being set."""
-
-    def __init__(self, grid: Grid, poll: float = 0.2) -> None:
-        self._grid, self._poll = grid, poll
-
-    @property
-    def wrapped(self) -> Grid:
-        """The grid this one forwards to."""
-        return self._grid
-
-    def set_run(self, run) -> None:
-        self._grid.set_run(run)
-
-    @property
-    def run(self):
-        return self._grid.run
-
-    def create_message(self, *args, **kwargs):
-        return self._grid.create_message(*args, **kwargs)
-
-    def get_node_ids(self) -> Iterable[int]:
-        self._check()
-        return self._grid.get_node_ids()
-
-    def push_messages(self, messages):
-        self._check()
-        ids = self._grid.push_messages(messages)
-        PUSHED.set()  # Flower's simulation runtime takes them at once (simulations.wakeups)
-        return ids
-
-    def pull_messages(self, message_ids):
-        return self._grid.pull_messages(message_ids)
-
-    def send_and_receive(self, messages, *, timeout: float | None = None):
-        """As Flower's: push, then pull until every reply arrived or ``timeout`` passed (between
-        two pulls it waits ``poll`` seconds or until a reply was stored: :data:`REPLIED`).
-
-        Raises:
-            RunInterrupted: :data:`STOP` was set (Ctrl-C) before all replies arrived.
-        """
-        from fedgraph.report import progress, progress_round
-
-        messages = list(messages)
-        first = getattr(messages[0], "metadata", None) if messages else None
-        if getattr(first, "message_type", "") == "train":
-            progress_round()  # a Flower strategy's round: its train messages go out
-        pending = set(self.push_messages(messages))
-        end = None if timeout is None else time.monotonic() + timeout
-        replies = []
-        while pending and (end is None or time.monotonic() < end):
-            self._check()
-            got = list(self.pull_messages(pending))
-            replies.extend(got)
-            pending -= {m.metadata.reply_to_message_id for m in got}
-            progress("clients", len(replies), len(messages))
-            if pending:
-                REPLIED.wait(self._poll)
-                REPLIED.clear()
-        return replies
-
-    def __getattr__(self, name):  # anything else a grid offers
-        return getattr(self._grid, name)
-
-    @staticmethod
-    def _check() -> None:
-        if STOP.is_set():
-            raise RunInterrupted("interrupted (Ctrl-C or SIGTERM)")
 
 
 def descendants(pid: int | None = None) -> set[int]:

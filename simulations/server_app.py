@@ -9,7 +9,8 @@ from flwr.serverapp import Grid, ServerApp
 from fedgraph.config import ConfigError, parse_run_config
 from fedgraph.federation import ClientFailure, preflight
 from fedgraph.registry import ContractError
-from simulations.interrupt import InterruptibleGrid, serving
+from simulations.grid import InterruptibleGrid
+from simulations.interrupt import serving
 from strategies import resolve_strategy
 
 #: errors whose message says everything (the key and its allowed values, the failing clients):

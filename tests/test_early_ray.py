@@ -1,5 +1,6 @@
 """``fedgraph run`` starts Ray while it imports and checks (simulations.early_ray), and exits
 without the interpreter's finalization (simulations.cli.main): the failure paths."""
+import importlib.util
 import subprocess
 import sys
 from pathlib import Path
@@ -41,3 +42,76 @@ def test_the_console_script_keeps_its_exit_codes_and_messages():
                           cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert proc.returncode == 2, proc.stderr[-2000:]
     assert "budgets: every epsilon must be finite and > 0" in proc.stderr
+
+
+class _FakeActorType:
+    """Stands in for Flower's ClientAppActor: ``options(...).remote(...)`` makes a new name."""
+    made: list = []
+
+    @classmethod
+    def options(cls, **resources):
+        class _Remote:
+            @staticmethod
+            def remote(**kwargs):
+                cls.made.append(resources)
+                return f"flower-made-{len(cls.made)}"
+        return _Remote
+
+
+def test_flowers_pool_takes_the_prestarted_actors_first_then_makes_its_own(monkeypatch):
+    """The hand-over (early_ray._install_hand_over): Flower's BasicActorPool gets the actors
+    created with its own resources first, makes the rest itself, and leaves actors made with
+    other resources (or other actor types) alone; release_prestarted ends those left over."""
+    from flwr.simulation.ray_transport import ray_actor
+
+    assert early_ray._install_hand_over()  # this Flower's pool can take them
+    monkeypatch.setattr(ray_actor, "ClientAppActor", _FakeActorType)
+    monkeypatch.setattr(ray_actor, "pool_size_from_resources", lambda resources: 2)
+    monkeypatch.setattr(early_ray, "_PRESTARTED", [({"num_cpus": 1, "num_gpus": 0.0}, "ours-1"),
+                                                  ({"num_cpus": 2, "num_gpus": 0.0}, "other")])
+    monkeypatch.setitem(early_ray.TAKEN, "count", 0)
+    _FakeActorType.made = []
+    resources = {"num_cpus": 1, "num_gpus": 0.0}
+    pool = ray_actor.BasicActorPool(actor_type=_FakeActorType, client_resources=resources,
+                                    actor_kwargs={})
+    pool.add_actors_to_pool(pool.actors_capacity)
+    assert pool.pool == ["ours-1", "flower-made-1"] and _FakeActorType.made == [resources]
+    assert early_ray.TAKEN["count"] == 1
+    # Flower's pool with actor arguments (e.g. its TensorFlow init) makes its own
+    pool = ray_actor.BasicActorPool(actor_type=_FakeActorType, client_resources={"num_cpus": 2, "num_gpus": 0.0},
+                                    actor_kwargs={"on_actor_init_fn": print})
+    pool.add_actors_to_pool(1)
+    assert pool.pool == ["flower-made-2"] and early_ray.TAKEN["count"] == 1
+
+    import ray
+
+    killed = []
+    monkeypatch.setattr(ray, "is_initialized", lambda: True)
+    monkeypatch.setattr(ray, "kill", killed.append)
+    early_ray.release_prestarted()
+    assert killed == ["other"] and early_ray._PRESTARTED == []
+
+
+def test_a_prestart_that_cannot_run_leaves_flower_to_start_its_actors(monkeypatch):
+    from flwr.simulation.ray_transport import ray_actor
+
+    def no_cluster(resources):
+        raise ValueError("ActorPool is empty")
+
+    monkeypatch.setattr(ray_actor, "pool_size_from_resources", no_cluster)
+    monkeypatch.setattr(early_ray, "_PRESTARTED", [])
+    assert early_ray.prestart_actors({"num_cpus": 1}, "gap") == 0
+    assert early_ray._PRESTARTED == []
+
+
+def test_warm_client_imports_the_client_app_and_the_methods_modules(monkeypatch):
+    for method, names in early_ray.WARM_IMPORTS.items():  # every name exists
+        for name in names:
+            assert importlib.util.find_spec(name) is not None, (method, name)
+    imported = []
+    monkeypatch.setattr(early_ray.importlib, "import_module", imported.append)
+    early_ray.warm_client("gap")
+    assert imported == ["simulations.client_app", *early_ray.WARM_IMPORTS["gap"]]
+    imported.clear()
+    early_ray.warm_client("mypkg.strategy:Custom")  # a custom strategy: the ClientApp only
+    assert imported == ["simulations.client_app"]

@@ -63,7 +63,7 @@ def test_too_few_supernodes_fail_within_seconds_behind_the_interruptible_grid(mo
     """fedgraph's ServerApp wraps Flower's grid (simulations.interrupt): the simulation is
     still recognized (it waited out the 60 s timeout before)."""
     import fedgraph.federation as federation
-    from simulations.interrupt import InterruptibleGrid
+    from simulations.grid import InterruptibleGrid
 
     monkeypatch.setattr(federation, "SETTLE_S", 0.5)
     start = time.time()

@@ -145,6 +145,8 @@ def test_gap_flower_run_two_clients(tmp_path):
     assert all(per[c]["cross_check"]["agrees"] for c in per)
     assert report["accuracy"]["test"] > report["accuracy"]["majority_class"]
     assert report["config"]["server_optimizer"] == "fedadam"
+    # both of Flower's client actors were the ones started while the driver imported
+    assert report["host"]["prestarted_actors"] == 2  # (simulations.early_ray)
     assert "classifier rounds (FedAdam)" in report["timings_s"]
     clients = report["clients"]
     sigma_max = max(c["sigma"] for c in clients.values())

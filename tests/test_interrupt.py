@@ -15,7 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from simulations.interrupt import InterruptibleGrid, RunInterrupted, STOP, descendants
+from simulations.grid import InterruptibleGrid
+from simulations.interrupt import RunInterrupted, STOP, descendants
 
 ROOT = Path(__file__).parents[1]
 #: Linux's process file system (an OS interface, not a project path)

@@ -12,7 +12,7 @@ import types
 import pytest
 
 from simulations import wakeups
-from simulations.interrupt import InterruptibleGrid
+from simulations.grid import InterruptibleGrid
 
 
 class _State:

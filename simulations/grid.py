@@ -1,0 +1,85 @@
+"""The grid of fedgraph's ServerApp: Flower's, made to give up at Ctrl-C
+(:mod:`simulations.interrupt`) and to wake when a reply is stored (:mod:`simulations.wakeups`)."""
+from __future__ import annotations
+
+import time
+from typing import Iterable
+
+from flwr.serverapp import Grid
+
+from fedgraph.federation import RunInterrupted
+from simulations.interrupt import STOP
+from simulations.wakeups import PUSHED, REPLIED
+
+__all__ = ["InterruptibleGrid"]
+
+
+class InterruptibleGrid(Grid):
+    """A Flower ``Grid`` that forwards every call to ``grid`` and gives up waiting for replies
+    (:class:`RunInterrupted`) within ``poll`` seconds of :data:`STOP` being set."""
+
+    def __init__(self, grid: Grid, poll: float = 0.2) -> None:
+        self._grid, self._poll = grid, poll
+
+    @property
+    def wrapped(self) -> Grid:
+        """The grid this one forwards to."""
+        return self._grid
+
+    def set_run(self, run) -> None:
+        self._grid.set_run(run)
+
+    @property
+    def run(self):
+        return self._grid.run
+
+    def create_message(self, *args, **kwargs):
+        return self._grid.create_message(*args, **kwargs)
+
+    def get_node_ids(self) -> Iterable[int]:
+        self._check()
+        return self._grid.get_node_ids()
+
+    def push_messages(self, messages):
+        self._check()
+        ids = self._grid.push_messages(messages)
+        PUSHED.set()  # Flower's simulation runtime takes them at once (simulations.wakeups)
+        return ids
+
+    def pull_messages(self, message_ids):
+        return self._grid.pull_messages(message_ids)
+
+    def send_and_receive(self, messages, *, timeout: float | None = None):
+        """As Flower's: push, then pull until every reply arrived or ``timeout`` passed (between
+        two pulls it waits ``poll`` seconds or until a reply was stored: :data:`REPLIED`).
+
+        Raises:
+            RunInterrupted: :data:`STOP` was set (Ctrl-C) before all replies arrived.
+        """
+        from fedgraph.report import progress, progress_round
+
+        messages = list(messages)
+        first = getattr(messages[0], "metadata", None) if messages else None
+        if getattr(first, "message_type", "") == "train":
+            progress_round()  # a Flower strategy's round: its train messages go out
+        pending = set(self.push_messages(messages))
+        end = None if timeout is None else time.monotonic() + timeout
+        replies = []
+        while pending and (end is None or time.monotonic() < end):
+            self._check()
+            got = list(self.pull_messages(pending))
+            replies.extend(got)
+            pending -= {m.metadata.reply_to_message_id for m in got}
+            progress("clients", len(replies), len(messages))
+            if pending:
+                REPLIED.wait(self._poll)
+                REPLIED.clear()
+        return replies
+
+    def __getattr__(self, name):  # anything else a grid offers
+        return getattr(self._grid, name)
+
+    @staticmethod
+    def _check() -> None:
+        if STOP.is_set():
+            raise RunInterrupted("interrupted (Ctrl-C or SIGTERM)")
