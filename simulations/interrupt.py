@@ -132,10 +132,10 @@ def end_all_descendants(known: set[int] | None = None, within: float = 10.0) -> 
     left or ``within`` seconds passed: processes orphaned while Ray shuts down are re-parented
     to this process (:func:`become_subreaper`) after a first pass."""
     end = time.monotonic() + within
-    pids = set(known or ()) | descendants()
+    pids = {p for p in set(known or ()) | descendants() if _alive(p)}
     while pids and time.monotonic() < end:
-        kill_descendants(pids, grace=1.0)
-        time.sleep(0.2)
+        kill_descendants(pids, grace=1.0)  # returns once they are dead (or after the grace):
+        time.sleep(0.02)  # their children are this process's by then; a moment for stragglers
         pids = {p for p in descendants() if _alive(p)}
 
 

@@ -115,3 +115,28 @@ def test_warm_client_imports_the_client_app_and_the_methods_modules(monkeypatch)
     imported.clear()
     early_ray.warm_client("mypkg.strategy:Custom")  # a custom strategy: the ClientApp only
     assert imported == ["simulations.client_app"]
+
+
+def test_ray_shutdown_ends_the_autoscaler_monitor_first_without_grace():
+    """Ray ends the GCS before the monitor, whose SIGTERM handler then hangs a second on the
+    dead GCS: fedgraph run's driver kills the monitor first, at once (early_ray docs)."""
+    from ray._private.node import Node
+
+    assert early_ray._end_monitor_first() and early_ray._end_monitor_first()  # idempotent
+
+    class FakeNode:
+        def __init__(self):
+            self.all_processes = {k: [object()] for k in
+                                  ("raylet", "gcs_server", "monitor", "log_monitor", "reaper")}
+            self.calls = []
+
+        def _kill_process_type(self, process_type, check_alive=True, allow_graceful=False,
+                               wait=False):
+            self.calls.append((process_type, allow_graceful))
+            del self.all_processes[process_type]
+
+    node = FakeNode()
+    Node.kill_all_processes(node, check_alive=False, allow_graceful=True)
+    assert node.calls[0] == ("monitor", False)
+    assert node.calls[1:] == [("raylet", True), ("gcs_server", True), ("log_monitor", True),
+                              ("reaper", True)]
