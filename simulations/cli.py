@@ -202,11 +202,17 @@ def _run(run_config, cfg, label, backend, flwr_run_simulation, make_server_app, 
     return report
 
 
+#: ``fedgraph.randomness.SECRET_ENV`` (that module imports torch; tests/test_early_ray.py
+#: checks the two agree)
+_SECRET_ENV = "FEDGRAPH_NOISE_SECRET"
+
+
 def _early_ray_method(run_config: dict) -> Optional[str]:
     """The run's method if :func:`check_run_config` accepts ``run_config`` (no torch import)
-    and its noise source needs no secret check (a local Ray's workers inherit this
-    environment: the secret is checked before they start): only then is Ray started early,
-    with client actors warmed up for this method; else ``None``."""
+    and, with ``noise-source = secret``, the secret is in this environment (a local Ray's
+    workers inherit it; without it :func:`_prepare` refuses the run before any worker
+    starts): only then is Ray started early, with client actors warmed up for this method;
+    else ``None``."""
     from fedgraph.config import ConfigError
 
     try:
@@ -214,9 +220,11 @@ def _early_ray_method(run_config: dict) -> Optional[str]:
         from fedgraph.config import parse_run_config
 
         cfg = parse_run_config(run_config)
-        return None if cfg.noise_source == "secret" else cfg.method
     except (ConfigError, ValueError):
         return None
+    if cfg.noise_source == "secret" and not os.environ.get(_SECRET_ENV):
+        return None
+    return cfg.method
 
 
 def _prepare(run_config: dict, num_cpus, cpus_per_client: float, gpus_per_client: float):

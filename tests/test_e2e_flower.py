@@ -19,7 +19,7 @@ def fedgraph(*args, tmp_path, timeout=400, env_extra=None):
 
 def test_ppgnn_cora_three_clients_well_above_majority(tmp_path):
     """Also: ``noise-source = secret`` with the secret in the environment of ``fedgraph run``
-    reaches the clients' Ray workers (a client without it would fail the run), and the secret
+    reaches the clients' Ray workers (prestarted while the driver imports) (a client without it would fail the run), and the secret
     shows up nowhere in the output or the report."""
     out = tmp_path / "runs"
     secret = "e2e-secret-9b2f61"
@@ -35,6 +35,9 @@ def test_ppgnn_cora_three_clients_well_above_majority(tmp_path):
     assert secret not in (out / "e2e.json").read_text() + res.stdout + res.stderr
     assert report["dataset"]["num_nodes"] == 2708  # bundled Cora, no data folder needed
     assert report["host"]["flower_wakeups"] is True  # simulations.wakeups in the simulation
+    # the clients ran in the actors prestarted during the imports (simulations.early_ray),
+    # which got the secret too
+    assert report["host"]["prestarted_actors"] == 2
     acc = report["accuracy"]
     assert acc["test"] > acc["majority_class"] + 0.3, acc
     per_level = report["privacy"]["per_subject"]

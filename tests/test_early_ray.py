@@ -140,3 +140,16 @@ def test_ray_shutdown_ends_the_autoscaler_monitor_first_without_grace():
     assert node.calls[0] == ("monitor", False)
     assert node.calls[1:] == [("raylet", True), ("gcs_server", True), ("log_monitor", True),
                               ("reaper", True)]
+
+
+def test_ray_starts_early_for_a_secret_run_only_with_the_secret_set(monkeypatch):
+    from fedgraph.randomness import SECRET_ENV
+    from simulations import cli
+
+    assert cli._SECRET_ENV == SECRET_ENV
+    secret_run = {"method": "gap", "noise-source": "secret"}
+    monkeypatch.delenv(SECRET_ENV, raising=False)
+    assert cli._early_ray_method(secret_run) is None  # _prepare refuses it before Ray
+    monkeypatch.setenv(SECRET_ENV, "s3cret")
+    assert cli._early_ray_method(secret_run) == "gap"
+    assert cli._early_ray_method({"method": "gap", "client-epsilons": "-1"}) is None  # invalid
