@@ -124,6 +124,7 @@ def start_early_ray(init_args: dict, client_resources: dict | None = None,
     existing cluster: Flower connects to it itself) or ``FEDGRAPH_EARLY_RAY=0``.
     ``client_resources`` (Flower's backend ``client_resources``): also prestart the client
     actors (:func:`prestart_actors`) for ``method``'s clients."""
+    TAKEN["count"] = 0  # this run's
     if os.environ.get("RAY_ADDRESS") or os.environ.get("FEDGRAPH_EARLY_RAY", "1") == "0":
         return None
     return EarlyRay(init_args, client_resources, method).start()
