@@ -482,7 +482,8 @@ def _whole_run(phase: str, nodes: int, degree: float, clients: int, device: str,
     work = Path(tempfile.mkdtemp(prefix=f"fedgraph-scale-{method}-"))
     env = dict(os.environ)
     env.pop("RAY_ADDRESS", None)  # a fresh local Ray cluster, never someone else's
-    if kind == "run":
+    if kind == "run":  # the clients' handler times, out of band (simulations.handler_times)
+        env["FEDGRAPH_HANDLER_TIMES"] = str(work / "handlers.jsonl")
         cmd = [str(Path(sys.executable).with_name("fedgraph")), "run", "--num-cpus",
                str(run_cpus), "--cpus-per-client", "1"]
         for k, v in {**settings, "output-dir": str(work), "run-name": "scale",
@@ -503,9 +504,13 @@ def _whole_run(phase: str, nodes: int, degree: float, clients: int, device: str,
         rep = json.loads((work / "scale.json").read_text())
         res = {"edges": rep["dataset"]["num_edges"], "test_acc": rep["accuracy"].get("test"),
                "timings": rep.get("timings_s"), "threads": os.environ.get("OMP_NUM_THREADS")}
+        from simulations import handler_times
+
+        res["split"] = run_split(st["wall_s"], rep, handler_times.read(work / "handlers.jsonl"))
         res["ray_cpus"] = run_cpus
     else:
         res = json.loads((work / "stdout.log").read_text().strip().splitlines()[-1])
+        res["split"] = plain_split(st["wall_s"], res["timings"])
     shutil.rmtree(work, ignore_errors=True)
     # The clients' setup phase of a federated run (GAP: "setup + calibration (clients)"):
     # its seconds and its share of the whole wall time.
@@ -522,7 +527,44 @@ def _whole_run(phase: str, nodes: int, degree: float, clients: int, device: str,
             "threads": res.get("threads"), "clients": clients,
             **({"ray_cpus": run_cpus} if kind == "run" else {}),
             "test_acc": None if res.get("test_acc") is None else round(res["test_acc"], 4),
-            "timings": res.get("timings"), "settings": settings}
+            "timings": res.get("timings"), "split_s": res.get("split"), "settings": settings}
+
+
+#: the handlers of a federated run's setup phase (GAP's ``setup + calibration (clients)``)
+SETUP_MESSAGES = ("query.gap_setup",)
+
+
+def run_split(wall: float, report: dict, handlers: list[dict]) -> dict:
+    """A whole federated run's wall seconds in five parts that add up to ``wall``:
+    ``setup`` (the report's phases named ``setup...``: the clients' start, their part's
+    load, calibration), ``compute_clients`` (the clients' handlers outside setup, from
+    :mod:`simulations.handler_times`), ``compute_server`` (the other phases' wall time minus
+    the server's waits on clients, the report's ``exchange_s``), ``communication`` (those
+    waits minus the clients' handlers: Flower's and Ray's transport and queues; with several
+    Ray actors the handlers overlap and this part is a lower bound) and ``other`` (outside the
+    strategy's timed phases: the interpreter, imports, Ray's start and shutdown, the report's
+    privacy summary)."""
+    timings = {k: v for k, v in report["timings_s"].items() if k != "total"}
+    exchange = report.get("exchange_s", {})
+    setup_phases = [k for k in timings if k.startswith("setup")]
+    setup = sum(timings[k] for k in setup_phases)
+    clients = sum(h["seconds"] for h in handlers if h["type"] not in SETUP_MESSAGES)
+    waits = sum(exchange.get(k, 0.0) for k in timings if k not in setup_phases)
+    server = sum(timings[k] for k in timings if k not in setup_phases) - waits
+    strategy = setup + server + waits
+    return {k: round(v, 2) for k, v in (
+        ("setup", setup), ("communication", max(waits - clients, 0.0)),
+        ("compute_clients", clients), ("compute_server", server),
+        ("other", wall - strategy))}
+
+
+def plain_split(wall: float, timings: dict) -> dict:
+    """The plain process's wall seconds: ``setup`` (loading, splitting, calibration),
+    ``compute_server`` (the rest of its timed work), ``other`` (interpreter and imports)."""
+    setup = sum(v for k, v in timings.items() if k.startswith(("load", "calibration")))
+    work = timings.get("total", sum(v for k, v in timings.items() if k != "total"))
+    return {"setup": round(setup, 2), "communication": 0.0, "compute_clients": 0.0,
+            "compute_server": round(work - setup, 2), "other": round(wall - work, 2)}
 
 
 def _plain_run(method: str, settings: dict) -> dict:
@@ -631,6 +673,10 @@ def _fmt(row: dict) -> str:
     note = f"  Q={row['queries']}" if "queries" in row else ""
     if row.get("setup_share") is not None:
         note += f"  setup {100 * row['setup_share']:.1f} %"
+    if row.get("split_s"):
+        sp = row["split_s"]
+        note += (f"  [setup {sp['setup']:.1f} / comm {sp['communication']:.1f} / compute "
+                 f"{sp['compute_clients'] + sp['compute_server']:.1f} / other {sp['other']:.1f} s]")
     return (f"{row['phase']:<21}{row['nodes']:>9}{row['edges']:>11}{c('graph_s', 8)}"
             f"{c('setup_s', 8)}{c('phase_s', 9)}{c('peak_gib', 9)}{c('tree_rss_gib', 9)}"
             f"{c('tree_pss_gib', 9)}{c('ratio', 7)}{c('mem_ratio', 7)}  {row['device']}{note}")

@@ -94,6 +94,7 @@ class _Phase:
     started: float = field(default_factory=time.monotonic)
     counters: dict = field(default_factory=dict)
     printed: float = 0.0
+    exchange: float = 0.0  # seconds spent waiting on clients' replies (:func:`exchanged`)
 
     def text(self) -> str:
         return f"{self.label} ... " + ", ".join(f"round {v}" if k == "round" else f"{v} {k}"
@@ -124,6 +125,14 @@ def progress(what: str, done: int, total: int | None = None) -> None:
                        soft_wrap=True)
 
 
+def exchanged(seconds: float) -> None:
+    """The server waited ``seconds`` on one exchange with its clients (a grid's
+    ``send_and_receive``: transport and the clients' handlers); summed per phase into the
+    report's ``exchange_s``, so that a phase's wall time minus it is the server's own work."""
+    if _PHASE:
+        _PHASE[-1].exchange += seconds
+
+
 def progress_round() -> None:
     """A training round of the running phase started (its replies follow): ``round r/R``."""
     if _PHASE:
@@ -144,6 +153,7 @@ class RunReport:
     privacy: dict = field(default_factory=dict)
     timings: dict = field(default_factory=dict)
     cpu_timings: dict = field(default_factory=dict)
+    exchange_timings: dict = field(default_factory=dict)
     extra: dict = field(default_factory=dict)
     started: float = field(default_factory=time.time)
 
@@ -154,13 +164,14 @@ class RunReport:
     def phase(self, name: str, rounds: int | None = None):
         """Time a phase (wall seconds) into ``timings[name]``; with :attr:`progress`, show a
         spinner while it runs, with what :func:`progress` reports (clients done / total,
-        round r of ``rounds``, queries answered), and one line with its time when it ends."""
+        round r of ``rounds``, queries answered), and one line with its time when it ends;
+        ``exchange_timings[name]``: the seconds of it spent waiting on clients (:func:`exchanged`)."""
         t, cpu = time.perf_counter(), time.process_time()
         ok = False
         status = _CONSOLE.status(f"{self.method}: {name} ...") if self.progress else nullcontext()
         outer = _PHASE[:]
-        _PHASE[:] = [_Phase(f"{self.method}: {name}", status if self.progress else None,
-                            rounds)]
+        running = _Phase(f"{self.method}: {name}", status if self.progress else None, rounds)
+        _PHASE[:] = [running]
         try:
             with status:
                 yield
@@ -171,6 +182,7 @@ class RunReport:
             # CPU seconds of the server's process (all its threads) in the phase: beside the
             # wall time, it tells work from waiting (on clients, or for a loaded machine's CPU).
             self.cpu_timings[name] = round(time.process_time() - cpu, 3)
+            self.exchange_timings[name] = round(running.exchange, 3)
             if self.progress:
                 mark = "[green]done[/]" if ok else "[red]failed[/]"
                 _CONSOLE.print(f"{self.method}: {name} {mark} in {self.timings[name]:.1f} s")
@@ -181,6 +193,7 @@ class RunReport:
                 "accuracy": self.accuracy, "privacy": self.privacy,
                 "timings_s": {**self.timings, "total": round(time.time() - self.started, 3)},
                 "server_cpu_s": dict(self.cpu_timings),
+                "exchange_s": dict(self.exchange_timings),
                 "host": _host(),
                 **self.extra}
 

@@ -16,12 +16,13 @@ from fedgraph.device import resolve_device, to_cpu
 from fedgraph.federation import client_view, tensors, worker_info
 from fedgraph.randomness import client_generator
 from simulations import client_state, wakeups
+from simulations.handler_times import handler_times
 
 # flwr run: Flower's simulation process imports this module before its runtime starts the
 # threads that move messages; patch them there (simulations.wakeups), not in Ray's workers.
 wakeups.install(if_imported=True)
 
-app = ClientApp()
+app = ClientApp(mods=[handler_times])  # off unless a benchmark asks (simulations.handler_times)
 
 
 def _setup(msg: Message, context: Context):

@@ -56,9 +56,18 @@ class InterruptibleGrid(Grid):
         Raises:
             RunInterrupted: :data:`STOP` was set (Ctrl-C) before all replies arrived.
         """
+        from fedgraph.report import exchanged
+
+        started = time.perf_counter()
+        try:
+            return self._exchange(list(messages), timeout)
+        finally:
+            exchanged(time.perf_counter() - started)  # the report's exchange_s
+
+    def _exchange(self, messages: list, timeout: float | None) -> list:
+        """:meth:`send_and_receive`'s push and pulls."""
         from fedgraph.report import progress, progress_round
 
-        messages = list(messages)
         first = getattr(messages[0], "metadata", None) if messages else None
         if getattr(first, "message_type", "") == "train":
             progress_round()  # a Flower strategy's round: its train messages go out

@@ -58,8 +58,13 @@ class LocalGrid:
 
     def send_and_receive(self, messages, *, timeout: float | None = None) -> list[Message]:
         """Every message handled by the ClientApp of its destination, in order; a handler's
-        exception becomes an error reply, as in Flower."""
-        replies = []
+        exception becomes an error reply, as in Flower (the time goes to the report's
+        ``exchange_s``, as with Flower's grid)."""
+        import time
+
+        from fedgraph.report import exchanged
+
+        started, replies = time.perf_counter(), []
         for m in messages:
             if self.fail is not None and self.fail(m):
                 reply = Message(Error(code=1, reason="RuntimeError: dropped out"), reply_to=m)
@@ -70,6 +75,7 @@ class LocalGrid:
             if self.record:
                 self.log.append((m, reply))
             replies.append(reply)
+        exchanged(time.perf_counter() - started)
         return replies
 
 

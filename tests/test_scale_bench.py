@@ -79,3 +79,60 @@ def test_ratios_pair_each_phase_with_its_plain(scale):
     scale._ratios(rows)
     assert rows[1]["ratio"] == 3.0 and rows[1]["mem_ratio"] == 3.0
     assert rows[3]["ratio"] == 0.25 and "ratio" not in rows[4]
+
+
+def test_whole_run_time_split_adds_up_and_keeps_setup_apart(scale):
+    """run_split: setup phases whole, the clients' handlers outside setup as their compute,
+    the server's waits minus those as communication, the rest of the phases as the server's
+    compute, and what is outside the phases as other; the five add up to the wall time."""
+    report = {"timings_s": {"connect": 0.1, "setup + calibration (clients)": 2.0,
+                            "encoder rounds": 5.0, "evaluate (clients)": 0.5, "total": 8.0},
+              "exchange_s": {"connect": 0.0, "setup + calibration (clients)": 1.9,
+                             "encoder rounds": 4.0, "evaluate (clients)": 0.4}}
+    handlers = [{"type": "query.gap_setup", "seconds": 1.0}, {"type": "train", "seconds": 3.0},
+                {"type": "evaluate", "seconds": 0.2}]
+    split = scale.run_split(10.0, report, handlers)
+    assert split == {"setup": 2.0, "communication": 1.2, "compute_clients": 3.2,
+                     "compute_server": 1.2, "other": 2.4}
+    assert sum(split.values()) == pytest.approx(10.0)
+    plain = scale.plain_split(5.0, {"load + split": 1.0, "calibration": 0.5, "encoder": 2.0,
+                                    "total": 3.5})
+    assert plain == {"setup": 1.5, "communication": 0.0, "compute_clients": 0.0,
+                     "compute_server": 2.0, "other": 1.5}
+
+
+def test_the_report_times_the_servers_waits_on_clients_per_phase(tmp_path):
+    """exchange_s (fedgraph.report.exchanged, from the grid's send_and_receive) is part of each
+    phase's wall time; the clients' handler times go to FEDGRAPH_HANDLER_TIMES's file only, one
+    line per message (simulations.handler_times), and nothing of them to the messages."""
+    import os
+
+    from simulations import handler_times
+    from simulations.local import LocalGrid, run_local
+
+    log = tmp_path / "handlers.jsonl"
+    grid = LocalGrid(2, record=True)
+    os.environ[handler_times.ENV] = str(log)
+    try:
+        rep = run_local({"method": "gap", "dataset": "synthetic-sbm:300:6", "num-clients": 2,
+                         "partitioner": "random", "encoder-rounds": 2, "classifier-rounds": 2,
+                         "output-dir": str(tmp_path), "run-name": "t"}, grid=grid)
+    finally:
+        del os.environ[handler_times.ENV]
+    assert rep["status"] == "ok"
+    timings, waits = rep["timings_s"], rep["exchange_s"]
+    assert set(waits) == set(timings) - {"total"}
+    assert all(0.0 <= waits[k] <= timings[k] + 1e-3 for k in waits)
+    assert waits["setup + calibration (clients)"] > 0
+    lines = handler_times.read(log)
+    assert len(lines) == len(grid.log) and {ln["type"] for ln in lines} >= {"query.gap_setup",
+                                                                             "train"}
+    assert all(ln["seconds"] >= 0 and ln["pid"] == os.getpid() for ln in lines)
+    for _, reply in grid.log:  # no timing field in what left the clients
+        text = str(reply.content) if reply.has_content() else ""
+        assert "seconds" not in text and "handler" not in text
+    before = len(lines)
+    run_local({"method": "gap", "dataset": "synthetic-sbm:300:6", "num-clients": 2,
+               "partitioner": "random", "encoder-rounds": 1, "classifier-rounds": 1,
+               "output-dir": str(tmp_path), "run-name": "t2"})
+    assert len(handler_times.read(log)) == before  # off without the variable
