@@ -197,7 +197,7 @@ class ClientFailure(RuntimeError):
 class RunInterrupted(Exception):
     """The user interrupted the run (Ctrl-C or SIGTERM): the report says ``interrupted``."""
 
-    def __init__(self, message: str = "interrupted by the user (Ctrl-C)") -> None:
+    def __init__(self, message: str = "interrupted (Ctrl-C or SIGTERM)") -> None:
         super().__init__(message)
 
 

@@ -167,7 +167,7 @@ class RunReport:
         round r of ``rounds``, queries answered), and one line with its time when it ends;
         ``exchange_timings[name]``: the seconds of it spent waiting on clients (:func:`exchanged`)."""
         t, cpu = time.perf_counter(), time.process_time()
-        ok = False
+        ok, interrupted = False, False
         status = _CONSOLE.status(f"{self.method}: {name} ...") if self.progress else nullcontext()
         outer = _PHASE[:]
         running = _Phase(f"{self.method}: {name}", status if self.progress else None, rounds)
@@ -176,6 +176,11 @@ class RunReport:
             with status:
                 yield
             ok = True
+        except BaseException as err:
+            from .federation import RunInterrupted
+
+            interrupted = isinstance(err, (RunInterrupted, KeyboardInterrupt))
+            raise
         finally:
             _PHASE[:] = outer
             self.timings[name] = round(time.perf_counter() - t, 3)
@@ -184,7 +189,8 @@ class RunReport:
             self.cpu_timings[name] = round(time.process_time() - cpu, 3)
             self.exchange_timings[name] = round(running.exchange, 3)
             if self.progress:
-                mark = "[green]done[/]" if ok else "[red]failed[/]"
+                mark = ("[green]done[/]" if ok else
+                        "[yellow]interrupted[/]" if interrupted else "[red]failed[/]")
                 _CONSOLE.print(f"{self.method}: {name} {mark} in {self.timings[name]:.1f} s")
 
     def to_dict(self) -> dict:

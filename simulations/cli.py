@@ -82,6 +82,7 @@ def check_resources(num_cpus: Optional[int], cpus_per_client: float,
     if num_cpus is not None and num_cpus < 1:
         raise ConfigError(f"--num-cpus: must be >= 1, got {num_cpus}")
     if os.environ.get("RAY_ADDRESS"):
+        check_ray_address(os.environ["RAY_ADDRESS"])
         return
     cpus = num_cpus or os.cpu_count() or 1
     if cpus_per_client > cpus:
@@ -98,6 +99,34 @@ def check_resources(num_cpus: Optional[int], cpus_per_client: float,
         if gpus_per_client > gpus:
             raise ConfigError(f"--gpus-per-client: {gpus_per_client} is more than the {gpus} "
                               "GPU(s) of this machine; no client could start")
+
+
+def check_ray_address(address: str, timeout: float = 3.0) -> None:
+    """Refuse a ``RAY_ADDRESS`` of the form ``[ray://]host:port`` at which nothing accepts a
+    TCP connection within ``timeout`` seconds (Ray itself would retry for ever, and the run
+    would wait on clients that never start); ``auto``, ``local`` and other forms are left to
+    Ray.
+
+    Raises:
+        fedgraph.config.ConfigError: naming ``RAY_ADDRESS``, the address and what to do.
+    """
+    import socket
+
+    from fedgraph.config import ConfigError
+
+    target = address.strip()
+    if target.startswith("ray://"):
+        target = target[len("ray://"):]
+    host, sep, port = target.rpartition(":")
+    if not sep or not host or not port.isdigit():
+        return
+    try:
+        socket.create_connection((host.strip("[]"), int(port)), timeout=timeout).close()
+    except OSError as err:
+        raise ConfigError(
+            f"RAY_ADDRESS={address!r}: no Ray cluster answers there ({err.strerror or err}); "
+            "start one (`ray start --head --port=PORT`) and use its address, or unset "
+            "RAY_ADDRESS to run on a local Ray started for this run") from None
 
 
 def check_run_config(run_config: dict) -> None:

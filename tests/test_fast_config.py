@@ -197,3 +197,27 @@ def test_a_synthetic_dataset_validates_without_torch_and_gaps_client_path_withou
     assert proc.returncode == 0, proc.stderr[-2000:]
     out = json.loads(proc.stdout.strip().splitlines()[-1])
     assert out == {"config": [], "client": [], "partition": True}
+
+
+def test_a_ray_address_where_no_cluster_answers_is_refused_before_anything_starts(monkeypatch):
+    """RAY_ADDRESS=host:port with nothing listening: exit 2 naming RAY_ADDRESS (Ray would
+    retry for ever and the run wait on clients that never start)."""
+    import socket
+
+    from typer.testing import CliRunner
+
+    from simulations.cli import check_ray_address, cli
+
+    with socket.socket() as s:  # a port nothing listens on once closed
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    for address in (f"127.0.0.1:{port}", f"ray://127.0.0.1:{port}"):
+        monkeypatch.setenv("RAY_ADDRESS", address)
+        r = CliRunner().invoke(cli, ["run", "ppgnn-cora"])
+        assert r.exit_code == 2, r.output
+        assert "RAY_ADDRESS" in r.output and "no Ray cluster answers" in r.output
+    with socket.socket() as listening:  # something answers: left to Ray
+        listening.bind(("127.0.0.1", 0))
+        listening.listen()
+        check_ray_address(f"127.0.0.1:{listening.getsockname()[1]}")
+    check_ray_address("auto")  # Ray's own lookup

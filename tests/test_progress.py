@@ -69,6 +69,20 @@ def test_a_log_is_quiet_within_the_interval(monkeypatch):
     assert len(lines) == 1 and lines[0].startswith("ppgnn: perturb (clients) done in")
 
 
+def test_a_phase_cut_short_says_interrupted_or_failed(monkeypatch):
+    from fedgraph.federation import RunInterrupted
+
+    out = _console(monkeypatch, terminal=False)
+    r = RunReport("gap", {})
+    for err, word in ((RunInterrupted(), "interrupted"), (KeyboardInterrupt(), "interrupted"),
+                      (ValueError("boom"), "failed")):
+        with pytest.raises(type(err)):
+            with r.phase("encoder rounds"):
+                raise err
+        assert out.getvalue().splitlines()[-1].startswith(f"gap: encoder rounds {word} in")
+    assert str(RunInterrupted()) == "interrupted (Ctrl-C or SIGTERM)"
+
+
 def test_a_terminal_shows_it_in_the_spinner(monkeypatch):
     _console(monkeypatch, terminal=True)
     updates = []
