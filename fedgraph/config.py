@@ -134,6 +134,22 @@ class DataConfig(_Base):
         return v
 
 
+#: the largest ESW epsilon (gamma x budget) accepted: ESW's probabilities use exp(epsilon),
+#: which overflows float64 above 709.78 (fedgraph.mechanisms.esw.esw_probabilities)
+ESW_MAX_EPSILON = 700.0
+#: PPM's level analysis over every feature count scans at most this many feature counts
+PPM_LEVEL_SCAN_MAX = 10_000
+
+
+def ppm_level_scan_limit(esw_share: float) -> float:
+    """The smallest budget for which PPM's MLR would sample more than
+    :data:`PPM_LEVEL_SCAN_MAX` dimensions after the level's share ``esw_share``
+    (``floor((1 - esw_share) * eps / 2.2) > PPM_LEVEL_SCAN_MAX``, PPGNN Theorem 1's sample
+    size): :func:`fedgraph.mechanisms.ppm.level_leakage` over every ``d`` refuses from
+    there."""
+    return (PPM_LEVEL_SCAN_MAX + 1) * 2.2 / (1 - esw_share)
+
+
 class PPGNNConfig(DataConfig):
     """PPGNN (personalized LDP on features, PPGNN paper) and its baselines BASE and LPGNN.
 
@@ -242,6 +258,28 @@ class PPGNNConfig(DataConfig):
     @classmethod
     def _mechanism(cls, v: str) -> str:
         return _check_extension("mechanism", v)
+
+    @model_validator(mode="after")
+    def _ppm_budget_limit(self):
+        """PPM's analysis of what a whole report reveals about the level (checked for every
+        run, without the dataset's feature count) scans every ``d`` up to ``max(E)``'s MLR
+        sample size: refuse budgets past :func:`ppm_level_scan_limit` here, in well under a
+        second, rather than in the preflight."""
+        if self.mechanism == "ppm":
+            share = self.gamma if len(self.budgets) > 1 else 0.0
+            if share and share * max(self.budgets) >= ESW_MAX_EPSILON:
+                raise ValueError(
+                    f"budgets: {max(self.budgets):g} gives the top level an ESW epsilon of "
+                    f"gamma x {max(self.budgets):g} = {share * max(self.budgets):g}, past what "
+                    f"float64 evaluates (ESW's exp(epsilon) overflows above 709.8; allowed: "
+                    f"budgets below {ESW_MAX_EPSILON / share:g} with gamma = {self.gamma:g})")
+            limit = ppm_level_scan_limit(share)
+            if max(self.budgets) >= limit:
+                raise ValueError(
+                    f"budgets: {max(self.budgets):g} is too large for PPM's level analysis over "
+                    f"every feature count (allowed: budgets below {limit:g}"
+                    + (f" with gamma = {self.gamma:g})" if share else ")"))
+        return self
 
     @field_validator("level_shares")
     @classmethod
@@ -583,6 +621,10 @@ def parse_run_config(run_config: dict[str, Any]) -> _Base:
         lines = []
         for e in err.errors():
             key = "-".join(str(p) for p in e["loc"]).replace("_", "-") or "config"
+            if key == "config":  # a check across fields: the field its message starts with
+                field_ = e["msg"].removeprefix("Value error, ").split(":", 1)[0]
+                if field_.replace("-", "_") in model.model_fields:
+                    key = field_
             if e["type"] == "extra_forbidden":
                 allowed = ", ".join(["strategy"] + [k.replace("_", "-") for k in model.model_fields])
                 lines.append(f"{key}: unknown key; allowed keys: {allowed}")

@@ -221,3 +221,19 @@ def test_a_ray_address_where_no_cluster_answers_is_refused_before_anything_start
         listening.listen()
         check_ray_address(f"127.0.0.1:{listening.getsockname()[1]}")
     check_ray_address("auto")  # Ray's own lookup
+
+
+@pytest.mark.parametrize("budgets,words", [
+    ("1e308", "budgets below 22002.2)"),            # one level: the level analysis's scan
+    ("1,1e308", "budgets below 7000 with gamma = 0.1"),  # ESW's exp(0.1 x budget) overflows
+    ("1,7100", "ESW epsilon of gamma x 7100 = 710"),
+])
+def test_ppm_budgets_past_what_its_analysis_evaluates_are_config_errors(budgets, words):
+    """Refused by the config (well under a second), not by the preflight's contract check
+    after Ray started (which saw level_epsilon = nan there)."""
+    from fedgraph.config import ConfigError, parse_run_config
+
+    with pytest.raises(ConfigError, match="budgets: ") as err:
+        parse_run_config({"budgets": budgets})
+    assert words in str(err.value)
+    parse_run_config({"budgets": "1,6999"})  # below both limits: accepted

@@ -21,6 +21,7 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
+from ..config import PPM_LEVEL_SCAN_MAX, ppm_level_scan_limit
 from ._checks import check_unit_features
 from .bits import SampledBits, mlr_num_dims, multi_bit, multi_bit_estimate, scatter_bits
 from .esw import esw, esw_decode, esw_window
@@ -268,8 +269,8 @@ def level_leakage(params: PPMParams, num_features: int | None = None,
     if num_features is None:
         eps_feat = (1 - params.esw_share) * max(params.budgets)
         top = int(mlr_num_dims(eps_feat, 1 << 30))  # m' without the cap d
-        if top > 10_000:
-            limit = 10_001 * 2.2 / (1 - params.esw_share)  # floor(eps_feat / 2.2) <= 10,000
+        if top > PPM_LEVEL_SCAN_MAX:
+            limit = ppm_level_scan_limit(params.esw_share)  # floor(eps_feat / 2.2) <= max
             raise ValueError(f"budgets: {max(params.budgets):g} is too large for PPM's level "
                              f"analysis over every feature count (MLR would sample up to {top} "
                              f"dimensions; allowed: budgets below {limit:g}; from Python, "
