@@ -12,6 +12,7 @@ from fedgraph.registry import ContractError
 from simulations.grid import InterruptibleGrid
 from simulations.interrupt import serving
 from strategies import resolve_strategy
+from strategies.base import check_method
 
 #: errors whose message says everything (the key and its allowed values, the failing clients):
 #: under ``flwr run`` they are logged as one line, without a traceback.
@@ -58,9 +59,11 @@ def validate_run_config(run_config: dict):
     strategy_spec = str(run_config.get("strategy", "") or run_config.get("method", "ppgnn"))
     cfg = parse_run_config(run_config)  # a strategy name (e.g. "privgnn") selects its config
     try:
-        return resolve_strategy(strategy_spec), cfg
+        strategy = resolve_strategy(strategy_spec)
     except ValueError as err:
         raise ConfigError(str(err)) from None
+    check_method(strategy, cfg)  # before anything starts (no report for a config error)
+    return strategy, cfg
 
 
 def make_server_app(overrides: dict | None = None) -> ServerApp:

@@ -30,6 +30,23 @@ from fedgraph.registry import ContractError, Registry, spec_label
 from fedgraph.report import RunReport, format_table
 
 
+def check_method(strategy: type, config) -> None:
+    """Refuse a run config whose ``method`` is not the strategy class's ``config_method``
+    (checked before the run starts: :func:`simulations.server_app.validate_run_config`; and
+    by :meth:`PrivateStrategy.check_config`).
+
+    Raises:
+        fedgraph.config.ConfigError: naming ``method``, the strategy and both methods.
+    """
+    from fedgraph.config import ConfigError
+
+    want = getattr(strategy, "config_method", None)
+    have = getattr(config, "method", None)
+    if want is not None and have != want:
+        raise ConfigError(f"method: strategy {strategy.__qualname__} needs "
+                          f"method = {want!r} (its config and client handlers), got {have!r}")
+
+
 class PrivateStrategy(ABC):
     """Server side of a private federated graph-learning method.
 
@@ -177,13 +194,7 @@ class PrivateStrategy(ABC):
             fedgraph.config.ConfigError: the run config's ``method`` is not
                 ``config_method``.
         """
-        from fedgraph.config import ConfigError
-
-        want = self.config_method
-        have = getattr(self.config, "method", None)
-        if want is not None and have != want:
-            raise ConfigError(f"method: strategy {type(self).__qualname__} needs "
-                              f"method = {want!r} (its config and client handlers), got {have!r}")
+        check_method(type(self), self.config)
 
     def check_contract(self) -> None:
         """Called by :meth:`start` after :meth:`run` returned: what every run must deliver.

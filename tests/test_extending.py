@@ -118,6 +118,11 @@ def test_strategy_needs_its_method(tmp_path):
     cfg = parse_run_config({"method": "gap", "output-dir": str(tmp_path), "run-name": "m"})
     with pytest.raises(ConfigError, match="needs method = 'ppgnn'"):
         cls(cfg).start(LocalGrid(1))
+    from simulations.server_app import validate_run_config
+
+    with pytest.raises(ConfigError, match="needs method = 'ppgnn'"):  # before anything starts
+        validate_run_config({"method": "gap",
+                             "strategy": "examples/custom_strategy/strategy.py:PPGNNWithAPPNP"})
 
 
 def test_strategy_resolution_errors(tmp_path):
