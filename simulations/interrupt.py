@@ -151,7 +151,8 @@ class StopOnSignal:
     """Context manager of ``fedgraph run``: the first SIGINT/SIGTERM sets :data:`STOP` and
     prints one line; a second one kills the run's processes and exits (code 130) at once.
     Ray's processes started meanwhile are remembered so that :func:`kill_descendants` finds
-    them even after their parent died."""
+    them even after their parent died. A simulation that does not return within
+    :data:`TEARDOWN_S` of its ServerApp's end is ended too (:meth:`_teardown_watchdog`)."""
 
     #: seconds after the first signal in which another is the same interrupt: GNU ``timeout``
     #: signals the command and then its whole process group, and a terminal's Ctrl-C reaches
@@ -159,11 +160,16 @@ class StopOnSignal:
     #: the run before its report was written)
     DEBOUNCE_S = 1.5
 
+    #: seconds the simulation may take to end after its ServerApp's thread ended before
+    #: :meth:`_teardown_watchdog` ends it (Flower's own teardown takes 0.5-4 s)
+    TEARDOWN_S = 60.0
+
     def __init__(self, echo, grace: float = 3.0, report_wait: float = 30.0) -> None:
         self.echo, self.grace, self.report_wait = echo, grace, report_wait
         self.previous: dict = {}
         self.seen: set[int] = set()
         self.first = None  # monotonic time of the first signal
+        self._left = threading.Event()  # the run's context exited
 
     def _handler(self, signum, frame) -> None:
         if STOP.is_set():
@@ -194,6 +200,26 @@ class StopOnSignal:
         end_all_descendants(self.remember(), within=5.0)
         os._exit(130)
 
+    def _teardown_watchdog(self) -> None:
+        """Once the ServerApp's thread has ended (its report written), give the simulation
+        :data:`TEARDOWN_S` seconds to return; if it has not (Flower's runtime waits on a Ray
+        that is gone, e.g. a cluster that became unreachable), say so, end the run's
+        processes and exit with the report's code (ok 0, interrupted 130, else 1)."""
+        while not self._left.is_set() and not (
+                _SERVER_THREAD and not any(t.ident in _SERVER_THREAD and t.is_alive()
+                                           for t in threading.enumerate())):
+            self._left.wait(0.2)
+        if self._left.wait(self.TEARDOWN_S) or STOP.is_set():
+            return  # ended, or an interrupt's own watchdog ends it
+        status = _report_status()
+        self.echo(f"fedgraph: {'FAILED: ' if status != 'ok' else ''}the simulation did not end "
+                  f"within {self.TEARDOWN_S:g} s of its strategy (report status: {status}"
+                  + (f", {REPORT_PATH[0]}" if REPORT_PATH else "") + "); ending its processes")
+        end_all_descendants(self.remember(), within=5.0)
+        self._exit({"ok": 0, "interrupted": 130}.get(status, 1))
+
+    _exit = staticmethod(os._exit)
+
     def remember(self) -> set[int]:
         self.seen |= descendants()
         return self.seen
@@ -205,10 +231,25 @@ class StopOnSignal:
         _SERVER_THREAD.clear()
         for sig in (signal.SIGINT, signal.SIGTERM):
             self.previous[sig] = signal.signal(sig, self._handler)
+        self._left.clear()
+        threading.Thread(target=self._teardown_watchdog, daemon=True,
+                         name="fedgraph-teardown-watchdog").start()
         return self
 
     def __exit__(self, *exc) -> None:
+        self._left.set()
         for sig, handler in self.previous.items():
             signal.signal(sig, handler)
         STOP.clear()
         _SERVER_THREAD.clear()
+
+
+def _report_status() -> str:
+    """The status in the running ``fedgraph run``'s report (:data:`REPORT_PATH`), or
+    ``"missing"``."""
+    import json
+
+    try:
+        return str(json.loads(REPORT_PATH[0].read_text())["status"])
+    except (IndexError, OSError, ValueError, KeyError, TypeError):
+        return "missing"

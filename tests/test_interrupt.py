@@ -181,3 +181,38 @@ def test_one_interrupt_delivered_twice_is_one_graceful_stop(monkeypatch):
         assert exits == [130] and any("interrupted again" in x for x in lines)
     finally:
         STOP.clear()
+
+
+def test_a_simulation_that_never_returns_after_its_strategy_is_ended(monkeypatch, tmp_path):
+    """Flower's runtime can wait for ever on a Ray that is gone (issue: RAY_ADDRESS where the
+    cluster died): once the ServerApp's thread has ended, StopOnSignal gives it TEARDOWN_S,
+    then says so, ends the run's processes and exits with the report's code."""
+    import json
+    import threading
+
+    from simulations import interrupt
+
+    report = tmp_path / "r.json"
+    report.write_text(json.dumps({"status": "failed"}))
+    ended, exits, lines = [], [], []
+    monkeypatch.setattr(interrupt, "end_all_descendants", lambda *a, **k: ended.append(1))
+    monkeypatch.setattr(interrupt.StopOnSignal, "TEARDOWN_S", 0.3)
+    monkeypatch.setattr(interrupt.StopOnSignal, "_exit", staticmethod(exits.append))
+    monkeypatch.setattr(interrupt, "REPORT_PATH", [report])
+    with interrupt.StopOnSignal(lines.append):
+        server = threading.Thread(target=interrupt.serving)
+        server.start()
+        server.join()  # the strategy ended; the simulation "hangs" here
+        deadline = time.monotonic() + 10
+        while not exits and time.monotonic() < deadline:
+            time.sleep(0.05)
+    assert exits == [1] and ended == [1]
+    assert "did not end within 0.3 s" in lines[0] and "failed" in lines[0]
+
+    exits.clear()
+    with interrupt.StopOnSignal(lines.append):  # a simulation that returns: nothing happens
+        server = threading.Thread(target=interrupt.serving)
+        server.start()
+        server.join()
+    time.sleep(0.6)
+    assert exits == []
