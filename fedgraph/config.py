@@ -270,15 +270,17 @@ class PPGNNConfig(DataConfig):
             if share and share * max(self.budgets) >= ESW_MAX_EPSILON:
                 raise ValueError(
                     f"budgets: {max(self.budgets):g} gives the top level an ESW epsilon of "
-                    f"gamma x {max(self.budgets):g} = {share * max(self.budgets):g}, past what "
-                    f"float64 evaluates (ESW's exp(epsilon) overflows above 709.8; allowed: "
-                    f"budgets below {ESW_MAX_EPSILON / share:g} with gamma = {self.gamma:g})")
+                    f"gamma x {max(self.budgets):g} = {share * max(self.budgets):g}, at or past "
+                    f"the {ESW_MAX_EPSILON:g} accepted (ESW's exp(epsilon) overflows float64 "
+                    f"above 709.8); allowed with several levels and gamma = {self.gamma:g}: "
+                    f"budgets below {ESW_MAX_EPSILON / share:g}")
             limit = ppm_level_scan_limit(share)
             if max(self.budgets) >= limit:
                 raise ValueError(
                     f"budgets: {max(self.budgets):g} is too large for PPM's level analysis over "
-                    f"every feature count (allowed: budgets below {limit:g}"
-                    + (f" with gamma = {self.gamma:g})" if share else ")"))
+                    f"every feature count (allowed "
+                    + (f"with gamma = {self.gamma:g}" if share else "with one level")
+                    + f": budgets below {limit:g})")
         return self
 
     @field_validator("level_shares")

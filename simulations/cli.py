@@ -102,31 +102,69 @@ def check_resources(num_cpus: Optional[int], cpus_per_client: float,
 
 
 def check_ray_address(address: str, timeout: float = 3.0) -> None:
-    """Refuse a ``RAY_ADDRESS`` of the form ``[ray://]host:port`` at which nothing accepts a
-    TCP connection within ``timeout`` seconds (Ray itself would retry for ever, and the run
-    would wait on clients that never start); ``auto``, ``local`` and other forms are left to
-    Ray.
+    """Refuse a ``RAY_ADDRESS`` behind which no Ray cluster answers within ``timeout``
+    seconds: for ``auto`` and ``host[:port]``, Ray's own lookup and then its GCS client
+    (which Ray itself would retry for ever, the run waiting on clients that never start); for
+    ``ray://host:port`` (Ray Client), a TCP connection.
 
     Raises:
         fedgraph.config.ConfigError: naming ``RAY_ADDRESS``, the address and what to do.
     """
     import socket
+    import threading
 
     from fedgraph.config import ConfigError
 
+    def refuse(why: str) -> ConfigError:
+        return ConfigError(
+            f"RAY_ADDRESS={address!r}: {why}; start a cluster (`ray start --head "
+            "--port=PORT`) and use its address (host:port, ray://host:port for Ray Client, "
+            "or auto), or unset RAY_ADDRESS to run on a local Ray started for this run")
+
     target = address.strip()
-    if target.startswith("ray://"):
-        target = target[len("ray://"):]
-    host, sep, port = target.rpartition(":")
-    if not sep or not host or not port.isdigit():
+    scheme, sep, rest = target.partition("://")
+    if sep and scheme != "ray":
+        raise refuse(f"unknown scheme {scheme + '://'!r}")
+    if sep:  # Ray Client: its server, not the GCS
+        host, colon, port = rest.rpartition(":")
+        if not colon or not port.isdigit():
+            raise refuse("Ray Client addresses are ray://host:port")
+        try:
+            socket.create_connection((host.strip("[]"), int(port)), timeout=timeout).close()
+        except OSError as err:
+            raise refuse(f"nothing answers there ({err.strerror or err})") from None
         return
     try:
+        from ray._private.services import canonicalize_bootstrap_address
+        from ray._raylet import GcsClient
+    except ImportError:  # another Ray: left to it
+        return
+    try:
+        gcs = canonicalize_bootstrap_address(target)
+    except Exception as err:  # noqa: BLE001 - e.g. auto without a cluster
+        raise refuse(str(err).splitlines()[0]) from None
+    if not gcs:
+        raise refuse("no Ray cluster found there")
+    host, _, port = gcs.rpartition(":")
+    try:
         socket.create_connection((host.strip("[]"), int(port)), timeout=timeout).close()
-    except OSError as err:
-        raise ConfigError(
-            f"RAY_ADDRESS={address!r}: no Ray cluster answers there ({err.strerror or err}); "
-            "start one (`ray start --head --port=PORT`) and use its address, or unset "
-            "RAY_ADDRESS to run on a local Ray started for this run") from None
+    except (OSError, ValueError) as err:
+        raise refuse(f"nothing answers there ({getattr(err, 'strerror', None) or err})") from None
+    outcome: dict = {}
+
+    def probe() -> None:  # blocks ~35 s when something that is not Ray's GCS answers
+        try:
+            GcsClient(address=gcs)
+            outcome["ok"] = True
+        except Exception as err:  # noqa: BLE001
+            outcome["error"] = err
+
+    thread = threading.Thread(target=probe, daemon=True, name="fedgraph-ray-address-check")
+    thread.start()
+    thread.join(timeout)
+    if not outcome.get("ok"):
+        raise refuse(f"something answers at {gcs} but not Ray's GCS within {timeout:g} s"
+                     + (f" ({outcome['error']})" if "error" in outcome else ""))
 
 
 def check_run_config(run_config: dict) -> None:

@@ -329,3 +329,22 @@ def test_calibrate_probes_the_tight_accountant_only_near_the_answer():
     # the plain search (rdp skipped when it is the accountant itself) agrees with RDP's own
     z_rdp = calibrate(8.0, 1e-7, make, accountant="rdp")
     assert z <= z_rdp * 1.001 and z > z_rdp / 2
+
+
+def test_dp_accountings_numerical_warnings_print_once_and_leave_root_logging_alone(capfd):
+    """Negative RDP values (extreme events, e.g. epsilon 1e-300) made dp-accounting warn once
+    per order through absl, and absl configured the root logger (Flower's DEBUG lines were
+    printed after): now one line per distinct warning, root logging untouched."""
+    import logging
+
+    from fedgraph.accounting.rdp import rdp_to_epsilon
+
+    for handler in logging.getLogger("absl").handlers:  # what earlier tests made it show
+        for f in handler.filters:
+            getattr(f, "seen", set()).clear()
+    root_handlers = list(logging.root.handlers)
+    for _ in range(3):
+        rdp_to_epsilon([2.0, 4.0, 8.0], [-1e-15, -1e-15, -1e-15], 1e-5, "balle2020")
+    err = capfd.readouterr().err
+    assert err.count("Negative Renyi divergence") == 1 and "(shown once)" in err
+    assert logging.root.handlers == root_handlers

@@ -206,6 +206,7 @@ def test_a_ray_address_where_no_cluster_answers_is_refused_before_anything_start
 
     from typer.testing import CliRunner
 
+    from fedgraph.config import ConfigError
     from simulations.cli import check_ray_address, cli
 
     with socket.socket() as s:  # a port nothing listens on once closed
@@ -215,17 +216,22 @@ def test_a_ray_address_where_no_cluster_answers_is_refused_before_anything_start
         monkeypatch.setenv("RAY_ADDRESS", address)
         r = CliRunner().invoke(cli, ["run", "ppgnn-cora"])
         assert r.exit_code == 2, r.output
-        assert "RAY_ADDRESS" in r.output and "no Ray cluster answers" in r.output
-    with socket.socket() as listening:  # something answers: left to Ray
-        listening.bind(("127.0.0.1", 0))
+        assert "RAY_ADDRESS" in r.output and "nothing answers there" in r.output
+    with socket.socket() as listening:  # something answers, but not Ray's GCS (Ray maps
+        listening.bind(("0.0.0.0", 0))  # 127.0.0.1 to the node's address: listen on all)
         listening.listen()
-        check_ray_address(f"127.0.0.1:{listening.getsockname()[1]}")
-    check_ray_address("auto")  # Ray's own lookup
+        with pytest.raises(ConfigError, match="but not Ray's GCS within 0.5 s"):
+            check_ray_address(f"127.0.0.1:{listening.getsockname()[1]}", timeout=0.5)
+    for bad, words in (("http://127.0.0.1:80", "unknown scheme 'http://'"),
+                       ("127.0.0.1", "RAY_ADDRESS='127.0.0.1'")):
+        with pytest.raises(ConfigError, match=words):
+            check_ray_address(bad)
+    # a real cluster passes: tests/test_ray_cluster.py (marked slow) runs on one
 
 
 @pytest.mark.parametrize("budgets,words", [
-    ("1e308", "budgets below 22002.2)"),            # one level: the level analysis's scan
-    ("1,1e308", "budgets below 7000 with gamma = 0.1"),  # ESW's exp(0.1 x budget) overflows
+    ("1e308", "with one level: budgets below 22002.2)"),  # the level analysis's scan
+    ("1,1e308", "gamma = 0.1: budgets below 7000"),  # ESW's exp(0.1 x budget) overflows
     ("1,7100", "ESW epsilon of gamma x 7100 = 710"),
 ])
 def test_ppm_budgets_past_what_its_analysis_evaluates_are_config_errors(budgets, words):

@@ -1,5 +1,6 @@
 """Privacy accounting: every release is recorded as a mechanism event; epsilon is composed
 from the events by a swappable accountant (prv-accountant, dp-accounting's PLD, Rényi DP)."""
+from . import _absl_log
 from .accountants import (ACCOUNTANTS, DELTA_FLOOR, Accountant, Composition, PldAccountant,
                           PrvAccountant, RdpAccountant, check_delta, compose, compose_epsilon,
                           get_accountant, to_dp_event)
@@ -13,3 +14,5 @@ __all__ = ["ACCOUNTANTS", "DELTA_FLOOR", "Accountant", "ApproxDP", "CalibrationE
            "PrivacyLedger", "PrvAccountant", "PureDP", "RdpAccountant", "SubsampledGaussian",
            "calibrate", "check_delta", "compose", "compose_epsilon", "get_accountant",
            "pure_epsilon", "to_dp_event"]
+
+_absl_log.install()  # dp-accounting's repeated numerical warnings: once each

@@ -141,7 +141,10 @@ def rdp_to_epsilon(orders: Sequence[float], rdp: Sequence[float], delta: float,
     if conversion == "balle2020":
         from dp_accounting.rdp import compute_epsilon
 
-        eps, order = compute_epsilon(list(orders), list(rdp), delta)
+        from ._absl_log import no_root_config
+
+        with no_root_config():  # its warnings for extreme events: once, and no basicConfig
+            eps, order = compute_epsilon(list(orders), list(rdp), delta)
         return float(eps), float(order)
     if conversion == "mironov2017":
         a = np.asarray(orders, dtype=float)
