@@ -56,10 +56,7 @@ import torch
 from torch import Tensor
 
 NOISE_SOURCES = ("os", "secret", "secure")
-#: node-config key of a client's noise secret (deployments: ``flower-supernode --node-config``)
-SECRET_NODE_KEY = "noise-secret"
-#: environment variable of the client process holding the secret (simulations)
-SECRET_ENV = "FEDGRAPH_NOISE_SECRET"
+from .secret import SECRET_ENV, SECRET_NODE_KEY, check_secret  # noqa: F401 (re-exported)
 #: run-config fields that do not change what a client releases (same noise across them)
 NOT_RELEASE_KEYS = frozenset({"device", "output_dir", "run_name", "timeout"})
 
@@ -116,26 +113,6 @@ def torch_generator(key: bytes) -> torch.Generator:
     raw[24:24 + 624 * 8] = np.frombuffer(words.astype(np.uint64).tobytes(), dtype=np.uint8)
     gen.set_state(state)
     return gen
-
-
-def check_secret(node_config: Mapping) -> bytes:
-    """The client's noise secret: ``node_config["noise-secret"]``, else ``$FEDGRAPH_NOISE_SECRET``.
-
-    Raises:
-        ConfigError: neither is set or the secret is empty (names both places)."""
-    from .config import ConfigError
-
-    value = node_config.get(SECRET_NODE_KEY) if node_config is not None else None
-    if value is None or str(value) == "":
-        value = os.environ.get(SECRET_ENV, "")
-    if not str(value):
-        raise ConfigError(
-            f"noise-source: 'secret' needs a per-client secret the server never sees: set the "
-            f"node config key {SECRET_NODE_KEY!r} (flower-supernode --node-config "
-            f"\"{SECRET_NODE_KEY}='...'\") or the environment variable {SECRET_ENV} of the "
-            "client processes (simulations: export it before `fedgraph run`); or use "
-            "noise-source 'os' (default) or 'secure'")
-    return str(value).encode()
 
 
 def run_digest(cfg) -> str:

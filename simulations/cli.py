@@ -182,6 +182,10 @@ def check_run_config(run_config: dict) -> None:
     cfg = parse_run_config(run_config)
     check_data_root(cfg)
     check_output_dir(cfg)
+    if cfg.noise_source == "secret" and not os.environ.get("RAY_ADDRESS"):
+        from fedgraph.secret import check_secret  # a local Ray's workers inherit it
+
+        check_secret({})
     spec = str(run_config.get("strategy", "") or run_config.get("method", "ppgnn"))
     try:
         catalog.check_name("strategy", spec)
@@ -269,17 +273,11 @@ def _run(run_config, cfg, label, backend, flwr_run_simulation, make_server_app, 
     return report
 
 
-#: ``fedgraph.randomness.SECRET_ENV`` (that module imports torch; tests/test_early_ray.py
-#: checks the two agree)
-_SECRET_ENV = "FEDGRAPH_NOISE_SECRET"
-
-
 def _early_ray_method(run_config: dict) -> Optional[str]:
-    """The run's method if :func:`check_run_config` accepts ``run_config`` (no torch import)
-    and, with ``noise-source = secret``, the secret is in this environment (a local Ray's
-    workers inherit it; without it :func:`_prepare` refuses the run before any worker
-    starts): only then is Ray started early, with client actors warmed up for this method;
-    else ``None``."""
+    """The run's method if :func:`check_run_config` accepts ``run_config`` (no torch import;
+    with ``noise-source = secret`` that includes the secret in this environment, which a local
+    Ray's workers inherit): only then is Ray started early, with client actors warmed up for
+    this method; else ``None``."""
     from fedgraph.config import ConfigError
 
     try:
@@ -287,9 +285,7 @@ def _early_ray_method(run_config: dict) -> Optional[str]:
         from fedgraph.config import parse_run_config
 
         cfg = parse_run_config(run_config)
-    except (ConfigError, ValueError):
-        return None
-    if cfg.noise_source == "secret" and not os.environ.get(_SECRET_ENV):
+    except (ConfigError, ValueError):  # (a secret run without its secret among them)
         return None
     return cfg.method
 
@@ -311,7 +307,7 @@ def _prepare(run_config: dict, num_cpus, cpus_per_client: float, gpus_per_client
     preflight(cfg)
     if cfg.noise_source == "secret" and not os.environ.get("RAY_ADDRESS"):
         # a local Ray's workers inherit this environment: check the secret before they start
-        from fedgraph.randomness import check_secret
+        from fedgraph.secret import check_secret
 
         check_secret({})
     threading.Thread(target=_import_quietly, args=SERVER_WARM_IMPORTS, daemon=True,

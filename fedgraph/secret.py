@@ -1,0 +1,32 @@
+"""Where a client's noise secret comes from (``noise-source = "secret"``), without torch:
+``fedgraph run`` checks it before anything starts. The generators it keys are in
+:mod:`fedgraph.randomness`."""
+from __future__ import annotations
+
+import os
+from typing import Mapping
+
+#: node-config key of a client's noise secret (deployments: ``flower-supernode --node-config``)
+SECRET_NODE_KEY = "noise-secret"
+#: environment variable of the client process holding the secret (simulations)
+SECRET_ENV = "FEDGRAPH_NOISE_SECRET"
+
+
+def check_secret(node_config: Mapping) -> bytes:
+    """The client's noise secret: ``node_config["noise-secret"]``, else ``$FEDGRAPH_NOISE_SECRET``.
+
+    Raises:
+        ConfigError: neither is set or the secret is empty (names both places)."""
+    from .config import ConfigError
+
+    value = node_config.get(SECRET_NODE_KEY) if node_config is not None else None
+    if value is None or str(value) == "":
+        value = os.environ.get(SECRET_ENV, "")
+    if not str(value):
+        raise ConfigError(
+            f"noise-source: 'secret' needs a per-client secret the server never sees: set the "
+            f"node config key {SECRET_NODE_KEY!r} (flower-supernode --node-config "
+            f"\"{SECRET_NODE_KEY}='...'\") or the environment variable {SECRET_ENV} of the "
+            "client processes (simulations: export it before `fedgraph run`); or use "
+            "noise-source 'os' (default) or 'secure'")
+    return str(value).encode()
