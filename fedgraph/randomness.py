@@ -49,7 +49,7 @@ import hmac
 import json
 import math
 import os
-from typing import Mapping, Union
+from typing import Union
 
 import numpy as np
 import torch
