@@ -111,7 +111,6 @@ def check_ray_address(address: str, timeout: float = 3.0) -> None:
         fedgraph.config.ConfigError: naming ``RAY_ADDRESS``, the address and what to do.
     """
     import socket
-    import threading
 
     from fedgraph.config import ConfigError
 
@@ -121,18 +120,23 @@ def check_ray_address(address: str, timeout: float = 3.0) -> None:
             "--port=PORT`) and use its address (host:port, ray://host:port for Ray Client, "
             "or auto), or unset RAY_ADDRESS to run on a local Ray started for this run")
 
+    def connect(host_port: str) -> None:
+        host, _, port = host_port.rpartition(":")
+        try:
+            socket.create_connection((host.strip("[]"), int(port)), timeout=timeout).close()
+        except (OSError, ValueError) as err:
+            raise refuse(f"nothing answers there ({getattr(err, 'strerror', None) or err})"
+                         ) from None
+
     target = address.strip()
     scheme, sep, rest = target.partition("://")
     if sep and scheme != "ray":
         raise refuse(f"unknown scheme {scheme + '://'!r}")
     if sep:  # Ray Client: its server, not the GCS
-        host, colon, port = rest.rpartition(":")
+        _, colon, port = rest.rpartition(":")
         if not colon or not port.isdigit():
             raise refuse("Ray Client addresses are ray://host:port")
-        try:
-            socket.create_connection((host.strip("[]"), int(port)), timeout=timeout).close()
-        except OSError as err:
-            raise refuse(f"nothing answers there ({err.strerror or err})") from None
+        connect(rest)
         return
     try:
         from ray._private.services import canonicalize_bootstrap_address
@@ -145,11 +149,7 @@ def check_ray_address(address: str, timeout: float = 3.0) -> None:
         raise refuse(str(err).splitlines()[0]) from None
     if not gcs:
         raise refuse("no Ray cluster found there")
-    host, _, port = gcs.rpartition(":")
-    try:
-        socket.create_connection((host.strip("[]"), int(port)), timeout=timeout).close()
-    except (OSError, ValueError) as err:
-        raise refuse(f"nothing answers there ({getattr(err, 'strerror', None) or err})") from None
+    connect(gcs)
     outcome: dict = {}
 
     def probe() -> None:  # blocks ~35 s when something that is not Ray's GCS answers
@@ -167,10 +167,11 @@ def check_ray_address(address: str, timeout: float = 3.0) -> None:
                      + (f" ({outcome['error']})" if "error" in outcome else ""))
 
 
-def check_run_config(run_config: dict) -> None:
+def check_run_config(run_config: dict):
     """Validate ``run_config`` (:func:`fedgraph.config.parse_run_config`) and its strategy's
     name without importing torch, PyG, Flower or Ray where the names are fedgraph's own
-    (:mod:`fedgraph.catalog`): a config error is reported in well under a second.
+    (:mod:`fedgraph.catalog`): a config error is reported in well under a second. Returns the
+    parsed config.
 
     Raises:
         fedgraph.config.ConfigError: naming the key and the allowed values (the same message
@@ -191,6 +192,7 @@ def check_run_config(run_config: dict) -> None:
         catalog.check_name("strategy", spec)
     except ValueError as err:  # as simulations.server_app.validate_run_config words it
         raise ConfigError(str(err)) from None
+    return cfg
 
 
 def run_simulation(run_config: dict, num_cpus: Optional[int] = None,
@@ -231,9 +233,6 @@ def run_simulation(run_config: dict, num_cpus: Optional[int] = None,
                 ray.shutdown()
             except Exception:  # noqa: BLE001 - the original error is the one to report
                 pass
-            from simulations.early_ray import release_prestarted
-
-            release_prestarted()
             early.release()
         raise
     try:
@@ -241,9 +240,6 @@ def run_simulation(run_config: dict, num_cpus: Optional[int] = None,
                     client_app, default_run_name, spec_label)
     finally:
         if early is not None:
-            from simulations.early_ray import release_prestarted
-
-            release_prestarted()
             early.release()
 
 
@@ -281,13 +277,9 @@ def _early_ray_method(run_config: dict) -> Optional[str]:
     from fedgraph.config import ConfigError
 
     try:
-        check_run_config(run_config)
-        from fedgraph.config import parse_run_config
-
-        cfg = parse_run_config(run_config)
+        return check_run_config(run_config).method
     except (ConfigError, ValueError):  # (a secret run without its secret among them)
         return None
-    return cfg.method
 
 
 def _prepare(run_config: dict, num_cpus, cpus_per_client: float, gpus_per_client: float):
@@ -310,29 +302,11 @@ def _prepare(run_config: dict, num_cpus, cpus_per_client: float, gpus_per_client
         from fedgraph.secret import check_secret
 
         check_secret({})
-    threading.Thread(target=_import_quietly, args=SERVER_WARM_IMPORTS, daemon=True,
+    from simulations.early_ray import SERVER_WARM_IMPORTS, import_quietly
+
+    threading.Thread(target=import_quietly, args=SERVER_WARM_IMPORTS, daemon=True,
                      name="fedgraph-server-imports").start()
     return flwr_run_simulation, cfg, make_server_app, client_app, default_run_name, spec_label
-
-
-#: what the server imports late: ``torch._dynamo`` at its first optimizer step (about 1 s;
-#: every method trains on the server), the accountants' libraries for the report's privacy
-#: summary (about 0.8 s). :func:`_prepare` imports them in a background thread while the run
-#: starts (the driver then waits for its clients' setup, and a core is free), instead of in
-#: the first round and after the last one.
-SERVER_WARM_IMPORTS = ("torch._dynamo", "scipy.optimize", "scipy.stats", "dp_accounting",
-                       "prv_accountant")
-
-
-def _import_quietly(*names: str) -> None:
-    """Import ``names`` (one that fails is left to the code that needs it to report)."""
-    import importlib
-
-    for name in names:
-        try:
-            importlib.import_module(name)
-        except Exception:  # noqa: BLE001
-            pass
 
 
 def _run_help() -> str:

@@ -51,6 +51,13 @@ WARM_IMPORTS = {
     "privgnn": ("fedgraph.methods.privgnn_federated", "fedgraph.mechanisms",
                 "dp_accounting.pld"),
 }
+#: what ``fedgraph run``'s server imports late: ``torch._dynamo`` at its first optimizer step
+#: (about 1 s; every method trains on the server), the accountants' libraries for the report's
+#: privacy summary (about 0.8 s). ``simulations.cli`` imports them in a background thread while
+#: the run starts (the driver then waits for its clients' setup, and a core is free), instead
+#: of in the first round and after the last one.
+SERVER_WARM_IMPORTS = ("torch._dynamo", "scipy.optimize", "scipy.stats", "dp_accounting",
+                       "prv_accountant")
 #: prestarted actors not yet taken by Flower's pool: ``(client_resources, actor handle)``
 _PRESTARTED: list = []
 #: how many prestarted actors Flower's pool took in this process (the report's
@@ -102,7 +109,9 @@ class EarlyRay:
         self._release.wait()  # Ray's processes die with this thread (module docs)
 
     def release(self) -> None:
-        """Let the thread end (after the run: Ray has been shut down, or is being ended)."""
+        """End the prestarted actors Flower did not take and let the thread end (after the
+        run: Ray has been shut down, or is being ended)."""
+        release_prestarted()
         self._release.set()
 
     def wait(self, timeout: float | None = 300.0) -> None:
@@ -130,15 +139,20 @@ def start_early_ray(init_args: dict, client_resources: dict | None = None,
     return EarlyRay(init_args, client_resources, method).start()
 
 
-def warm_client(method: str = "") -> None:
-    """Run in each prestarted actor's ``__init__``: import the ClientApp module and
-    :data:`WARM_IMPORTS` ``[method]``. A module that fails to import is left to the message
-    that needs it (its error is reported there)."""
-    for name in ("simulations.client_app", *WARM_IMPORTS.get(method, ())):
+def import_quietly(*names: str) -> None:
+    """Import ``names``; one that fails is left to the code that needs it (its error is
+    reported there)."""
+    for name in names:
         try:
             importlib.import_module(name)
-        except Exception:  # noqa: BLE001 - reported by the handler that imports it
+        except Exception:  # noqa: BLE001 - reported by the code that imports it
             pass
+
+
+def warm_client(method: str = "") -> None:
+    """Run in each prestarted actor's ``__init__``: import the ClientApp module and
+    :data:`WARM_IMPORTS` ``[method]`` (:func:`import_quietly`)."""
+    import_quietly("simulations.client_app", *WARM_IMPORTS.get(method, ()))
 
 
 def prestart_actors(client_resources: dict, method: str = "") -> int:
