@@ -12,7 +12,7 @@ encoder-rounds=100 classifier-rounds=100 local-epochs=1 hops=4 secure-aggregatio
 
 Settings are compared paired by seed, so the clients' noise is reproducible:
 ``noise-source = secret`` with ``$FEDGRAPH_NOISE_SECRET`` (default: a fixed benchmark secret;
-benchmark releases are not private releases). ``--set noise-source=os`` for fresh noise.
+benchmark releases are not private releases). ``--set noise-source=secure`` for fresh noise.
 """
 from __future__ import annotations
 

@@ -253,24 +253,37 @@ def _gap_pma(data, num_clients: int, hops: int, dim: int, sigma: float, dev, gen
     import torch
 
     from fedgraph.data import partition
-    from fedgraph.methods.gap_federated import pma_finish, pma_partial_sums, route_partial_sums
     from fedgraph.nn.gap import normalize_rows
 
     t0 = time.perf_counter()
     clients = partition(data, num_clients, "random", 0)
     setup_s = time.perf_counter() - t0
-    n = data.num_nodes
+    h = [normalize_rows(torch.randn(c.num_nodes, dim, generator=gen).to(dev)) for c in clients]
+    pma_hops(data.num_nodes, clients, h, hops, sigma,
+             lambda k, i: torch.Generator().manual_seed(k * 1000 + i))
+    return setup_s
+
+
+def pma_hops(n: int, clients, h: list, hops: int, sigma: float, generator) -> list:
+    """The federated PMA loop: per hop, every client's partial sums with
+    ``generator(hop, client)``'s noise and a row for every node it does not hold, the server's
+    routing, the owners' finish (``h``: each client's hop-0 rows). Returns the last hop's rows.
+    Also ``bench/noise_cost.py``'s phase."""
+    import torch
+
+    from fedgraph.methods.gap_federated import pma_finish, pma_partial_sums, route_partial_sums
+
     owner = torch.empty(n, dtype=torch.long)
     for i, c in enumerate(clients):
         owner[c.node_ids] = i
-    h = [normalize_rows(torch.randn(c.num_nodes, dim, generator=gen).to(dev)) for c in clients]
+    h = list(h)
     for k in range(1, hops + 1):
         released, local_sums = [], []
         for i, c in enumerate(clients):
             others = torch.ones(n, dtype=torch.bool)
             others[c.node_ids] = False
             ls, ids, sums = pma_partial_sums(h[i], c.edge_index, c.boundary_edge_index, sigma,
-                                             torch.Generator().manual_seed(k * 1000 + i),
+                                             generator(k, i),
                                              remote_ids=others.nonzero().flatten())
             local_sums.append(ls)
             # What the client sends and the server routes: CPU tensors in a Flower message.
@@ -281,7 +294,7 @@ def _gap_pma(data, num_clients: int, hops: int, dim: int, sigma: float, dev, gen
         for i, c in enumerate(clients):
             h[i] = pma_finish(local_sums[i], c.node_ids, *routed[i])
         del routed, local_sums
-    return setup_s
+    return h
 
 
 def _privgnn_answer(phase: str, data, degree: float, num_clients: int, queries: int,
@@ -502,7 +515,7 @@ def _whole_run(phase: str, nodes: int, degree: float, clients: int, device: str,
                            f"(logs in {work})")
     if kind == "run":
         rep = json.loads((work / "scale.json").read_text())
-        res = {"edges": rep["dataset"]["num_edges"], "test_acc": rep["accuracy"].get("test"),
+        res = {"edges": (rep.get("ground_truth") or {}).get("dataset", {}).get("num_edges"), "test_acc": rep["accuracy"].get("test"),
                "timings": rep.get("timings_s"), "threads": os.environ.get("OMP_NUM_THREADS")}
         from simulations import handler_times
 

@@ -26,7 +26,14 @@ def _floats(value: Any) -> list[float]:
             raise ValueError(f"empty entry in the list {','.join(value)!r}")
     if isinstance(value, (int, float)):
         value = [value]
-    return [float(v) for v in value]
+    out = []
+    for v in value:
+        try:
+            out.append(float(v))
+        except (TypeError, ValueError):
+            raise ValueError(f"{v!r} is not a number (allowed: numbers separated by commas, "
+                             "e.g. '1,2,4'; 'inf' for no limit)") from None
+    return out
 
 
 def _client_epsilons(cls, v: Any) -> list[float]:
@@ -75,6 +82,16 @@ class _Base(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
 
+#: ``noise-source`` values no longer accepted, with what changed (fedgraph.randomness)
+RETIRED_NOISE_SOURCES = {
+    "os": "'os' is no longer accepted: it drew from PyTorch's MT19937, which is not a CSPRNG "
+          "(a server can recover its state from the pure-noise values a client releases, e.g. "
+          "GAP's remote rows that cover no edge, and remove the noise); allowed: 'secure' (the "
+          "default now: an AES-256-CTR CSPRNG from fresh OS entropy, not reproducible, as 'os' "
+          "was), 'secret' (the same CSPRNG from each client's own secret, reproducible) or "
+          "'mt19937' (the old 'os', an explicit opt-in without that protection)"}
+
+
 class DataConfig(_Base):
     """Which graph, how it is split into train/val/test, and how it is spread over clients."""
 
@@ -88,11 +105,21 @@ class DataConfig(_Base):
     seed: int = Field(0, ge=0)
     device: Literal["auto", "cpu", "cuda"] = Field(
         "auto", description="auto: cuda when the process has a GPU (Ray's share), else cpu")
-    noise_source: Literal["os", "secret", "secure"] = Field(
-        "os", description="where a client's randomness comes from (fedgraph.randomness): os "
-        "(fresh OS entropy, default), secret (reproducible from each client's own secret: node "
-        "config noise-secret or $FEDGRAPH_NOISE_SECRET, never the run config), secure (ChaCha20 "
-        "CSPRNG)")
+    noise_source: Literal["secure", "secret", "mt19937"] = Field(
+        "secure", description="where a client's randomness comes from (fedgraph.randomness): "
+        "secure (default: an AES-256-CTR CSPRNG keyed from fresh OS entropy, not reproducible), "
+        "secret (the same CSPRNG keyed from each client's own secret, reproducible: node "
+        "config noise-secret or $FEDGRAPH_NOISE_SECRET, never the run config), mt19937 "
+        "(explicit opt-in, NOT a CSPRNG: PyTorch's MT19937 from OS entropy; a server can "
+        "recover its state from the pure-noise values the clients release); 'os' (the old "
+        "default, MT19937) is refused")
+
+    @field_validator("noise_source", mode="before")
+    @classmethod
+    def _retired_noise_source(cls, v: Any) -> Any:
+        if isinstance(v, str) and v in RETIRED_NOISE_SOURCES:
+            raise ValueError(RETIRED_NOISE_SOURCES[v])
+        return v
 
     @field_validator("dataset")
     @classmethod

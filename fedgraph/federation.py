@@ -21,11 +21,23 @@ if TYPE_CHECKING:  # torch is imported where it is used: ``fedgraph run`` import
     from torch import Tensor  # before Ray starts (simulations.cli)
 
 from .config import DataConfig
+from .errors import ClientFailure, RunInterrupted  # noqa: F401 (re-exported: their old home)
+
+
+#: the dataset facts that are public by construction: the node universe (the node-id
+#: directory), and the schema's feature and class counts (issue 28: nothing else about the
+#: whole graph may leave a client)
+SCHEMA_FIELDS = ("name", "num_nodes", "num_features", "num_classes")
 
 
 @dataclass(frozen=True)
 class ClientView:
-    """One client's part of the federation and the public facts about the dataset."""
+    """One client's part of the federation and the public facts about the dataset.
+
+    ``statistics`` is the simulation's ground truth about the whole graph
+    (:func:`fedgraph.data.dataset_statistics`: edge and class counts included). A deployed
+    client would not know it, so it never enters a message: what a client may send about the
+    dataset is :attr:`schema`."""
 
     graph: "object"  # fedgraph.data.ClientGraph
     feature_domain: tuple[float, float] | None
@@ -36,32 +48,34 @@ class ClientView:
     #: node count (``split``, ``seed``), ``planetoid`` the published masks.
     test_mask: Tensor | None = None
 
+    @property
+    def schema(self) -> dict:
+        """The public facts a client may send (:data:`SCHEMA_FIELDS`): the dataset's name,
+        the size of the public node universe and the schema's feature and class counts;
+        identical on neighbouring graphs (``tests/test_neighbouring_inputs.py``)."""
+        return {k: self.statistics.get(k) for k in SCHEMA_FIELDS}
+
 
 def _data_key(cfg: DataConfig) -> str:
     return json.dumps({k: getattr(cfg, k) for k in DataConfig.model_fields}, sort_keys=True)
 
 
 def load_graph(cfg: DataConfig):
-    """The whole dataset of ``cfg`` (``dataset``, ``data_root``, ``min_class_size``), loaded
-    under a file lock in the cache folder so that concurrent supernodes do not process the
-    same raw files at once.
+    """:func:`fedgraph.data.load_graph_locked` (kept here: its old home)."""
+    from .data import load_graph_locked
 
-    Raises:
-        FileNotFoundError, ValueError: as :func:`fedgraph.data.load_dataset`.
-    """
-    from filelock import FileLock
-
-    from .data import load_dataset, user_cache_dir
-
-    lock_dir = user_cache_dir()
-    lock_dir.mkdir(parents=True, exist_ok=True)
-    with FileLock(str(lock_dir / ".load.lock")):
-        return load_dataset(cfg.dataset, cfg.data_root or None, min_class_size=cfg.min_class_size)
+    return load_graph_locked(cfg)
 
 
 def load_federated(cfg: DataConfig, budgets=None, shares=None, data=None):
     """Load (:func:`load_graph`, unless ``data`` is the loaded graph), split, assign levels
-    and partition; returns ``(data, clients)``."""
+    and partition; returns ``(data, clients)``.
+
+    ``budgets``: the levels of a plain (one-process) reference run, seeded by ``cfg.seed``
+    (:func:`fedgraph.data.assign_privacy_levels`). A federated run never passes them: its
+    clients draw their users' levels with their own randomness
+    (:func:`fedgraph.data.draw_privacy_levels`), so levels are not a function of the public
+    run config."""
     from .data import apply_split, assign_privacy_levels, partition
 
     data = apply_split(load_graph(cfg) if data is None else data, cfg.split, cfg.seed)
@@ -181,24 +195,6 @@ def client_view(cfg: DataConfig, partition_id: int, budgets=None, shares=None, d
     if partition_id not in views:
         views.update(_cached_views(cfg, partition_id, budgets, shares, data, compute))
     return views[partition_id]
-
-
-class ClientFailure(RuntimeError):
-    """A client answered with an error or did not answer in time.
-
-    ``replies``: node id -> reply content of the clients that did answer (their releases left
-    them: a strategy records them in its ledger before re-raising)."""
-
-    def __init__(self, message: str, replies: dict | None = None):
-        super().__init__(message)
-        self.replies = dict(replies or {})
-
-
-class RunInterrupted(Exception):
-    """The user interrupted the run (Ctrl-C or SIGTERM): the report says ``interrupted``."""
-
-    def __init__(self, message: str = "interrupted (Ctrl-C or SIGTERM)") -> None:
-        super().__init__(message)
 
 
 def send_to_all(grid, message_type: str, contents: dict[int, "object"], timeout: float):
@@ -496,9 +492,8 @@ def _views_without_loading(cfg) -> list[ClientView] | None:
     method = getattr(cfg, "method", None)
     if method not in _CLIENT_SPLITS:
         return None
-    levels = (cfg.budgets, cfg.shares) if method == "ppgnn" else (None, None)
     try:
-        return [client_view(cfg, pid, *levels, compute=False) for pid in range(cfg.num_clients)]
+        return [client_view(cfg, pid, compute=False) for pid in range(cfg.num_clients)]
     except NotCached:
         return None
 
@@ -520,8 +515,7 @@ def check_nonempty(cfg, data=None) -> None:
     method = getattr(cfg, "method", None)
     if method not in _CLIENT_SPLITS:
         return
-    levels = (cfg.budgets, cfg.shares) if method == "ppgnn" else (None, None)
-    views = [client_view(cfg, pid, *levels, data=data) for pid in range(cfg.num_clients)]
+    views = [client_view(cfg, pid, data=data) for pid in range(cfg.num_clients)]
     for split in ("train", "val", "test"):
         if sum(int(getattr(v.graph, f"{split}_mask").sum()) for v in views) == 0:
             raise ConfigError(

@@ -4,33 +4,68 @@ Every noise draw, sample and shuffle a client makes (GAP's PMA noise, degree sam
 with its Poisson sampling; PrivGNN's Poisson samples, teachers and Laplace noise; PPGNN's
 PPM/ESW/multi-bit/one-bit/Laplace/Gaussian draws and randomized response) comes from the
 generator :func:`client_generator` returns. Every release gets its own key,
-``HMAC-SHA256(root, run digest | partition id | purpose)``; the run config's ``noise-source``
+``HMAC-SHA256(root, run digest | data digest | partition id | purpose)`` (the data digest:
+:func:`client_data_digest` of what the client holds); the run config's ``noise-source``
 picks the root, which never comes from the run config (the server holds it):
 
-``os`` (default)
+``secure`` (default)
     256 bits of fresh OS entropy (``os.urandom``) drawn at the client's first release of a run
-    and kept in its Flower ``context.state``; runs are not reproducible.
+    and kept in its Flower ``context.state`` (runs are not reproducible); each release draws
+    from a cryptographically secure generator, :class:`SecureRandom` (the AES-256-CTR
+    keystream under the release's key, ``cryptography``/OpenSSL).
 ``secret``
-    reproducible simulations: the root is the client's own secret,
+    the same CSPRNG, for reproducible simulations: the root is the client's own secret,
     ``node_config["noise-secret"]`` (a deployed ``flower-supernode --node-config
     "noise-secret='...'"``), else the environment variable ``FEDGRAPH_NOISE_SECRET`` of the
     client's process (a simulation: Ray's workers inherit the driver's environment, so one
     master secret serves every simulated client, an artifact of simulating; deployments give
     each supernode its own). The run digest covers every run-config key that changes what is
-    released (all but :data:`NOT_RELEASE_KEYS`), so two runs that release different values
-    never share noise; the same secret and config give the same release bit for bit.
-``secure``
-    the root of ``os``, but each release draws from a cryptographically secure generator
-    (:class:`SecureRandom`: a ChaCha20 keystream under the release's key) for deployments;
-    Gaussian noise is drawn as Opacus's ``secure_mode`` draws it (the sum of four Gaussians
-    halved, arXiv 2107.10138 Sec. 5.1), DP-SGD included. Opacus's own secure mode needs
-    ``torchcsprng``, which no longer builds for current PyTorch, so the CSPRNG is ours.
+    released (all but :data:`NOT_RELEASE_KEYS`) and the key also covers a digest of the
+    client's data (:func:`client_data_digest`), so two runs on different configs or on data
+    that differ in one edge, node or label never share noise (separate runs are separate
+    releases: their epsilons compose). The same secret, config and data give the same noise
+    draws; the released values are equal up to floating-point summation order (PyTorch's
+    multithreaded reductions: differences of order 1e-6 seen between two identical GAP runs),
+    not bit for bit.
+``mt19937`` (explicit opt-in only; issue 28, fault 4)
+    the root of ``secure``, but each release draws from PyTorch's CPU generator (MT19937) whose
+    whole 19,937-bit state is filled from the release's key (:func:`torch_generator`; what
+    ``os``, the default before, did). **MT19937 is not a CSPRNG**: its state is a linear
+    function of 624 consecutive outputs, and a client releases raw outputs: 88.7% (3 louvain
+    clients, Cora) to 96.3% (10 clients) of the remote rows a GAP client releases cover no
+    edge and are exactly ``sigma * randn()`` with ``sigma`` in the public plan, tens of
+    thousands of consecutive outputs per release. A server that recovers the state removes the
+    noise of every draw of that release. Use it only to compare with PyTorch's generator.
+``os`` (refused)
+    the old default (MT19937 from OS entropy): a config naming it is refused with a
+    :class:`~fedgraph.config.ConfigError` that says so, so nobody gets MT19937 without asking.
 
-Why not ``torch.Generator().manual_seed(os_entropy)``: PyTorch's CPU generator (MT19937) keeps
-only the low 32 bits of a seed, so a server could try all 2^32 seeds against a row it knows to
-be pure noise. :func:`torch_generator` fills the whole 19,937-bit state from a 256-bit key.
-MT19937 is still no CSPRNG (its state follows from 624 exact outputs, which a client never
-releases: every output is added to private data): use ``secure`` where that matters.
+Opacus's own secure mode needs ``torchcsprng``, which no longer builds for current PyTorch,
+so the CSPRNG is ours. Its cost: ``bench/noise_cost.py`` (GAP's PMA at 1e5 and 1e6 nodes).
+
+Gaussian noise and floating-point attacks (Mironov, CCS 2012; Jin et al., "Are We There Yet?
+Timing and Floating-Point Attacks on Differential Privacy Systems", IEEE S&P 2022, arXiv
+2112.05307): a noisy value computed and rounded in the precision it is released in leaks the
+private value's low bits (the set of reachable outputs depends on it). :func:`add_gaussian`
+therefore adds the noise in float64 and rounds once to the release's dtype: a float32 release
+(GAP's PMA rows, DP-SGD's gradients) is the rounding of a value whose float64 structure lies
+29 bits below the release's resolution, i.e. a post-processing of the Gaussian mechanism up to
+that perturbation (the float64 grid shows only where the result falls below ``2^-29`` of the
+summands, probability at most ``2^-28 max_t t phi(t)``, about ``1e-9``, per coordinate, and
+there too the Box-Muller image on 52-bit uniforms is dense: of the order of ``2^53 |v| phi(v)``
+preimages per float64 value ``v``, against Mironov's ``ln(U)``, which skips most floats).
+:class:`SecureRandom` draws every Gaussian by Box-Muller in float64 from two 52-bit uniforms
+(both outputs used; support ``|z| <= 8.49``, the tail beyond it has mass ``2e-17``). Where the
+noise is released in float64 (or its dtype asks for float64: ``draw_dtype``), the sampler's
+precision is the release's, which is the setting of Jin et al.'s attack, and four such draws
+are summed and halved as Opacus's ``secure_mode`` does (Holohan and Braghin, arXiv 2107.10138
+Sec. 5.1: inverting the sampler costs ``2^159``); DP-SGD and the PPGNN Gaussian mechanism draw
+float64 noise and get it (small tensors). Float32 noise (GAP's PMA rows, by far the most
+Gaussians: N e per client and hop; PrivGNN's votes) gets one draw: the sum of four costs 4x
+(far over the budget of 10% of the PMA phase: ``bench/noise_cost.py`` times it too) and
+protects nothing a float32 release exposes once the addition is done in float64. This is a change: ``secure`` used to sum
+four for every draw but rounded the noise to float32 before a float32 addition, which is the
+exposed case.
 
 Threat model: an honest-but-curious server (it follows the protocol and reads everything it
 receives). Within a run one purpose gets one stream, so a request repeated with the same inputs
@@ -38,9 +73,11 @@ gets the same release back (no fresh noise to average); a malicious server that 
 request with other inputs would learn the difference of the two noise-free values (nothing
 refuses a repeated purpose yet).
 
-The draw functions :func:`rand`, :func:`randn`, :func:`randint` and :func:`randperm` take either
-kind of generator; with a :class:`torch.Generator` they are exactly ``torch.rand(...,
-generator=...)`` and friends, so seeded runs are unchanged.
+The draw functions :func:`rand`, :func:`randn`, :func:`add_gaussian`, :func:`randint` and
+:func:`randperm` take either kind of generator; with a :class:`torch.Generator` they are exactly
+``torch.rand(..., generator=...)`` and friends, so seeded runs are unchanged. Code that calls
+``torch.rand(..., generator=g)`` itself (a custom mechanism) fails with a ``TypeError`` under
+``secure``/``secret``: call these functions instead.
 """
 from __future__ import annotations
 
@@ -55,40 +92,134 @@ import numpy as np
 import torch
 from torch import Tensor
 
-NOISE_SOURCES = ("os", "secret", "secure")
+#: accepted ``noise-source`` values; the first is the default (``os``: refused, see the docs)
+NOISE_SOURCES = ("secure", "secret", "mt19937")
+#: the sources drawing from :class:`SecureRandom` (a CSPRNG)
+CSPRNG_SOURCES = ("secure", "secret")
 from .secret import SECRET_ENV, SECRET_NODE_KEY, check_secret  # noqa: F401 (re-exported)
 #: run-config fields that do not change what a client releases (same noise across them)
 NOT_RELEASE_KEYS = frozenset({"device", "output_dir", "run_name", "timeout"})
 
 
-class SecureRandom:
-    """A cryptographically secure random source: the ChaCha20 keystream (``cryptography``) under
-    a 256-bit key (``None``: 32 bytes of ``os.urandom``; :func:`client_generator` passes a key
-    derived for one release).
+#: 64-bit words per keystream call of :class:`SecureRandom` (256 KiB): large enough that the
+#: microseconds of overhead of each numpy/torch call stay small beside its work (2^13: 25%
+#: slower here), small enough that its buffers stay in cache (2^17: 10% slower)
+CHUNK = 1 << 15
+#: bytes one :class:`SecureRandom` may draw: 2^48 AES blocks (4 PiB; CTR's counter has 2^128),
+#: where AES-CTR's distance from a random stream is still below 2^-32 (q^2 / 2^129 for q blocks)
+_MAX_STREAM_BYTES = 16 * 2 ** 48
+_ZEROS = memoryview(bytes(8 * CHUNK))
+#: the bits of float64 1.0: ``(w >> 12) | _ONE`` is a float64 in [1, 2) on the 2^-52 grid
+_ONE = np.uint64(0x3FF0000000000000)
 
-    Uniforms take the top 53 (float64) or 24 (other dtypes) bits of 64-bit words, so they lie on
-    the grid ``k 2^-53`` in ``[0, 1)`` exactly; :func:`randint` rejects instead of reducing
-    modulo (no bias). Limit: 2^32 blocks of 64 bytes (256 GiB) per instance.
+
+class SecureRandom:
+    """A cryptographically secure random source: the AES-256-CTR keystream (``cryptography``,
+    OpenSSL; AES-NI where the CPU has it, else OpenSSL's constant-time code) under a 256-bit key
+    (``None``: 32 bytes of ``os.urandom``; :func:`client_generator` passes a key derived for one
+    release), read in chunks of :data:`CHUNK` words into one reused buffer and converted in bulk
+    (numpy, torch): no Python loop over elements. AES in counter mode under a secret random key
+    is the CSPRNG of NIST SP 800-90A's CTR_DRBG and of ``torchcsprng`` (Opacus's secure mode);
+    ChaCha20 (``cryptography`` too) gave the same streams' quality at 2-3x the cost here (3.4-4.6
+    ns per 64-bit word against 1.3-1.8 with AES-NI), in a budget of 10% of GAP's PMA phase.
+
+    Uniforms (:func:`rand`) take the top 53 (float64) or 24 (other dtypes) bits of 64-bit words,
+    so they lie on the grid ``k 2^-53`` in ``[0, 1)`` exactly; :func:`randint` rejects instead
+    of reducing modulo (no bias). Gaussians (:meth:`gaussians`): Box-Muller in float64 on
+    52-bit uniforms, both outputs used (module docs: the floating-point defence). Limit: 2^48
+    blocks of 16 bytes per instance, checked (one PMA release at 1e6 nodes and 16 dimensions
+    reads 128 MB).
     """
 
     def __init__(self, key: bytes | None = None):
-        from cryptography.hazmat.primitives.ciphers import Cipher, algorithms
+        from cryptography.hazmat.primitives.ciphers import Cipher, algorithms, modes
 
         if key is None:  # a fresh key: any nonce will do
             key = os.urandom(32)
         if len(key) != 32:
             raise ValueError(f"key: 32 bytes needed, got {len(key)}")
-        # 32-bit block counter from 0; the nonce is fixed because every key is used once
+        # the 128-bit counter block from 0: fixed because every key is used once
         # (client_generator derives one key per release)
-        nonce = b"\0" * 16
-        self._stream = Cipher(algorithms.ChaCha20(key, nonce), mode=None).encryptor()
+        self._stream = Cipher(algorithms.AES(key), modes.CTR(b"\0" * 16)).encryptor()
+        self._used = 0
+        # update_into wants room for a cipher block beyond the input
+        self._raw = bytearray(8 * CHUNK + 64)
+        # float64 views of the keystream buffer and work buffers, sliced once here: a torch
+        # slice costs microseconds, which per chunk would be a third of the draw's time
+        self._d = torch.from_numpy(np.frombuffer(self._raw, dtype=np.uint64,
+                                                 count=CHUNK).view(np.float64))
+        self._r = torch.empty(CHUNK // 2, dtype=torch.float64)
+        self._t = torch.empty(CHUNK // 2, dtype=torch.float64)
+        self._z = torch.empty(CHUNK, dtype=torch.float64)
+        self._acc = None  # the sum of four's (float64 noise only)
+        self._full = self._views(CHUNK)
+
+    def _keystream(self, n: int) -> np.ndarray:
+        """The next ``n <= CHUNK`` words of keystream: a view of the buffer, valid until the
+        next call."""
+        self._used += 8 * n
+        if self._used > _MAX_STREAM_BYTES:
+            raise RuntimeError("SecureRandom: 2^48 AES blocks (4 PiB) drawn under one key")
+        self._stream.update_into(_ZEROS[:8 * n], self._raw)
+        return np.frombuffer(self._raw, dtype=np.uint64, count=n)
 
     def words(self, n: int) -> np.ndarray:
         """``n`` independent uniform 64-bit words (``uint64 [n]``)."""
-        return np.frombuffer(self._stream.update(bytes(8 * int(n))), dtype=np.uint64).copy()
+        n = int(n)
+        out = np.empty(n, dtype=np.uint64)
+        for s in range(0, n, CHUNK):
+            m = min(CHUNK, n - s)
+            out[s:s + m] = self._keystream(m)
+        return out
+
+    def _views(self, n: int) -> tuple:
+        m = (n + 1) // 2
+        z, r, t = self._z, self._r, self._t
+        return (m, self._d[:m].numpy(), self._d[m:2 * m].numpy(), r[:m], r[:m].numpy(),
+                r[:n - m].numpy(), t[:m], t[:m].numpy(), t[:n - m], z[:m], z[:m].numpy(),
+                z[m:n], z[m:n].numpy(), z[:n], n)
+
+    def _box_muller(self, views: tuple, scale: float) -> Tensor:
+        """``n`` standard normals (times ``scale``) in float64 (:meth:`gaussians`): ``m =
+        ceil(n / 2)`` pairs ``(u1, u2)`` of 52-bit uniforms from ``2m`` words, ``r =
+        sqrt(-2 ln(1 - u1))`` (``1 - u1`` in ``(0, 1]``: finite), ``z[:m] = r cos(2 pi u2)``,
+        ``z[m:] = r sin(2 pi u2)`` (the sines of the first ``n - m`` pairs). numpy for the
+        arithmetic, torch (SLEEF) for log, cos and sin: the fastest of each here."""
+        m, d1, d2, r, rn, rn2, t, tn, t2, z1, zn1, z2, zn2, z, _ = views
+        w = self._keystream(2 * m)
+        np.right_shift(w, np.uint64(12), out=w)
+        np.bitwise_or(w, _ONE, out=w)  # d = 1 + u, u = k 2^-52 in [0, 1), exact
+        np.subtract(2.0, d1, out=rn)  # 1 - u1 in (0, 1], exact
+        torch.log(r, out=r)
+        np.multiply(rn, -2.0, out=rn)
+        np.sqrt(rn, out=rn)  # sqrt(-2 ln(1 - u1))
+        if scale != 1.0:
+            np.multiply(rn, scale, out=rn)
+        np.multiply(d2, 2.0 * math.pi, out=tn)  # 2 pi (1 + u2): the angle 2 pi u2, plus 2 pi
+        torch.cos(t, out=z1)
+        np.multiply(zn1, rn, out=zn1)
+        torch.sin(t2, out=z2)
+        np.multiply(zn2, rn2, out=zn2)
+        return z
+
+    def gaussians(self, n: int, four: bool = False, scale: float = 1.0) -> Tensor:
+        """``n <= CHUNK`` standard normals times ``scale``, float64 (a view of a buffer, valid
+        until the next call): one Box-Muller draw each, or (``four``) the sum of four halved
+        (Opacus's ``secure_mode``, for noise released in float64; module docs)."""
+        views = self._full if n == CHUNK else self._views(int(n))
+        z = self._box_muller(views, scale)
+        if not four:
+            return z
+        if self._acc is None:
+            self._acc = torch.empty(CHUNK, dtype=torch.float64)
+        acc = self._acc[:views[-1]]
+        acc.copy_(z)
+        for _ in range(3):
+            acc.add_(self._box_muller(views, scale))
+        return acc.mul_(0.5)
 
     def __repr__(self) -> str:  # never show the key
-        return "SecureRandom(ChaCha20)"
+        return "SecureRandom(AES-256-CTR)"
 
 
 Generator = Union[torch.Generator, SecureRandom, None]
@@ -122,15 +253,58 @@ def run_digest(cfg) -> str:
     return hashlib.sha256(json.dumps(fields, sort_keys=True, default=str).encode()).hexdigest()
 
 
-def derive_key(secret: bytes, digest: str, partition_id: int, purpose: str) -> bytes:
-    """``HMAC-SHA256(secret, "<digest>|<partition id>|<purpose>")``: 32 bytes. Without the
-    secret these keys are indistinguishable from random (HMAC is a PRF), whatever the server
-    knows of the other inputs."""
-    msg = f"{digest}|{int(partition_id)}|{purpose}".encode()
+def derive_key(secret: bytes, digest: str, partition_id: int, purpose: str,
+               data_digest: str = "") -> bytes:
+    """``HMAC-SHA256(secret, "<digest>|<data digest>|<partition id>|<purpose>")``: 32 bytes.
+    Without the secret these keys are indistinguishable from random (HMAC is a PRF), whatever
+    the server knows of the other inputs. ``data_digest`` (:func:`client_data_digest`) binds
+    the key to what the client holds, so that two runs on different data never share noise."""
+    msg = f"{digest}|{data_digest}|{int(partition_id)}|{purpose}".encode()
     return hmac.new(secret, msg, hashlib.sha256).digest()
 
 
-#: ``context.state`` key of the client's run key (``os``/``secure``; never leaves the client)
+#: attribute under which :func:`client_data_digest` caches a graph's digest
+_DIGEST_ATTR = "_fedgraph_data_digest"
+
+
+def client_data_digest(data) -> str:
+    """SHA-256 (hex) of everything a client holds in ``data`` (a
+    :class:`~fedgraph.data.ClientGraph` or a PyG ``Data``: every tensor field, by name, dtype,
+    shape and bytes, in name order; other fields by ``repr``). Mixed into every release key
+    (:func:`derive_key`): ``noise-source = "secret"`` runs on data that differ in one edge,
+    node, feature or label draw independent noise, so subtracting two releases reveals nothing
+    (issue 28, fault 3); identical data give identical keys. Never leaves the client (it is a
+    function of private data). Cached on ``data`` (the partition's tensors are not modified).
+    """
+    cached = getattr(data, _DIGEST_ATTR, None)
+    if cached is not None:
+        return cached
+    if hasattr(data, "__dataclass_fields__"):
+        fields = {k: getattr(data, k) for k in data.__dataclass_fields__}
+    elif hasattr(data, "to_dict"):  # torch_geometric Data
+        fields = dict(data.to_dict())
+    else:
+        fields = dict(vars(data))
+    h = hashlib.sha256()
+    for name in sorted(fields):
+        value = fields[name]
+        h.update(name.encode() + b"\0")
+        if isinstance(value, torch.Tensor):
+            t = value.detach().cpu().contiguous()
+            h.update(f"{t.dtype}{tuple(t.shape)}".encode())
+            h.update(t.view(torch.uint8).numpy().tobytes() if t.numel() else b"")
+        else:
+            h.update(repr(value).encode())
+        h.update(b"\1")
+    out = h.hexdigest()
+    try:
+        object.__setattr__(data, _DIGEST_ATTR, out)
+    except (AttributeError, TypeError):  # slots / frozen: no cache
+        pass
+    return out
+
+
+#: ``context.state`` key of the client's run key (``secure``/``mt19937``; never leaves the client)
 RUN_KEY_STATE = "fedgraph.noise-run-key"
 
 
@@ -145,50 +319,66 @@ def _run_key(state) -> bytes:
     return bytes(state[RUN_KEY_STATE]["key"])
 
 
-def client_generator(cfg, context, partition_id: int, purpose: str) -> Generator:
+def client_generator(cfg, context, partition_id: int, purpose: str, data=None) -> Generator:
     """The generator of one client release (called by the ClientApp for every draw site).
 
     Every source derives one key per release, ``HMAC-SHA256(root, run digest | partition id |
-    purpose)`` (:func:`derive_key`), from a root key the server never sees: ``os``/``secure``:
-    256 bits of ``os.urandom`` drawn on the client's first release of the run (kept in its
-    ``context.state``); ``secret``: the client's own secret (``node_config["noise-secret"]``,
-    else ``$FEDGRAPH_NOISE_SECRET``).
+    purpose)`` (:func:`derive_key`), from a root key the server never sees: ``secure``/
+    ``mt19937``: 256 bits of ``os.urandom`` drawn on the client's first release of the run (kept
+    in its ``context.state``); ``secret``: the client's own secret
+    (``node_config["noise-secret"]``, else ``$FEDGRAPH_NOISE_SECRET``).
 
     Args:
-        cfg: the run config (its ``noise_source``: ``os``, ``secret`` or ``secure``).
+        cfg: the run config (its ``noise_source``: ``secure``, ``secret`` or ``mt19937``).
         context: the client's Flower ``Context`` (``node_config``: a deployed client's
             ``noise-secret``; ``state``: the run key).
         partition_id: this client's index.
         purpose: a name unique to the release within the run (e.g. ``gap:pma1``,
             ``privgnn:3``); the same purpose gets the same stream within a run (a repeated
             request gets the same release back, not fresh noise to average).
+        data: what the client holds (its :class:`~fedgraph.data.ClientGraph`); its digest
+            (:func:`client_data_digest`) is part of the key, so ``secret`` runs on different
+            data draw independent noise. ``None``: no data bound (only for draws that read no
+            private data).
 
     Returns:
-        ``os``/``secret``: a CPU :class:`torch.Generator` (:func:`torch_generator`);
-        ``secure``: a :class:`SecureRandom` (ChaCha20 under the derived key).
+        ``secure``/``secret``: a :class:`SecureRandom` (AES-256-CTR under the derived key);
+        ``mt19937``: a CPU :class:`torch.Generator` (:func:`torch_generator`).
 
     Raises:
         ConfigError: ``secret`` without a secret (names the node-config key and the variable),
-            or an unknown source (names the allowed values).
+            ``os`` (says what changed) or an unknown source (names the allowed values).
     """
-    from .config import ConfigError
+    from .config import RETIRED_NOISE_SOURCES, ConfigError
 
     source = cfg.noise_source
+    if source in RETIRED_NOISE_SOURCES:
+        raise ConfigError(f"noise-source: {RETIRED_NOISE_SOURCES[source]}")
     if source not in NOISE_SOURCES:
         raise ConfigError(f"noise-source: unknown {source!r}; allowed: {list(NOISE_SOURCES)}")
     root = check_secret(context.node_config) if source == "secret" else _run_key(context.state)
-    key = derive_key(root, run_digest(cfg), partition_id, purpose)
-    return SecureRandom(key) if source == "secure" else torch_generator(key)
+    bound = "" if data is None else client_data_digest(data)
+    key = derive_key(root, run_digest(cfg), partition_id, purpose, bound)
+    return SecureRandom(key) if source in CSPRNG_SOURCES else torch_generator(key)
 
 
 def describe(source: str) -> str:
     """One line for the report: where the clients' randomness came from (no secret in it)."""
-    return {"os": "fresh OS entropy per run and client (os.urandom -> HMAC-SHA256 per release -> "
-                  "MT19937 state); not reproducible",
-            "secret": f"HMAC-SHA256 of each client's own secret (node config {SECRET_NODE_KEY!r}"
-                      f" or ${SECRET_ENV}; never in the run config) -> MT19937 state",
-            "secure": "ChaCha20 CSPRNG keyed from os.urandom; Gaussian noise as Opacus "
-                      "secure_mode (sum of 4 halved)"}[source]
+    gauss = ("Gaussian noise by Box-Muller in float64, added in float64 and rounded once to "
+             "the release's dtype (float64 draws, DP-SGD and PPGNN's Gaussian mechanism: the sum "
+             "of 4 halved, as Opacus secure_mode)")
+    return {"secure": "AES-256-CTR CSPRNG under HMAC-SHA256 keys per release from fresh OS entropy "
+                      f"per run and client (os.urandom); not reproducible; {gauss}",
+            "secret": "AES-256-CTR CSPRNG under HMAC-SHA256 keys per release from each client's "
+                      f"own secret (node config {SECRET_NODE_KEY!r} or ${SECRET_ENV}; never in "
+                      f"the run config); reproducible; {gauss}",
+            "mt19937": "NOT A CSPRNG (explicit opt-in): PyTorch's MT19937, its whole state "
+                       "from HMAC-SHA256 of fresh OS entropy per release; MT19937's state is a "
+                       "linear function of 624 consecutive outputs and the clients release raw "
+                       "outputs (e.g. GAP's remote rows that cover no edge are exactly sigma * "
+                       "randn), so this does not protect against a server that recovers the "
+                       "state and removes the noise of every draw of a release; nor against "
+                       "floating-point attacks (float32 noise added in float32)"}[source]
 
 
 # --------------------------------------------------------------------------------------------
@@ -210,19 +400,110 @@ def rand(shape, generator: Generator = None, dtype: torch.dtype = torch.float32)
     return torch.from_numpy(u).reshape(shape).to(dtype)
 
 
+def _four(dtype: torch.dtype) -> bool:
+    """Whether :class:`SecureRandom` sums four Box-Muller draws for noise of ``dtype``: where
+    the release has float64's precision, the sampler's own (module docs)."""
+    return torch.finfo(dtype).eps <= 2.0 ** -52
+
+
+def _gaussian_chunks(generator: SecureRandom, n: int, four: bool, scale: float = 1.0):
+    """``(start, chunk)``: ``n`` standard normals (times ``scale``) in float64 chunks of at most
+    :data:`CHUNK` (views of the generator's buffer: use each chunk before the next)."""
+    for s in range(0, int(n), CHUNK):
+        yield s, generator.gaussians(min(CHUNK, int(n) - s), four, scale)
+
+
 def randn(shape, generator: Generator = None, dtype: torch.dtype = torch.float32) -> Tensor:
     """Standard normal of ``shape`` on the CPU: ``torch.randn``, or from a
-    :class:`SecureRandom`: Box-Muller on 53-bit uniforms, four such draws summed and halved
-    (still N(0, 1); Opacus's ``secure_mode`` defence against floating-point attacks)."""
+    :class:`SecureRandom`: Box-Muller in float64 on 52-bit uniforms, rounded to ``dtype``; for
+    float64, four such draws summed and halved (still N(0, 1); Opacus's ``secure_mode``).
+    Noise to be added to a value: :func:`add_gaussian` (adds before rounding)."""
     if not isinstance(generator, SecureRandom):
         return torch.randn(shape, generator=generator, dtype=dtype)
     shape = _shape(shape)
-    total = torch.zeros(shape, dtype=torch.float64)
-    for _ in range(4):
-        u1 = 1.0 - rand(shape, generator, torch.float64)  # (0, 1]: log is finite
-        u2 = rand(shape, generator, torch.float64)
-        total += torch.sqrt(-2.0 * torch.log(u1)) * torch.cos(2.0 * math.pi * u2)
-    return (total / 2.0).to(dtype)
+    out = torch.empty(math.prod(shape), dtype=dtype)
+    dst = out.numpy() if dtype in _NUMPY_DTYPES else out
+    for s, chunk in _gaussian_chunks(generator, out.numel(), _four(dtype)):
+        dst[s:s + chunk.numel()] = chunk.numpy() if dst is not out else chunk
+    return out.reshape(shape)
+
+
+def add_gaussian(x: Tensor, sigma, generator: Generator = None,
+                 draw_dtype: torch.dtype | None = None) -> Tensor:
+    """``x + sigma * N(0, I)`` as a new tensor of ``x``'s dtype and device (the Gaussian
+    mechanism's release). ``sigma``: a number or a tensor broadcastable to ``x``.
+
+    With a :class:`torch.Generator` (or ``None``): exactly ``x + sigma * randn(x.shape,
+    generator, draw_dtype or x.dtype).to(x.device, x.dtype)``, as before. With a
+    :class:`SecureRandom`: the noise is drawn in float64 (:func:`randn`'s sampler for
+    ``draw_dtype or x.dtype``: the sum of four for float64), ``x + sigma * z`` is computed in
+    float64 and rounded once to ``x.dtype`` (the defence against floating-point attacks: module
+    docs), in chunks of :data:`CHUNK` on the CPU (no float64 copy of ``x``).
+    """
+    if not isinstance(generator, SecureRandom):
+        noise = randn(x.shape, generator, draw_dtype or x.dtype)
+        return x + sigma * noise.to(x.device, x.dtype)
+    if x.device.type != "cpu":
+        return _secure_add(x, sigma, generator, draw_dtype)
+    return _secure_add(x, sigma, generator, draw_dtype, torch.empty_like(
+        x, memory_format=torch.contiguous_format))
+
+
+def add_gaussian_(x: Tensor, sigma, generator: Generator = None,
+                  draw_dtype: torch.dtype | None = None) -> Tensor:
+    """:func:`add_gaussian` in place (``x`` is returned): the same values, without a new
+    tensor's allocation (GAP's PMA sums). A :class:`torch.Generator`: exactly ``x += sigma *
+    randn(x.shape, generator, draw_dtype or x.dtype).to(x.device, x.dtype)``, as before."""
+    if not isinstance(generator, SecureRandom):
+        x += sigma * randn(x.shape, generator, draw_dtype or x.dtype).to(x.device, x.dtype)
+        return x
+    if x.device.type != "cpu" or not x.is_contiguous():
+        return x.copy_(add_gaussian(x, sigma, generator, draw_dtype))
+    return _secure_add(x, sigma, generator, draw_dtype, x)
+
+
+#: dtypes whose tensors :func:`add_gaussian` and :func:`randn` fill through numpy (fewer
+#: microseconds per chunk than torch's slicing)
+_NUMPY_DTYPES = (torch.float32, torch.float64, torch.float16)
+
+
+def _secure_add(x: Tensor, sigma, generator: SecureRandom, draw_dtype, out: Tensor | None = None
+                ) -> Tensor:
+    """``fl(x + sigma * z)`` in float64 (module docs) into ``out`` (CPU, contiguous, ``x``'s
+    shape and dtype; may be ``x``), chunk by chunk; ``out=None`` (``x`` on a device): the noise
+    is drawn on the CPU, the sum made on the device in float64."""
+    four = _four(draw_dtype or x.dtype)
+    n = x.numel()
+    sig, scale = sigma, 1.0
+    if isinstance(sigma, Tensor):
+        sig = torch.broadcast_to(sigma.detach().to(x.device, torch.float64), x.shape).reshape(-1)
+    else:  # a number: folded into the radius of every Box-Muller pair
+        sig, scale = None, float(sigma)
+    if out is None:
+        z = torch.empty(n, dtype=torch.float64)
+        for s, chunk in _gaussian_chunks(generator, n, four, scale):
+            z[s:s + chunk.numel()].copy_(chunk)
+        if sig is not None:
+            z = sig * z.to(x.device)
+        return (x.detach().reshape(-1).double() + z.to(x.device)).to(x.dtype).reshape(x.shape)
+    flat, dst = x.detach().reshape(-1), out.view(-1)
+    if x.dtype in _NUMPY_DTYPES:
+        flat, dst = flat.numpy(), dst.numpy()
+        sig = None if sig is None else sig.numpy()
+        for s, chunk in _gaussian_chunks(generator, n, four, scale):
+            e, z = s + chunk.numel(), chunk.numpy()
+            if sig is not None:
+                np.multiply(z, sig[s:e], out=z)
+            np.add(z, flat[s:e], out=z)
+            dst[s:e] = z  # the one rounding
+        return out
+    for s, chunk in _gaussian_chunks(generator, n, four, scale):
+        e = s + chunk.numel()
+        if sig is not None:
+            chunk.mul_(sig[s:e])
+        chunk.add_(flat[s:e])
+        dst[s:e].copy_(chunk)
+    return out
 
 
 def randint(low: int, high: int, shape, generator: Generator = None) -> Tensor:
@@ -266,7 +547,8 @@ def dp_optimizer(optimizer, *, noise_multiplier: float, max_grad_norm: float,
     """Opacus's :class:`~opacus.optimizers.DPOptimizer` (``loss_reduction="mean"``) whose
     Gaussian noise (std ``noise_multiplier * max_grad_norm`` per coordinate of the summed
     clipped gradient) comes from ``generator``: a torch generator on ``device``
-    (:func:`device_generator`), or a :class:`SecureRandom` (:func:`randn`, then moved)."""
+    (:func:`device_generator`), or a :class:`SecureRandom` (:func:`add_gaussian` with float64
+    noise: Opacus's sum of four, added in float64)."""
     from opacus.optimizers import DPOptimizer
     from opacus.optimizers.optimizer import _check_processed_flag, _mark_as_processed
 
@@ -281,9 +563,9 @@ def dp_optimizer(optimizer, *, noise_multiplier: float, max_grad_norm: float,
             std = self.noise_multiplier * self.max_grad_norm
             for p in self.params:
                 _check_processed_flag(p.summed_grad)
-                g = p.summed_grad
-                noise = std * randn(g.shape, generator, torch.float64)
-                p.grad = (g + noise.to(g.device, g.dtype)).view_as(p)
+                # float64 noise (the sum of four) added in float64, rounded once
+                p.grad = add_gaussian(p.summed_grad, std, generator,
+                                      torch.float64).view_as(p)
                 _mark_as_processed(p.summed_grad)
 
     return _SecureDPOptimizer(optimizer, noise_multiplier=noise_multiplier,

@@ -140,6 +140,30 @@ def progress_round() -> None:
         progress("round", _PHASE[-1].round, _PHASE[-1].rounds)
 
 
+GROUND_TRUTH_NOTE = (
+    "the simulation's ground truth about the whole graph, computed by the harness that loaded "
+    "it (never sent by a client, not a release, outside every guarantee): for the "
+    "experimenter, not part of what the server learned")
+
+
+def ground_truth(statistics: dict) -> dict:
+    """The report's ``ground_truth`` part: ``statistics`` (the whole graph's
+    :func:`fedgraph.data.dataset_statistics`) with the majority-class rate over every label,
+    and a note saying what it is. What was released is the rest of the report: ``dataset``
+    (the public schema: name, node universe, feature and class counts), ``privacy``,
+    ``accuracy`` (evaluation counts) and the per-client plans."""
+    counts = statistics.get("class_counts") or []
+    majority = max(counts) / sum(counts) if counts and sum(counts) else None
+    return {"note": GROUND_TRUTH_NOTE, "dataset": dict(statistics), "majority_class": majority}
+
+
+def majority_class(report: dict):
+    """The majority-class rate of a report: its ``ground_truth`` (reports since issue 28),
+    else ``accuracy.majority_class`` (PrivGNN: the public test nodes; older reports)."""
+    acc = report.get("accuracy", {}).get("majority_class")
+    return acc if acc is not None else (report.get("ground_truth") or {}).get("majority_class")
+
+
 @dataclass
 class RunReport:
     """Collects a run's config, statistics, accuracy, privacy and timings."""
@@ -177,7 +201,7 @@ class RunReport:
                 yield
             ok = True
         except BaseException as err:
-            from .federation import RunInterrupted
+            from .errors import RunInterrupted
 
             interrupted = isinstance(err, (RunInterrupted, KeyboardInterrupt))
             raise

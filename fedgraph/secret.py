@@ -28,5 +28,5 @@ def check_secret(node_config: Mapping) -> bytes:
             f"node config key {SECRET_NODE_KEY!r} (flower-supernode --node-config "
             f"\"{SECRET_NODE_KEY}='...'\") or the environment variable {SECRET_ENV} of the "
             "client processes (simulations: export it before `fedgraph run`); or use "
-            "noise-source 'os' (default) or 'secure'")
+            "noise-source 'secure' (the default: fresh OS entropy, not reproducible)")
     return str(value).encode()

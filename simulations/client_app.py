@@ -28,22 +28,21 @@ app = ClientApp(mods=[handler_times])  # off unless a benchmark asks (simulation
 def _setup(msg: Message, context: Context):
     cfg = parse_run_config(json.loads(msg.content["config"]["json"]))
     pid = int(context.node_config["partition-id"])
-    levels = (cfg.budgets, cfg.shares) if cfg.method == "ppgnn" else (None, None)
-    view = client_view(cfg, pid, *levels)
-    return cfg, pid, view
+    return cfg, pid, client_view(cfg, pid)
 
 
 @app.query("ppgnn")
 def ppgnn_query(msg: Message, context: Context) -> Message:
     """Answer a PPM request with this client's users' reports (on the CPU whatever ``device``:
-    see :func:`fedgraph.methods.ppgnn.client_report`)."""
+    see :func:`fedgraph.methods.ppgnn.client_report`); the users' levels are drawn here."""
     from fedgraph.methods import ppgnn
 
     cfg, pid, view = _setup(msg, context)
-    gen = client_generator(cfg, context, pid, "ppgnn")
-    report = ppgnn.client_report(view.graph, cfg, view.feature_domain,
-                                 view.statistics["num_classes"], gen)
-    meta = ConfigRecord({"statistics": json.dumps(view.statistics), "worker": worker_info(pid)})
+    graph = ppgnn.with_client_levels(view.graph, cfg, client_generator(
+        cfg, context, pid, "ppgnn:levels", data=view.graph))
+    report = ppgnn.client_report(graph, cfg, view.feature_domain, view.schema["num_classes"],
+                                 client_generator(cfg, context, pid, "ppgnn", data=view.graph))
+    meta = ConfigRecord({"schema": json.dumps(view.schema), "worker": worker_info(pid)})
     return Message(RecordDict({"report": ArrayRecord(report), "meta": meta}), reply_to=msg)
 
 
@@ -73,7 +72,7 @@ def gap_setup(msg: Message, context: Context) -> Message:
     # Counts of nodes are not protected by edge-level DP's unit, edge counts would be: none sent.
     plan = {**_gap_plan(cfg, pid, view).to_dict(), "partition_id": pid,
             "num_nodes": g.num_nodes, "num_train": int(g.train_mask.sum())}
-    meta = ConfigRecord({"statistics": json.dumps(view.statistics), "plan": json.dumps(plan),
+    meta = ConfigRecord({"schema": json.dumps(view.schema), "plan": json.dumps(plan),
                          "worker": worker_info(pid)})
     return Message(RecordDict({"ids": ArrayRecord({"node_ids": g.node_ids}), "meta": meta}),
                    reply_to=msg)
@@ -118,7 +117,7 @@ def _gap_inputs(cfg, view, context: Context, phase: str, arrays=None, heldout: b
     (inductive inference): the test nodes' rows come from the held-out graph's PMA."""
     from fedgraph.methods.gap_federated import build_classifier, build_encoder
 
-    g, s = view.graph, view.statistics
+    g, s = view.graph, view.schema
     dev = resolve_device(cfg.device)
     if phase == "gap.encoder":
         model, x = build_encoder(cfg, s["num_features"], s["num_classes"]), g.x
@@ -180,7 +179,8 @@ def gap_train(msg: Message, context: Context) -> Message:
     n, loss = local_train(model, x, _on(x, view.graph.y), _on(x, view.graph.train_mask),
                           cfg.local_epochs,
                           cfg.dpsgd_batch_size if dp else (cfg.batch_size or None), cfg.lr, dp,
-                          generator=client_generator(cfg, context, pid, f"gap:{phase}:{rnd}"),
+                          generator=client_generator(cfg, context, pid, f"gap:{phase}:{rnd}",
+                                                     data=view.graph),
                           num_public=int(view.graph.train_mask.sum()))  # _gap_plan's count
     # Node level: the count and the loss of the private nodes would leave unnoised: uniform
     # FedAvg weights, no loss (tests/test_client_releases.py lists what may leave).
@@ -220,11 +220,11 @@ def gap_pma(msg: Message, context: Context) -> Message:
     out = {"ids": torch.zeros(0, dtype=torch.long), "sums": torch.zeros(0, cfg.encoder_dim)}
     if k <= cfg.hops:
         plan = _gap_plan(cfg, pid, view)
-        degree_gen = client_generator(cfg, context, pid, f"gap:degree{tag}")
+        degree_gen = client_generator(cfg, context, pid, f"gap:degree{tag}", data=g)
         local, boundary = client_edges(g, cfg, degree_gen, in_graph)
         # Release a row for every node of the graph held elsewhere (ids independent of the
         # edges: fixed by who holds which node and by the public split).
-        others = torch.ones(view.statistics["num_nodes"], dtype=torch.bool)
+        others = torch.ones(view.schema["num_nodes"], dtype=torch.bool)
         others[g.node_ids] = False
         if in_graph is not None:
             others &= in_graph
@@ -237,7 +237,7 @@ def gap_pma(msg: Message, context: Context) -> Message:
         local_sums, ids, sums = pma_partial_sums(state[f"hop{k - 1}"].to(dev), local, boundary,
                                                  plan.sigma,
                                                  client_generator(cfg, context, pid,
-                                                                  f"gap:pma{k}{tag}"),
+                                                                  f"gap:pma{k}{tag}", data=g),
                                                  remote_ids=remote, remote_sigma=remote_sigma,
                                                  remote_norm=plan.remote_norm)
         state["local_sums"] = local_sums
@@ -313,13 +313,14 @@ def privgnn_query(msg: Message, context: Context) -> Message:
     device (``device``: the GPU Ray assigned, else the CPU); the draws come from the client's
     own generator (:func:`fedgraph.randomness.client_generator`) and the answers come back as
     CPU tensors."""
-    from fedgraph.methods.privgnn_federated import SecAggKeys, client_answer
+    from fedgraph.methods.privgnn_federated import SecAggKeys, client_answer, client_graph
 
     cfg = parse_run_config(json.loads(msg.content["config"]["json"]))
     pid = int(context.node_config["partition-id"])
     state = context.state["privgnn"] if "privgnn" in context.state else {"answered": 0, "rounds": 0}
     before, rnd = int(state["answered"]), int(state["rounds"])
-    gen = client_generator(cfg, context, pid, f"privgnn:{rnd}")
+    gen = client_generator(cfg, context, pid, f"privgnn:{rnd}",
+                           data=client_graph(cfg, pid)[0])
     keys = None
     if "secagg" in msg.content and "privgnn.secagg" in context.state:
         sa = msg.content["secagg"]

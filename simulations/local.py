@@ -92,5 +92,6 @@ def run_local(run_config: dict, grid: LocalGrid | None = None) -> dict:
     from simulations.server_app import validate_run_config
 
     strategy_cls, cfg = validate_run_config(run_config)
-    preflight(cfg)
-    return strategy_cls(cfg).start(grid if grid is not None else LocalGrid(cfg.num_clients))
+    strategy = strategy_cls(cfg)
+    strategy.attach_ground_truth(preflight(cfg))  # the report's ground_truth, never sent
+    return strategy.start(grid if grid is not None else LocalGrid(cfg.num_clients))

@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterable, Optional
 
-from fedgraph.report import write_bytes_atomic
+from fedgraph.report import majority_class, write_bytes_atomic
 
 SPLITS = ("train", "val", "test")
 DP_TITLES = {"user": "user-level LDP (node features)", "edge": "edge-level DP",
@@ -57,7 +57,7 @@ def collect(dirs: Iterable[str | Path]) -> list[dict]:
                 row["status"] = "ok"
                 acc = report.get("accuracy", {})
                 row.update({s: acc.get(s) for s in SPLITS},
-                           majority_class=acc.get("majority_class"),
+                           majority_class=majority_class(report),
                            epsilon_spent=_epsilons_spent(report),
                            run_time_s=report.get("timings_s", {}).get("total"))
             rows.append(row)

@@ -49,8 +49,10 @@ def run_server(grid: Grid, run_config: dict) -> dict:
         Exception: whatever the strategy raised (the report on disk says ``failed``).
     """
     strategy_cls, cfg = validate_run_config(run_config)
-    preflight(cfg)
-    return strategy_cls(cfg).start(grid)
+    strategy = strategy_cls(cfg)
+    # the harness knows the whole graph (a simulation); the report keeps it apart, as ground truth
+    strategy.attach_ground_truth(preflight(cfg))
+    return strategy.start(grid)
 
 
 def validate_run_config(run_config: dict):

@@ -169,22 +169,35 @@ class PrivateStrategy(ABC):
         return (float(getattr(self.config, "delta", None) or self.privacy_delta),
                 str(getattr(self.config, "accountant", None) or self.privacy_accountant))
 
-    def record_accuracy(self, counts: dict, statistics: dict) -> None:
+    def record_accuracy(self, counts: dict, statistics: dict | None = None) -> None:
         """Accuracy per split from the clients' ``<split>_correct`` / ``<split>_total`` counts
-        (test labels never leave the clients), and the majority-class rate for reference.
+        (test labels never leave the clients). The majority-class rate, a function of every
+        label, is not released: the simulation harness puts it in the report's
+        ``ground_truth`` (:meth:`attach_ground_truth`).
 
         Args:
             counts: node id -> reply content with a ``"metrics"`` record holding
                 ``train_correct``, ``train_total``, ``val_correct``, ... (what the
                 ``evaluate.<method>`` handlers return).
-            statistics: the dataset statistics (``class_counts`` is used).
+            statistics: unused (kept for strategies written against the older signature).
         """
         for split in ("train", "val", "test"):
             correct = sum(int(c["metrics"][f"{split}_correct"]) for c in counts.values())
             total = sum(int(c["metrics"][f"{split}_total"]) for c in counts.values())
             self.report.accuracy[split] = correct / total if total else float("nan")
-        class_counts = statistics["class_counts"]
-        self.report.accuracy["majority_class"] = max(class_counts) / sum(class_counts)
+
+    #: the simulation's ground truth (:meth:`attach_ground_truth`), ``None`` until attached
+    ground_truth: dict | None = None
+
+    def attach_ground_truth(self, statistics: dict) -> None:
+        """Give the report the simulation's ground truth about the whole graph
+        (:func:`fedgraph.data.dataset_statistics`, computed by the harness that loaded it:
+        ``fedgraph run``, the ServerApp's preflight, :func:`simulations.local.run_local`).
+        The strategy never reads it: it is written to the report's ``ground_truth`` beside
+        what was released, with the majority-class rate (:func:`fedgraph.report.ground_truth`)."""
+        from fedgraph.report import ground_truth
+
+        self.ground_truth = ground_truth(statistics)
 
     # ------------------------------------------------------------------ contract and report
     def check_config(self) -> None:
@@ -262,6 +275,8 @@ class PrivateStrategy(ABC):
             self.report.privacy["noise_source"] = self.config.noise_source
             self.report.privacy["noise_source_detail"] = describe_noise_source(
                 self.config.noise_source)
+            if self.ground_truth is not None:
+                self.report.extra["ground_truth"] = self.ground_truth
             path = self.report_path()
             self.report.write(path.parent, path.stem)
             print(format_table(self.report.to_dict()))

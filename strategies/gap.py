@@ -142,8 +142,12 @@ def _privacy_model(cfg, plan: dict) -> str:
             + (" as their summed row (secure aggregation)" if cfg.secure_aggregation else "")
             if plan.get("remote_norm") is not None else "")
     pma = f"; PMA sensitivity {plan['sensitivity']:.4g} per hop" if plan.get("hops") else ""
-    return (f"node-level DP per client (protected unit: a node with its features, label and "
-            f"edges; out-degree bounded by {cfg.max_degree}{clip}{pma})")
+    return (f"node-level DP per client (protected unit: a node of the degree-bounded graph, "
+            f"with its features, label and edges; node ids public (the node directory: "
+            f"neighbouring graphs have the same node universe, the protected node's data and "
+            f"edges change); out-degree bounded by {cfg.max_degree}{clip}{pma}; on the raw "
+            f"graph the bound does not hold: removing a node frees its in-neighbours' sampled "
+            f"out-edge slots, which the sampler refills)")
 
 
 @register_strategy("gap")
@@ -162,8 +166,8 @@ class GAPStrategy(PrivateStrategy):
         with self.report.phase("setup + calibration (clients)"):
             setup = send_to_all(grid, "query.gap_setup", {n: RecordDict({"config": payload})
                                                           for n in nodes}, cfg.timeout)
-        stats = json.loads(next(iter(setup.values()))["meta"]["statistics"])
-        self.report.dataset = stats
+        stats = json.loads(next(iter(setup.values()))["meta"]["schema"])
+        self.report.dataset = stats  # the public schema only (fedgraph.federation.SCHEMA_FIELDS)
         record_workers(self.report, [rec["meta"] for rec in setup.values()])
         owner = torch.full((stats["num_nodes"],), -1, dtype=torch.long)  # index into nodes
         clients = {}

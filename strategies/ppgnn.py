@@ -53,8 +53,8 @@ class PPGNNStrategy(PrivateStrategy):
             replies = self.send_and_record(grid, "query.ppgnn", {
                 n: RecordDict({"config": payload}) for n in nodes}, record)
         reports = {n: tensors(r["report"]) for n, r in replies.items()}
-        stats = json.loads(next(iter(replies.values()))["meta"]["statistics"])
-        self.report.dataset = stats
+        stats = json.loads(next(iter(replies.values()))["meta"]["schema"])
+        self.report.dataset = stats  # the public schema only (fedgraph.federation.SCHEMA_FIELDS)
         record_workers(self.report, [r["meta"] for r in replies.values()])
         with self.report.phase("calibrate+train (server)"):
             fit = ppgnn.server_fit(list(reports.values()), cfg, stats["num_nodes"],

@@ -54,7 +54,9 @@ EVALUATION = ("evaluation", "an evaluation output (the report's accuracy), outsi
                             "guarantee as in every DP paper; the report says so")
 DIRECTORY = _public("the node directory (which client holds which node id, the public split): "
                     "needed to route cross-client rows, fixed before any data are read")
-STATISTICS = _public("the dataset's published statistics, identical on every client (checked)")
+SCHEMA = _public("the dataset's public schema (name, node universe, feature and class counts), "
+                 "identical on every client and on neighbouring graphs "
+                 "(tests/test_neighbouring_inputs.py)")
 WORKER = _public("where the client runs (host, process, device): no data")
 PLAN = _public("the client's calibration: from the public config and the directory counts")
 
@@ -72,7 +74,7 @@ VAL_OF_RECEIVED = {
 ALLOWED = {
     "gap": {
         "query.gap_setup": {
-            "ids.node_ids": DIRECTORY, "meta.statistics": STATISTICS, "meta.worker": WORKER,
+            "ids.node_ids": DIRECTORY, "meta.schema": SCHEMA, "meta.worker": WORKER,
             **{f"meta.plan.{k}": PLAN for k in (
                 "epsilon_target", "delta", "noise_multiplier", "sensitivity", "sigma", "hops",
                 "encoder_schedule", "classifier_schedule", "partition_id", "remote_norm")},
@@ -127,7 +129,7 @@ ALLOWED = {
                                      "server in the paper's setting (randomized response with "
                                      "label-epsilon > 0, ledger 'labels (randomized response)')"),
             "report.mech.*": _noised("*"),  # the mechanism's parts, e.g. ESW and MLR
-            "meta.statistics": STATISTICS, "meta.worker": WORKER},
+            "meta.schema": SCHEMA, "meta.worker": WORKER},
         "evaluate.ppgnn": {f"metrics.{s}_{c}": EVALUATION for s in ("train", "val", "test")
                            for c in ("correct", "total")},
     },
@@ -173,13 +175,13 @@ def _kind(m) -> str:
 def reply_fields(reply) -> dict[str, object]:
     """Every field of a reply: ``record.key`` for ArrayRecord, MetricRecord and ConfigRecord
     keys, and ``record.key.sub`` for the keys of a ConfigRecord value that holds a JSON
-    object other than statistics and worker info (checked as a whole)."""
+    object other than the schema and worker info (checked as a whole)."""
     out = {}
     for name, rec in reply.content.items():
         assert isinstance(rec, (ArrayRecord, ConfigRecord, MetricRecord)), (name, type(rec))
         for key, value in rec.items():
             if isinstance(rec, ConfigRecord) and isinstance(value, str) \
-                    and key not in ("statistics", "worker") and value.startswith("{"):
+                    and key not in ("schema", "worker") and value.startswith("{"):
                 for sub, v in json.loads(value).items():
                     out[f"{name}.{key}.{sub}"] = v
             else:
@@ -273,9 +275,11 @@ def test_every_reply_field_is_noised_and_accounted_or_public(runs, name, method,
         assert len(answers) == 2 and all(a.dtype == np.int64 for a in answers)
     if level == "node":  # no per-round validation at node level: the labels are private
         assert not {"evaluate[gap.classifier]", "evaluate[gap.encoder]"} & kinds
-    stats = {reply.content["meta"]["statistics"] for m, reply in grid.log
-             if "meta" in reply.content and "statistics" in reply.content["meta"]}
-    assert len(stats) <= 1  # the same published statistics from every client
+    schemas = {reply.content["meta"]["schema"] for m, reply in grid.log
+               if "meta" in reply.content and "schema" in reply.content["meta"]}
+    assert len(schemas) <= 1  # the same public schema from every client
+    assert all(set(json.loads(s)) == {"name", "num_nodes", "num_features", "num_classes"}
+               for s in schemas)  # no whole-graph statistic (edge or class counts)
 
 
 def test_node_level_training_replies_carry_no_count_and_no_loss(runs):

@@ -78,7 +78,8 @@ def test_privgnn_handler_puts_cpu_answers_in_the_message(monkeypatch):
         answers = reply.content["answers"].to_torch_state_dict()["answers"]
         assert answers.device.type == "cpu" and answers.shape == (3, 7)
         expect = pf.client_answer(cfg, 1, arrays, 0,
-                                  client_generator(cfg, ctx, 1, "privgnn:0"))
+                                  client_generator(cfg, ctx, 1, "privgnn:0",
+                                                   data=pf.client_graph(cfg, 1)[0]))
         assert torch.equal(answers, expect.answers)
         assert reply.content["meta"]["answered"] == 3
         got[device] = answers

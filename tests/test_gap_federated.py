@@ -143,7 +143,7 @@ def test_gap_flower_run_two_clients(tmp_path):
     assert per["client-0"]["epsilon"] == pytest.approx(2.0, rel=0.01)
     assert per["client-1"]["epsilon"] == pytest.approx(8.0, rel=0.01)
     assert all(per[c]["cross_check"]["agrees"] for c in per)
-    assert report["accuracy"]["test"] > report["accuracy"]["majority_class"]
+    assert report["accuracy"]["test"] > report["ground_truth"]["majority_class"]
     assert report["config"]["server_optimizer"] == "fedadam"
     # both of Flower's client actors were the ones started while the driver imported
     assert report["host"]["prestarted_actors"] == 2  # (simulations.early_ray)

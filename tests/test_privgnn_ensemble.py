@@ -43,7 +43,7 @@ def replay_clean_votes(cfg, node, request, num_classes, teachers=4):
     hoods, proj = pf.decode_queries(request.content["queries"].to_torch_state_dict())
     graph, _ = pf.client_graph(cfg, node - 1)
     ctx = Context(run_id=1, node_id=node, node_config={}, state=RecordDict(), run_config={})
-    gen = client_generator(cfg, ctx, node - 1, "privgnn:0")
+    gen = client_generator(cfg, ctx, node - 1, "privgnn:0", data=graph)
     clean = pg.ensemble_votes(graph, hoods.query_x, num_teachers=teachers,
                               num_classes=num_classes, teacher=pf.teacher_config(cfg),
                               neighbourhoods=hoods, projection=proj, generator=gen)

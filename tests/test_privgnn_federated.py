@@ -248,7 +248,7 @@ def test_what_leaves_a_client_is_only_noised_answers(tmp_path, monkeypatch):
         hoods, proj = pf.decode_queries(request.content["queries"].to_torch_state_dict())
         graph, _ = pf.client_graph(cfg, pid)
         ctx = Context(run_id=1, node_id=node, node_config={}, state=RecordDict(), run_config={})
-        gen = client_generator(cfg, ctx, pid, "privgnn:0")
+        gen = client_generator(cfg, ctx, pid, "privgnn:0", data=graph)
         clean = pg.teacher_posteriors(graph, hoods.query_x, rate=cfg.gamma,
                                       k=cfg.num_neighbours, num_classes=stats["num_classes"],
                                       teacher=pf.teacher_config(cfg), neighbourhoods=hoods,
@@ -276,7 +276,7 @@ def test_flower_run_student_beats_majority_at_a_generous_lambda(tmp_path):
                          text=True, timeout=300)
     assert res.returncode == 0, res.stderr[-3000:]
     report = json.loads((out / "e2e.json").read_text())
-    assert report["status"] == "ok" and report["dataset"]["num_nodes"] == 2708
+    assert report["status"] == "ok" and report["ground_truth"]["dataset"]["num_nodes"] == 2708
     acc = report["accuracy"]
     assert acc["test"] > acc["majority_class"] + 0.05, acc
     assert report["clients"]["client-0"]["answered"] == 80

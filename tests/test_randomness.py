@@ -1,13 +1,16 @@
-"""fedgraph.randomness: where a client's randomness comes from (issue 13, fault 1).
+"""fedgraph.randomness: where a client's randomness comes from (issue 13, fault 1; issue 28,
+fault 4: the default is a CSPRNG).
 
-``os`` gives fresh noise every run, ``secret`` reproduces a release from the client's own secret
-(and only from it), ``secure`` is a ChaCha20 CSPRNG whose draws follow their distributions
-(mean, variance, KS tests with fixed thresholds: a draw fails with probability < 1e-6 each).
-The secret never appears in what the server receives or in the report.
+``secure`` (the default) gives fresh noise every run, ``secret`` reproduces a release from the
+client's own secret (and only from it), both from an AES-256-CTR CSPRNG whose draws follow their
+distributions (mean, variance, KS tests with fixed thresholds: a draw fails with probability
+< 1e-6 each); ``mt19937`` (PyTorch's generator) only when asked for, ``os`` (the old MT19937
+default) refused. The secret never appears in what the server receives or in the report.
 """
 import json
 import math
 
+import numpy as np
 import pytest
 import torch
 from flwr.app import ArrayRecord, ConfigRecord, Context, Message, RecordDict
@@ -48,16 +51,28 @@ def _same(a: dict, b: dict) -> bool:
 
 # ------------------------------------------------------------------------------ the sources
 def test_config_key_is_validated():
-    assert parse_run_config({}).noise_source == "os"
-    with pytest.raises(ConfigError, match=r"noise-source.*'os'.*'secret'.*'secure'"):
+    assert parse_run_config({}).noise_source == "secure"  # a CSPRNG by default
+    assert rng.NOISE_SOURCES[0] == "secure"
+    with pytest.raises(ConfigError, match=r"noise-source.*'secure'.*'secret'.*'mt19937'"):
         parse_run_config({"noise-source": "seed"})
+    # the old default (MT19937) is refused, saying what changed and what to use
+    with pytest.raises(ConfigError) as err:
+        parse_run_config({"noise-source": "os"})
+    msg = str(err.value)
+    assert "noise-source: 'os' is no longer accepted" in msg and "MT19937" in msg
+    assert all(f"'{s}'" in msg for s in rng.NOISE_SOURCES)
+    # also where a config bypassed validation
+    with pytest.raises(ConfigError, match="no longer accepted"):
+        rng.client_generator(parse_run_config({}).model_copy(update={"noise_source": "os"}),
+                             _context(), 1, "ppgnn")
     with pytest.raises(ConfigError, match="noise-secret: unknown key"):
         parse_run_config({"noise-secret": "x"})  # never in the run config
 
 
-def test_os_noise_differs_between_runs_of_the_same_config(monkeypatch):
+@pytest.mark.parametrize("source", ["default", "mt19937"])
+def test_fresh_noise_differs_between_runs_of_the_same_config(source, monkeypatch):
     monkeypatch.delenv(rng.SECRET_ENV, raising=False)
-    cfg = parse_run_config(PPGNN)
+    cfg = parse_run_config(PPGNN if source == "default" else {**PPGNN, "noise-source": source})
     ctx = _context()
     first = _ppgnn_report(cfg, ctx)
     assert _same(first, _ppgnn_report(cfg, ctx))  # a repeated request: the same release
@@ -99,7 +114,7 @@ def test_missing_secret_names_both_places(monkeypatch):
 def test_purposes_and_clients_get_independent_streams(monkeypatch):
     monkeypatch.setenv(rng.SECRET_ENV, SECRET)
     cfg = parse_run_config({**PPGNN, "noise-source": "secret"})
-    draws = {(pid, p): torch.rand(8, generator=rng.client_generator(cfg, _context(pid), pid, p))
+    draws = {(pid, p): rng.rand(8, rng.client_generator(cfg, _context(pid), pid, p))
              for pid in (0, 1) for p in ("gap:pma1", "gap:pma2")}
     values = list(draws.values())
     assert all(not torch.equal(x, y) for i, x in enumerate(values) for y in values[i + 1:])
@@ -188,6 +203,119 @@ def test_secure_dp_sgd_noise_has_std_sigma_c():
     assert stats.kstest((p.grad / 3.0).double().numpy(), "norm").pvalue > 1e-6
 
 
+def test_client_generators_and_their_report_lines(monkeypatch):
+    """``secure`` and ``secret`` draw from the CSPRNG, ``mt19937`` from PyTorch's generator,
+    whose report line says plainly what it does not protect against."""
+    monkeypatch.setenv(rng.SECRET_ENV, SECRET)
+    kinds = {s: type(rng.client_generator(parse_run_config({**PPGNN, "noise-source": s}),
+                                          _context(), 1, "ppgnn"))
+             for s in rng.NOISE_SOURCES}
+    assert kinds == {"secure": rng.SecureRandom, "secret": rng.SecureRandom,
+                     "mt19937": torch.Generator}
+    assert type(rng.client_generator(parse_run_config(PPGNN), _context(), 1, "ppgnn")) is \
+        rng.SecureRandom  # the default
+    mt = rng.describe("mt19937")
+    assert "NOT A CSPRNG" in mt and "opt-in" in mt and "624 consecutive outputs" in mt
+    assert "removes the noise" in mt
+    assert all("AES-256-CTR CSPRNG" in rng.describe(s) for s in rng.CSPRNG_SOURCES)
+
+
+def test_secure_stream_is_one_stream_per_key_whatever_the_calls():
+    key = bytes(range(32))
+    n = 3 * rng.CHUNK + 17  # across keystream chunks
+    whole = rng.SecureRandom(key).words(n)
+    g = rng.SecureRandom(key)
+    parts = np.concatenate([g.words(k) for k in (5, rng.CHUNK - 5, rng.CHUNK + 3,
+                                                 n - 2 * rng.CHUNK - 3)])
+    assert (whole == parts).all()
+    assert not (rng.SecureRandom(key[:-1] + b"\x01").words(64) == whole[:64]).any()
+    g._used = rng._MAX_STREAM_BYTES - 8  # past 2^48 AES blocks: refused
+    with pytest.raises(RuntimeError, match="2\\^48 AES blocks"):
+        g.words(2)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_secure_gaussians(dtype):
+    """One key, one draw; another key, independent draws; N(0, 1) (moments, KS), the two
+    outputs of every Box-Muller pair independent (``z[:m]`` and ``z[m:]`` of a chunk share
+    their radius: their squares would correlate if the transform were wrong)."""
+    key = bytes(range(32))
+    shape = (N // 16, 16)
+    z = rng.randn(shape, rng.SecureRandom(key), dtype)
+    assert z.dtype == dtype and z.shape == shape
+    assert torch.equal(z, rng.randn(shape, rng.SecureRandom(key), dtype))
+    z = z.flatten().double()
+    assert abs(float(z.mean())) < 6 / math.sqrt(N)
+    assert abs(float(z.var()) - 1) < 6 * math.sqrt(2 / N)
+    assert stats.kstest(z.numpy(), "norm").pvalue > 1e-6
+    other = rng.randn(shape, rng.SecureRandom(key[:-1] + b"\x01"), dtype).flatten().double()
+    assert abs(float(torch.corrcoef(torch.stack([z, other]))[0, 1])) < 6 / math.sqrt(N)
+    m = rng.CHUNK // 2
+    a, b = z[:m], z[m:2 * m]  # cosines and sines of the first chunk's pairs
+    assert abs(float(torch.corrcoef(torch.stack([a * a, b * b]))[0, 1])) < 6 / math.sqrt(m)
+    assert abs(float(torch.corrcoef(torch.stack([a, b]))[0, 1])) < 6 / math.sqrt(m)
+    # the tail: Box-Muller on 52-bit uniforms is bounded by sqrt(2 * 52 ln 2) = 8.49 (x2 for
+    # the sum of four, float64)
+    assert float(z.abs().max()) <= math.sqrt(2 * 52 * math.log(2)) * (2 if dtype == torch.float64
+                                                                        else 1)
+
+
+def test_secure_uniforms_integers_permutations_exactly():
+    g = rng.SecureRandom()
+    for dtype, bits in ((torch.float64, 53), (torch.float32, 24)):
+        u = rng.rand(N, g, dtype).double() * 2.0 ** bits  # on the grid k 2^-bits of [0, 1)
+        assert bool((u == u.floor()).all()) and float(u.min()) >= 0 and float(u.max()) < 2 ** bits
+    # a span that does not divide 2^64: reduction modulo would favour the low residues
+    # (3/8, 3/8, 2/8 for these thirds); rejection keeps them 1/3 each
+    span = 3 * 2 ** 61
+    k = rng.randint(-5, span - 5, (N,), g) + 5
+    assert int(k.min()) >= 0 and int(k.max()) < span
+    counts = torch.bincount(torch.div(k, 2 ** 61, rounding_mode="floor"), minlength=3).numpy()
+    assert len(counts) == 3 and stats.chisquare(counts).pvalue > 1e-6
+    n = 100_003
+    assert torch.equal(torch.sort(rng.randperm(n, g)).values, torch.arange(n))
+
+
+def test_add_gaussian_adds_in_float64_and_rounds_once():
+    """The defence against floating-point attacks on float32 releases (module docs): the
+    release is ``fl32(x + sigma * z)`` computed in float64. A float32 addition of float32 noise
+    (PyTorch's ``x + sigma * torch.randn(...)``) reveals the low bits of ``x``: where the sum
+    cancels below the noise's binade, ``y - x`` is exactly the noise, a multiple of its ulp."""
+    key = bytes(range(32))
+    x = torch.full((N,), 0.75)
+    sigma = 1.0
+    y = rng.add_gaussian(x, sigma, rng.SecureRandom(key))
+    assert y.dtype == torch.float32
+    z = rng.randn(N, rng.SecureRandom(key), torch.float32)  # the same draws, rounded first
+    ref = torch.empty(N, dtype=torch.float64)
+    for s, chunk in rng._gaussian_chunks(rng.SecureRandom(key), N, False):
+        ref[s:s + chunk.numel()] = chunk
+    assert torch.equal(y, (x.double() + sigma * ref).float())  # rounded once
+    assert torch.equal(z, ref.float())
+
+    def on_noise_grid(out):
+        # outputs in [1/16, 1/8) came from noise in [-0.6875, -0.625]: its ulp is 2^-24
+        sel = (out.abs() < 0.125) & (out.abs() >= 0.0625)
+        d = (out[sel].double() - 0.75) * 2.0 ** 24
+        return int(sel.sum()), float((d == d.round()).double().mean())
+
+    count, frac = on_noise_grid(x + sigma * z)  # float32 noise added in float32
+    assert count > 1000 and frac == 1.0  # every such output reveals x modulo 2^-24
+    count, frac = on_noise_grid(y)
+    assert count > 1000 and frac < 0.25  # about 1/8: y - x is not on the noise's grid
+    # per-row sigma (PPGNN's Gaussian mechanism), float64 (the sum of four) and the torch path
+    rows = torch.zeros(N // 10, 10)
+    per_row = torch.linspace(1, 2, N // 10)[:, None]
+    out = rng.add_gaussian(rows, per_row, rng.SecureRandom(), torch.float64)
+    assert stats.kstest((out / per_row).flatten().double().numpy(), "norm").pvalue > 1e-6
+    out64 = rng.add_gaussian(rows.double(), 3.0, rng.SecureRandom())
+    assert out64.dtype == torch.float64
+    assert stats.kstest((out64 / 3.0).flatten().numpy(), "norm").pvalue > 1e-6
+    g = torch.Generator().manual_seed(4)
+    want = rows + 2.0 * torch.randn(rows.shape, generator=torch.Generator().manual_seed(4))
+    assert torch.equal(rng.add_gaussian(rows, 2.0, g), want)  # as before
+
+
 @pytest.mark.parametrize("method", ["ppgnn", "gap-node"])
 def test_secure_source_runs_every_client_path(method, monkeypatch, tmp_path):
     """A whole run on the LocalGrid with ``noise-source = secure`` (GAP node level: degree
@@ -205,7 +333,7 @@ def test_secure_source_runs_every_client_path(method, monkeypatch, tmp_path):
     report = run_local({**cfg, "noise-source": "secure", "output-dir": str(tmp_path),
                         "run-name": method})
     assert report["status"] == "ok" and report["privacy"]["noise_source"] == "secure"
-    assert "ChaCha20" in report["privacy"]["noise_source_detail"]
+    assert "AES-256-CTR CSPRNG" in report["privacy"]["noise_source_detail"]
 
 
 # ------------------------------------------------------------------------------ no leak

@@ -17,6 +17,7 @@ import math
 
 import torch
 
+from fedgraph import randomness as rng
 from fedgraph.mechanisms import FeatureMechanism, register_mechanism
 
 
@@ -29,16 +30,19 @@ class PiecewiseMechanism(FeatureMechanism):
             raise ValueError(f"epsilon must be finite and > 0, got {self.epsilon}")
 
     def perturb(self, x, levels, generator=None):
-        """x: [n, d] in [-1, 1] -> {"col": long [n], "value": float [n] in [-C, C]}."""
+        """x: [n, d] in [-1, 1] -> {"col": long [n], "value": float [n] in [-C, C]}.
+
+        ``generator``: a torch.Generator or the client's CSPRNG (fedgraph.randomness.SecureRandom,
+        the default noise source): draw through fedgraph.randomness, which takes both."""
         n, d = x.shape
-        col = torch.randint(d, (n,), generator=generator)
+        col = rng.randint(0, d, (n,), generator)
         v = x[torch.arange(n), col].double()
         e = math.exp(self.epsilon / 2)
         c = (e + 1) / (e - 1)
         left = (c + 1) / 2 * v - (c - 1) / 2
         right = left + c - 1
-        inside = torch.rand(n, generator=generator, dtype=torch.float64) < e / (e + 1)
-        w = torch.rand(n, generator=generator, dtype=torch.float64)
+        inside = rng.rand(n, generator, torch.float64) < e / (e + 1)
+        w = rng.rand(n, generator, torch.float64)
         outer = w * (2 * c - (right - left))  # a point on [-C, l) U (r, C], laid end to end
         value = torch.where(inside, left + w * (right - left),
                             torch.where(outer < left + c, -c + outer, right + outer - (left + c)))

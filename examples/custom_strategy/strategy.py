@@ -31,7 +31,7 @@ class PPGNNWithAPPNP(PrivateStrategy):
         ppgnn.record_privacy(self.ledger, cfg, mech)  # every user's release, before it happens
         with self.report.phase("perturb (clients)"):
             replies = self.ask(grid, "query.ppgnn")
-        stats = json.loads(next(iter(replies.values()))["meta"]["statistics"])
+        stats = json.loads(next(iter(replies.values()))["meta"]["schema"])
         self.report.dataset = stats
         reports = {n: tensors(r["report"]) for n, r in replies.items()}
         with self.report.phase("APPNP + train (server)"):
@@ -47,4 +47,4 @@ class PPGNNWithAPPNP(PrivateStrategy):
         with self.report.phase("evaluate (clients)"):
             counts = self.ask(grid, "evaluate.ppgnn", per_node={n: {"predictions": ArrayRecord(
                 {"node_ids": r["node_ids"], "pred": pred[r["node_ids"]]})} for n, r in reports.items()})
-        self.record_accuracy(counts, stats)
+        self.record_accuracy(counts)

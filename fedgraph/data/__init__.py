@@ -4,14 +4,14 @@ r"""Datasets, splits, client partitions and privacy levels."""
 # cache (a ClientGraph) does not need them. Splits, partitions and levels need only torch.
 from .._lazy import lazy_attributes
 
-from .levels import (assign_privacy_levels, check_budgets, geometric_budgets,
+from .levels import (assign_privacy_levels, draw_privacy_levels, check_budgets, geometric_budgets,
                      level_budgets)
 from .partition import (PARTITIONERS, ClientGraph, build_client_graphs,
                         fix_empty_clients, partition, register_partitioner)
 from .splits import (SPLITS, apply_split, gap_split, planetoid_split,
                      ppgnn_split, random_split)
 
-_WHERE = dict.fromkeys(('DATASETS', 'KNOWN_DATASETS', 'check_graph', 'dataset_spec',
+_WHERE = dict.fromkeys(('DATASETS', 'KNOWN_DATASETS', 'check_graph', 'dataset_spec', 'load_graph_locked',
                         'dataset_statistics', 'known_datasets', 'load_dataset',
                         'load_facebook100', 'FACEBOOK100_FEATURES', 'one_hot_attributes', 'read_graph_files',
                         'register_dataset', 'resolve_root', 'user_cache_dir'), 'datasets')
@@ -21,13 +21,13 @@ __getattr__, __dir__ = lazy_attributes(__name__, _WHERE, globals())
 
 
 __all__ = [
-    'DATASETS', 'KNOWN_DATASETS', 'check_graph', 'dataset_spec', 'known_datasets',
+    'DATASETS', 'KNOWN_DATASETS', 'check_graph', 'dataset_spec', 'known_datasets', 'load_graph_locked',
     'read_graph_files', 'register_dataset', 'load_dataset', 'load_facebook100', 'FACEBOOK100_FEATURES', 'dataset_statistics',
     'one_hot_attributes', 'resolve_root', 'user_cache_dir',
     'SPLITS', 'random_split', 'ppgnn_split', 'gap_split', 'planetoid_split',
     'apply_split',
     'PARTITIONERS', 'ClientGraph', 'partition', 'register_partitioner',
     'build_client_graphs', 'fix_empty_clients',
-    'assign_privacy_levels', 'geometric_budgets', 'level_budgets',
+    'assign_privacy_levels', 'draw_privacy_levels', 'geometric_budgets', 'level_budgets',
     'check_budgets',
 ]

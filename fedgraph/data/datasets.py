@@ -698,6 +698,22 @@ DATASETS: Registry = Registry('dataset', check=_check_loader, builtin=KNOWN_DATA
                               hint="See docs/extending.md, 'A dataset'.")
 
 
+def load_graph_locked(cfg):
+    """The whole dataset of ``cfg`` (a :class:`fedgraph.config.DataConfig`: ``dataset``,
+    ``data_root``, ``min_class_size``), loaded under a file lock in the cache folder so that
+    concurrent supernodes do not process the same raw files at once.
+
+    Raises:
+        FileNotFoundError, ValueError: as :func:`load_dataset`.
+    """
+    from filelock import FileLock
+
+    lock_dir = user_cache_dir()
+    lock_dir.mkdir(parents=True, exist_ok=True)
+    with FileLock(str(lock_dir / ".load.lock")):
+        return load_dataset(cfg.dataset, cfg.data_root or None, min_class_size=cfg.min_class_size)
+
+
 def register_dataset(name: str, loader=None, *, replace: bool = False):
     r"""Registers ``loader(root) -> Data`` under ``name`` (usable as a decorator)::
 

@@ -88,8 +88,38 @@ def assign_privacy_levels(num_users: int, budgets: Sequence[float],
     counts = _largest_remainder(int(num_users), probs)
     levels = torch.repeat_interleave(torch.arange(1, h + 1),
                                      torch.from_numpy(counts))
-    gen = torch.Generator().manual_seed(int(seed))
-    return levels[torch.randperm(int(num_users), generator=gen)]
+    return levels[torch.randperm(int(num_users),
+                                 generator=torch.Generator().manual_seed(int(seed)))]
+
+
+def draw_privacy_levels(num_users: int, budgets: Sequence[float],
+                        probabilities: Optional[Sequence[float]] = None,
+                        generator=None) -> Tensor:
+    r"""The privacy levels of one client's users, drawn on the client: the exact shares of
+    :func:`assign_privacy_levels` (largest remainder over ``num_users``) in an order drawn
+    from the client's own ``generator`` (:func:`fedgraph.randomness.client_generator`), which
+    the server never sees.
+
+    Who holds which level is therefore not a function of the public run config: the server
+    learns a user's level only through what PPM's ESW releases (issue 28, fault 2; PPGNN
+    paper Sec. 4, the level as private as the features). The number of users per level on a
+    client is a function of the public ``num_users`` and ``probabilities`` only.
+
+    Args:
+        num_users (int): the client's users ``>= 0``.
+        budgets, probabilities: as :func:`assign_privacy_levels`.
+        generator: a :class:`torch.Generator` or :class:`fedgraph.randomness.SecureRandom`.
+
+    Returns:
+        LongTensor: levels ``[num_users]`` in ``1..len(budgets)``.
+
+    Raises:
+        ValueError: as :func:`assign_privacy_levels`.
+    """
+    from ..randomness import randperm
+
+    ordered = assign_privacy_levels(num_users, budgets, probabilities, seed=0).sort().values
+    return ordered[randperm(int(num_users), generator)]
 
 
 def geometric_budgets(base_epsilon: float, num_levels: int) -> List[float]:

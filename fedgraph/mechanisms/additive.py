@@ -71,5 +71,5 @@ def gaussian(
     x = check_unit_features(x)
     n, d = x.shape
     sigma = per_row(gaussian_sigma(epsilon, delta, d), n, x.device).to(x.dtype)
-    noise = rng.randn(x.shape, generator, torch.float64).to(x.device, x.dtype)
-    return x + sigma * noise
+    # float64 noise (a CSPRNG: Opacus's sum of four, added in float64; fedgraph.randomness)
+    return rng.add_gaussian(x, sigma, generator, torch.float64)

@@ -81,8 +81,8 @@ below is rebuilt from the reference code, ``core/methods/node/sage/`` and
 
 Randomness comes from the caller's generator: a seeded ``torch.Generator`` in the centralized
 runs here; a federated client's from :func:`fedgraph.randomness.client_generator` (a
-``torch.Generator`` keyed so the server cannot rebuild it, or a ChaCha20
-:class:`~fedgraph.randomness.SecureRandom`, which :func:`local_train` accepts too).
+``torch.Generator`` (``mt19937``) keyed so the server cannot rebuild it, or (the default) an
+AES-256-CTR :class:`~fedgraph.randomness.SecureRandom`, which :func:`local_train` accepts too).
 
 Model selection: at edge level the features and labels are not protected, so the epoch with the
 best validation accuracy is kept (as in the paper's code). At node level validation labels are
@@ -762,8 +762,16 @@ def calibrate_sage_dp(target_epsilon: float, delta: float, steps: int, *,
 def train_sage_dp(model: nn.Module, x: Tensor, y: Tensor, train_mask: Tensor, *, epochs: int,
                   batch_size: int | None, noise_multiplier: float, max_grad_norm: float,
                   lr: float = 0.01, weight_decay: float = 0.0, physical_batch_size: int = 1024,
-                  generator: torch.Generator | None = None) -> FitResult:
+                  generator: torch.Generator | None = None,
+                  num_public: int | None = None) -> FitResult:
     r"""DP-SGD (Opacus, around Adam) on the fixed rows ``x`` (:func:`sage_dp_features`).
+
+    The sampling rate, the number of steps and Opacus's normaliser (the expected batch size)
+    come from ``num_public``, a public count of training rows (the public split's; ``None``:
+    the rows of ``train_mask``, which is the public split's count when the mask is the public
+    split), never from the rows a step actually used, as in the federated client
+    (:func:`local_train`): dividing the noisy sum by a count that moves with the protected
+    node would not be post-processing (Opacus issue 819's kind).
 
     Each step takes a Poisson sample of the training rows with rate ``q = batch_size / n``
     (``batch_size=None``: all rows, one step per epoch; :func:`dpsgd_schedule` gives the
@@ -790,8 +798,9 @@ def train_sage_dp(model: nn.Module, x: Tensor, y: Tensor, train_mask: Tensor, *,
     n = int(idx.numel())
     if n == 0:
         raise ValueError("no training rows")
-    bsz = n if batch_size is None else min(int(batch_size), n)
-    q, steps = dpsgd_schedule(n, bsz, epochs)
+    n_pub = n if num_public is None else int(num_public)
+    bsz = n_pub if batch_size is None else min(int(batch_size), n_pub)
+    q, steps = dpsgd_schedule(n_pub, bsz, epochs)
     per_epoch = steps // epochs if epochs else 0
     opt = torch.optim.Adam(model.parameters(), lr=lr, weight_decay=weight_decay)
     gsm = GradSampleModule(model, loss_reduction="sum", strict=True)
@@ -954,7 +963,8 @@ def _run_sage(data, *, level: str, epsilon: float, delta: float | str, num_hops:
     model = MLP(train_x.size(1), hidden, num_classes, 1 + head_layers, dropout, False)
     fit_result = train_sage_dp(model, train_x, y, data.train_mask, epochs=ep, batch_size=bsz,
                                noise_multiplier=opacus_multiplier, max_grad_norm=max_grad_norm,
-                               lr=lr, weight_decay=weight_decay, generator=gen)
+                               lr=lr, weight_decay=weight_decay, generator=gen,
+                               num_public=n_train)  # the schedule's count, as calibrated
     timings["classifier"] = time.perf_counter() - t
     t = time.perf_counter()
     del train_x

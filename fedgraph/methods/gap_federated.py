@@ -306,10 +306,12 @@ def pma_partial_sums(h_prev: Tensor, local: Tensor, boundary: Tensor, sigma: flo
             raise ValueError(f"remote_norm must be > 0 (or None), got {remote_norm}")
         norms = remote_sums.norm(dim=1, keepdim=True)
         remote_sums = remote_sums * (remote_norm / norms.clamp_min(remote_norm))
+    # the Gaussian mechanism, in place: under a CSPRNG the noise is added in float64 and
+    # rounded once (fedgraph.randomness.add_gaussian_); a torch.Generator: += sigma * randn
     if sigma > 0:
-        local_sums += sigma * rng.randn(local_sums.shape, generator).to(dev)
+        rng.add_gaussian_(local_sums, sigma, generator)
     if remote_sigma > 0:
-        remote_sums += remote_sigma * rng.randn(remote_sums.shape, generator).to(dev)
+        rng.add_gaussian_(remote_sums, remote_sigma, generator)
     return local_sums, remote_ids, remote_sums
 
 

@@ -86,6 +86,19 @@ def record_privacy(ledger: PrivacyLedger, cfg: PPGNNConfig, mech: FeatureMechani
                           PureDP(mech.level_epsilon(level, num_features)))
 
 
+def with_client_levels(client: ClientGraph, cfg: PPGNNConfig, generator) -> ClientGraph:
+    """``client`` with its users' privacy levels drawn on the client
+    (:func:`fedgraph.data.draw_privacy_levels` from ``cfg.budgets`` and ``cfg.shares``, in an
+    order from the client's own ``generator``): the server learns a level only through ESW's
+    release (issue 28, fault 2). A copy; the cached partition is not modified."""
+    from dataclasses import replace
+
+    from ..data import draw_privacy_levels
+
+    return replace(client, levels=draw_privacy_levels(client.num_nodes, cfg.budgets,
+                                                      cfg.shares, generator))
+
+
 def client_report(client: ClientGraph, cfg: PPGNNConfig, feature_domain, num_classes: int,
                   generator: torch.Generator) -> dict[str, Tensor]:
     """Everything one client releases for PPGNN, as named tensors (ids are global).

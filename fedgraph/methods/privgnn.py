@@ -682,11 +682,11 @@ def noisy_votes(votes: Tensor, sigma_votes: float, sigma_threshold: float | None
     root = math.sqrt(int(shares))
     votes = votes.detach().float().cpu()
     sigma_votes = check_noise_scale(sigma_votes, "sigma-votes")
-    out = votes + (sigma_votes / root) * rng.randn(votes.shape, generator)
+    # a CSPRNG's noise is added in float64 and rounded once (fedgraph.randomness.add_gaussian)
+    out = rng.add_gaussian(votes, sigma_votes / root, generator)
     if sigma_threshold:
         sigma_threshold = check_noise_scale(sigma_threshold, "sigma-threshold")
-        out = torch.cat([votes + (sigma_threshold / root) * rng.randn(votes.shape, generator),
-                         out], 1)
+        out = torch.cat([rng.add_gaussian(votes, sigma_threshold / root, generator), out], 1)
     return out
 
 

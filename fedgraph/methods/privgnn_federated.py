@@ -55,7 +55,7 @@ def _data_key(cfg: PrivGNNConfig) -> str:
 @lru_cache(maxsize=2)
 def _federation(key: str):
     from ..data import dataset_statistics, partition
-    from ..federation import load_graph
+    from ..data import load_graph_locked as load_graph
 
     d = json.loads(key)
     cfg = DataConfig(**{k: v for k, v in d.items() if k in DataConfig.model_fields})
@@ -64,10 +64,15 @@ def _federation(key: str):
                                     public_test_fraction=d["public_test_fraction"],
                                     seed=cfg.seed)
     clients = partition(private, cfg.num_clients, cfg.partitioner, cfg.seed, alpha=cfg.alpha)
-    stats = dataset_statistics(data)
-    stats.update(private_nodes=int(private.num_nodes), public_nodes=int(public.num_nodes),
-                 public_query_pool=int(public.train_mask.sum()),
-                 public_test_nodes=int(public.test_mask.sum()))
+    # What the server may state: the public graph's own statistics and the schema. The
+    # private graphs' sizes, edges and labels are the simulation's ground truth (the report's
+    # ground_truth, from the harness), never the server's knowledge (issue 28, fault 1).
+    whole = dataset_statistics(data)
+    stats = {"name": whole["name"], "num_features": whole["num_features"],
+             "num_classes": whole["num_classes"], "public_nodes": int(public.num_nodes),
+             "public_edges": int(public.edge_index.size(1)),
+             "public_query_pool": int(public.train_mask.sum()),
+             "public_test_nodes": int(public.test_mask.sum())}
     return public, tuple(clients), stats
 
 
