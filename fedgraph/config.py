@@ -11,9 +11,9 @@ from typing import Any, Literal, Optional
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-
-class ConfigError(ValueError):
-    """A run-config value is invalid; the message names the key and the allowed values."""
+from .errors import ConfigError  # noqa: F401 (re-exported: its home for users)
+from .limits import ESW_MAX_EPSILON, PPM_LEVEL_SCAN_MAX, ppm_level_scan_limit  # noqa: F401
+from .secret import RETIRED_NOISE_SOURCES
 
 
 def _floats(value: Any) -> list[float]:
@@ -80,16 +80,6 @@ def _check_extension(kind: str, spec: str) -> str:
 
 class _Base(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
-
-
-#: ``noise-source`` values no longer accepted, with what changed (fedgraph.randomness)
-RETIRED_NOISE_SOURCES = {
-    "os": "'os' is no longer accepted: it drew from PyTorch's MT19937, which is not a CSPRNG "
-          "(a server can recover its state from the pure-noise values a client releases, e.g. "
-          "GAP's remote rows that cover no edge, and remove the noise); allowed: 'secure' (the "
-          "default now: an AES-256-CTR CSPRNG from fresh OS entropy, not reproducible, as 'os' "
-          "was), 'secret' (the same CSPRNG from each client's own secret, reproducible) or "
-          "'mt19937' (the old 'os', an explicit opt-in without that protection)"}
 
 
 class DataConfig(_Base):
@@ -159,22 +149,6 @@ class DataConfig(_Base):
             raise ValueError(f"must be a plain file name without '/', '\\' or '..' (got {v!r}); "
                              "choose the folder with output-dir")
         return v
-
-
-#: the largest ESW epsilon (gamma x budget) accepted: ESW's probabilities use exp(epsilon),
-#: which overflows float64 above 709.78 (fedgraph.mechanisms.esw.esw_probabilities)
-ESW_MAX_EPSILON = 700.0
-#: PPM's level analysis over every feature count scans at most this many feature counts
-PPM_LEVEL_SCAN_MAX = 10_000
-
-
-def ppm_level_scan_limit(esw_share: float) -> float:
-    """The smallest budget for which PPM's MLR would sample more than
-    :data:`PPM_LEVEL_SCAN_MAX` dimensions after the level's share ``esw_share``
-    (``floor((1 - esw_share) * eps / 2.2) > PPM_LEVEL_SCAN_MAX``, PPGNN Theorem 1's sample
-    size): :func:`fedgraph.mechanisms.ppm.level_leakage` over every ``d`` refuses from
-    there."""
-    return (PPM_LEVEL_SCAN_MAX + 1) * 2.2 / (1 - esw_share)
 
 
 class PPGNNConfig(DataConfig):

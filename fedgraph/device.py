@@ -31,7 +31,7 @@ def resolve_device(requested: str = "auto") -> torch.device:
             message names the key ``device``, ``CUDA_VISIBLE_DEVICES`` and the federation
             setting that gives clients a GPU), or ``requested`` is not one of :data:`DEVICES`.
     """
-    from .config import ConfigError
+    from .errors import ConfigError
 
     value = str(requested).strip().lower()
     if value not in DEVICES:

@@ -1,11 +1,19 @@
 """The exceptions a run can end with, below every layer that raises or reports them.
 
+``ConfigError`` is raised by the run config's validation (:mod:`fedgraph.config`) and by every
+check that refuses an input before anything runs (the noise secret, the device, the
+preflight); it lives here so that those checks sit below the config in the layer contract.
+
 ``ClientFailure`` and ``RunInterrupted`` are raised by the federation's messaging
 (:mod:`fedgraph.federation`) and read by the report (:mod:`fedgraph.report`) and the command
 line; keeping them here lets the report sit below the federation (the layer contract in
 ``pyproject.toml``).
 """
 from __future__ import annotations
+
+
+class ConfigError(ValueError):
+    """A run-config value is invalid; the message names the key and the allowed values."""
 
 
 class ClientFailure(RuntimeError):

@@ -349,7 +349,8 @@ def client_generator(cfg, context, partition_id: int, purpose: str, data=None) -
         ConfigError: ``secret`` without a secret (names the node-config key and the variable),
             ``os`` (says what changed) or an unknown source (names the allowed values).
     """
-    from .config import RETIRED_NOISE_SOURCES, ConfigError
+    from .errors import ConfigError
+    from .secret import RETIRED_NOISE_SOURCES
 
     source = cfg.noise_source
     if source in RETIRED_NOISE_SOURCES:

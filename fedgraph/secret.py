@@ -6,6 +6,15 @@ from __future__ import annotations
 import os
 from typing import Mapping
 
+#: ``noise-source`` values no longer accepted, with what changed (fedgraph.randomness)
+RETIRED_NOISE_SOURCES = {
+    "os": "'os' is no longer accepted: it drew from PyTorch's MT19937, which is not a CSPRNG "
+          "(a server can recover its state from the pure-noise values a client releases, e.g. "
+          "GAP's remote rows that cover no edge, and remove the noise); allowed: 'secure' (the "
+          "default now: an AES-256-CTR CSPRNG from fresh OS entropy, not reproducible, as 'os' "
+          "was), 'secret' (the same CSPRNG from each client's own secret, reproducible) or "
+          "'mt19937' (the old 'os', an explicit opt-in without that protection)"}
+
 #: node-config key of a client's noise secret (deployments: ``flower-supernode --node-config``)
 SECRET_NODE_KEY = "noise-secret"
 #: environment variable of the client process holding the secret (simulations)
@@ -17,7 +26,7 @@ def check_secret(node_config: Mapping) -> bytes:
 
     Raises:
         ConfigError: neither is set or the secret is empty (names both places)."""
-    from .config import ConfigError
+    from .errors import ConfigError
 
     value = node_config.get(SECRET_NODE_KEY) if node_config is not None else None
     if value is None or str(value) == "":

@@ -29,6 +29,16 @@ GAP = {"method": "gap", "num-clients": 2, "partitioner": "random", "hops": 1,
 PPGNN = {"method": "ppgnn", "num-clients": 2, "partitioner": "random", "epochs": 3, "seed": 5}
 
 
+@pytest.fixture(autouse=True)
+def _unregister_afterwards():
+    """The test graphs are unregistered after each test (other tests list the registry)."""
+    from fedgraph.data.datasets import DATASETS
+
+    yield
+    for name in [n for n in DATASETS if n.startswith("sv-cora")]:
+        DATASETS.pop(name)
+
+
 def _cora():
     from fedgraph.data import load_dataset
 

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-from ..config import PPM_LEVEL_SCAN_MAX, ppm_level_scan_limit
+from ..limits import PPM_LEVEL_SCAN_MAX, ppm_level_scan_limit
 from ._checks import check_unit_features
 from .bits import SampledBits, mlr_num_dims, multi_bit, multi_bit_estimate, scatter_bits
 from .esw import esw, esw_decode, esw_window

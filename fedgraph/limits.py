@@ -1,0 +1,20 @@
+"""Numeric limits of the mechanisms that the run config checks before anything runs (no torch:
+``fedgraph run`` refuses a config in a fraction of a second). The mechanisms
+(:mod:`fedgraph.mechanisms.ppm`, :mod:`fedgraph.mechanisms.esw`) and the config
+(:mod:`fedgraph.config`) both read them from here."""
+from __future__ import annotations
+
+#: the largest ESW epsilon (gamma x budget) accepted: ESW's probabilities use exp(epsilon),
+#: which overflows float64 above 709.78 (fedgraph.mechanisms.esw.esw_probabilities)
+ESW_MAX_EPSILON = 700.0
+#: PPM's level analysis over every feature count scans at most this many feature counts
+PPM_LEVEL_SCAN_MAX = 10_000
+
+
+def ppm_level_scan_limit(esw_share: float) -> float:
+    """The smallest budget for which PPM's MLR would sample more than
+    :data:`PPM_LEVEL_SCAN_MAX` dimensions after the level's share ``esw_share``
+    (``floor((1 - esw_share) * eps / 2.2) > PPM_LEVEL_SCAN_MAX``, PPGNN Theorem 1's sample
+    size): :func:`fedgraph.mechanisms.ppm.level_leakage` over every ``d`` refuses from
+    there."""
+    return (PPM_LEVEL_SCAN_MAX + 1) * 2.2 / (1 - esw_share)

@@ -1,0 +1,286 @@
+"""GAP's client half, one function per message a GAP client answers, without Flower.
+
+The ClientApp (``simulations/client_app.py``) decodes a message, calls one of these and encodes
+the reply; everything a client computes and releases is here, next to where its noise is drawn
+and the plan (:func:`~fedgraph.methods.gap_federated.privacy_plan`) that accounts for it:
+
+* :func:`setup` (``query.gap_setup``): the client's calibration for its own target and its node
+  ids (the public directory); nothing about the graph beyond the public schema.
+* :func:`train_round` (``train``): one FedAvg round (local Adam; node level DP-SGD, ledger
+  ``encoder dp-sgd`` / ``classifier dp-sgd``) or one FedSGD gradient.
+* :func:`validation` (``evaluate``) and :func:`evaluate_counts` (``evaluate.gap``).
+* :func:`pma_hop` (``query.gap_pma``): one hop of the private multi-hop aggregation (GAP paper
+  Sec. 4.2, Alg. 1 lines 3-6; ledger ``pma``: a Gaussian mechanism of the plan's ``sigma``
+  and ``sensitivity`` per hop), its state in and out explicitly (:class:`PMAState`).
+
+Every draw comes from ``generator(purpose)``, the client's own generator for that release
+(:func:`fedgraph.randomness.client_generator`, keyed by the client's data as well), so the
+functions run the same in a test with a seeded generator.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable
+
+import torch
+from torch import Tensor
+
+from ..device import resolve_device, to_cpu
+
+__all__ = ["client_plan", "setup", "inputs", "train_round", "validation", "validation_phase",
+           "evaluate_counts", "PMARequest", "PMAState", "pma_request", "pma_hop", "hops_key"]
+
+
+def client_plan(cfg, partition_id: int, view):
+    """This client's :class:`~fedgraph.methods.gap_federated.PrivacyPlan` for its own target
+    (``cfg.client_epsilon(partition_id)``) and its public count of training nodes."""
+    from .gap_federated import privacy_plan
+
+    return privacy_plan(cfg, cfg.client_epsilon(partition_id), int(view.graph.train_mask.sum()))
+
+
+def setup(cfg, partition_id: int, view) -> tuple[Tensor, dict]:
+    """``query.gap_setup``: ``(node ids [n], plan)``. The plan (noise multiplier, sigma,
+    sensitivity, schedules) is a function of the public config and the directory's counts
+    (``num_nodes``, ``num_train``: counts of nodes are not protected by edge-level DP's unit,
+    and node level's node universe is public); no edge count is sent."""
+    g = view.graph
+    plan = {**client_plan(cfg, partition_id, view).to_dict(), "partition_id": partition_id,
+            "num_nodes": g.num_nodes, "num_train": int(g.train_mask.sum())}
+    return g.node_ids, plan
+
+
+def hops_key(graph: str) -> str:
+    """Client-state key of the private hops of a PMA run on ``graph`` (``all``/``train``: the
+    classifier's training inputs; ``test``: the held-out graph's, inductive inference)."""
+    return "gap.hops.test" if graph == "test" else "gap.hops"
+
+
+def inputs(cfg, view, phase: str, weights: dict | None = None, hops: Tensor | None = None,
+           heldout_hops: Tensor | None = None):
+    """``(model, x)`` of a phase on this client's device (``device``: the GPU Ray assigned,
+    else the CPU): the encoder on raw features ``[n, F]``; the classifier on the stacked
+    private hops ``[n, K + 1, e]`` (``hops``; the MLP baseline: raw features ``[n, 1, F]``),
+    the test nodes' rows from ``heldout_hops`` when given (inductive inference). ``weights``:
+    a state dict to load (empty or ``None``: fresh weights)."""
+    from .gap_federated import build_classifier, build_encoder
+
+    g, s = view.graph, view.schema
+    if phase == "gap.encoder":
+        model, x = build_encoder(cfg, s["num_features"], s["num_classes"]), g.x
+    else:
+        model = build_classifier(cfg, s["num_features"], s["num_classes"])
+        if cfg.variant == "mlp":
+            x = g.x.unsqueeze(1)
+        else:
+            if hops is None or hops.size(1) != cfg.hops + 1:
+                held = "none" if hops is None else hops.size(1) - 1
+                raise ValueError(f"client state holds {held} hops, the run config says "
+                                 f"hops = {cfg.hops}")
+            x = hops
+            if heldout_hops is not None:
+                x = torch.where(g.test_mask.view(-1, 1, 1), heldout_hops.to(x.dtype), x)
+    if weights:
+        model.load_state_dict(weights)
+    dev = resolve_device(cfg.device)
+    return model.to(dev), x.to(dev)
+
+
+def _on(x: Tensor, tensor: Tensor) -> Tensor:
+    return tensor.to(x.device)
+
+
+def validation(model, x: Tensor, view) -> dict:
+    """Validation accuracy and loss on this client's validation nodes with their exact count as
+    weight (0: none); the loss breaks ties (:func:`strategies.fedavg.selection_key`). Edge
+    level only: labels are not the unit."""
+    from .gap import evaluate
+
+    res = evaluate(model, x, _on(x, view.graph.y), _on(x, view.graph.val_mask))
+    acc, loss = (res["accuracy"], res["loss"]) if res["total"] else (0.0, 0.0)
+    return {"num-examples": res["total"], "val-accuracy": float(acc), "val-loss": float(loss)}
+
+
+def validation_phase(cfg, phase: str | None) -> str:
+    """The phase an ``evaluate`` round validates (``None``: the classifier), refused at node
+    level (the validation labels are private: the strategy selects no round there).
+
+    Raises:
+        ValueError: node level, or an unknown phase."""
+    if cfg.level == "node":
+        raise ValueError("level: node: the validation labels are private, validation accuracy "
+                         "is not released (the strategy does not select rounds at node level)")
+    phase = "gap.classifier" if phase is None else str(phase)
+    if phase not in ("gap.encoder", "gap.classifier"):
+        raise ValueError(f"unknown GAP phase {phase!r}")
+    return phase
+
+
+def train_round(cfg, partition_id: int, view, model, x: Tensor, *, validate: bool,
+                generator) -> tuple[dict, dict]:
+    """``train``: ``(arrays, metrics)`` of one round at ``model``'s received weights.
+
+    FedSGD (edge level): the full-batch gradient of the mean training loss, the batch norms'
+    running statistics after that pass, the training-node count and loss, and (``validate``)
+    the received weights' validation (:func:`validation`, for the previous round). FedAvg: the
+    weights after ``local-epochs`` of Adam; node level DP-SGD with the plan's schedule
+    (rate, steps and Opacus's normaliser from the public count), uniform FedAvg weights and no
+    loss (the private count and loss would leave unnoised). ``generator``: DP-SGD's sampling
+    and noise (and dropout).
+    """
+    from .gap import local_gradient, local_train
+
+    g = view.graph
+    if cfg.schedule == "fedsgd":
+        val = {}
+        if validate:
+            if cfg.level != "edge":  # (the config allows FedSGD at edge level only)
+                raise ValueError("level: node: the validation labels are private")
+            val = validation(model, x, view)
+            val["val-examples"] = val.pop("num-examples")
+        n, loss, grads = local_gradient(model, x, _on(x, g.y), _on(x, g.train_mask))
+        grads.update(model.named_buffers())
+        return to_cpu(grads), {"num-examples": n, "train-loss": float(loss) if n else 0.0, **val}
+    dp = client_plan(cfg, partition_id, view).dpsgd(cfg)  # node level: DP-SGD's schedule
+    n, loss = local_train(model, x, _on(x, g.y), _on(x, g.train_mask), cfg.local_epochs,
+                          cfg.dpsgd_batch_size if dp else (cfg.batch_size or None), cfg.lr, dp,
+                          generator=generator, num_public=int(g.train_mask.sum()))
+    metrics = ({"num-examples": max(n, 1), "train-loss": float(loss)} if cfg.level == "edge"
+               else {"num-examples": 1})
+    return to_cpu(model.state_dict()), metrics
+
+
+def evaluate_counts(model, x: Tensor, view) -> dict:
+    """``evaluate.gap``: correct predictions and totals per split (evaluation outputs, outside
+    the guarantee as in the paper)."""
+    from .gap import evaluate
+
+    counts = {}
+    for split in ("train", "val", "test"):
+        r = evaluate(model, x, _on(x, view.graph.y), _on(x, getattr(view.graph, f"{split}_mask")))
+        counts[f"{split}_correct"], counts[f"{split}_total"] = r["correct"], r["total"]
+    return counts
+
+
+@dataclass
+class PMARequest:
+    """What the server sends for one PMA hop (``query.gap_pma``).
+
+    ``hop``: k in ``1..K+1`` (K+1: finish only); ``graph``: ``all``, or inductive inference's
+    ``train``/``test``; ``encoder``: the encoder's weights (hop 1); ``incoming``: the partial
+    sums routed to this client's nodes (``ids [m]``, ``sums [m, e]``; hops >= 2);
+    ``remote_sigma``/``remote_contributors``: the common noise std of remote rows and how many
+    clients' rows the server sums (:func:`~fedgraph.methods.gap_federated.remote_noise`);
+    ``secagg``: ``(private key, public keys, index, owner [N], context label)`` for masking."""
+
+    hop: int
+    graph: str = "all"
+    encoder: dict | None = None
+    incoming: dict | None = None
+    remote_sigma: float | None = None
+    remote_contributors: int | None = None
+    secagg: tuple | None = None
+
+
+def pma_request(content, private_key: bytes | None, label: str) -> PMARequest:
+    """A ``query.gap_pma`` message's records (``pma``: hop, graph, remote sigma and
+    contributors; ``encoder``; ``incoming``; with secure aggregation ``secagg`` and ``owner``)
+    as a :class:`PMARequest`; ``private_key``: this client's secure-aggregation key (``None``
+    without secure aggregation); ``label``: the run's masking context (hop and graph added)."""
+    def tensors(record) -> dict:
+        return dict(record.to_torch_state_dict())
+
+    pma = content["pma"]
+    hop, graph = int(pma["hop"]), str(pma.get("graph", "all"))
+    secagg = None
+    if "secagg" in content:
+        sa = content["secagg"]
+        secagg = (private_key, list(sa["public-keys"]), int(sa["index"]),
+                  tensors(content["owner"])["owner"], f"{label} graph={graph} hop={hop}")
+    return PMARequest(hop, graph,
+                      content["encoder"].to_torch_state_dict() if "encoder" in content else None,
+                      tensors(content["incoming"]) if "incoming" in content else None,
+                      float(pma["remote-sigma"]) if "remote-sigma" in pma else None,
+                      int(pma["remote-contributors"]) if "remote-contributors" in pma else None,
+                      secagg)
+
+
+@dataclass
+class PMAState:
+    """A client's PMA state between hops (kept by the client, never sent): the finished hops
+    ``hop0..hop{k-1}`` (``[n, e]`` each) and the local sums of hop k awaiting the rows other
+    clients send for this client's nodes."""
+
+    tensors: dict
+
+    def stacked(self, num_hops: int) -> Tensor:
+        """The private hops ``0..K`` as ``[n, K + 1, e]`` (CPU): the classifier's inputs."""
+        return torch.stack([self.tensors[f"hop{j}"].cpu() for j in range(num_hops + 1)], dim=1)
+
+
+def pma_hop(cfg, partition_id: int, view, req: PMARequest, state: PMAState | None,
+            generator: Callable[[str], object]) -> tuple[PMAState, dict[str, Tensor]]:
+    """One PMA hop: finish hop k-1 with the rows received, then compute this client's noisy
+    partial sums of hop k and release the rows for remote nodes (GAP Alg. 1 lines 3-6).
+
+    Privacy (ledger ``pma``, one Gaussian mechanism per hop): every released row is the sum of
+    normalized hop-(k-1) rows over the client's (degree-bounded at node level) edges into that
+    node plus ``N(0, sigma^2 I)`` (``plan.sigma = noise multiplier x plan.sensitivity``; remote
+    rows with the common ``remote_sigma``, never below this client's sigma, and at node level
+    clipped to ``plan.remote_norm``); the ids are every remote node of the graph (the public
+    directory, not the edges). With secure aggregation only masked rows leave.
+
+    Args:
+        generator: ``generator(purpose)``, this client's generator of one release
+            (``gap:degree``: degree sampling, the same at every hop; ``gap:pma<k>``: hop k's
+            noise; ``:test`` for the held-out graph's run).
+
+    Returns:
+        ``(state, release)``: the state for the next hop and the reply's ``partial_sums``
+        (``ids [m]`` and ``sums [m, e]``, or the masked record; empty at k = K+1).
+
+    Raises:
+        ValueError: a remote sigma below this client's own, secure aggregation without keys.
+    """
+    from .gap_federated import (check_remote_sigma, client_edges, graph_nodes, masked_release,
+                                pma_finish, pma_partial_sums)
+
+    g, k = view.graph, req.hop
+    in_graph = graph_nodes(view.test_mask, req.graph)
+    tag = ":test" if req.graph == "test" else ""  # fresh noise for the held-out run
+    dev = resolve_device(cfg.device)
+    if k == 1:
+        model, x = inputs(cfg, view, "gap.encoder", req.encoder)
+        hops = {"hop0": model.embed(x)}
+    else:
+        hops = dict(state.tensors)
+        inc = req.incoming
+        hops[f"hop{k - 1}"] = pma_finish(hops.pop("local_sums").to(dev), g.node_ids,
+                                         inc["ids"], inc["sums"])
+    out = {"ids": torch.zeros(0, dtype=torch.long), "sums": torch.zeros(0, cfg.encoder_dim)}
+    if k <= cfg.hops:
+        plan = client_plan(cfg, partition_id, view)
+        local, boundary = client_edges(g, cfg, generator(f"gap:degree{tag}"), in_graph)
+        # a row for every node of the graph held elsewhere: ids fixed by the directory
+        others = torch.ones(view.schema["num_nodes"], dtype=torch.bool)
+        others[g.node_ids] = False
+        if in_graph is not None:
+            others &= in_graph
+        remote = (others.nonzero().flatten() if cfg.cross_client_edges
+                  else others.nonzero()[:0].flatten())
+        if req.remote_sigma is not None:
+            check_remote_sigma(req.remote_sigma, plan.sigma, int(req.remote_contributors))
+        local_sums, ids, sums = pma_partial_sums(hops[f"hop{k - 1}"].to(dev), local, boundary,
+                                                 plan.sigma, generator(f"gap:pma{k}{tag}"),
+                                                 remote_ids=remote,
+                                                 remote_sigma=req.remote_sigma,
+                                                 remote_norm=plan.remote_norm)
+        hops["local_sums"] = local_sums
+        out = {"ids": ids, "sums": sums}
+        if cfg.secure_aggregation and ids.numel():  # only masked rows leave
+            if req.secagg is None:
+                raise ValueError("secure-aggregation = true but the server sent no public "
+                                 "keys: refusing to release unmasked rows")
+            private, public, index, owner, label = req.secagg
+            out = masked_release(ids, sums, private, public, index, owner, label)
+    return PMAState(to_cpu(hops)), to_cpu(out)

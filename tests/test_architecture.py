@@ -1,0 +1,122 @@
+"""The house's rules (issue 29): layers point down only, no import circle, the ClientApp only
+routes, and a method's client half runs without Flower."""
+from __future__ import annotations
+
+import ast
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).parents[1]
+PACKAGES = ("fedgraph", "strategies", "simulations")
+
+
+def test_the_layer_contract_holds():
+    """import-linter's layers contract in pyproject.toml ([tool.importlinter]): an arrow back
+    up (e.g. fedgraph.report importing fedgraph.federation) fails here, naming the chain."""
+    lint = Path(sys.executable).parent / "lint-imports"
+    res = subprocess.run([str(lint), "--config", "pyproject.toml"], cwd=ROOT,
+                         capture_output=True, text=True, timeout=300)
+    assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-2000:]
+    assert "0 broken" in res.stdout
+
+
+def _import_graph():
+    import grimp
+
+    sys.path.insert(0, str(ROOT))
+    try:
+        return grimp.build_graph(*PACKAGES, include_external_packages=False)
+    finally:
+        sys.path.remove(str(ROOT))
+
+
+def test_no_import_circle():
+    """No module imports, directly or through others, a module that imports it back (lazy
+    imports inside functions included)."""
+    import networkx as nx
+
+    g = _import_graph()
+    edges = nx.DiGraph()
+    for m in g.modules:
+        for i in g.find_modules_directly_imported_by(m):
+            edges.add_edge(m, i)
+    circles = [sorted(c) for c in nx.strongly_connected_components(edges) if len(c) > 1]
+    assert not circles, circles
+
+
+def test_the_layer_test_can_fail(tmp_path):
+    """The contract is not vacuous: a copy of the tree where fedgraph.report imports the
+    federation breaks it."""
+    import shutil
+
+    for name in (*PACKAGES, "pyproject.toml"):
+        src = ROOT / name
+        (shutil.copytree if src.is_dir() else shutil.copy)(src, tmp_path / name)
+    report = tmp_path / "fedgraph" / "report.py"
+    report.write_text(report.read_text() + "\n\ndef _up():\n    from . import federation\n")
+    lint = Path(sys.executable).parent / "lint-imports"
+    res = subprocess.run([str(lint), "--config", "pyproject.toml"], cwd=tmp_path,
+                         capture_output=True, text=True, timeout=300)
+    assert res.returncode != 0 and "fedgraph.report -> fedgraph.federation" in res.stdout, \
+        res.stdout[-2000:]
+
+
+def test_nothing_imports_bench():
+    for package in PACKAGES:
+        for path in (ROOT / package).rglob("*.py"):
+            tree = ast.parse(path.read_text())
+            for node in ast.walk(tree):
+                names = ([a.name for a in node.names] if isinstance(node, ast.Import) else
+                         [node.module or ""] if isinstance(node, ast.ImportFrom) else [])
+                assert not any(n == "bench" or n.startswith("bench.") for n in names), path
+
+
+def test_the_client_app_only_routes():
+    """simulations/client_app.py decodes, calls one method function, encodes: it imports no
+    torch, draws nothing and defines no method computation."""
+    source = (ROOT / "simulations" / "client_app.py").read_text()
+    tree = ast.parse(source)
+    imported = {a.name for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names}
+    imported |= {n.module for n in ast.walk(tree) if isinstance(n, ast.ImportFrom)}
+    assert "torch" not in imported
+    for draw in ("randn", "rand(", "randint", "randperm", "manual_seed", "normal_("):
+        assert draw not in source, draw
+    assert len(source.splitlines()) < 180
+
+
+def test_gap_client_runs_without_flower():
+    """GAP's PMA client step, its state in and out, runs in a process where Flower cannot be
+    imported (every draw from a seeded generator)."""
+    code = """
+import sys
+sys.modules["flwr"] = None  # any import of Flower fails
+import torch
+from fedgraph.config import parse_run_config
+from fedgraph.federation import ClientView
+from fedgraph.data import partition
+from fedgraph.data.synthetic import sbm_graph
+from fedgraph.methods.gap_client import PMARequest, pma_hop, setup
+
+cfg = parse_run_config({"method": "gap", "num-clients": 2, "hops": 2, "encoder-dim": 4,
+                        "partitioner": "random"})
+data = sbm_graph(200, 6.0, num_classes=3, num_features=8, seed=0)
+data.train_mask = torch.rand(200) < 0.5
+data.val_mask = data.test_mask = ~data.train_mask
+client = partition(data, 2, "random", 0)[0]
+stats = {"name": "sbm", "num_nodes": 200, "num_features": 8, "num_classes": 3}
+view = ClientView(client, (0.0, 1.0), stats, 2, None)
+ids, plan = setup(cfg, 0, view)
+gen = lambda purpose: torch.Generator().manual_seed(len(purpose))
+state, out = pma_hop(cfg, 0, view, PMARequest(1), None, gen)
+assert out["ids"].numel() == 200 - client.num_nodes and out["sums"].shape[1] == 4
+inc = {"ids": client.node_ids[:3], "sums": torch.ones(3, 4)}
+state, out = pma_hop(cfg, 0, view, PMARequest(2, incoming=inc), state, gen)
+assert "hop1" in state.tensors and "local_sums" in state.tensors
+print("ok", plan["sigma"] > 0)
+"""
+    res = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True,
+                         text=True, timeout=300)
+    assert res.returncode == 0 and "ok True" in res.stdout, res.stderr[-3000:]
