@@ -294,6 +294,10 @@ def format_table(report: dict) -> str:
         lines.append(f"  secure aggregation: against a server colluding with all other "
                      f"clients, epsilon up to {worst:.4g} per client (own noise share only; "
                      f"privacy.collusion)")
+    if report.get("privacy", {}).get("noise_source") == "mt19937":
+        lines.append("  WARNING: noise-source mt19937 is not a CSPRNG: these epsilons do not hold "
+                     "against a server that recovers the generator's state from released "
+                     "pure-noise values (privacy.noise_source_detail)")
     note = report.get("privacy", {}).get("inference_note")
     if note:
         lines.append(f"  note: {note}")

@@ -83,6 +83,9 @@ def advertise_key(msg: Message, context: Context) -> Message:
     return _reply(msg, secagg=ConfigRecord({"public-key": public}))
 
 
+gap_keys = privgnn_keys = advertise_key  # the handlers by their message names
+
+
 def _gap_model(cfg, view, context, phase: str, arrays, heldout: bool = False):
     """GAP's model and inputs for ``phase``; the private hops come from the client state."""
     from fedgraph.methods.gap_client import hops_key, inputs

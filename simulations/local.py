@@ -92,6 +92,6 @@ def run_local(run_config: dict, grid: LocalGrid | None = None) -> dict:
     from simulations.server_app import validate_run_config
 
     strategy_cls, cfg = validate_run_config(run_config)
-    strategy = strategy_cls(cfg)
-    strategy.attach_ground_truth(preflight(cfg))  # the report's ground_truth, never sent
-    return strategy.start(grid if grid is not None else LocalGrid(cfg.num_clients))
+    stats = preflight(cfg)  # the report's ground_truth, written after the run, never sent
+    return strategy_cls(cfg).start(grid if grid is not None else LocalGrid(cfg.num_clients),
+                                   ground_truth=stats)

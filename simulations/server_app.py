@@ -49,10 +49,8 @@ def run_server(grid: Grid, run_config: dict) -> dict:
         Exception: whatever the strategy raised (the report on disk says ``failed``).
     """
     strategy_cls, cfg = validate_run_config(run_config)
-    strategy = strategy_cls(cfg)
-    # the harness knows the whole graph (a simulation); the report keeps it apart, as ground truth
-    strategy.attach_ground_truth(preflight(cfg))
-    return strategy.start(grid)
+    stats = preflight(cfg)  # the harness knows the whole graph (a simulation): ground truth,
+    return strategy_cls(cfg).start(grid, ground_truth=stats)  # written after the run
 
 
 def validate_run_config(run_config: dict):

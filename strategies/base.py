@@ -173,7 +173,7 @@ class PrivateStrategy(ABC):
         """Accuracy per split from the clients' ``<split>_correct`` / ``<split>_total`` counts
         (test labels never leave the clients). The majority-class rate, a function of every
         label, is not released: the simulation harness puts it in the report's
-        ``ground_truth`` (:meth:`attach_ground_truth`).
+        ``ground_truth`` (:meth:`start`'s ``ground_truth``).
 
         Args:
             counts: node id -> reply content with a ``"metrics"`` record holding
@@ -186,18 +186,7 @@ class PrivateStrategy(ABC):
             total = sum(int(c["metrics"][f"{split}_total"]) for c in counts.values())
             self.report.accuracy[split] = correct / total if total else float("nan")
 
-    #: the simulation's ground truth (:meth:`attach_ground_truth`), ``None`` until attached
-    ground_truth: dict | None = None
 
-    def attach_ground_truth(self, statistics: dict) -> None:
-        """Give the report the simulation's ground truth about the whole graph
-        (:func:`fedgraph.data.dataset_statistics`, computed by the harness that loaded it:
-        ``fedgraph run``, the ServerApp's preflight, :func:`simulations.local.run_local`).
-        The strategy never reads it: it is written to the report's ``ground_truth`` beside
-        what was released, with the majority-class rate (:func:`fedgraph.report.ground_truth`)."""
-        from fedgraph.report import ground_truth
-
-        self.ground_truth = ground_truth(statistics)
 
     # ------------------------------------------------------------------ contract and report
     def check_config(self) -> None:
@@ -228,7 +217,7 @@ class PrivateStrategy(ABC):
             raise ContractError(
                 f"strategy {name} finished without a test accuracy "
                 f"(report.accuracy = {self.report.accuracy}); set it, e.g. with "
-                "self.record_accuracy(counts, statistics) on the clients' evaluate replies")
+                "self.record_accuracy(counts) on the clients' evaluate replies")
         if not isinstance(test, (int, float)) or isinstance(test, bool) or math.isnan(test) \
                 or not 0.0 <= test <= 1.0:
             raise ContractError(f"strategy {name}: test accuracy {test!r} is not a fraction in "
@@ -241,9 +230,15 @@ class PrivateStrategy(ABC):
             self.method, spec_label(self.config.dataset), self.config.seed)
         return Path(self.config.output_dir).expanduser().resolve() / f"{name}.json"
 
-    def start(self, grid) -> dict:
+    def start(self, grid, ground_truth: dict | None = None) -> dict:
         """Check the config, run all phases, check the contract, write the report (also on
         failure) and print the table.
+
+        ``ground_truth``: the simulation's statistics of the whole graph
+        (:func:`fedgraph.data.dataset_statistics`, computed by the harness that loaded it:
+        the ServerApp's preflight, :func:`simulations.local.run_local`). It is written to the
+        report's ``ground_truth`` (:func:`fedgraph.report.ground_truth`) only after
+        :meth:`run` has returned or failed: the strategy never sees it.
 
         Returns:
             the report as a dict.
@@ -275,8 +270,10 @@ class PrivateStrategy(ABC):
             self.report.privacy["noise_source"] = self.config.noise_source
             self.report.privacy["noise_source_detail"] = describe_noise_source(
                 self.config.noise_source)
-            if self.ground_truth is not None:
-                self.report.extra["ground_truth"] = self.ground_truth
+            if ground_truth is not None:
+                from fedgraph.report import ground_truth as truth
+
+                self.report.extra["ground_truth"] = truth(ground_truth)
             path = self.report_path()
             self.report.write(path.parent, path.stem)
             print(format_table(self.report.to_dict()))

@@ -17,7 +17,7 @@ def test_the_layer_contract_holds():
     """import-linter's layers contract in pyproject.toml ([tool.importlinter]): an arrow back
     up (e.g. fedgraph.report importing fedgraph.federation) fails here, naming the chain."""
     lint = Path(sys.executable).parent / "lint-imports"
-    res = subprocess.run([str(lint), "--config", "pyproject.toml"], cwd=ROOT,
+    res = subprocess.run([str(lint), "--no-cache", "--config", "pyproject.toml"], cwd=ROOT,
                          capture_output=True, text=True, timeout=300)
     assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-2000:]
     assert "0 broken" in res.stdout
@@ -28,7 +28,8 @@ def _import_graph():
 
     sys.path.insert(0, str(ROOT))
     try:
-        return grimp.build_graph(*PACKAGES, include_external_packages=False)
+        return grimp.build_graph(*PACKAGES, include_external_packages=False,
+                                 cache_dir=None)  # a stale cache would hide a new import
     finally:
         sys.path.remove(str(ROOT))
 
@@ -58,7 +59,7 @@ def test_the_layer_test_can_fail(tmp_path):
     report = tmp_path / "fedgraph" / "report.py"
     report.write_text(report.read_text() + "\n\ndef _up():\n    from . import federation\n")
     lint = Path(sys.executable).parent / "lint-imports"
-    res = subprocess.run([str(lint), "--config", "pyproject.toml"], cwd=tmp_path,
+    res = subprocess.run([str(lint), "--no-cache", "--config", "pyproject.toml"], cwd=tmp_path,
                          capture_output=True, text=True, timeout=300)
     assert res.returncode != 0 and "fedgraph.report -> fedgraph.federation" in res.stdout, \
         res.stdout[-2000:]

@@ -44,9 +44,8 @@ def _run(tmp_path, num_clients: int, partitioner: str, **extra):
     strategy.keep_gradients = True
     from fedgraph.federation import preflight
 
-    strategy.attach_ground_truth(preflight(cfg))  # the majority-class rate below
     grid = LocalGrid(num_clients)
-    report = strategy.start(grid)
+    report = strategy.start(grid, ground_truth=preflight(cfg))  # the majority-class rate
     assert report["status"] == "ok", report.get("error")
     return cfg, strategy, grid, report
 

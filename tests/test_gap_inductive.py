@@ -77,10 +77,9 @@ def _run(tmp_path, name, **overrides):
 
     strategy_cls, cfg = validate_run_config({**CORA, **overrides, "output-dir": str(tmp_path),
                                              "run-name": name})
-    strategy = strategy_cls(cfg)
-    strategy.attach_ground_truth(preflight(cfg))
+    stats = preflight(cfg)
     grid = LocalGrid(cfg.num_clients, record=True)
-    report = strategy.start(grid)
+    report = strategy_cls(cfg).start(grid, ground_truth=stats)
     if cfg.variant == "gap-inf":  # no noise: every client listed with epsilon inf, not dropped
         subjects = report["privacy"]["per_subject"]
         assert subjects and all(math.isinf(row["epsilon"]) for row in subjects.values())

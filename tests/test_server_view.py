@@ -273,3 +273,35 @@ def test_sage_dp_normaliser_is_the_public_count(monkeypatch):
     train_sage_dp(MLP(4, 8, 2, 2, 0.0, False), x, y, mask, epochs=1, batch_size=None,
                   noise_multiplier=1.0, max_grad_norm=1.0, num_public=20)
     assert seen == [20]
+
+
+def test_the_strategy_never_sees_the_ground_truth(tmp_path):
+    """The harness's whole-graph statistics reach the report only after ``run`` (a fresh
+    user's finding: attached before ``start``, a strategy could read them)."""
+    from fedgraph.federation import preflight
+    from simulations.server_app import validate_run_config
+    from strategies.gap import GAPStrategy
+
+    seen = []
+
+    class Peek(GAPStrategy):
+        def run(self, grid):
+            seen.append((getattr(self, "ground_truth", None),
+                         self.report.extra.get("ground_truth")))
+            super().run(grid)
+
+    _, cfg = validate_run_config({**GAP, "dataset": "cora", "output-dir": str(tmp_path),
+                                  "run-name": "peek"})
+    report = Peek(cfg).start(LocalGrid(2), ground_truth=preflight(cfg))
+    assert seen == [(None, None)]
+    assert report["ground_truth"]["dataset"]["num_edges"] == 10556
+
+
+def test_mt19937_runs_say_so_in_the_printed_table():
+    from fedgraph.report import format_table
+
+    report = {"method": "gap", "status": "ok", "dataset": {"name": "cora"}, "accuracy": {},
+              "privacy": {"noise_source": "mt19937", "per_subject": {}}}
+    assert "not a CSPRNG" in format_table(report)
+    report["privacy"]["noise_source"] = "secure"
+    assert "CSPRNG" not in format_table(report)
