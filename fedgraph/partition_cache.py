@@ -105,20 +105,10 @@ def _source_file(module: str) -> Path:
 
 def graph_digest(data) -> str:
     """SHA-256 of every attribute of a PyG ``Data`` (tensors: dtype, shape and bytes; other
-    values: their ``repr``), in key order."""
-    import torch
+    values: their ``repr``), in key order (:func:`fedgraph.digest.content_digest`)."""
+    from .digest import content_digest
 
-    h = hashlib.sha256()
-    for key in sorted(data.keys()):
-        value = data[key]
-        h.update(f"{key}\0".encode())
-        if isinstance(value, torch.Tensor):
-            t = value.detach().cpu().contiguous()
-            h.update(f"{t.dtype}{tuple(t.shape)}\0".encode())
-            h.update(t.reshape(-1).view(torch.uint8).numpy())
-        else:
-            h.update(f"{value!r}\0".encode())
-    return h.hexdigest()
+    return content_digest((key, data[key]) for key in sorted(data.keys()))
 
 
 def _inputs_stat(paths: list[Path]) -> list:

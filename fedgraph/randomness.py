@@ -285,18 +285,9 @@ def client_data_digest(data) -> str:
         fields = dict(data.to_dict())
     else:
         fields = dict(vars(data))
-    h = hashlib.sha256()
-    for name in sorted(fields):
-        value = fields[name]
-        h.update(name.encode() + b"\0")
-        if isinstance(value, torch.Tensor):
-            t = value.detach().cpu().contiguous()
-            h.update(f"{t.dtype}{tuple(t.shape)}".encode())
-            h.update(t.view(torch.uint8).numpy().tobytes() if t.numel() else b"")
-        else:
-            h.update(repr(value).encode())
-        h.update(b"\1")
-    out = h.hexdigest()
+    from .digest import content_digest
+
+    out = content_digest((name, fields[name]) for name in sorted(fields))
     try:
         object.__setattr__(data, _DIGEST_ATTR, out)
     except (AttributeError, TypeError):  # slots / frozen: no cache
