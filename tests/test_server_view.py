@@ -305,3 +305,17 @@ def test_mt19937_runs_say_so_in_the_printed_table():
     assert "not a CSPRNG" in format_table(report)
     report["privacy"]["noise_source"] = "secure"
     assert "CSPRNG" not in format_table(report)
+
+
+def test_client_drawn_levels_keep_the_configured_shares():
+    """``draw_privacy_levels``: exactly the largest-remainder counts of the shares, in an order
+    that depends on the client's generator only (not on a seed in the run config)."""
+    from fedgraph.data import assign_privacy_levels, draw_privacy_levels
+
+    budgets, shares = [1.0, 2.0, 4.0], [0.5, 0.3, 0.2]
+    a = draw_privacy_levels(101, budgets, shares, randomness.SecureRandom(b"\1" * 32))
+    b = draw_privacy_levels(101, budgets, shares, randomness.SecureRandom(b"\2" * 32))
+    same = draw_privacy_levels(101, budgets, shares, randomness.SecureRandom(b"\1" * 32))
+    want = torch.bincount(assign_privacy_levels(101, budgets, shares), minlength=4)
+    assert torch.equal(torch.bincount(a, minlength=4), want)
+    assert torch.equal(a, same) and not torch.equal(a, b)
