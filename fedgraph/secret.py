@@ -19,13 +19,18 @@ RETIRED_NOISE_SOURCES = {
 SECRET_NODE_KEY = "noise-secret"
 #: environment variable of the client process holding the secret (simulations)
 SECRET_ENV = "FEDGRAPH_NOISE_SECRET"
+#: the shortest secret accepted, in characters: 16 random hex digits are 64 bits, the least a
+#: server's offline search over secrets should face (``secrets.token_hex(16)`` gives 128)
+MIN_SECRET_LENGTH = 16
 
 
 def check_secret(node_config: Mapping) -> bytes:
     """The client's noise secret: ``node_config["noise-secret"]``, else ``$FEDGRAPH_NOISE_SECRET``.
 
     Raises:
-        ConfigError: neither is set or the secret is empty (names both places)."""
+        ConfigError: neither is set, or the secret is shorter than :data:`MIN_SECRET_LENGTH`
+            characters (a short secret is one a curious server can search for: it knows the run
+            config, so the secret and the client's data are all that keep the noise unknown)."""
     from .errors import ConfigError
 
     value = node_config.get(SECRET_NODE_KEY) if node_config is not None else None
@@ -38,4 +43,9 @@ def check_secret(node_config: Mapping) -> bytes:
             f"\"{SECRET_NODE_KEY}='...'\") or the environment variable {SECRET_ENV} of the "
             "client processes (simulations: export it before `fedgraph run`); or use "
             "noise-source 'secure' (the default: fresh OS entropy, not reproducible)")
+    if len(str(value)) < MIN_SECRET_LENGTH:
+        raise ConfigError(
+            f"noise-source: the secret (node config {SECRET_NODE_KEY!r} or ${SECRET_ENV}) has "
+            f"{len(str(value))} characters; use at least {MIN_SECRET_LENGTH} random ones, e.g. "
+            "python -c 'import secrets; print(secrets.token_hex(16))'")
     return str(value).encode()

@@ -151,6 +151,6 @@ def test_ray_starts_early_for_a_secret_run_only_with_the_secret_set(monkeypatch)
     secret_run = {"method": "gap", "noise-source": "secret"}
     monkeypatch.delenv(SECRET_ENV, raising=False)
     assert cli._early_ray_method(secret_run) is None  # _prepare refuses it before Ray
-    monkeypatch.setenv(SECRET_ENV, "s3cret")
+    monkeypatch.setenv(SECRET_ENV, "s3cret-of-16-chars")
     assert cli._early_ray_method(secret_run) == "gap"
     assert cli._early_ray_method({"method": "gap", "client-epsilons": "-1"}) is None  # invalid

@@ -79,6 +79,16 @@ def test_fresh_noise_differs_between_runs_of_the_same_config(source, monkeypatch
     assert not _same(first, _ppgnn_report(cfg, _context()))  # the next run: fresh noise
 
 
+@pytest.mark.parametrize("secret", ["x", "fifteen-chars-x"])
+def test_a_short_secret_is_refused(secret, monkeypatch):
+    """A secret a server could search for is refused, naming both places and the length."""
+    monkeypatch.setenv(rng.SECRET_ENV, secret)
+    with pytest.raises(ConfigError, match=f"has {len(secret)} characters; use at least 16"):
+        rng.check_secret({})
+    monkeypatch.setenv(rng.SECRET_ENV, secret + "-" * (16 - len(secret)))
+    assert rng.check_secret({}) == (secret + "-" * (16 - len(secret))).encode()
+
+
 @pytest.mark.parametrize("where", ["env", "node-config"])
 def test_secret_reproduces_and_only_the_secret_does(where, monkeypatch):
     cfg = parse_run_config({**PPGNN, "noise-source": "secret"})
