@@ -66,7 +66,6 @@ per-cell ones. Each cell's torch uses ``cpus-per-cell`` threads (``OMP_NUM_THREA
 """
 from __future__ import annotations
 
-import ctypes
 import json
 import math
 import os
@@ -86,6 +85,7 @@ from typing import Any, Callable, Literal, Optional
 import tomli_w
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
+from fedgraph.procstats import die_with_parent, end_group, signal_group
 from fedgraph.report import write_bytes_atomic, write_json_atomic
 
 PRESETS = Path(__file__).parent / "presets"
@@ -367,16 +367,6 @@ def _error_from_log(log: str, returncode: int) -> str:
     return tail[-1] if tail else f"exit code {returncode}, no output"
 
 
-_PR_SET_PDEATHSIG = 1
-
-
-def _die_with_parent() -> None:  # runs in the child between fork and exec
-    try:
-        ctypes.CDLL("libc.so.6", use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
-    except OSError:
-        pass
-
-
 def cell_command(run_toml: Path, cpus: float) -> list[str]:
     return [sys.executable, "-m", "simulations.cli", "run", str(run_toml),
             "--num-cpus", str(max(1, math.ceil(cpus)))]
@@ -403,20 +393,13 @@ class _Running:
             self.stopping = True
             procs = list(self.procs)
         for p in procs:
-            _kill_group(p, signal.SIGTERM)
+            signal_group(p, signal.SIGTERM)
         deadline = time.time() + 10
         for p in procs:
             try:
                 p.wait(max(0.1, deadline - time.time()))
             except subprocess.TimeoutExpired:
-                _kill_group(p, signal.SIGKILL)
-
-
-def _kill_group(p: subprocess.Popen, sig: int) -> None:
-    try:
-        os.killpg(p.pid, sig)
-    except (ProcessLookupError, PermissionError):
-        pass
+                signal_group(p, signal.SIGKILL)
 
 
 def run_cell_process(cell_dir: str, cpus: float, timeout: float,
@@ -430,23 +413,18 @@ def run_cell_process(cell_dir: str, cpus: float, timeout: float,
     with open(d / "log.txt", "w") as log:
         p = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                              env=_cell_env(cpus), start_new_session=True,
-                             preexec_fn=_die_with_parent)
+                             preexec_fn=die_with_parent)
         if running is not None:
             with running.lock:
                 running.procs.add(p)
                 stopping = running.stopping
             if stopping:
-                _kill_group(p, signal.SIGTERM)
+                signal_group(p, signal.SIGTERM)
         try:
             rc = p.wait(timeout)
         except subprocess.TimeoutExpired:
             timed_out = True
-            _kill_group(p, signal.SIGTERM)
-            try:
-                rc = p.wait(10)
-            except subprocess.TimeoutExpired:
-                _kill_group(p, signal.SIGKILL)
-                rc = p.wait()
+            rc = end_group(p, grace=10)
         finally:
             if running is not None:
                 with running.lock:
