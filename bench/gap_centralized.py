@@ -37,7 +37,6 @@ import argparse
 import json
 import math
 import os
-import resource
 import statistics
 import time
 from pathlib import Path
@@ -46,6 +45,7 @@ import torch
 
 from fedgraph.data import gap_split, load_dataset
 from fedgraph.methods.gap import run_gap
+from fedgraph.procstats import peak_rss_mib
 
 CONFIGS = ["mlp", "gap-inf", "edge:1", "edge:2", "edge:4", "edge:8", "node:4", "node:8",
            "node:16", "sage", "mlp-node:4", "mlp-node:8", "mlp-node:16", "sage-node:4",
@@ -78,10 +78,6 @@ def _finite(obj):
     if isinstance(obj, (list, tuple)):
         return [_finite(v) for v in obj]
     return obj
-
-
-def rss_mib() -> float:
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
 def summarize(runs: dict[str, list[dict]], quiet: bool = False) -> dict:
@@ -189,7 +185,7 @@ def main() -> None:
                 shared = (r.pop("encoder_output"), r["timings"]["encoder"])
             elif share:
                 wall += shared[1]
-            r.update(seed=seed, wall_s=wall, peak_rss_mib=rss_mib())
+            r.update(seed=seed, wall_s=wall, peak_rss_mib=peak_rss_mib())
             runs[config].append(r)
             print(f"seed {seed} {config:<12} test {100 * r['test_acc']:5.1f} val "
                   f"{100 * r['val_acc']:5.1f} sigma {r['sigma']:.3f} eps_spent "

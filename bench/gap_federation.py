@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import resource
 import shlex
 import statistics
 import sys
@@ -26,6 +25,7 @@ import time
 from pathlib import Path
 
 from fedgraph.report import write_json_atomic
+from fedgraph.procstats import peak_rss_mib
 from simulations.cli import load_run_config, run_simulation
 from simulations.local import run_local
 
@@ -152,7 +152,7 @@ def main() -> None:
                          "max_client_epsilon_from_ledger": max(eps),
                          "released_per_round": report["privacy"]["schedule"],  # the report's
                          "runs": accs, "seconds": statistics.mean(secs),
-                         "peak_rss_mib_driver": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}
+                         "peak_rss_mib_driver": peak_rss_mib()}
         print(f"{name:<48} test acc {100 * results[name]['mean']:.1f} +- "
               f"{100 * results[name]['std']:.1f} over {len(accs)} seed(s) "
               f"({', '.join(f'{100 * a:.1f}' for a in accs)})  "

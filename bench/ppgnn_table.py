@@ -34,7 +34,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import resource
 import statistics
 import time
 from pathlib import Path
@@ -44,6 +43,7 @@ import torch
 from fedgraph.config import parse_run_config
 from fedgraph.federation import load_federated
 from fedgraph.methods import ppgnn
+from fedgraph.procstats import peak_rss_mib
 from fedgraph.report import write_json_atomic
 
 SETTINGS = {
@@ -177,7 +177,7 @@ def run_table(args) -> dict:
                 accs.append(run_once(ds, SETTINGS[name], seed, args.data_root, extra))
             row = summarize(accs, seeds)
             row.update({"seconds_per_run": (time.time() - t0) / len(seeds),
-                        "peak_rss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024})
+                        "peak_rss_mib": peak_rss_mib()})
             results[f"{ds} | {name}"] = row
             print_row(f"{ds} | {name}", row)
     return results
@@ -202,7 +202,7 @@ def run_sweep(args) -> dict:
                 row = summarize([a[0] for a in accs], seeds, [a[1] for a in accs])
                 row["best_epochs"] = [a[2] for a in accs]
                 row.update({"seconds_per_run": (time.time() - t0) / len(seeds),
-                            "peak_rss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024})
+                            "peak_rss_mib": peak_rss_mib()})
                 results[f"{ds} | {name} | K={k}"] = row
                 print_row(f"{ds} | {name} | K={k}", row)
     return results

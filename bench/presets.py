@@ -29,30 +29,13 @@ import os
 import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
-
-import psutil
 
 ROOT = Path(__file__).resolve().parents[1]
 PRESETS = ROOT / "simulations" / "presets"
+sys.path.insert(0, str(ROOT))  # this checkout's packages first
 
-
-def tree_rss(proc: psutil.Process) -> tuple[int, int]:
-    """(sum, max) of the resident set sizes in bytes of ``proc`` and all its descendants."""
-    total = biggest = 0
-    try:
-        procs = [proc, *proc.children(recursive=True)]
-    except psutil.NoSuchProcess:
-        return 0, 0
-    for p in procs:
-        try:
-            rss = p.memory_info().rss
-        except (psutil.NoSuchProcess, psutil.AccessDenied):
-            continue
-        total += rss
-        biggest = max(biggest, rss)
-    return total, biggest
+from fedgraph.procstats import GIB, PhaseTimer, TreeSampler  # noqa: E402
 
 
 def largest_epsilon(report: dict) -> float | None:
@@ -68,26 +51,20 @@ def run_preset(name: str, out_dir: Path, timeout: float, interval: float, env: d
     run_name = f"bench-{name}"
     cmd = [sys.executable, "-m", "simulations.cli", "run", name, "--set", f"output-dir={out_dir}",
            "--set", f"run-name={run_name}"]
-    t0 = time.perf_counter()
+    timer = PhaseTimer()
     log = out_dir / f"{run_name}.log"
     with open(log, "w") as fh:
         proc = subprocess.Popen(cmd, cwd=ROOT, stdout=fh, stderr=subprocess.STDOUT, env=env)
-        ps = psutil.Process(proc.pid)
-        peak_sum = peak_one = 0
-        while proc.poll() is None:
-            s, m = tree_rss(ps)
-            peak_sum, peak_one = max(peak_sum, s), max(peak_one, m)
-            if time.perf_counter() - t0 > timeout:
-                for child in ps.children(recursive=True):
-                    child.kill()
-                proc.kill()
-                break
-            time.sleep(interval)
-        rc = proc.wait()
-    wall = time.perf_counter() - t0
+        with TreeSampler(proc.pid, interval) as tree:  # summed and largest RSS (module docs)
+            try:
+                rc = proc.wait(timeout)
+            except subprocess.TimeoutExpired:
+                tree.kill(f"timed out after {timeout:g} s")
+                rc = proc.wait()
+    wall = timer.elapsed()
     row = {"preset": name, "exit_code": rc, "wall_s": round(wall, 1),
-           "tree_peak_gib": round(peak_sum / 2**30, 2),
-           "largest_process_gib": round(peak_one / 2**30, 2), "log": str(log)}
+           "tree_peak_gib": round(tree.peak_rss / GIB, 2),
+           "largest_process_gib": round(tree.largest_rss / GIB, 2), "log": str(log)}
     report_path = out_dir / f"{run_name}.json"
     if report_path.exists():
         rep = json.loads(report_path.read_text())

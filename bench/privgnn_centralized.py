@@ -16,7 +16,6 @@ import argparse
 import json
 
 from fedgraph.report import write_json_atomic
-import resource
 import statistics
 import sys
 import time
@@ -33,6 +32,7 @@ from fedgraph.data import load_dataset  # noqa: E402
 from fedgraph.methods import privgnn as pg  # noqa: E402
 from fedgraph.methods.training import train_node_classifier  # noqa: E402
 from fedgraph.nn import adjacency_for  # noqa: E402
+from fedgraph.procstats import peak_rss_mib  # noqa: E402
 
 DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
 
@@ -156,7 +156,7 @@ def main(argv=None):
         print(f"\n{name} (mean ± std over {len(rs)} seeds)")
         for k, (mu, sd) in s.items():
             print(f"  {k:45s} {mu:8.4f} ± {sd:.4f}")
-    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    peak = peak_rss_mib()
     out = {"args": vars(args), "rows": rows, "summary": summary,
            "wall_seconds": time.perf_counter() - t0, "peak_rss_mib": peak}
     print(f"\nwall {out['wall_seconds']:.1f} s, peak RSS {peak:.0f} MiB")

@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import argparse
 import math
-import resource
 import statistics
 import sys
 import time
@@ -45,6 +44,7 @@ from fedgraph.config import parse_run_config  # noqa: E402
 from fedgraph.data import load_dataset, partition  # noqa: E402
 from fedgraph.methods import privgnn as pg  # noqa: E402
 from fedgraph.methods import privgnn_federated as pf  # noqa: E402
+from fedgraph.procstats import peak_rss_mib  # noqa: E402
 from fedgraph.report import write_json_atomic  # noqa: E402
 
 DATA = REPO.parent / "shared" / "data"
@@ -173,7 +173,7 @@ def run_setting(name: str, clients: int, seed: int, args) -> dict:
             "epsilon_rdp": pg.privgnn_epsilon(int(qidx.numel()), cfg.gamma, lam, cfg.delta, "rdp"),
             "auroc_student": auroc(st.model) if auroc else float("nan")}
     row["seconds"] = time.perf_counter() - t0
-    row["peak_rss_mib"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    row["peak_rss_mib"] = peak_rss_mib()
     return row
 
 
@@ -421,7 +421,7 @@ def main(argv=None):
         print_issue_table(rows, args.epsilons)
         out = {"args": vars(args), "command": " ".join(sys.argv), "rows": rows,
                "wall_seconds": time.perf_counter() - t0,
-               "peak_rss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}
+               "peak_rss_mib": peak_rss_mib()}
         write_json_atomic(args.out, out)
         print(f"results: {args.out}")
         return
@@ -453,7 +453,7 @@ def main(argv=None):
                     flush=True)
     summary = summarize(rows, args.lambdas)
     print_table(summary, args.lambdas)
-    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    peak = peak_rss_mib()
     out = {"args": vars(args), "command": " ".join(sys.argv), "rows": rows, "summary": summary,
            "wall_seconds": time.perf_counter() - t0, "peak_rss_mib": peak}
     print(f"\nwall {out['wall_seconds']:.1f} s, peak RSS {peak:.0f} MiB")

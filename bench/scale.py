@@ -110,7 +110,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import resource
 import shutil
 import subprocess
 import sys
@@ -119,6 +118,11 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))  # this checkout's packages first
+
+from fedgraph.procstats import (GIB, PhaseTimer, TreeSampler, have_psutil,  # noqa: E402
+                                peak_rss_gib, terminate_leftovers)
+
 PHASES = ("gap-plain", "gap-pma", "flexprop-plain", "flexprop")
 RUN_METHODS = ("gap", "ppgnn", "privgnn")
 ALL_PHASES = PHASES + ("privgnn-answer-plain", "privgnn-answer") + tuple(
@@ -141,10 +145,6 @@ RUN_SETTINGS = {
                 "teacher-batch-size": 64, "lam": 2.0, "gamma": 0.3, "client-epsilons": "inf",
                 "hops": 2, "neighbourhood-size": 50, "projection-dim": 0, "epochs": 10},
 }
-
-
-def _peak_gib() -> float:
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2 ** 20  # KiB -> GiB
 
 
 def _sync(dev) -> None:
@@ -181,7 +181,6 @@ def run_one(phase: str, nodes: int, degree: float, clients: int, hops: int, dim:
                           timeout, min_avail)
     import torch
 
-    sys.path.insert(0, str(ROOT))
     from fedgraph.data import load_dataset
     from fedgraph.device import resolve_device
 
@@ -197,7 +196,7 @@ def run_one(phase: str, nodes: int, degree: float, clients: int, hops: int, dim:
             file.parent.mkdir(parents=True, exist_ok=True)
             torch.save(data, file.with_suffix(".tmp"))
             file.with_suffix(".tmp").rename(file)
-    graph_s, graph_peak = time.perf_counter() - t0, _peak_gib()
+    graph_s, graph_peak = time.perf_counter() - t0, peak_rss_gib()
     n, e = data.num_nodes, data.edge_index.size(1)
     gen = torch.Generator().manual_seed(0)
     if dev.type == "cuda":
@@ -239,10 +238,10 @@ def run_one(phase: str, nodes: int, degree: float, clients: int, hops: int, dim:
     row = {"phase": phase, "nodes": n, "edges": e, "graph_s": round(graph_s, 2),
            "graph_peak_gib": round(graph_peak, 2), "setup_s": round(setup_s, 2),
            "phase_s": round(phase_s, 2),
-           "peak_gib": round(_peak_gib(), 2), "device": str(dev),
+           "peak_gib": round(peak_rss_gib(), 2), "device": str(dev),
            "threads": torch.get_num_threads(), **extra}
     if dev.type == "cuda":
-        row["gpu_peak_gib"] = round(torch.cuda.max_memory_allocated() / 2 ** 30, 2)
+        row["gpu_peak_gib"] = round(torch.cuda.max_memory_allocated() / GIB, 2)
     return row
 
 
@@ -389,97 +388,48 @@ def _measure(cmd: list[str], env: dict, timeout: float, mem_limit: float, out_pa
     ``min_avail`` GiB available. Processes of the tree still alive 10 s
     after the root exits (none expected: Ray stops its own) are terminated: all were started
     here."""
-    import threading
+    def abort(rss: int):
+        if rss > mem_limit * GIB:
+            return f"aborted: process tree RSS {rss / GIB:.1f} GiB > {mem_limit:g} GiB"
+        avail = psutil.virtual_memory().available
+        if avail < min_avail * GIB:  # a shared machine: never drive it to the OOM killer
+            return (f"aborted: the machine has {avail / GIB:.1f} GiB available "
+                    f"< {min_avail:g} GiB (tree RSS {rss / GIB:.1f} GiB)")
+        return None
 
-    try:
-        import psutil
-    except ImportError:  # wall time and ru_maxrss only
-        psutil = None
-    gib, want_pss = 2 ** 30, pss
-    stats = {"tree_rss_gib": None, "tree_pss_gib": None, "largest_proc": None,
-             "largest_proc_gib": None, "samples": 0, "status": "ok"}
-    seen: dict = {}
-    stop = threading.Event()
-    t0 = time.perf_counter()
+    timer = PhaseTimer()
     with open(out_path, "w") as out, open(err_path, "w") as err:
         proc = subprocess.Popen(cmd, stdout=out, stderr=err, env=env, cwd=ROOT)
+    sampler = None  # without psutil: wall time and ru_maxrss only
+    if have_psutil():
+        import psutil
 
-    def tree():
-        try:
-            root = seen.setdefault(proc.pid, psutil.Process(proc.pid))
-            kids = root.children(recursive=True)
-        except psutil.Error:
-            return []
-        return [root] + [seen.setdefault(k.pid, k) for k in kids]
-
-    def kill_tree(why: str) -> None:
-        stats["status"] = why
-        for p in reversed(tree()):  # descendants first
-            try:
-                p.kill()
-            except psutil.Error:
-                pass
-
-    def sample() -> None:
-        peak_rss = peak_pss = big = 0
-        while not stop.is_set():
-            rss = pss = 0
-            for p in tree():
-                try:
-                    m = p.memory_full_info() if want_pss else p.memory_info()
-                except psutil.Error:
-                    continue
-                rss, pss = rss + m.rss, pss + getattr(m, "pss", m.rss)
-                if m.rss > big:
-                    big = m.rss
-                    try:
-                        stats["largest_proc"] = " ".join(p.cmdline()).strip()[:80] or p.name()
-                    except psutil.Error:
-                        pass
-            stats["samples"] += 1
-            peak_rss, peak_pss = max(peak_rss, rss), max(peak_pss, pss)
-            stats.update(tree_rss_gib=round(peak_rss / gib, 2),
-                         tree_pss_gib=round(peak_pss / gib, 2),
-                         largest_proc_gib=round(big / gib, 2))
-            if rss > mem_limit * gib:
-                kill_tree(f"aborted: process tree RSS {rss / gib:.1f} GiB > {mem_limit:g} GiB")
-                return
-            avail = psutil.virtual_memory().available
-            if avail < min_avail * gib:  # a shared machine: never drive it to the OOM killer
-                kill_tree(f"aborted: the machine has {avail / gib:.1f} GiB available "
-                          f"< {min_avail:g} GiB (tree RSS {rss / gib:.1f} GiB)")
-                return
-            stop.wait(0.5)
-
-    thread = threading.Thread(target=sample, daemon=True) if psutil else None
-    if thread:
-        thread.start()
+        sampler = TreeSampler(proc.pid, 0.5, pss=pss, abort=abort).start()
+    status = "ok"
     try:
         proc.wait(timeout=timeout)
     except subprocess.TimeoutExpired:
-        if psutil:
-            kill_tree(f"timed out after {timeout:.0f} s")
+        status = f"timed out after {timeout:.0f} s"
+        if sampler:
+            sampler.kill(status)
         else:
             proc.kill()
-            stats["status"] = f"timed out after {timeout:.0f} s"
         proc.wait()
-    wall = time.perf_counter() - t0
-    stop.set()
-    if thread:
-        thread.join()
+    wall = timer.elapsed()
+    stats = {"tree_rss_gib": None, "tree_pss_gib": None, "largest_proc": None,
+             "largest_proc_gib": None, "samples": 0, "status": status}
+    if sampler:
+        sampler.stop()
+        if sampler.samples:
+            stats.update(tree_rss_gib=round(sampler.peak_rss / GIB, 2),
+                         tree_pss_gib=round(sampler.peak_pss / GIB, 2),
+                         largest_proc=sampler.largest_cmd,
+                         largest_proc_gib=round(sampler.largest_rss / GIB, 2))
+        stats.update(samples=sampler.samples, status=sampler.aborted or status)
     stats.update(wall_s=round(wall, 2), rc=proc.returncode,
-                 ru_maxrss_gib=round(resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
-                                     / 2 ** 20, 2))
-    if psutil:
-        left = [p for pid, p in seen.items() if pid != proc.pid and p.is_running()]
-        if left:
-            _, left = psutil.wait_procs(left, timeout=10)
-        for p in left:
-            try:
-                p.terminate()
-            except psutil.Error:
-                pass
-        stats["leftover_terminated"] = len(left)
+                 ru_maxrss_gib=round(peak_rss_gib(children=True), 2))
+    if sampler:
+        stats["leftover_terminated"] = terminate_leftovers(sampler.seen, proc.pid, timeout=10)
     return stats
 
 
@@ -585,19 +535,18 @@ def _plain_run(method: str, settings: dict) -> dict:
     timings and torch's thread count."""
     import torch
 
-    sys.path.insert(0, str(ROOT))
     from fedgraph.config import parse_run_config
     from fedgraph.data import apply_split, load_dataset, partition
     from fedgraph.device import resolve_device
 
-    t0 = time.perf_counter()
-    timings = {}
+    timer = PhaseTimer()
+    timings = timer.seconds
     if method == "gap":
         from fedgraph.methods.gap import run_gap
 
-        cfg = parse_run_config(settings)
-        data = apply_split(load_dataset(cfg.dataset), cfg.split, cfg.seed)
-        timings["load + split"] = time.perf_counter() - t0
+        with timer.phase("load + split"):
+            cfg = parse_run_config(settings)
+            data = apply_split(load_dataset(cfg.dataset), cfg.split, cfg.seed)
         res = run_gap(data, method=cfg.variant, level=cfg.level, epsilon=cfg.client_epsilon(0),
                       delta=cfg.delta, num_hops=cfg.hops, encoder_dim=cfg.encoder_dim,
                       hidden=cfg.hidden, encoder_layers=2, base_layers=1, head_layers=1,
@@ -613,56 +562,51 @@ def _plain_run(method: str, settings: dict) -> dict:
         from fedgraph.federation import load_federated
         from fedgraph.methods import ppgnn
 
-        cfg = parse_run_config({**settings, "num-clients": 1})
-        data, clients = load_federated(cfg, cfg.budgets, cfg.shares)
-        timings["load + split"] = time.perf_counter() - t0
-        t = time.perf_counter()
-        c = int(data.y.max()) + 1
-        rep = ppgnn.client_report(clients[0], cfg, data.feature_domain, c,
-                                  torch.Generator().manual_seed(cfg.seed))
-        timings["perturb"] = time.perf_counter() - t
-        t = time.perf_counter()
-        fit = ppgnn.server_fit([rep], cfg, data.num_nodes, data.num_features, c)
-        timings["calibrate + train"] = time.perf_counter() - t
+        with timer.phase("load + split"):
+            cfg = parse_run_config({**settings, "num-clients": 1})
+            data, clients = load_federated(cfg, cfg.budgets, cfg.shares)
+        with timer.phase("perturb"):
+            c = int(data.y.max()) + 1
+            rep = ppgnn.client_report(clients[0], cfg, data.feature_domain, c,
+                                      torch.Generator().manual_seed(cfg.seed))
+        with timer.phase("calibrate + train"):
+            fit = ppgnn.server_fit([rep], cfg, data.num_nodes, data.num_features, c)
         mask = clients[0].test_mask
         acc = float((fit.predictions[mask] == clients[0].y[mask]).float().mean())
     else:  # privgnn: run_centralized's steps, the private half over the same clients
         from fedgraph.methods import privgnn as pg
         from fedgraph.methods.privgnn_federated import teacher_config
 
-        cfg = parse_run_config(settings)
-        data = load_dataset(cfg.dataset)
-        private, public = pg.privgnn_split(data, public_fraction=cfg.public_fraction,
-                                           public_test_fraction=cfg.public_test_fraction,
-                                           seed=cfg.seed)
-        parts = partition(private, cfg.num_clients, cfg.partitioner, cfg.seed, alpha=cfg.alpha)
-        timings["load + split"] = time.perf_counter() - t0
-        t = time.perf_counter()
-        c = int(data.y.max()) + 1
-        gen = torch.Generator().manual_seed(cfg.seed)
-        qidx = pg.select_queries(public, cfg.num_queries, "random", generator=gen)
-        hoods = pg.query_neighbourhoods(public, qidx, cfg.hops, cfg.neighbourhood_size, gen)
-        proj = (pg.public_projection(public.x, cfg.projection_dim, cfg.seed)
-                if cfg.projection_dim else None)
-        timings["queries"] = time.perf_counter() - t
-        t = time.perf_counter()
-        answers = [pg.answer_queries(p, hoods.query_x, rate=cfg.gamma, k=cfg.num_neighbours,
-                                     lam=cfg.lam, num_classes=c, teacher=teacher_config(cfg),
-                                     mode=cfg.answer_mode, neighbourhoods=hoods,
-                                     projection=proj, generator=gen,
-                                     device=resolve_device(cfg.device)) for p in parts]
-        timings["answers"] = time.perf_counter() - t
-        t = time.perf_counter()
-        st = pg.train_student(public, qidx, pg.aggregate_answers(answers), hidden=cfg.hidden,
-                              dropout=cfg.dropout, epochs=cfg.epochs, lr=cfg.lr,
-                              weight_decay=cfg.weight_decay, seed=cfg.seed)
-        timings["student"] = time.perf_counter() - t
-        t = time.perf_counter()
-        for _ in parts:  # the server's ledger: one PLD composition per client
-            pg.privgnn_epsilon(int(qidx.numel()), cfg.gamma, cfg.lam, cfg.delta, "pld")
-        timings["epsilon"] = time.perf_counter() - t
+        with timer.phase("load + split"):
+            cfg = parse_run_config(settings)
+            data = load_dataset(cfg.dataset)
+            private, public = pg.privgnn_split(data, public_fraction=cfg.public_fraction,
+                                               public_test_fraction=cfg.public_test_fraction,
+                                               seed=cfg.seed)
+            parts = partition(private, cfg.num_clients, cfg.partitioner, cfg.seed,
+                              alpha=cfg.alpha)
+        with timer.phase("queries"):
+            c = int(data.y.max()) + 1
+            gen = torch.Generator().manual_seed(cfg.seed)
+            qidx = pg.select_queries(public, cfg.num_queries, "random", generator=gen)
+            hoods = pg.query_neighbourhoods(public, qidx, cfg.hops, cfg.neighbourhood_size, gen)
+            proj = (pg.public_projection(public.x, cfg.projection_dim, cfg.seed)
+                    if cfg.projection_dim else None)
+        with timer.phase("answers"):
+            answers = [pg.answer_queries(p, hoods.query_x, rate=cfg.gamma, k=cfg.num_neighbours,
+                                         lam=cfg.lam, num_classes=c,
+                                         teacher=teacher_config(cfg), mode=cfg.answer_mode,
+                                         neighbourhoods=hoods, projection=proj, generator=gen,
+                                         device=resolve_device(cfg.device)) for p in parts]
+        with timer.phase("student"):
+            st = pg.train_student(public, qidx, pg.aggregate_answers(answers),
+                                  hidden=cfg.hidden, dropout=cfg.dropout, epochs=cfg.epochs,
+                                  lr=cfg.lr, weight_decay=cfg.weight_decay, seed=cfg.seed)
+        with timer.phase("epsilon"):
+            for _ in parts:  # the server's ledger: one PLD composition per client
+                pg.privgnn_epsilon(int(qidx.numel()), cfg.gamma, cfg.lam, cfg.delta, "pld")
         acc = st.test_accuracy
-    timings["total"] = time.perf_counter() - t0
+    timings["total"] = timer.elapsed()
     return {"edges": int(data.edge_index.size(1)), "test_acc": float(acc),
             "timings": {k: round(v, 3) for k, v in timings.items()},
             "threads": torch.get_num_threads()}

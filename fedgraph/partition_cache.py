@@ -59,7 +59,9 @@ MAX_BYTES = int(float(os.environ.get("FEDGRAPH_PARTITION_CACHE_MAX_GB", "4")) * 
 #: modules whose source decides what the parts hold (a changed one is a miss)
 CODE_MODULES = ("fedgraph.data.splits", "fedgraph.data.partition", "fedgraph.data.levels",
                 "fedgraph.data.datasets", "fedgraph.data.paths", "fedgraph.data.synthetic",
-                "fedgraph.federation",
+                "fedgraph.data.normal_form", "fedgraph.data.raw_folders",
+                "fedgraph.data.pyg_loaders", "fedgraph.data.ogbn", "fedgraph.data.facebook100",
+                "fedgraph.data.user_graphs", "fedgraph.federation",
                 "fedgraph.partition_cache")
 
 

@@ -413,7 +413,8 @@ def sweep(
     an invalid sweep file, 130 if interrupted."""
     from rich.console import Console
 
-    from simulations.sweep import SweepError, cell_is_done, load_sweep, run_sweep
+    from simulations.sweep import SweepError, load_sweep
+    from simulations.sweep_runner import cell_is_done, run_sweep
 
     if executor not in (None, "auto", "local", "ray"):
         typer.echo(f"fedgraph: --executor must be local, ray or auto, got {executor!r}", err=True)

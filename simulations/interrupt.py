@@ -17,10 +17,10 @@ import threading
 import time
 
 from fedgraph.federation import RunInterrupted
+from fedgraph.procstats import alive, become_subreaper, descendants, kill_descendants
 
 # Neither torch nor Flower: ``fedgraph run`` imports this module before it starts Ray.
-__all__ = ["STOP", "RunInterrupted", "StopOnSignal", "become_subreaper",
-           "descendants", "end_all_descendants", "kill_descendants"]
+__all__ = ["STOP", "RunInterrupted", "StopOnSignal", "end_all_descendants"]
 
 #: set by the first Ctrl-C of ``fedgraph run``; every grid call after it raises.
 STOP = threading.Event()
@@ -46,34 +46,6 @@ def _interrupt_server_thread() -> None:
                                                    ctypes.py_object(RunInterrupted))
 
 
-def descendants(pid: int | None = None) -> set[int]:
-    """Process ids of every descendant of ``pid`` (default: this process), read from /proc;
-    empty where /proc is not there."""
-    pid = os.getpid() if pid is None else pid
-    children: dict[int, list[int]] = {}
-    try:
-        entries = os.listdir("/proc")
-    except OSError:
-        return set()
-    for entry in entries:
-        if not entry.isdigit():
-            continue
-        try:
-            with open(f"/proc/{entry}/stat") as f:
-                stat = f.read()
-        except OSError:
-            continue
-        ppid = int(stat.rsplit(")", 1)[1].split()[1])
-        children.setdefault(ppid, []).append(int(entry))
-    out, todo = set(), [pid]
-    while todo:
-        for child in children.get(todo.pop(), []):
-            if child not in out:
-                out.add(child)
-                todo.append(child)
-    return out
-
-
 def _keep_our_sigterm_handler() -> None:
     """``ray.init`` replaces the main thread's SIGTERM handler with ``sys.exit`` (which crashes
     Flower's simulation without a report): make Ray's setter leave ours in place. Its core
@@ -93,58 +65,16 @@ def _keep_our_sigterm_handler() -> None:
         ray_utils.set_sigterm_handler = lambda handler: None
 
 
-def become_subreaper() -> bool:
-    """Make this process the Linux "child subreaper" of its descendants (``prctl
-    PR_SET_CHILD_SUBREAPER``): a process whose parent dies (Ray's agents when the raylet ends)
-    is re-parented here instead of to init, so :func:`descendants` still finds it. Returns
-    False where the call is not available (not Linux)."""
-    try:
-        import ctypes
-
-        return ctypes.CDLL("libc.so.6", use_errno=True).prctl(36, 1, 0, 0, 0) == 0
-    except (OSError, AttributeError):
-        return False
-
-
-def kill_descendants(pids: set[int] | None = None, grace: float = 3.0) -> None:
-    """SIGTERM ``pids`` (default: every descendant of this process), then SIGKILL those alive
-    after ``grace`` seconds."""
-    pids = descendants() if pids is None else set(pids)
-    for sig in (signal.SIGTERM, signal.SIGKILL):
-        alive = set()
-        for p in pids:
-            try:
-                os.kill(p, sig)
-                alive.add(p)
-            except (ProcessLookupError, PermissionError):
-                pass
-        if sig == signal.SIGKILL or not alive:
-            return
-        end = time.monotonic() + grace
-        while alive and time.monotonic() < end:
-            alive = {p for p in alive if _alive(p)}
-            time.sleep(0.1)
-        pids = alive
-
-
 def end_all_descendants(known: set[int] | None = None, within: float = 10.0) -> None:
     """Kill ``known`` and every descendant of this process, again and again until none is
     left or ``within`` seconds passed: processes orphaned while Ray shuts down are re-parented
     to this process (:func:`become_subreaper`) after a first pass."""
     end = time.monotonic() + within
-    pids = {p for p in set(known or ()) | descendants() if _alive(p)}
+    pids = {p for p in set(known or ()) | descendants() if alive(p)}
     while pids and time.monotonic() < end:
         kill_descendants(pids, grace=1.0)  # returns once they are dead (or after the grace):
         time.sleep(0.02)  # their children are this process's by then; a moment for stragglers
-        pids = {p for p in descendants() if _alive(p)}
-
-
-def _alive(pid: int) -> bool:
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
-    except OSError:
-        return False
+        pids = {p for p in descendants() if alive(p)}
 
 
 class StopOnSignal:

@@ -16,7 +16,8 @@ from pathlib import Path
 import pytest
 
 from simulations.grid import InterruptibleGrid
-from simulations.interrupt import RunInterrupted, STOP, descendants
+from fedgraph.procstats import descendants
+from simulations.interrupt import RunInterrupted, STOP
 
 ROOT = Path(__file__).parents[1]
 #: Linux's process file system (an OS interface, not a project path)

@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from fedgraph.data import KNOWN_DATASETS, apply_split, dataset_spec, load_dataset
-from fedgraph.data import datasets as ds
+from fedgraph.data import ogbn as ds
 
 #: 7 nodes, 3 features, 3 classes; every edge stored once (as OGB does), one of them also
 #: reversed and one self loop, which the loader must fold away

@@ -11,10 +11,15 @@ from .partition import (PARTITIONERS, ClientGraph, build_client_graphs,
 from .splits import (SPLITS, apply_split, gap_split, planetoid_split,
                      ppgnn_split, random_split)
 
-_WHERE = dict.fromkeys(('DATASETS', 'KNOWN_DATASETS', 'check_graph', 'dataset_spec', 'load_graph_locked',
-                        'dataset_statistics', 'known_datasets', 'load_dataset',
-                        'load_facebook100', 'FACEBOOK100_FEATURES', 'one_hot_attributes', 'read_graph_files',
-                        'register_dataset', 'resolve_root', 'user_cache_dir'), 'datasets')
+_WHERE = {
+    **dict.fromkeys(('DATASETS', 'KNOWN_DATASETS', 'dataset_spec', 'known_datasets',
+                     'load_dataset', 'load_graph_locked', 'register_dataset'), 'datasets'),
+    **dict.fromkeys(('check_graph', 'dataset_statistics'), 'normal_form'),
+    **dict.fromkeys(('load_facebook100', 'FACEBOOK100_FEATURES', 'one_hot_attributes'),
+                    'facebook100'),
+    'read_graph_files': 'user_graphs',
+    **dict.fromkeys(('resolve_root', 'user_cache_dir'), 'paths'),
+}
 
 
 __getattr__, __dir__ = lazy_attributes(__name__, _WHERE, globals())

@@ -1,6 +1,6 @@
 """Where the datasets' files are (data root, user cache, bundled Cora) and which inputs a
 built-in dataset is read from, without importing torch or PyG (the partition cache's keys
-need them in every client process; :mod:`fedgraph.data.datasets` re-exports them)."""
+need them in every client process)."""
 from __future__ import annotations
 
 import os

@@ -1,0 +1,98 @@
+"""Graphs of the user's own: a registered loader's graph checked and normalised
+(:func:`load_custom`), and the built-in ``files`` dataset (:func:`read_graph_files`: an edge
+list, features and labels as plain files, or a saved ``Data``)."""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Optional, Tuple, Union
+
+import numpy as np
+import torch
+from torch_geometric.data import Data
+
+from ..registry import spec_label
+from .normal_form import check_graph, finalize
+
+PathLike = Union[str, Path]
+
+
+def load_custom(spec: str, loader, root: Optional[Path]) -> Data:
+    """Calls a user loader, checks its graph and normalises it (:func:`~fedgraph.data.normal_form.finalize`)."""
+    data = loader(root)
+    check_graph(data, spec)
+    domain = data.get('feature_domain')
+    label = data.get('name') if isinstance(data.get('name'), str) else spec_label(spec)
+    out = finalize(data, label, None if domain is None else
+                    (float(domain[0]), float(domain[1])))
+    if data.get('num_classes') is not None:
+        out.num_classes = int(data.num_classes)
+    return out
+
+
+def read_graph_files(root: PathLike, feature_domain: Optional[Tuple[float, float]] = None,
+                     ) -> Data:
+    r"""Reads a graph from plain files, or a saved :class:`Data`.
+
+    ``root`` is either a ``.pt`` file holding a ``Data`` saved with
+    ``torch.save(data, path)`` (loaded with ``weights_only=False``: only
+    load files you made), or a folder with
+
+    * ``edges.csv``: one edge per line, ``source,target`` (0-based node ids),
+    * ``features.csv``: one line per node, ``F`` comma-separated numbers,
+    * ``labels.csv``: one line per node, an integer class id in ``[0, C)``,
+    * ``graph.toml`` (optional): ``feature_domain = [low, high]`` (the
+      public range of the features) and ``name`` (shown in reports).
+
+    Lines starting with ``#`` are comments.
+
+    Args:
+        root: the folder or ``.pt`` file.
+        feature_domain: overrides ``graph.toml``'s.
+
+    Returns:
+        Data: ``x [N, F]`` float32, ``y [N]`` long, ``edge_index [2, E]``
+        long, ``feature_domain`` (or ``None``). Not yet checked or
+        normalised: :func:`load_dataset` does both.
+
+    Raises:
+        FileNotFoundError: a required file is missing (the message lists the
+            layout).
+    """
+    root = Path(root).expanduser()
+    if root.is_file() and root.suffix == '.pt':
+        data = torch.load(root, weights_only=False)
+        if feature_domain is not None and isinstance(data, Data):
+            data.feature_domain = feature_domain
+        return data
+    need = ['edges.csv', 'features.csv', 'labels.csv']
+    missing = [f for f in need if not (root / f).is_file()]
+    if missing:
+        raise FileNotFoundError(
+            f"dataset 'files': {', '.join(str(root / f) for f in missing)} not found; "
+            "data-root must be a .pt file (torch.save of a Data) or a folder with edges.csv "
+            "(source,target per line), features.csv (one row per node), labels.csv (one "
+            "class id per line) and optionally graph.toml (feature_domain = [low, high])")
+    meta = {}
+    if (root / 'graph.toml').is_file():
+        import tomllib
+
+        meta = tomllib.loads((root / 'graph.toml').read_text())
+    edges = np.loadtxt(root / 'edges.csv', delimiter=',', comments='#', dtype=np.int64, ndmin=2)
+    x = np.loadtxt(root / 'features.csv', delimiter=',', comments='#', dtype=np.float32, ndmin=2)
+    y = np.loadtxt(root / 'labels.csv', delimiter=',', comments='#', dtype=np.int64, ndmin=1)
+    domain = feature_domain if feature_domain is not None else meta.get('feature_domain')
+    data = Data(x=torch.from_numpy(x), y=torch.from_numpy(y),
+                edge_index=torch.from_numpy(edges.reshape(-1, 2).T.copy()),
+                feature_domain=None if domain is None else tuple(float(v) for v in domain),
+                num_nodes=int(x.shape[0]))
+    if isinstance(meta.get('name'), str):
+        data.name = meta['name']
+    return data
+
+
+def files_dataset(root: Optional[Path]) -> Data:
+    """The ``files`` dataset: :func:`read_graph_files` on ``data-root``."""
+    if root is None:
+        raise ValueError("dataset 'files' reads the folder (or .pt file) named by data-root; "
+                         "set data-root")
+    return read_graph_files(root)
