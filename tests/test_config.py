@@ -50,7 +50,7 @@ def test_pyproject_declares_every_key():
     fields = {k.replace("_", "-") for m in METHOD_CONFIGS.values() for k in m.model_fields}
     assert keys == fields
     parse_run_config({k: v for k, v in declared["tool"]["flwr"]["app"]["config"].items()
-                      if k != "strategy"})
+                      if k != "strategy"} | {"num-clients": 10})  # 0: set from the grid
 
 
 def test_every_preset_validates():
@@ -145,6 +145,9 @@ def test_pyproject_values_are_the_ppgnn_defaults():
     declared = tomllib.loads((Path(__file__).parents[1] / "pyproject.toml").read_text())
     declared = declared["tool"]["flwr"]["app"]["config"]
     assert declared["method"] == "ppgnn"
+    # num-clients = 0: one client per supernode (the ServerApp sets it from the grid first)
+    assert declared["num-clients"] == 0
+    declared["num-clients"] = PPGNNConfig().num_clients
     from_pyproject = parse_run_config({k: v for k, v in declared.items() if k != "strategy"})
     defaults = PPGNNConfig()
     for field in PPGNNConfig.model_fields:
@@ -183,6 +186,7 @@ def test_pyproject_values_are_the_gap_defaults():
     declared = tomllib.loads((Path(__file__).parents[1] / "pyproject.toml").read_text())
     declared = declared["tool"]["flwr"]["app"]["config"]
     given = {k: v for k, v in declared.items() if k != "strategy"}
+    given["num-clients"] = 10  # 0 in pyproject: the ServerApp sets it from the grid first
     for method in ("gap", "privgnn"):  # every key, the shared ones included (delta, split, ...)
         from_pyproject = parse_run_config({**given, "method": method})
         defaults = parse_run_config({"method": method})
