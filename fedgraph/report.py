@@ -21,8 +21,8 @@ def default_run_name(label: str, dataset: str, seed: int, when: float | None = N
                      pid: int | None = None) -> str:
     """The report name of a run without ``run-name``, the same under ``fedgraph run`` and
     ``flwr run``: ``<label>-<dataset>-seed<seed>-<YYYYmmdd-HHMMSS>-<pid>`` (``label``: the
-    preset's name, else the method's; the dataset is not repeated when the label ends with
-    it: ``gap-edge-cora-seed0-20261201-101500-4242``). The process id keeps two runs started
+    strategy's method, under both, whatever preset file the config came from; the dataset is
+    not repeated when the label ends with it: ``gap-cora-seed0-20261201-101500-4242``). The process id keeps two runs started
     in the same second apart."""
     stem = label if label.endswith(f"-{dataset}") or label == dataset else f"{label}-{dataset}"
     stamp = time.strftime("%Y%m%d-%H%M%S", time.localtime(when))

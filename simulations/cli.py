@@ -199,8 +199,9 @@ def run_simulation(run_config: dict, num_cpus: Optional[int] = None,
                    cpus_per_client: float = 1.0, gpus_per_client: float = 0.0,
                    label: Optional[str] = None) -> dict:
     """Run one simulation in-process; return the report dict. Without ``run-name`` the report
-    is named ``<label or method>-<dataset>-seed<seed>-<pid>`` (``label``: the preset's name;
-    the dataset is not repeated when the label ends with it: ``gap-edge-cora-seed0-<pid>``).
+    is named ``<label or method>-<dataset>-seed<seed>-<time>-<pid>`` (``method``: the
+    strategy's, as under ``flwr run``, which writes the same name for the same config; a
+    ``label`` ending with the dataset does not repeat it).
 
     Raises:
         fedgraph.config.ConfigError: invalid config (before anything starts).
@@ -246,9 +247,12 @@ def run_simulation(run_config: dict, num_cpus: Optional[int] = None,
 def _run(run_config, cfg, label, backend, flwr_run_simulation, make_server_app, client_app,
          default_run_name, spec_label) -> dict:
     from fedgraph.federation import RunInterrupted
-    # Default name: the preset's (or the method's) and the dataset's, file-name safe.
-    run_name = cfg.run_name or default_run_name(label or cfg.method, spec_label(cfg.dataset),
-                                                cfg.seed)
+    # Default name: the strategy's method and the dataset's, file-name safe; the same rule as
+    # the strategy's own under flwr run (strategies.base.PrivateStrategy.report_path).
+    from simulations.server_app import validate_run_config
+
+    method = label or validate_run_config(run_config)[0].method
+    run_name = cfg.run_name or default_run_name(method, spec_label(cfg.dataset), cfg.seed)
     run_config = {**run_config, "run-name": run_name,
                   "output-dir": str(Path(cfg.output_dir).expanduser().resolve())}
     report_path = Path(run_config["output-dir"]) / f"{run_name}.json"
@@ -346,8 +350,7 @@ def run(
     try:
         with stop:
             try:
-                run_simulation(cfg, num_cpus, cpus_per_client, gpus_per_client,
-                               label=Path(preset).stem if preset else None)
+                run_simulation(cfg, num_cpus, cpus_per_client, gpus_per_client)
             finally:  # Ray's processes (GCS, raylet, agents) outlive a cut-short run
                 end_all_descendants(stop.remember())
     except (ConfigError, typer.BadParameter) as err:

@@ -206,3 +206,34 @@ def test_an_empty_method_dependent_key_is_the_methods_default():
     assert parse_run_config({"method": "gap", "delta": 1e-6}).delta == 1e-6
     with pytest.raises(ConfigError, match="run-name"):  # "" elsewhere is still a value
         parse_run_config({"method": "gap", "run-name": "../x"})
+
+
+def test_fedgraph_run_preset_and_flwr_run_name_the_report_alike(tmp_path):
+    """Issue 30: ``fedgraph run gap-edge-cora`` wrote gap-edge-cora-seed0-..., ``flwr run
+    --run-config gap-edge-cora.toml`` gap-cora-seed0-...: one rule now, the strategy's."""
+    import json
+    import re
+    import tomllib
+    from pathlib import Path
+
+    from fedgraph.report import default_run_name
+    from fedgraph.registry import spec_label
+    from simulations import cli
+    from simulations.server_app import validate_run_config
+
+    preset = tomllib.loads((Path(cli.PRESETS) / "gap-edge-cora.toml").read_text())
+    run_config = {**preset, "output-dir": str(tmp_path)}
+    strategy_cls, cfg = validate_run_config(run_config)
+    names = []
+
+    def simulate(server_app, client_app, num_supernodes, backend_config):
+        from simulations.interrupt import REPORT_PATH
+
+        names.append(REPORT_PATH[0].stem)
+        REPORT_PATH[0].write_text(json.dumps({"status": "ok"}))
+
+    cli._run(run_config, cfg, None, {}, simulate, lambda rc: None, None, default_run_name,
+             spec_label)
+    under_flwr_run = strategy_cls(cfg).report_path().stem
+    pattern = r"-\d{8}-\d{6}-\d+$"
+    assert re.sub(pattern, "", names[0]) == re.sub(pattern, "", under_flwr_run) == "gap-cora-seed0"
