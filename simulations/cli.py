@@ -504,6 +504,8 @@ def report(
     markdown_path: Optional[str] = typer.Option(None, "--markdown", help="also write a results page"),
     published: List[str] = typer.Option([], "--published", help="another sweep file whose "
                                         r"\[\[published]] numbers to show"),
+    formats: str = typer.Option("png", "--format", help="figure formats, comma-separated: "
+                                "png, pdf, svg"),
 ) -> None:
     """Aggregate sweep folders: one CSV (mean and std per cell over seeds: accuracy per split,
     epsilon, wall time) and privacy-utility plots (PNG), optionally a markdown page."""
@@ -519,9 +521,16 @@ def report(
     plot_dir = Path(plots) if plots else (md.parent / "img" if md else first / "plots")
     pub = results.load_published([*[Path(d) / "sweep.toml" for d in dirs
                                     if (Path(d) / "sweep.toml").exists()], *published])
+    fmts = [f.strip().lower() for f in formats.split(",") if f.strip()]
+    if not fmts or set(fmts) - set(results.FORMATS):
+        typer.echo(f"fedgraph: --format: got {formats!r}; allowed: "
+                   f"{', '.join(results.FORMATS)} (comma-separated)", err=True)
+        raise typer.Exit(2)
     groups = results.aggregate(rows)
     results.write_csv(groups, csv_file)
-    figures = results.plot(groups, plot_dir, pub)
+    figures = results.plot(groups, plot_dir, pub, fmts)
+    for warning in results.unplaced_published(pub, figures):
+        typer.echo(f"fedgraph: warning: {warning}", err=True)
     for g in groups:
         eps = "-" if g["epsilon"] is None else f"{g['epsilon']:g}"
         test = results.pct(g["test_mean"], g["test_std"])
@@ -530,7 +539,8 @@ def report(
                    f"seeds {g['seeds']}  test {test}{failed}")
     typer.echo(f"csv: {csv_file}")
     for f in figures:
-        typer.echo(f"plot: {f.path}")
+        for path in f.paths:
+            typer.echo(f"plot: {path}")
     if md:
         command = "fedgraph report " + " ".join(shlex.quote(d) for d in dirs) + \
             f" --markdown {shlex.quote(markdown_path)}" + \

@@ -160,6 +160,30 @@ class Figure:
     dp_level: str
     path: Path
     lines: list[str] = field(default_factory=list)
+    #: the same figure in every format asked for (``path`` is the first)
+    paths: list[Path] = field(default_factory=list)
+    #: the ``[[published]]`` points drawn on it
+    published: list = field(default_factory=list)
+
+
+#: figure formats ``fedgraph report --format`` writes (matplotlib's names)
+FORMATS = ("png", "pdf", "svg")
+
+
+def unplaced_published(published: Iterable[Published], figures: list[Figure]) -> list[str]:
+    """One warning per ``[[published]]`` point that no figure shows, with why: no finite
+    epsilon, or no plotted curve of its method on its dataset."""
+    placed = [id(p) for f in figures for p in f.published]
+    out = []
+    for p in published:
+        if id(p) in placed:
+            continue
+        why = ("it has no finite epsilon" if p.epsilon is None or math.isinf(p.epsilon) else
+               f"no plotted curve of method {p.method!r} on dataset {p.dataset!r}")
+        eps = "-" if p.epsilon is None else f"{p.epsilon:g}"
+        out.append(f"published {p.method} on {p.dataset} at epsilon {eps} ({p.test:g}, "
+                   f"{p.source}) is not on any plot: {why}")
+    return out
 
 
 def seeds_footer(seeds: list[int]) -> str:
@@ -167,11 +191,23 @@ def seeds_footer(seeds: list[int]) -> str:
     return f"error bars: ± 1 std over {'/'.join(map(str, seeds))} seed{'' if seeds == [1] else 's'}"
 
 
-def plot(groups: list[dict], out_dir: str | Path, published: Iterable[Published] = ()) -> list[Figure]:
-    """One PNG per (dataset, DP level): test accuracy (%) against epsilon, one line per method
+def plot(groups: list[dict], out_dir: str | Path, published: Iterable[Published] = (),
+         formats: Iterable[str] = ("png",)) -> list[Figure]:
+    """One figure per (dataset, DP level), in each of ``formats`` (:data:`FORMATS`): test
+    accuracy (%) against epsilon, one line per method
     (and client count, if several), error bars one std over seeds. Methods without an epsilon
     axis (no noise, MLP) are horizontal reference lines on every plot of their dataset, with the
-    majority-class rate; published numbers are black stars."""
+    majority-class rate; published numbers are black stars (:func:`unplaced_published`: those
+    that fit no plot).
+
+    Raises:
+        ValueError: a format outside :data:`FORMATS`.
+    """
+    formats = list(formats)
+    bad = [f for f in formats if f not in FORMATS]
+    if bad or not formats:
+        raise ValueError(f"--format: unknown {', '.join(bad) or 'none given'}; allowed: "
+                         f"{', '.join(FORMATS)} (comma-separated)")
     import matplotlib
 
     matplotlib.use("Agg")
@@ -261,12 +297,14 @@ def plot(groups: list[dict], out_dir: str | Path, published: Iterable[Published]
                 fig.text(0.01, 0.01, "not plotted, every run failed: " + "; ".join(missing),
                          fontsize=7, color="dimgrey", wrap=True)
             fig.tight_layout(rect=(0, 0.04 if missing else 0, 1, 1))
-            path = out_dir / f"{slug_name(dataset)}-{level}.png"
-            buf = io.BytesIO()
-            fig.savefig(buf, format="png")
+            paths = []
+            for fmt in formats:
+                paths.append(out_dir / f"{slug_name(dataset)}-{level}.{fmt}")
+                buf = io.BytesIO()
+                fig.savefig(buf, format=fmt)
+                write_bytes_atomic(paths[-1], buf.getvalue())
             plt.close(fig)
-            write_bytes_atomic(path, buf.getvalue())
-            figures.append(Figure(dataset, level, path, names))
+            figures.append(Figure(dataset, level, paths[0], names, paths, pub))
     return figures
 
 
