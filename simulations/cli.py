@@ -506,6 +506,8 @@ def report(
                                         r"\[\[published]] numbers to show"),
     formats: str = typer.Option("png", "--format", help="figure formats, comma-separated: "
                                 "png, pdf, svg"),
+    combined: bool = typer.Option(False, "--combined", help="also one figure with every plot "
+                                  "as a panel (combined.<format>)"),
 ) -> None:
     """Aggregate sweep folders: one CSV (mean and std per cell over seeds: accuracy per split,
     epsilon, wall time) and privacy-utility plots (PNG), optionally a markdown page."""
@@ -528,7 +530,7 @@ def report(
         raise typer.Exit(2)
     groups = results.aggregate(rows)
     results.write_csv(groups, csv_file)
-    figures = results.plot(groups, plot_dir, pub, fmts)
+    figures = results.plot(groups, plot_dir, pub, fmts, combined)
     for warning in results.unplaced_published(pub, figures):
         typer.echo(f"fedgraph: warning: {warning}", err=True)
     for g in groups:
