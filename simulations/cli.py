@@ -113,6 +113,13 @@ def check_resources(num_cpus: Optional[int], cpus_per_client: float,
         raise ConfigError(f"--num-cpus: must be >= 1, got {num_cpus}")
     if os.environ.get("RAY_ADDRESS"):
         check_ray_address(os.environ["RAY_ADDRESS"])
+        if gpus_per_client > 0:
+            gpus = cluster_gpus(os.environ["RAY_ADDRESS"])
+            if gpus < gpus_per_client:
+                raise ConfigError(f"--gpus-per-client: {gpus_per_client} asked but the Ray "
+                                  f"cluster at RAY_ADDRESS={os.environ['RAY_ADDRESS']!r} has "
+                                  f"{gpus:g} GPU(s); no client could start: use 0 (CPU) or a "
+                                  "cluster with GPUs")
         return
     cpus = num_cpus or os.cpu_count() or 1
     if cpus_per_client > cpus:
@@ -129,6 +136,55 @@ def check_resources(num_cpus: Optional[int], cpus_per_client: float,
         if gpus_per_client > gpus:
             raise ConfigError(f"--gpus-per-client: {gpus_per_client} is more than the {gpus} "
                               "GPU(s) of this machine; no client could start")
+
+
+def cluster_gpus(address: str) -> float:
+    """GPUs of the Ray cluster at ``address`` (``ray.cluster_resources()``, with a driver
+    connected for the question only and disconnected after it)."""
+    import ray
+
+    ray.init(address=address, logging_level="ERROR", log_to_driver=False)
+    try:
+        return float(ray.cluster_resources().get("GPU", 0.0))
+    finally:
+        ray.shutdown()
+
+
+def user_code(run_config: dict) -> list[str]:
+    """The keys of ``run_config`` that name a user's code (an import path
+    ``package.module:attr`` or ``path/to/file.py:attr``, not a built-in dataset family such as
+    ``facebook100:<College>``)."""
+    out = []
+    for key in SPEC_KEYS:
+        v = run_config.get(key)
+        if isinstance(v, str) and ":" in v and not (
+                key == "dataset" and v.strip().lower().startswith(("facebook100:",
+                                                                   "synthetic-sbm:"))):
+            out.append(key)
+    return out
+
+
+def user_traceback(err: BaseException) -> str:
+    """The traceback of the exception under ``err`` (its causes and contexts) that a user's
+    code raised: only its frames outside fedgraph's own packages, or ``""`` where none is."""
+    import traceback
+
+    ours = tuple(str(Path(__file__).resolve().parents[1] / pkg) for pkg in
+                 ("fedgraph", "strategies", "simulations"))
+    seen, todo = set(), [err]
+    while todo:
+        e = todo.pop()
+        if e is None or id(e) in seen:
+            continue
+        seen.add(id(e))
+        frames = [f for f in traceback.extract_tb(e.__traceback__)
+                  if not f.filename.startswith(ours) and "site-packages" not in f.filename
+                  and not f.filename.startswith("<frozen")]
+        if frames and e is not err:
+            return ("Traceback (the user's code):\n" + "".join(traceback.format_list(frames))
+                    + "".join(traceback.format_exception_only(type(e), e)))
+        todo += [e.__cause__, e.__context__]
+    return ""
 
 
 def check_ray_address(address: str, timeout: float = 3.0) -> None:
@@ -310,6 +366,8 @@ def _early_ray_method(run_config: dict) -> Optional[str]:
     this method; else ``None``."""
     from fedgraph.config import ConfigError
 
+    if user_code(run_config):  # the user's code is imported and run (the preflight) first:
+        return None  # its error comes before Ray starts, not after
     try:
         return check_run_config(run_config).method
     except (ConfigError, ValueError):  # (a secret run without its secret among them)
@@ -385,12 +443,16 @@ def run(
                 end_all_descendants(stop.remember())
     except (ConfigError, typer.BadParameter) as err:
         typer.echo(f"fedgraph: {err}", err=True)
+        if user_traceback(err):  # a user's loader, partitioner, mechanism or strategy
+            typer.echo(user_traceback(err), err=True)
         raise typer.Exit(2)
     except (RunInterrupted, KeyboardInterrupt) as err:
         typer.echo(f"fedgraph: {err}", err=True)
         raise typer.Exit(130)
     except Exception as err:  # noqa: BLE001 - report every failure and exit non-zero
         typer.echo(f"fedgraph: FAILED: {err}", err=True)
+        if user_traceback(err):
+            typer.echo(user_traceback(err), err=True)
         raise typer.Exit(1)
 
 
