@@ -501,11 +501,13 @@ class PrivGNNConfig(DataConfig):
         "posterior", description="log-softmax-paper: the authors' rule, NOT DP (report: no "
                                  "finite epsilon); ensemble: PATE's (Confident-)GNMax")
     num_teachers: int = Field(10, ge=1, description="ensemble: disjoint teachers per client")
-    sigma_votes: float = Field(20.0, ge=1, description="ensemble: std of each client's "
+    sigma_votes: float | None = Field(None, ge=1, description="ensemble: std of each client's "
                                "Gaussian noise on its vote histogram (GNMax copy; with secure "
                                "aggregation, of the summed noise); at least 1 vote (below, the "
                                "histogram is released almost exactly and the PLD cross-check "
-                               "needs gigabytes)")
+                               "needs gigabytes); unset (\"\"): calibrated by the strategy so "
+                               "that num-queries histograms spend the smallest client-epsilons "
+                               "at delta")
     sigma_threshold: float = Field(0.0, ge=0, description="ensemble: std of each client's "
                                    "threshold copy (with secure aggregation, of the sum); 0: no "
                                    "threshold check, else at least 1")
@@ -556,6 +558,11 @@ class PrivGNNConfig(DataConfig):
             raise ValueError("needs num-clients >= 2 (with one client the sum is its own "
                              "release: nothing to mask)")
         return v
+
+    @field_validator("sigma_votes", mode="before")
+    @classmethod
+    def _sigma_votes_unset(cls, v):
+        return None if isinstance(v, str) and not v.strip() else v
 
     @field_validator("sigma_threshold", mode="after")
     @classmethod

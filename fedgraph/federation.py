@@ -444,7 +444,7 @@ def preflight(cfg) -> dict:
             raise ConfigError(f"dataset/data-root: {err}") from None
         except Exception as err:  # noqa: BLE001 - a user loader's own failure: bad input too
             raise ConfigError(f"dataset: loading {cfg.dataset!r} failed: "
-                              f"{type(err).__name__}: {err}") from None
+                              f"{type(err).__name__}: {err}") from err
         stats, domain = dataset_statistics(data), getattr(data, "feature_domain", None)
     if getattr(cfg, "mechanism", None) is not None and domain is None:
         raise ConfigError(f"dataset: {cfg.dataset!r} has no public feature domain, and PPGNN's "

@@ -6,6 +6,7 @@ import math
 import os
 import platform
 import tempfile
+import threading
 import time
 from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass, field
@@ -20,8 +21,8 @@ def default_run_name(label: str, dataset: str, seed: int, when: float | None = N
                      pid: int | None = None) -> str:
     """The report name of a run without ``run-name``, the same under ``fedgraph run`` and
     ``flwr run``: ``<label>-<dataset>-seed<seed>-<YYYYmmdd-HHMMSS>-<pid>`` (``label``: the
-    preset's name, else the method's; the dataset is not repeated when the label ends with
-    it: ``gap-edge-cora-seed0-20261201-101500-4242``). The process id keeps two runs started
+    strategy's method, under both, whatever preset file the config came from; the dataset is
+    not repeated when the label ends with it: ``gap-cora-seed0-20261201-101500-4242``). The process id keeps two runs started
     in the same second apart."""
     stem = label if label.endswith(f"-{dataset}") or label == dataset else f"{label}-{dataset}"
     stamp = time.strftime("%Y%m%d-%H%M%S", time.localtime(when))
@@ -97,8 +98,9 @@ class _Phase:
     exchange: float = 0.0  # seconds spent waiting on clients' replies (:func:`exchanged`)
 
     def text(self) -> str:
-        return f"{self.label} ... " + ", ".join(f"round {v}" if k == "round" else f"{v} {k}"
-                                                 for k, v in self.counters.items())
+        return " ".join([f"{self.label} ...", ", ".join(
+            f"round {v}" if k == "round" else f"{v} {k}" for k, v in self.counters.items())]
+        ).rstrip()
 
 
 #: the phase running now (innermost), if any
@@ -118,11 +120,41 @@ def progress(what: str, done: int, total: int | None = None) -> None:
     if _CONSOLE.is_terminal:
         phase.status.update(phase.text())
         return
+    _log_line(phase)
+
+
+def _log_line(phase: _Phase) -> None:
+    """Where stderr is not a terminal: one progress line of ``phase`` if none was printed in
+    the last :data:`PROGRESS_EVERY_S` seconds (nor since it started)."""
     now = time.monotonic()
     if now - max(phase.started, phase.printed) >= PROGRESS_EVERY_S:
         phase.printed = now
         _CONSOLE.print(f"{phase.text()} ({now - phase.started:.0f} s)", markup=False,
                        soft_wrap=True)
+
+
+@contextmanager
+def _heartbeat(phase: _Phase, tick: float = 1.0):
+    """Where stderr is not a terminal (a log file, ``flwr run``'s log): a background thread
+    that prints a line of ``phase`` every :data:`PROGRESS_EVERY_S` seconds in which nothing
+    called :func:`progress`, so that a long phase without clients (a server's training,
+    PPGNN's calibration) shows life too; nothing on a terminal (the spinner runs)."""
+    if phase.status is None or _CONSOLE.is_terminal:
+        yield
+        return
+    stop = threading.Event()
+
+    def beat() -> None:
+        while not stop.wait(tick):
+            _log_line(phase)
+
+    thread = threading.Thread(target=beat, daemon=True, name="fedgraph-progress")
+    thread.start()
+    try:
+        yield
+    finally:
+        stop.set()
+        thread.join()
 
 
 def exchanged(seconds: float) -> None:
@@ -197,7 +229,7 @@ class RunReport:
         running = _Phase(f"{self.method}: {name}", status if self.progress else None, rounds)
         _PHASE[:] = [running]
         try:
-            with status:
+            with status, _heartbeat(running):
                 yield
             ok = True
         except BaseException as err:

@@ -49,7 +49,7 @@ def load_run_config(preset: Optional[str], overrides: List[str]) -> dict:
                                          f"{Path(preset).resolve()}); bundled presets: {names}")
             raise typer.BadParameter(f"preset {preset!r} not found; known presets: {names}")
         try:
-            cfg.update(tomllib.loads(path.read_text()))
+            cfg.update(relative_to_file(tomllib.loads(path.read_text()), path))
         except tomllib.TOMLDecodeError as err:
             raise typer.BadParameter(f"{path}: not valid TOML: {err}") from None
     for item in overrides:
@@ -58,6 +58,36 @@ def load_run_config(preset: Optional[str], overrides: List[str]) -> dict:
             raise typer.BadParameter(f"--set expects key=value, got {item!r}")
         cfg[k.strip()] = _parse_value(v.strip())
     return cfg
+
+
+#: keys whose value is a folder: relative ones in a TOML file are relative to that file
+FOLDER_KEYS = ("data-root", "output-dir")
+#: keys that may name a ``path/to/file.py:attribute`` (:func:`fedgraph.registry.is_file_spec`)
+SPEC_KEYS = ("dataset", "partitioner", "mechanism", "strategy")
+
+
+def relative_to_file(values: dict, toml_path: Path) -> dict:
+    """``values`` of the TOML file ``toml_path`` with its relative paths made absolute
+    against the file's folder, not the working directory: the folders of
+    :data:`FOLDER_KEYS`, and the ``.py`` file of a :data:`SPEC_KEYS` spec where that file
+    exists next to the TOML (else the spec is left to the working directory, as a TOML
+    written for the repository root has it: ``examples/custom_dataset/run.toml``)."""
+    from fedgraph.registry import is_file_spec
+
+    base = toml_path.expanduser().resolve().parent
+    out = dict(values)
+    for key in FOLDER_KEYS:
+        v = out.get(key)
+        if isinstance(v, str) and v.strip() and not Path(v).expanduser().is_absolute():
+            out[key] = str(base / v)
+    for key in SPEC_KEYS:
+        v = out.get(key)
+        if isinstance(v, str) and is_file_spec(v):
+            module, _, attr = v.strip().rpartition(":")
+            file = Path(module.strip()).expanduser()
+            if not file.is_absolute() and (base / file).is_file():
+                out[key] = f"{base / file}:{attr.strip()}"
+    return out
 
 
 def check_resources(num_cpus: Optional[int], cpus_per_client: float,
@@ -83,6 +113,13 @@ def check_resources(num_cpus: Optional[int], cpus_per_client: float,
         raise ConfigError(f"--num-cpus: must be >= 1, got {num_cpus}")
     if os.environ.get("RAY_ADDRESS"):
         check_ray_address(os.environ["RAY_ADDRESS"])
+        if gpus_per_client > 0:
+            gpus = cluster_gpus(os.environ["RAY_ADDRESS"])
+            if gpus < gpus_per_client:
+                raise ConfigError(f"--gpus-per-client: {gpus_per_client} asked but the Ray "
+                                  f"cluster at RAY_ADDRESS={os.environ['RAY_ADDRESS']!r} has "
+                                  f"{gpus:g} GPU(s); no client could start: use 0 (CPU) or a "
+                                  "cluster with GPUs")
         return
     cpus = num_cpus or os.cpu_count() or 1
     if cpus_per_client > cpus:
@@ -99,6 +136,55 @@ def check_resources(num_cpus: Optional[int], cpus_per_client: float,
         if gpus_per_client > gpus:
             raise ConfigError(f"--gpus-per-client: {gpus_per_client} is more than the {gpus} "
                               "GPU(s) of this machine; no client could start")
+
+
+def cluster_gpus(address: str) -> float:
+    """GPUs of the Ray cluster at ``address`` (``ray.cluster_resources()``, with a driver
+    connected for the question only and disconnected after it)."""
+    import ray
+
+    ray.init(address=address, logging_level="ERROR", log_to_driver=False)
+    try:
+        return float(ray.cluster_resources().get("GPU", 0.0))
+    finally:
+        ray.shutdown()
+
+
+def user_code(run_config: dict) -> list[str]:
+    """The keys of ``run_config`` that name a user's code (an import path
+    ``package.module:attr`` or ``path/to/file.py:attr``, not a built-in dataset family such as
+    ``facebook100:<College>``)."""
+    out = []
+    for key in SPEC_KEYS:
+        v = run_config.get(key)
+        if isinstance(v, str) and ":" in v and not (
+                key == "dataset" and v.strip().lower().startswith(("facebook100:",
+                                                                   "synthetic-sbm:"))):
+            out.append(key)
+    return out
+
+
+def user_traceback(err: BaseException) -> str:
+    """The traceback of the exception under ``err`` (its causes and contexts) that a user's
+    code raised: only its frames outside fedgraph's own packages, or ``""`` where none is."""
+    import traceback
+
+    ours = tuple(str(Path(__file__).resolve().parents[1] / pkg) for pkg in
+                 ("fedgraph", "strategies", "simulations"))
+    seen, todo = set(), [err]
+    while todo:
+        e = todo.pop()
+        if e is None or id(e) in seen:
+            continue
+        seen.add(id(e))
+        frames = [f for f in traceback.extract_tb(e.__traceback__)
+                  if not f.filename.startswith(ours) and "site-packages" not in f.filename
+                  and not f.filename.startswith("<frozen")]
+        if frames and e is not err:
+            return ("Traceback (the user's code):\n" + "".join(traceback.format_list(frames))
+                    + "".join(traceback.format_exception_only(type(e), e)))
+        todo += [e.__cause__, e.__context__]
+    return ""
 
 
 def check_ray_address(address: str, timeout: float = 3.0) -> None:
@@ -199,8 +285,9 @@ def run_simulation(run_config: dict, num_cpus: Optional[int] = None,
                    cpus_per_client: float = 1.0, gpus_per_client: float = 0.0,
                    label: Optional[str] = None) -> dict:
     """Run one simulation in-process; return the report dict. Without ``run-name`` the report
-    is named ``<label or method>-<dataset>-seed<seed>-<pid>`` (``label``: the preset's name;
-    the dataset is not repeated when the label ends with it: ``gap-edge-cora-seed0-<pid>``).
+    is named ``<label or method>-<dataset>-seed<seed>-<time>-<pid>`` (``method``: the
+    strategy's, as under ``flwr run``, which writes the same name for the same config; a
+    ``label`` ending with the dataset does not repeat it).
 
     Raises:
         fedgraph.config.ConfigError: invalid config (before anything starts).
@@ -246,9 +333,12 @@ def run_simulation(run_config: dict, num_cpus: Optional[int] = None,
 def _run(run_config, cfg, label, backend, flwr_run_simulation, make_server_app, client_app,
          default_run_name, spec_label) -> dict:
     from fedgraph.federation import RunInterrupted
-    # Default name: the preset's (or the method's) and the dataset's, file-name safe.
-    run_name = cfg.run_name or default_run_name(label or cfg.method, spec_label(cfg.dataset),
-                                                cfg.seed)
+    # Default name: the strategy's method and the dataset's, file-name safe; the same rule as
+    # the strategy's own under flwr run (strategies.base.PrivateStrategy.report_path).
+    from simulations.server_app import validate_run_config
+
+    method = label or validate_run_config(run_config)[0].method
+    run_name = cfg.run_name or default_run_name(method, spec_label(cfg.dataset), cfg.seed)
     run_config = {**run_config, "run-name": run_name,
                   "output-dir": str(Path(cfg.output_dir).expanduser().resolve())}
     report_path = Path(run_config["output-dir"]) / f"{run_name}.json"
@@ -276,6 +366,8 @@ def _early_ray_method(run_config: dict) -> Optional[str]:
     this method; else ``None``."""
     from fedgraph.config import ConfigError
 
+    if user_code(run_config):  # the user's code is imported and run (the preflight) first:
+        return None  # its error comes before Ray starts, not after
     try:
         return check_run_config(run_config).method
     except (ConfigError, ValueError):  # (a secret run without its secret among them)
@@ -346,18 +438,21 @@ def run(
     try:
         with stop:
             try:
-                run_simulation(cfg, num_cpus, cpus_per_client, gpus_per_client,
-                               label=Path(preset).stem if preset else None)
+                run_simulation(cfg, num_cpus, cpus_per_client, gpus_per_client)
             finally:  # Ray's processes (GCS, raylet, agents) outlive a cut-short run
                 end_all_descendants(stop.remember())
     except (ConfigError, typer.BadParameter) as err:
         typer.echo(f"fedgraph: {err}", err=True)
+        if user_traceback(err):  # a user's loader, partitioner, mechanism or strategy
+            typer.echo(user_traceback(err), err=True)
         raise typer.Exit(2)
     except (RunInterrupted, KeyboardInterrupt) as err:
         typer.echo(f"fedgraph: {err}", err=True)
         raise typer.Exit(130)
     except Exception as err:  # noqa: BLE001 - report every failure and exit non-zero
         typer.echo(f"fedgraph: FAILED: {err}", err=True)
+        if user_traceback(err):
+            typer.echo(user_traceback(err), err=True)
         raise typer.Exit(1)
 
 
@@ -472,6 +567,10 @@ def report(
     markdown_path: Optional[str] = typer.Option(None, "--markdown", help="also write a results page"),
     published: List[str] = typer.Option([], "--published", help="another sweep file whose "
                                         r"\[\[published]] numbers to show"),
+    formats: str = typer.Option("png", "--format", help="figure formats, comma-separated: "
+                                "png, pdf, svg"),
+    combined: bool = typer.Option(False, "--combined", help="also one figure with every plot "
+                                  "as a panel (combined.<format>)"),
 ) -> None:
     """Aggregate sweep folders: one CSV (mean and std per cell over seeds: accuracy per split,
     epsilon, wall time) and privacy-utility plots (PNG), optionally a markdown page."""
@@ -487,9 +586,16 @@ def report(
     plot_dir = Path(plots) if plots else (md.parent / "img" if md else first / "plots")
     pub = results.load_published([*[Path(d) / "sweep.toml" for d in dirs
                                     if (Path(d) / "sweep.toml").exists()], *published])
+    fmts = [f.strip().lower() for f in formats.split(",") if f.strip()]
+    if not fmts or set(fmts) - set(results.FORMATS):
+        typer.echo(f"fedgraph: --format: got {formats!r}; allowed: "
+                   f"{', '.join(results.FORMATS)} (comma-separated)", err=True)
+        raise typer.Exit(2)
     groups = results.aggregate(rows)
     results.write_csv(groups, csv_file)
-    figures = results.plot(groups, plot_dir, pub)
+    figures = results.plot(groups, plot_dir, pub, fmts, combined)
+    for warning in results.unplaced_published(pub, figures):
+        typer.echo(f"fedgraph: warning: {warning}", err=True)
     for g in groups:
         eps = "-" if g["epsilon"] is None else f"{g['epsilon']:g}"
         test = results.pct(g["test_mean"], g["test_std"])
@@ -498,7 +604,8 @@ def report(
                    f"seeds {g['seeds']}  test {test}{failed}")
     typer.echo(f"csv: {csv_file}")
     for f in figures:
-        typer.echo(f"plot: {f.path}")
+        for path in f.paths:
+            typer.echo(f"plot: {path}")
     if md:
         command = "fedgraph report " + " ".join(shlex.quote(d) for d in dirs) + \
             f" --markdown {shlex.quote(markdown_path)}" + \

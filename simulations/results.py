@@ -160,6 +160,30 @@ class Figure:
     dp_level: str
     path: Path
     lines: list[str] = field(default_factory=list)
+    #: the same figure in every format asked for (``path`` is the first)
+    paths: list[Path] = field(default_factory=list)
+    #: the ``[[published]]`` points drawn on it
+    published: list = field(default_factory=list)
+
+
+#: figure formats ``fedgraph report --format`` writes (matplotlib's names)
+FORMATS = ("png", "pdf", "svg")
+
+
+def unplaced_published(published: Iterable[Published], figures: list[Figure]) -> list[str]:
+    """One warning per ``[[published]]`` point that no figure shows, with why: no finite
+    epsilon, or no plotted curve of its method on its dataset."""
+    placed = [id(p) for f in figures for p in f.published]
+    out = []
+    for p in published:
+        if id(p) in placed:
+            continue
+        why = ("it has no finite epsilon" if p.epsilon is None or math.isinf(p.epsilon) else
+               f"no plotted curve of method {p.method!r} on dataset {p.dataset!r}")
+        eps = "-" if p.epsilon is None else f"{p.epsilon:g}"
+        out.append(f"published {p.method} on {p.dataset} at epsilon {eps} ({p.test:g}, "
+                   f"{p.source}) is not on any plot: {why}")
+    return out
 
 
 def seeds_footer(seeds: list[int]) -> str:
@@ -167,106 +191,150 @@ def seeds_footer(seeds: list[int]) -> str:
     return f"error bars: ± 1 std over {'/'.join(map(str, seeds))} seed{'' if seeds == [1] else 's'}"
 
 
-def plot(groups: list[dict], out_dir: str | Path, published: Iterable[Published] = ()) -> list[Figure]:
-    """One PNG per (dataset, DP level): test accuracy (%) against epsilon, one line per method
+def _panel(ax, dataset: str, level: str, here: list[dict], refs: list[dict],
+           published: list[Published]) -> tuple[list[str], list[Published]]:
+    """Draw the (dataset, DP level) plot of :func:`plot` on ``ax``; returns the names of its
+    lines and the published points drawn."""
+    from matplotlib.ticker import FixedLocator, NullLocator
+
+    curves = [g for g in here if g["dp_level"] == level and g not in refs]
+    many_n = len({g["num_clients"] for g in curves}) > 1
+    series: dict[tuple, list[dict]] = defaultdict(list)
+    for g in curves:
+        series[(g["label"], g["num_clients"] if many_n else None)].append(g)
+    xs_all = sorted({g["epsilon"] for g in curves})
+    names = []
+    log_x = bool(xs_all) and min(xs_all) > 0 and max(xs_all) / min(xs_all) >= 4
+    for i, ((label, n), gs) in enumerate(series.items()):
+        gs.sort(key=lambda g: g["epsilon"])
+        name = label + (f", {n} client" + ("s" if n != 1 else "") if n is not None else "")
+        # Dodge overlapping error bars a little along x (2% per line on a log axis).
+        shift = 0.02 * (i - (len(series) - 1) / 2)
+        xs = [g["epsilon"] * (2 ** shift if log_x else 1) + (0 if log_x else shift)
+              for g in gs]
+        ax.errorbar(xs, [100 * g["test_mean"] for g in gs],
+                    yerr=[100 * (g["test_std"] or 0.0) for g in gs], marker="o",
+                    markersize=5, capsize=4, linewidth=1.8, label=name)
+        names.append(name)
+    for g in refs:
+        name = g["label"] + (" (eps = inf)" if g["epsilon"] else "")
+        line = ax.axhline(100 * g["test_mean"], linestyle="--", linewidth=1.4,
+                          color=f"C{len(names) % 10}", label=name)
+        if g["test_std"]:
+            ax.axhspan(100 * (g["test_mean"] - g["test_std"]),
+                       100 * (g["test_mean"] + g["test_std"]),
+                       color=line.get_color(), alpha=0.12, linewidth=0)
+        names.append(name)
+    pub = [p for p in published if p.dataset == dataset and p.epsilon is not None
+           and not math.isinf(p.epsilon)
+           and any(g["method"] == p.method for g in curves)]
+    # y range from what is drawn (not the majority-class rate, which would squash it)
+    ys = [100 * (g["test_mean"] + sign * (g["test_std"] or 0))
+          for g in curves + refs for sign in (-1, 1)]
+    ys += [p.test for p in pub]
+    low, high = min(ys) - 3, max(ys) + 3
+    ax.set_ylim(low, high)
+    majority = [g["majority_class"] for g in here if g["majority_class"] is not None]
+    if majority:
+        m = 100 * statistics.fmean(majority)
+        if low <= m <= high:
+            ax.axhline(m, color="grey", linestyle=":", linewidth=1.2, label="majority class")
+        else:
+            ax.text(0.99, 0.02, f"majority class: {m:.1f}%", transform=ax.transAxes,
+                    ha="right", va="bottom", fontsize=8, color="dimgrey")
+    seeds = sorted({g["seeds"] for g in curves})
+    ax.text(0.01, 0.02, seeds_footer(seeds),
+            transform=ax.transAxes, ha="left", va="bottom", fontsize=8, color="dimgrey")
+    for i, p in enumerate(pub):
+        ax.plot([p.epsilon], [p.test], marker="*", markersize=13, color="black",
+                linestyle="none", label="published" if i == 0 else None, zorder=5)
+        ax.annotate(f"{p.source.split(' (')[0]}: {p.test:g}", (p.epsilon, p.test),
+                    textcoords="offset points", xytext=(8, 10), fontsize=8)
+    if log_x:
+        ax.set_xscale("log", base=2)
+        ax.xaxis.set_major_locator(FixedLocator(xs_all))
+        ax.xaxis.set_minor_locator(NullLocator())
+        ax.set_xticklabels([f"{x:g}" for x in xs_all])
+    ax.set_xlabel(EPS_UNITS[level] + ("; PPGNN: smallest level" if level == "user" and
+                                      any(g["method"].startswith("ppgnn") for g in curves)
+                                      else ""))
+    ax.set_ylabel("test accuracy (%)")
+    ns = sorted({g["num_clients"] for g in here})
+    clients = "" if many_n else f", {ns[0]} client{'s' if ns[0] != 1 else ''}"
+    ax.set_title(f"{_dataset_title(dataset)}: {DP_TITLES[level]}{clients}")
+    ax.grid(True, alpha=0.3)
+    ax.legend(fontsize=8, loc="best", framealpha=0.9)
+    return names, pub
+
+
+def _save(fig, stem: Path, formats: list[str]) -> list[Path]:
+    """Write ``fig`` as ``stem.<fmt>`` for every format (atomically); returns the paths."""
+    paths = []
+    for fmt in formats:
+        paths.append(stem.with_name(f"{stem.name}.{fmt}"))
+        buf = io.BytesIO()
+        fig.savefig(buf, format=fmt)
+        write_bytes_atomic(paths[-1], buf.getvalue())
+    return paths
+
+
+def plot(groups: list[dict], out_dir: str | Path, published: Iterable[Published] = (),
+         formats: Iterable[str] = ("png",), combined: bool = False) -> list[Figure]:
+    """One figure per (dataset, DP level), in each of ``formats`` (:data:`FORMATS`): test
+    accuracy (%) against epsilon, one line per method
     (and client count, if several), error bars one std over seeds. Methods without an epsilon
     axis (no noise, MLP) are horizontal reference lines on every plot of their dataset, with the
-    majority-class rate; published numbers are black stars."""
+    majority-class rate; published numbers are black stars (:func:`unplaced_published`: those
+    that fit no plot). ``combined``: also one figure ``combined.<fmt>`` with every plot as a
+    panel (dataset ``"all"`` in the returned list, last).
+
+    Raises:
+        ValueError: a format outside :data:`FORMATS`.
+    """
+    formats = list(formats)
+    bad = [f for f in formats if f not in FORMATS]
+    if bad or not formats:
+        raise ValueError(f"--format: unknown {', '.join(bad) or 'none given'}; allowed: "
+                         f"{', '.join(FORMATS)} (comma-separated)")
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
-    from matplotlib.ticker import FixedLocator, NullLocator
 
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     published = list(published)
-    figures = []
+    figures, panels = [], []
     for dataset in sorted({g["dataset"] for g in groups}):
         everything = [g for g in groups if g["dataset"] == dataset]
         here = [g for g in everything if g["seeds"] > 0]
         refs = [g for g in here if g["epsilon"] is None or math.isinf(g["epsilon"])]
         for level in sorted({g["dp_level"] for g in here if g["dp_level"] in EPS_UNITS}):
-            curves = [g for g in here if g["dp_level"] == level and g not in refs]
-            many_n = len({g["num_clients"] for g in curves}) > 1
             fig, ax = plt.subplots(figsize=(7.0, 4.6), dpi=150)
-            series: dict[tuple, list[dict]] = defaultdict(list)
-            for g in curves:
-                series[(g["label"], g["num_clients"] if many_n else None)].append(g)
-            xs_all = sorted({g["epsilon"] for g in curves})
-            names = []
-            log_x = bool(xs_all) and min(xs_all) > 0 and max(xs_all) / min(xs_all) >= 4
-            for i, ((label, n), gs) in enumerate(series.items()):
-                gs.sort(key=lambda g: g["epsilon"])
-                name = label + (f", {n} client" + ("s" if n != 1 else "") if n is not None else "")
-                # Dodge overlapping error bars a little along x (2% per line on a log axis).
-                shift = 0.02 * (i - (len(series) - 1) / 2)
-                xs = [g["epsilon"] * (2 ** shift if log_x else 1) + (0 if log_x else shift)
-                      for g in gs]
-                ax.errorbar(xs, [100 * g["test_mean"] for g in gs],
-                            yerr=[100 * (g["test_std"] or 0.0) for g in gs], marker="o",
-                            markersize=5, capsize=4, linewidth=1.8, label=name)
-                names.append(name)
-            for g in refs:
-                name = g["label"] + (" (eps = inf)" if g["epsilon"] else "")
-                line = ax.axhline(100 * g["test_mean"], linestyle="--", linewidth=1.4,
-                                  color=f"C{len(names) % 10}", label=name)
-                if g["test_std"]:
-                    ax.axhspan(100 * (g["test_mean"] - g["test_std"]),
-                               100 * (g["test_mean"] + g["test_std"]),
-                               color=line.get_color(), alpha=0.12, linewidth=0)
-                names.append(name)
-            pub = [p for p in published if p.dataset == dataset and p.epsilon is not None
-                   and not math.isinf(p.epsilon)
-                   and any(g["method"] == p.method for g in curves)]
-            # y range from what is drawn (not the majority-class rate, which would squash it)
-            ys = [100 * (g["test_mean"] + sign * (g["test_std"] or 0))
-                  for g in curves + refs for sign in (-1, 1)]
-            ys += [p.test for p in pub]
-            low, high = min(ys) - 3, max(ys) + 3
-            ax.set_ylim(low, high)
-            majority = [g["majority_class"] for g in here if g["majority_class"] is not None]
-            if majority:
-                m = 100 * statistics.fmean(majority)
-                if low <= m <= high:
-                    ax.axhline(m, color="grey", linestyle=":", linewidth=1.2, label="majority class")
-                else:
-                    ax.text(0.99, 0.02, f"majority class: {m:.1f}%", transform=ax.transAxes,
-                            ha="right", va="bottom", fontsize=8, color="dimgrey")
-            seeds = sorted({g["seeds"] for g in curves})
-            ax.text(0.01, 0.02, seeds_footer(seeds),
-                    transform=ax.transAxes, ha="left", va="bottom", fontsize=8, color="dimgrey")
-            for i, p in enumerate(pub):
-                ax.plot([p.epsilon], [p.test], marker="*", markersize=13, color="black",
-                        linestyle="none", label="published" if i == 0 else None, zorder=5)
-                ax.annotate(f"{p.source.split(' (')[0]}: {p.test:g}", (p.epsilon, p.test),
-                            textcoords="offset points", xytext=(8, 10), fontsize=8)
-            if log_x:
-                ax.set_xscale("log", base=2)
-                ax.xaxis.set_major_locator(FixedLocator(xs_all))
-                ax.xaxis.set_minor_locator(NullLocator())
-                ax.set_xticklabels([f"{x:g}" for x in xs_all])
-            ax.set_xlabel(EPS_UNITS[level] + ("; PPGNN: smallest level" if level == "user" and
-                                              any(g["method"].startswith("ppgnn") for g in curves)
-                                              else ""))
-            ax.set_ylabel("test accuracy (%)")
-            ns = sorted({g["num_clients"] for g in here})
-            clients = "" if many_n else f", {ns[0]} client{'s' if ns[0] != 1 else ''}"
-            ax.set_title(f"{_dataset_title(dataset)}: {DP_TITLES[level]}{clients}")
-            ax.grid(True, alpha=0.3)
-            ax.legend(fontsize=8, loc="best", framealpha=0.9)
+            names, pub = _panel(ax, dataset, level, here, refs, published)
+            panels.append((dataset, level, here, refs))
             missing = [f"{g['label']} eps = {g['epsilon']:g} ({g['failed']} failed)"
                        for g in everything if g["dp_level"] == level and g["seeds"] == 0]
             if missing:
                 fig.text(0.01, 0.01, "not plotted, every run failed: " + "; ".join(missing),
                          fontsize=7, color="dimgrey", wrap=True)
             fig.tight_layout(rect=(0, 0.04 if missing else 0, 1, 1))
-            path = out_dir / f"{slug_name(dataset)}-{level}.png"
-            buf = io.BytesIO()
-            fig.savefig(buf, format="png")
+            paths = _save(fig, out_dir / f"{slug_name(dataset)}-{level}", formats)
             plt.close(fig)
-            write_bytes_atomic(path, buf.getvalue())
-            figures.append(Figure(dataset, level, path, names))
+            figures.append(Figure(dataset, level, paths[0], names, paths, pub))
+    if combined and panels:
+        cols = min(len(panels), 2)
+        rows = math.ceil(len(panels) / cols)
+        fig, axes = plt.subplots(rows, cols, figsize=(7.0 * cols, 4.6 * rows), dpi=150,
+                                 squeeze=False)
+        for ax, panel in zip(axes.flat, panels):
+            _panel(ax, *panel, published)
+        for ax in list(axes.flat)[len(panels):]:
+            ax.set_visible(False)
+        fig.tight_layout()
+        paths = _save(fig, out_dir / "combined", formats)
+        plt.close(fig)
+        figures.append(Figure("all", "all", paths[0], [], paths, []))
     return figures
 
 

@@ -9,8 +9,10 @@ from flwr.serverapp import Grid, ServerApp
 from fedgraph.config import ConfigError, parse_run_config
 from fedgraph.federation import ClientFailure, preflight
 from fedgraph.registry import ContractError
+from simulations.flower_exit import write_report_on_flower_exit
 from simulations.grid import InterruptibleGrid
 from simulations.interrupt import serving
+from simulations.supernodes import resolve_num_clients
 from strategies import resolve_strategy
 from strategies.base import check_method
 
@@ -74,7 +76,10 @@ def make_server_app(overrides: dict | None = None) -> ServerApp:
     def main(grid: Grid, context: Context) -> None:
         _install_log_filter()
         serving()
-        run_server(InterruptibleGrid(grid), {**dict(context.run_config), **(overrides or {})})
+        write_report_on_flower_exit()
+        grid = InterruptibleGrid(grid)
+        run_server(grid, resolve_num_clients(grid, {**dict(context.run_config),
+                                                   **(overrides or {})}))
 
     return app
 

@@ -38,7 +38,10 @@ takes the argmax (:func:`fedgraph.methods.privgnn_federated.aggregate_ensemble`)
 and send pairwise-masked histograms, each with a ``1/n`` share of the noise; the server
 unmasks only their sum (:func:`~fedgraph.methods.privgnn_federated.unmask_histograms`), the
 ledger records the sum's events, and ``privacy.collusion`` states each client's epsilon
-against a server colluding with the other clients.
+against a server colluding with the other clients. A target means the same as in the other
+methods: without ``sigma-votes`` the strategy calibrates it (:func:`calibrate_sigma_votes`)
+so that the ``num-queries`` histograms spend the smallest client target; a ``sigma-votes``
+given makes the targets caps (``privacy.sigma_votes`` says which).
 
 Noise convention (a deliberate choice; see README "PrivGNN"): the answer is a probability
 vector (or a one-hot vote), whose L1 sensitivity is 2, so the Laplace scale is ``2 / lam``
@@ -68,6 +71,47 @@ pg = LazyModule("fedgraph.methods.privgnn")
 pf = LazyModule("fedgraph.methods.privgnn_federated")
 
 
+def calibrate_sigma_votes(cfg) -> tuple:
+    """Ensemble mode: ``(cfg, note)`` with ``sigma_votes`` set where the config leaves it
+    unset (``None``): the smallest std (votes) at which ``num_queries`` released histograms
+    (:func:`fedgraph.methods.privgnn.ensemble_events`, with the configured threshold copy)
+    compose to at most the smallest of the clients' ``client_epsilons`` at ``delta`` (analytic
+    Gaussian composition, exact; :func:`fedgraph.methods.privgnn.ensemble_sigma_for_epsilon`),
+    and at least 1. Every client then answers all queries within its target (the smallest
+    spends it, up to the calibration's 0.1%). ``note`` (the report's ``privacy.sigma_votes``):
+    the value and where it came from; ``None`` for the other answer modes.
+
+    Raises:
+        fedgraph.config.ConfigError: no std up to 1e6 votes meets the target (names
+            ``client-epsilons``).
+    """
+    from fedgraph.accounting import calibrate
+    from fedgraph.config import ConfigError
+
+    if cfg.answer_mode != "ensemble":
+        return cfg, None
+    if cfg.sigma_votes is not None:
+        return cfg, {"sigma_votes": cfg.sigma_votes, "source": "set: client-epsilons are caps"}
+    target = min(cfg.client_epsilon(p) for p in range(cfg.num_clients))
+    if math.isinf(target):
+        sigma = 1.0  # no target: the least noise allowed
+    else:
+        try:
+            sigma = (pg.ensemble_sigma_for_epsilon(target, cfg.delta, cfg.num_queries)
+                     if not cfg.sigma_threshold else
+                     calibrate(target, cfg.delta, lambda s: pg.ensemble_events(
+                         cfg.num_queries, s, cfg.sigma_threshold), accountant="analytic",
+                         lower=1.0, upper=1e6))
+        except ValueError as err:
+            raise ConfigError(f"client-epsilons: no sigma-votes up to 1e6 makes {cfg.num_queries} "
+                              f"histograms cost at most {target:g} at delta {cfg.delta:g} "
+                              f"({err}); raise client-epsilons or lower num-queries") from None
+    sigma = max(1.0, float(sigma))
+    note = {"sigma_votes": sigma, "source": "calibrated", "target_epsilon": target,
+            "num_queries": cfg.num_queries, "delta": cfg.delta}
+    return cfg.model_copy(update={"sigma_votes": sigma}), note
+
+
 @register_strategy("privgnn")
 class PrivGNNStrategy(PrivateStrategy):
     """Server side of federated PrivGNN (config: :class:`fedgraph.config.PrivGNNConfig`).
@@ -87,6 +131,12 @@ class PrivGNNStrategy(PrivateStrategy):
 
     method = "privgnn"
     privacy_accountant = "pld"
+
+    def __init__(self, config):
+        config, note = calibrate_sigma_votes(config)
+        super().__init__(config)
+        if note is not None:
+            self.report.privacy["sigma_votes"] = note
 
     def privacy_parameters(self) -> tuple[float, str]:
         """PLD (dp-accounting) for the Laplace modes; the ensemble's Gaussian events compose

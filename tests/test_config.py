@@ -50,7 +50,7 @@ def test_pyproject_declares_every_key():
     fields = {k.replace("_", "-") for m in METHOD_CONFIGS.values() for k in m.model_fields}
     assert keys == fields
     parse_run_config({k: v for k, v in declared["tool"]["flwr"]["app"]["config"].items()
-                      if k != "strategy"})
+                      if k != "strategy"} | {"num-clients": 10})  # 0: set from the grid
 
 
 def test_every_preset_validates():
@@ -145,6 +145,9 @@ def test_pyproject_values_are_the_ppgnn_defaults():
     declared = tomllib.loads((Path(__file__).parents[1] / "pyproject.toml").read_text())
     declared = declared["tool"]["flwr"]["app"]["config"]
     assert declared["method"] == "ppgnn"
+    # num-clients = 0: one client per supernode (the ServerApp sets it from the grid first)
+    assert declared["num-clients"] == 0
+    declared["num-clients"] = PPGNNConfig().num_clients
     from_pyproject = parse_run_config({k: v for k, v in declared.items() if k != "strategy"})
     defaults = PPGNNConfig()
     for field in PPGNNConfig.model_fields:
@@ -183,6 +186,7 @@ def test_pyproject_values_are_the_gap_defaults():
     declared = tomllib.loads((Path(__file__).parents[1] / "pyproject.toml").read_text())
     declared = declared["tool"]["flwr"]["app"]["config"]
     given = {k: v for k, v in declared.items() if k != "strategy"}
+    given["num-clients"] = 10  # 0 in pyproject: the ServerApp sets it from the grid first
     for method in ("gap", "privgnn"):  # every key, the shared ones included (delta, split, ...)
         from_pyproject = parse_run_config({**given, "method": method})
         defaults = parse_run_config({"method": method})
@@ -202,3 +206,34 @@ def test_an_empty_method_dependent_key_is_the_methods_default():
     assert parse_run_config({"method": "gap", "delta": 1e-6}).delta == 1e-6
     with pytest.raises(ConfigError, match="run-name"):  # "" elsewhere is still a value
         parse_run_config({"method": "gap", "run-name": "../x"})
+
+
+def test_fedgraph_run_preset_and_flwr_run_name_the_report_alike(tmp_path):
+    """Issue 30: ``fedgraph run gap-edge-cora`` wrote gap-edge-cora-seed0-..., ``flwr run
+    --run-config gap-edge-cora.toml`` gap-cora-seed0-...: one rule now, the strategy's."""
+    import json
+    import re
+    import tomllib
+    from pathlib import Path
+
+    from fedgraph.report import default_run_name
+    from fedgraph.registry import spec_label
+    from simulations import cli
+    from simulations.server_app import validate_run_config
+
+    preset = tomllib.loads((Path(cli.PRESETS) / "gap-edge-cora.toml").read_text())
+    run_config = {**preset, "output-dir": str(tmp_path)}
+    strategy_cls, cfg = validate_run_config(run_config)
+    names = []
+
+    def simulate(server_app, client_app, num_supernodes, backend_config):
+        from simulations.interrupt import REPORT_PATH
+
+        names.append(REPORT_PATH[0].stem)
+        REPORT_PATH[0].write_text(json.dumps({"status": "ok"}))
+
+    cli._run(run_config, cfg, None, {}, simulate, lambda rc: None, None, default_run_name,
+             spec_label)
+    under_flwr_run = strategy_cls(cfg).report_path().stem
+    pattern = r"-\d{8}-\d{6}-\d+$"
+    assert re.sub(pattern, "", names[0]) == re.sub(pattern, "", under_flwr_run) == "gap-cora-seed0"

@@ -28,7 +28,7 @@ FAST = ["epochs=5", "steps='2'"]  # PPGNN examples: fewer epochs and propagation
 
 @pytest.fixture(autouse=True)
 def _repo_root(monkeypatch, tmp_path):
-    monkeypatch.chdir(ROOT)  # the examples' run.toml use paths relative to the repository
+    monkeypatch.chdir(ROOT)  # the tests name example files relative to the repository
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
 
 
@@ -345,3 +345,21 @@ def test_entry_point_names_resolve(tmp_path, monkeypatch):
     assert mech.name == "laplace" and mech.privacy_spent(1) == {"laplace": 2.0}
     with pytest.raises(ValueError, match="unknown 'my-other'"):
         Registry("mechanism").resolve("my-other")
+
+
+def test_paths_in_a_toml_are_relative_to_that_file(tmp_path, monkeypatch):
+    """Issue 30: a run-config TOML's paths (a spec's .py file, data-root, output-dir) resolve
+    against the TOML's folder, not the working directory; a spec written for the repository
+    root (no such file next to the TOML) is left to the working directory."""
+    monkeypatch.chdir(tmp_path)  # anywhere but the repository
+    cfg = load_run_config(str(EXAMPLES / "custom_dataset" / "run.toml"), [])
+    assert cfg["dataset"] == f"{EXAMPLES / 'custom_dataset' / 'loader.py'}:load"
+    assert cfg["partitioner"] == f"{EXAMPLES / 'custom_dataset' / 'loader.py'}:by_blocks"
+    toml = tmp_path / "sub" / "run.toml"
+    toml.parent.mkdir()
+    toml.write_text('data-root = "data"\noutput-dir = "runs"\n'
+                    'mechanism = "examples/custom_mechanism/mechanism.py:PiecewiseMechanism"\n')
+    cfg = load_run_config(str(toml), ["run-name='x'"])
+    assert cfg["data-root"] == str(toml.parent / "data")
+    assert cfg["output-dir"] == str(toml.parent / "runs")
+    assert cfg["mechanism"] == "examples/custom_mechanism/mechanism.py:PiecewiseMechanism"

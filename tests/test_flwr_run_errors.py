@@ -78,3 +78,33 @@ def test_deployment_grid_keeps_waiting_for_late_supernodes():
 
     with pytest.raises(ClientFailure, match="only 5 of 10 supernodes connected"):
         wait_for_nodes(Grid(5), 10, timeout=1.0)
+
+
+def test_num_clients_comes_from_the_supernodes():
+    """``flwr run .`` on Flower's default federation (2 supernodes): pyproject's
+    ``num-clients = 0`` becomes the grid's count; a missing key too (``fedgraph run``)."""
+    from simulations.grid import InterruptibleGrid
+    from simulations.supernodes import resolve_num_clients
+
+    grid = InterruptibleGrid(InMemoryGrid(2))
+    assert resolve_num_clients(grid, {"num-clients": 0}, settle=0.1)["num-clients"] == 2
+    assert resolve_num_clients(grid, {}, settle=0.1)["num-clients"] == 2
+    assert resolve_num_clients(grid, {"num-clients": 2}, settle=0.1)["num-clients"] == 2
+
+
+def test_explicit_num_clients_other_than_the_supernodes_is_refused_naming_both():
+    from simulations.supernodes import resolve_num_clients
+
+    start = time.time()
+    with pytest.raises(ConfigError, match="num-clients=5 but the federation has 2 supernodes"):
+        resolve_num_clients(InMemoryGrid(2), {"num-clients": 5}, settle=0.1)
+    assert time.time() - start < 2
+
+
+def test_a_deployment_keeps_an_explicit_num_clients():
+    from simulations.supernodes import resolve_num_clients
+
+    class Grid(InMemoryGrid):
+        pass  # supernodes connect one by one: the connect phase waits for them
+
+    assert resolve_num_clients(Grid(2), {"num-clients": 5})["num-clients"] == 5

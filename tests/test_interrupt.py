@@ -217,3 +217,108 @@ def test_a_simulation_that_never_returns_after_its_strategy_is_ended(monkeypatch
         server.join()
     time.sleep(0.6)
     assert exits == []
+
+
+def test_flower_exit_stops_the_server_thread_and_waits_for_its_report():
+    """``flwr stop``: Flower's exit handler (simulations.flower_exit.stop_and_wait) stops the
+    ServerApp's thread as Ctrl-C does and returns once its report is written."""
+    import threading
+
+    from simulations import flower_exit, interrupt
+
+    written = []
+
+    def server():
+        interrupt.serving()
+        try:
+            while True:
+                time.sleep(0.01)  # server-side work, interrupted at a Python step
+        except RunInterrupted:
+            time.sleep(0.3)  # the strategy writes its report
+            written.append("interrupted")
+
+    thread = threading.Thread(target=server)
+    thread.start()
+    while not interrupt._SERVER_THREAD:
+        time.sleep(0.01)
+    try:
+        assert flower_exit.stop_and_wait(wait=10) and written == ["interrupted"]
+    finally:
+        STOP.clear()
+        interrupt._SERVER_THREAD.clear()
+    assert flower_exit.stop_and_wait(wait=10)  # nothing running: returns at once
+
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not (PROC / "self" / "environ").exists(), reason="needs /proc")
+def test_flwr_stop_leaves_an_interrupted_report_with_the_releases_so_far(tmp_path):
+    """``flwr stop <run-id>`` on a GAP run under ``flwr run .`` (Flower's default federation,
+    its own SuperLink, Flower home and ports): the report says ``interrupted`` and holds the
+    PMA releases made before the stop."""
+    marker = uuid.uuid4().hex
+    bin_dir = Path(sys.executable).parent
+    env = {**os.environ, "FEDGRAPH_TEST_MARKER": marker, "XDG_CACHE_HOME": str(tmp_path / "c"),
+           "FLWR_HOME": str(tmp_path / "flwr"), "PATH": f"{bin_dir}:{os.environ['PATH']}",
+           "FLWR_DISABLE_RUNTIME_DEPENDENCY_INSTALLATION": "1",
+           "FLWR_LOCAL_SUPERLINK_HTTP_API_PORT": str(_free_port()),
+           "FLWR_LOCAL_CONTROL_API_PORT": str(_free_port())}
+    log_path = tmp_path / "log.txt"
+    config = (f"method='gap' classifier-rounds=100000 output-dir='{tmp_path}' "
+              "run-name='stopped'")
+    # The SuperLink `flwr run` would start (its command), started here: on a loaded machine
+    # it takes longer than the 15 s `flwr run` waits for it.
+    http_port = env["FLWR_LOCAL_SUPERLINK_HTTP_API_PORT"]
+    superlink = subprocess.Popen(
+        [str(bin_dir / "flower-superlink"), "--insecure", "--simulation", "--isolation",
+         "subprocess", "--control-api-address",
+         f"127.0.0.1:{env['FLWR_LOCAL_CONTROL_API_PORT']}", "--host", "127.0.0.1", "--port",
+         http_port, "--database", str(tmp_path / "state.db")],
+        env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        import urllib.request
+
+        deadline = time.time() + 180
+        while True:
+            try:
+                urllib.request.urlopen(f"http://127.0.0.1:{http_port}/health", timeout=2)
+                break
+            except OSError:
+                assert superlink.poll() is None and time.time() < deadline, "no SuperLink"
+                time.sleep(1)
+        proc = subprocess.Popen([str(bin_dir / "flwr"), "run", ".", "--stream",
+                                 "--run-config", config], cwd=ROOT, env=env,
+                                stdout=open(log_path, "w"), stderr=subprocess.STDOUT)
+        deadline = time.time() + 400
+        while "PMA (clients, via server) done" not in log_path.read_text():
+            assert proc.poll() is None, log_path.read_text()[-3000:]
+            assert time.time() < deadline, log_path.read_text()[-3000:]
+            time.sleep(1)
+        run_id = log_path.read_text().split("Successfully started run ")[1].split()[0]
+        subprocess.run([str(bin_dir / "flwr"), "stop", run_id], cwd=tmp_path, env=env,
+                       check=True, capture_output=True, timeout=60)
+        report = tmp_path / "stopped.json"
+        deadline = time.time() + 120  # Flower's heartbeat brings the stop within ~30 s
+        while not report.exists():
+            assert time.time() < deadline, log_path.read_text()[-3000:]
+            time.sleep(1)
+        got = json.loads(report.read_text())
+        assert got["status"] == "interrupted", got["error"]
+        for client in ("client-0", "client-1"):
+            releases = got["privacy"]["per_subject"][client]["releases"]
+            assert [r["release"] for r in releases] == ["pma"], releases
+            assert 0 < got["privacy"]["per_subject"][client]["epsilon"] <= 4 + 1e-9
+    finally:
+        superlink.kill()
+        for pid in _marked(marker):  # the SuperLink this test started, and its children
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass

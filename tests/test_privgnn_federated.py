@@ -54,7 +54,8 @@ def test_strategy_name_selects_the_config_and_pyproject_keys_validate():
 
     declared = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["flwr"]["app"]["config"]
     # flwr run passes every declared key (PPGNN's method default) plus the user's strategy
-    strategy, cfg = validate_run_config({**declared, "strategy": "privgnn"})
+    # (num-clients = 0 there: the ServerApp sets it from the grid first)
+    strategy, cfg = validate_run_config({**declared, "strategy": "privgnn", "num-clients": 5})
     assert strategy is PrivGNNStrategy and isinstance(cfg, PrivGNNConfig)
     assert cfg.lam == declared["lam"] and cfg.num_queries == declared["num-queries"]
     cfg = parse_run_config({"method": "privgnn", "client-epsilons": "1,inf"})

@@ -106,3 +106,19 @@ def test_no_phase_or_progress_off_prints_nothing(monkeypatch, terminal):
     with r.phase("PMA (clients, via server)"):
         progress("clients", 1, 2)
     assert out.getvalue() == ""
+
+
+def test_a_long_phase_without_clients_shows_life_in_a_log(monkeypatch):
+    """Issue 30: a server phase (PPGNN's calibrate+train) calls no progress(); a log still gets
+    a line every PROGRESS_EVERY_S seconds (a background heartbeat), a terminal none."""
+    import time
+
+    out = _console(monkeypatch, terminal=False)
+    monkeypatch.setattr(report, "PROGRESS_EVERY_S", 0.5)
+    r = RunReport("ppgnn", {})
+    with r.phase("calibrate+train (server)"):
+        time.sleep(1.6)
+    lines = out.getvalue().splitlines()
+    assert lines[0].startswith("ppgnn: calibrate+train (server) ... (1 s)"), lines
+    assert lines[-1].startswith("ppgnn: calibrate+train (server) done in")
+    assert not any(t.name == "fedgraph-progress" for t in __import__("threading").enumerate())

@@ -1,0 +1,43 @@
+"""``fedgraph report``'s figures (issue 30): the formats asked for, a combined figure, and a
+warning for every ``[[published]]`` point no plot shows."""
+from __future__ import annotations
+
+from typer.testing import CliRunner
+
+from simulations.cli import cli
+from test_sweep import fake_cell, write
+
+PUBLISHED = ('[[published]]\nmethod = "lpgnn"\ndataset = "cora"\nepsilon = 1\ntest = 83.9\n'
+             'source = "LPGNN paper"\n'
+             '[[published]]\nmethod = "gap"\ndataset = "cora"\nepsilon = 4\ntest = 80.0\n'
+             'source = "GAP paper"\n'
+             '[[published]]\nmethod = "lpgnn"\ndataset = "citeseer"\nepsilon = 1\ntest = 70.0\n'
+             'source = "LPGNN paper"\n')
+
+
+def test_formats_and_a_warning_for_every_unplaced_published_point(tmp_path):
+    runs = tmp_path / "runs"
+    for eps, test in ((0.5, 0.7), (1.0, 0.8)):
+        fake_cell(runs, "lpgnn", "cora", eps, 0, test=test, label="LPGNN")
+        fake_cell(runs, "gap-edge", "cora", eps, 0, test=test - 0.1, level="edge",
+                  label="GAP edge")
+    write(runs / "sweep.toml", PUBLISHED)
+    plots = tmp_path / "plots"
+    res = CliRunner().invoke(cli, ["report", str(runs), "--plots", str(plots),
+                                   "--format", "png,pdf,svg", "--combined"])
+    assert res.exit_code == 0, res.output
+    assert sorted(p.name for p in plots.iterdir()) == [
+        f"{stem}.{fmt}" for stem in ("combined", "cora-edge", "cora-user")
+        for fmt in ("pdf", "png", "svg")]
+    from test_sweep import png_size
+
+    assert png_size(plots / "combined.png")[0] > png_size(plots / "cora-user.png")[0]
+    assert (plots / "cora-user.pdf").read_bytes().startswith(b"%PDF")
+    assert b"<svg" in (plots / "cora-user.svg").read_bytes()[:2000]
+    warnings = [ln for ln in res.output.splitlines() if "warning: published" in ln]
+    assert len(warnings) == 2, res.output  # the LPGNN point on Cora is drawn
+    assert any("gap on cora at epsilon 4" in w and "no plotted curve of method 'gap'" in w
+               for w in warnings)  # (the curve is gap-edge's)
+    assert any("lpgnn on citeseer" in w for w in warnings)
+    res = CliRunner().invoke(cli, ["report", str(runs), "--plots", str(plots), "--format", "jpg"])
+    assert res.exit_code == 2 and "allowed: png, pdf, svg" in res.output
