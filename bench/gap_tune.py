@@ -1,6 +1,6 @@
 """One-client GAP architecture and hyperparameter sweep (diagnostic, not a test).
 
-Runs the computation a one-client federated GAP run does (``fedgraph.methods.gap_federated``'s
+Runs the computation a one-client federated GAP run does (``fedgraph.methods.gap.models``'
 ``build_encoder`` / ``build_classifier``, full-batch Adam, PMA with the calibrated noise, the
 classifier's best validation epoch), without the Flower round trips, so that a sweep over
 architectures and hyperparameters costs seconds per run. The encoder does not depend on the
@@ -36,7 +36,7 @@ from fedgraph.config import parse_run_config
 from fedgraph.data import apply_split
 from fedgraph.federation import load_graph
 from fedgraph.methods.gap import calibrate_gap, edge_sensitivity, evaluate, fit, pma
-from fedgraph.methods.gap_federated import build_classifier, build_encoder
+from fedgraph.methods.gap.models import build_classifier, build_encoder
 from fedgraph.nn.gap import stack_hops
 
 BENCH_KEYS = ("encoder-select", "bn-parts", "encoder-batch-size")

@@ -9,9 +9,9 @@ sources in alternating order:
 
 * ``pma``: the federated PMA phase, exactly bench/scale.py's ``gap-pma`` (``--clients``
   clients, random partition; per hop every client's
-  :func:`~fedgraph.methods.gap_federated.pma_partial_sums`, its local sums and one noisy row for
+  :func:`~fedgraph.methods.gap.client_pma.pma_partial_sums`, its local sums and one noisy row for
   every node it does not hold, the server's routing, every owner's
-  :func:`~fedgraph.methods.gap_federated.pma_finish`), each (hop, client) with a fresh generator
+  :func:`~fedgraph.methods.gap.client_pma.pma_finish`), each (hop, client) with a fresh generator
   of the source under its own key, as the clients draw;
 * ``noise``: only the noise of that phase: :func:`~fedgraph.randomness.add_gaussian_` on
   tensors of exactly the shapes PMA noises (per hop and client ``[n_i, e]`` local and

@@ -4,10 +4,10 @@ Phases (``--phases``):
 
 * ``gap-pma``: GAP's edge-level aggregation perturbation, federated: ``K`` hops over
   ``--clients`` clients (random partition). Per hop every client runs
-  :func:`~fedgraph.methods.gap_federated.pma_partial_sums` (its local sums and one noisy row
+  :func:`~fedgraph.methods.gap.client_pma.pma_partial_sums` (its local sums and one noisy row
   for every node it does not hold, as the real client releases), the server routes the rows
   to their owners exactly as :class:`strategies.gap.GAPStrategy` does, and every client runs
-  :func:`~fedgraph.methods.gap_federated.pma_finish`. The same code as ``fedgraph run``'s
+  :func:`~fedgraph.methods.gap.client_pma.pma_finish`. The same code as ``fedgraph run``'s
   clients and server, in one process: Flower's transport (serialization, Ray) is not in it.
 * ``gap-plain``: the same K hops written as a plain single-process PyTorch loop on the whole
   graph: ``h = normalize(index_add(h[src]) + noise)``.
@@ -270,7 +270,8 @@ def pma_hops(n: int, clients, h: list, hops: int, sigma: float, generator) -> li
     Also ``bench/noise_cost.py``'s phase."""
     import torch
 
-    from fedgraph.methods.gap_federated import pma_finish, pma_partial_sums, route_partial_sums
+    from fedgraph.methods.gap.client_pma import pma_finish, pma_partial_sums
+    from fedgraph.methods.gap.server import route_partial_sums
 
     owner = torch.empty(n, dtype=torch.long)
     for i, c in enumerate(clients):

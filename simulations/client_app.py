@@ -1,6 +1,6 @@
 """The fedgraph ClientApp: decode each message, call the method's client half, encode the reply.
 
-No method logic lives here: GAP's steps are :mod:`fedgraph.methods.gap_client`, PPGNN's
+No method logic lives here: GAP's steps are :mod:`fedgraph.methods.gap.client`, PPGNN's
 :mod:`fedgraph.methods.ppgnn`, PrivGNN's :mod:`fedgraph.methods.privgnn_federated`. The run
 config arrives inside each message; every draw comes from the client's own generator
 (:func:`fedgraph.randomness.client_generator`, keyed by the client's data too). The message
@@ -13,6 +13,7 @@ import json
 from flwr.app import ArrayRecord, ConfigRecord, Context, Message, MetricRecord, RecordDict
 from flwr.clientapp import ClientApp
 
+from fedgraph._lazy import LazyModule
 from fedgraph.config import parse_run_config
 from fedgraph.federation import client_view, tensors, worker_info
 from fedgraph.randomness import client_generator
@@ -21,6 +22,7 @@ from simulations.handler_times import handler_times
 
 wakeups.install(if_imported=True)  # flwr run: patch Flower's message threads here (wakeups)
 app = ClientApp(mods=[handler_times])  # off unless a benchmark asks (simulations.handler_times)
+gap = LazyModule("fedgraph.methods.gap.client")  # GAP's client half, at its first message
 
 
 def _setup(msg: Message, context: Context):
@@ -62,10 +64,8 @@ def ppgnn_evaluate(msg: Message, context: Context) -> Message:
 
 @app.query("gap_setup")
 def gap_setup(msg: Message, context: Context) -> Message:
-    from fedgraph.methods import gap_client
-
     cfg, pid, view, _ = _setup(msg, context)
-    ids, plan = gap_client.setup(cfg, pid, view)
+    ids, plan = gap.setup(cfg, pid, view)
     return _reply(msg, ids=ArrayRecord({"node_ids": ids}),
                   meta=_meta(view, pid, plan=json.dumps(plan)))
 
@@ -86,70 +86,51 @@ def advertise_key(msg: Message, context: Context) -> Message:
 gap_keys = privgnn_keys = advertise_key  # the handlers by their message names
 
 
-def _gap_model(cfg, view, context, phase: str, arrays, heldout: bool = False):
-    """GAP's model and inputs for ``phase``; the private hops come from the client state."""
-    from fedgraph.methods.gap_client import hops_key, inputs
-
-    def hops(graph):
-        return client_state.get_tensors(context, hops_key(graph))["hops"]
-
-    weights = arrays.to_torch_state_dict() if len(arrays) else None
-    if phase == "gap.encoder" or cfg.variant == "mlp":
-        return inputs(cfg, view, phase, weights)
-    held = hops("test") if heldout and cfg.inference == "inductive" else None
-    return inputs(cfg, view, phase, weights, hops("all"), held)
+def _kept(context: Context):
+    """A reader of the tensors this client keeps between messages (:mod:`.client_state`)."""
+    return lambda key: client_state.get_tensors(context, key)
 
 
 @app.train()
 def gap_train(msg: Message, context: Context) -> Message:
-    from fedgraph.methods import gap_client
-
     cfg, pid, view, gen = _setup(msg, context)
-    config = msg.content["config"]
-    phase = str(config["phase"])
-    model, x = _gap_model(cfg, view, context, phase, msg.content["arrays"])
-    arrays, metrics = gap_client.train_round(
-        cfg, pid, view, model, x, validate=bool(config.get("evaluate", False)),
-        generator=gen(f"gap:{phase}:{int(config['server-round'])}"))
+    c, weights = msg.content["config"], tensors(msg.content["arrays"])  # empty: fresh weights
+    arrays, metrics = gap.train(cfg, pid, view, str(c["phase"]), weights, _kept(context),
+                                server_round=int(c["server-round"]),
+                                validate=bool(c.get("evaluate", False)), generator=gen)
     return _reply(msg, arrays=ArrayRecord(arrays), metrics=MetricRecord(metrics))
 
 
 @app.query("gap_pma")
 def gap_pma(msg: Message, context: Context) -> Message:
-    from fedgraph.methods.gap_client import PMAState, hops_key, pma_hop, pma_request
-
     cfg, pid, view, gen = _setup(msg, context)
     c = msg.content
     private = bytes(context.state["gap.secagg"]["private-key"]) if "secagg" in c else None
-    req = pma_request(c, private, f"fedgraph gap pma run={context.run_id}")
-    key = hops_key(req.graph) + ".pma"
-    state = PMAState(tensors(context.state[key])) if req.hop > 1 else None
-    state, release = pma_hop(cfg, pid, view, req, state, gen)
-    if req.hop <= cfg.hops:
-        context.state[key] = ArrayRecord(state.tensors)
-    else:  # the last hop: the classifier's inputs, read in every classifier round
+    req = gap.pma_request(c, private, f"fedgraph gap pma run={context.run_id}")
+    key = gap.pma_state_key(req.graph)
+    kept = tensors(context.state[key]) if key in context.state else None
+    step = gap.pma_step(cfg, pid, view, req, kept, gen)
+    if step.pending is not None:
+        context.state[key] = ArrayRecord(step.pending)
+    else:  # the last hop: the PMA state goes, the classifier's inputs stay
         del context.state[key]
-        client_state.put_tensors(context, hops_key(req.graph), {"hops": state.stacked(cfg.hops)})
-    return _reply(msg, partial_sums=ArrayRecord(release))
+        client_state.put_tensors(context, gap.hops_key(req.graph), {"hops": step.hops})
+    return _reply(msg, partial_sums=ArrayRecord(step.release))
 
 
 @app.evaluate()
 def gap_evaluate_round(msg: Message, context: Context) -> Message:
-    from fedgraph.methods import gap_client
-
     cfg, _, view, _ = _setup(msg, context)
-    phase = gap_client.validation_phase(cfg, msg.content["config"].get("phase"))
-    model, x = _gap_model(cfg, view, context, phase, msg.content["arrays"])
-    return _reply(msg, metrics=MetricRecord(gap_client.validation(model, x, view)))
+    c, weights = msg.content["config"], tensors(msg.content["arrays"])
+    return _reply(msg, metrics=MetricRecord(
+        gap.validate(cfg, view, c.get("phase"), weights, _kept(context))))
 
 
 @app.evaluate("gap")
 def gap_evaluate(msg: Message, context: Context) -> Message:
-    from fedgraph.methods import gap_client
-
     cfg, _, view, _ = _setup(msg, context)
-    model, x = _gap_model(cfg, view, context, "gap.classifier", msg.content["arrays"], True)
-    return _reply(msg, metrics=MetricRecord(gap_client.evaluate_counts(model, x, view)))
+    counts = gap.final_counts(cfg, view, tensors(msg.content["arrays"]), _kept(context))
+    return _reply(msg, metrics=MetricRecord(counts))
 
 
 @app.query("privgnn")

@@ -45,7 +45,7 @@ log = logging.getLogger(__name__)
 #: what the first message of each method's client imports beyond the ClientApp module
 #: (:func:`warm_client`); a custom strategy's clients get the ClientApp module only
 WARM_IMPORTS = {
-    "gap": ("fedgraph.methods.gap_federated", "fedgraph.mechanisms",
+    "gap": ("fedgraph.methods.gap.client", "fedgraph.mechanisms",
             "fedgraph.accounting.calibrate", "dp_accounting.rdp", "scipy.stats"),
     "ppgnn": ("fedgraph.methods.ppgnn",),
     "privgnn": ("fedgraph.methods.privgnn_federated", "fedgraph.mechanisms",

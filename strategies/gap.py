@@ -10,9 +10,9 @@ edge level) -> evaluation on the clients.
 and once more after the classifier rounds on the held-out graph (edges between test nodes;
 fresh noise, same sigma and K), whose aggregates the test nodes are evaluated on. The two
 graphs share no edge and no node, so their PMA releases compose in parallel and a client's
-epsilon is that of one run; see :mod:`fedgraph.methods.gap_federated` for who decides which
-cross-client edges exist and for the argument. The ledger records the held-out run under a
-subject of its own, ``client-i (held-out graph)``.
+epsilon is that of one run; see :mod:`fedgraph.methods.gap.client_pma` for who decides which
+cross-client edges exist and :mod:`fedgraph.methods.gap.privacy` for the argument. The ledger
+records the held-out run under a subject of its own, ``client-i (held-out graph)``.
 
 Ledger: each client's releases are recorded as their replies arrive (:meth:`GAPStrategy._released`:
 a PMA hop, a node-level DP-SGD round), so a failed run reports what left the clients; each
@@ -24,8 +24,8 @@ sigma_max / sqrt(n - 1): the clients exchange X25519 public keys through the ser
 setup and send only pairwise-masked rows (:mod:`fedgraph.secure_aggregation`, SecAgg without
 dropout recovery), the server adds them per node, which cancels the masks, and routes one
 summed row per node to its owner; with undirected edges and different client sigmas,
-sigma_max (:func:`fedgraph.methods.gap_federated.remote_noise`). Clients check the value they
-are sent (:func:`~fedgraph.methods.gap_federated.check_remote_sigma`).
+sigma_max (:func:`fedgraph.methods.gap.privacy.remote_noise`). Clients check the value they
+are sent (:func:`~fedgraph.methods.gap.privacy.check_remote_sigma`).
 """
 from __future__ import annotations
 
@@ -37,8 +37,9 @@ import torch
 from flwr.app import ArrayRecord, ConfigRecord, RecordDict
 
 from fedgraph.federation import ClientFailure, record_workers, send_to_all, tensors, wait_for_nodes
-from fedgraph.methods.gap_federated import (build_classifier, build_encoder,
-                                            plan_events, remote_noise, route_partial_sums)
+from fedgraph.methods.gap.models import build_classifier, build_encoder
+from fedgraph.methods.gap.privacy import plan_events, remote_noise
+from fedgraph.methods.gap.server import route_partial_sums
 from fedgraph.secure_aggregation import FRAC_BITS, unmask_sum
 from .base import PrivateStrategy, register_strategy
 from .fedavg import StrictFedSGD, strict_strategy
@@ -55,7 +56,7 @@ def _seeded_init(build, cfg, num_features: int, num_classes: int):
 
 def _aggregation_note(cfg, remote: tuple[float, int], sigmas: list[float]) -> str:
     """The report's ``privacy.aggregation``: why the remote rows carry ``remote`` noise
-    (:func:`fedgraph.methods.gap_federated.remote_noise`) and what that assumes."""
+    (:func:`fedgraph.methods.gap.privacy.remote_noise`) and what that assumes."""
     if cfg.secure_aggregation:
         return (f"secure aggregation (pairwise masking as in SecAgg, Bonawitz et al. 2017, "
                 f"without dropout recovery): each client masks its remote rows, in fixed point "

@@ -99,7 +99,7 @@ from fedgraph.config import parse_run_config
 from fedgraph.federation import ClientView
 from fedgraph.data import partition
 from fedgraph.data.synthetic import sbm_graph
-from fedgraph.methods.gap_client import PMARequest, pma_hop, setup
+from fedgraph.methods.gap.client import PMARequest, pma_hop, setup
 
 cfg = parse_run_config({"method": "gap", "num-clients": 2, "hops": 2, "encoder-dim": 4,
                         "partitioner": "random"})

@@ -97,7 +97,8 @@ def _replay(fn, gen, seed):
 def _gap_release(cfg):
     """Hop 1 of PMA through the real handler: the rows client ``PID`` releases for the nodes
     held by the other client, and everything needed to rerun it."""
-    from fedgraph.methods.gap_federated import build_encoder, client_edges, pma_partial_sums
+    from fedgraph.methods.gap.client_pma import client_edges, pma_partial_sums
+    from fedgraph.methods.gap.models import build_encoder
     from simulations import client_app
 
     view = client_view(cfg, PID)
@@ -108,7 +109,7 @@ def _gap_release(cfg):
                    encoder=ArrayRecord(encoder.state_dict()))
     reply = client_app.gap_pma(msg, _context())
     out = tensors(reply.content["partial_sums"])
-    from fedgraph.methods.gap_federated import privacy_plan
+    from fedgraph.methods.gap.privacy import privacy_plan
 
     sigma = privacy_plan(cfg, cfg.client_epsilon(PID), int(view.graph.train_mask.sum())).sigma
     with torch.no_grad():
@@ -205,7 +206,8 @@ def test_server_cannot_replay_gap_dp_sgd(source, monkeypatch):
     Gaussian noise from the client's generator) cannot be reproduced from the weights the
     server sent."""
     from fedgraph.methods.gap import local_train
-    from fedgraph.methods.gap_federated import build_encoder, privacy_plan
+    from fedgraph.methods.gap.models import build_encoder
+    from fedgraph.methods.gap.privacy import privacy_plan
     from simulations import client_app
 
     cfg = _config({**GAP, "level": "node", "local-epochs": 1, "client-epsilons": "8",

@@ -179,7 +179,7 @@ from fedgraph.config import parse_run_config
 cfg = parse_run_config({"method": "gap", "dataset": "synthetic-sbm:300:6:1"})
 assert cfg.dataset == "synthetic-sbm:300:6:1", cfg.dataset
 before = [m for m in ("torch", "torch_geometric") if m in sys.modules]
-import simulations.client_app, fedgraph.methods.gap_federated, fedgraph.methods.gap
+import simulations.client_app, fedgraph.methods.gap.client, fedgraph.methods.gap
 from fedgraph import partition_cache as pc
 from fedgraph.data import ClientGraph, partition
 pc.code_digest(); pc.source_key("facebook-pagepage", "", 1); pc.cache_dir()

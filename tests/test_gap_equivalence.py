@@ -23,7 +23,7 @@ import torch
 
 from fedgraph.federation import client_view, load_federated
 from fedgraph.methods.gap import fit, pma
-from fedgraph.methods.gap_federated import build_classifier, build_encoder
+from fedgraph.methods.gap.models import build_classifier, build_encoder
 from simulations import client_state
 from simulations.local import LocalGrid
 from simulations.server_app import validate_run_config

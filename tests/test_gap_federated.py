@@ -7,8 +7,8 @@ import pytest
 import torch
 
 from fedgraph.config import parse_run_config
-from fedgraph.methods.gap_federated import (client_edges, plan_events, pma_finish,
-                                            pma_partial_sums, privacy_plan)
+from fedgraph.methods.gap.client_pma import client_edges, pma_finish, pma_partial_sums
+from fedgraph.methods.gap.privacy import plan_events, privacy_plan
 from fedgraph.nn.gap import normalize_rows
 
 SHARED = Path(__file__).parents[2] / "shared" / "data"

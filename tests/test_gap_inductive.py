@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from fedgraph.config import ConfigError, parse_run_config
-from fedgraph.methods.gap_federated import client_edges, graph_nodes
+from fedgraph.methods.gap.client_pma import client_edges, graph_nodes
 
 CORA = {"method": "gap", "dataset": "cora", "min-class-size": 1, "num-clients": 3,
         "partitioner": "louvain", "encoder-rounds": 5, "classifier-rounds": 10,

@@ -20,8 +20,8 @@ from torch_geometric.data import Data
 from fedgraph.accounting import PrivacyLedger, compose_epsilon
 from fedgraph.config import parse_run_config
 from fedgraph.data.partition import build_client_graphs
-from fedgraph.methods.gap_federated import (client_edges, plan_events, pma_partial_sums,
-                                            privacy_plan, remote_noise)
+from fedgraph.methods.gap.client_pma import client_edges, pma_partial_sums
+from fedgraph.methods.gap.privacy import plan_events, privacy_plan, remote_noise
 from fedgraph.nn.gap import normalize_rows
 
 DIM = 4

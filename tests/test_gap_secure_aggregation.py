@@ -8,8 +8,8 @@ import pytest
 import torch
 
 from fedgraph.config import ConfigError, parse_run_config
-from fedgraph.methods.gap_federated import (check_remote_sigma, pma_partial_sums, remote_noise,
-                                            secure_remote_sigma)
+from fedgraph.methods.gap.client_pma import pma_partial_sums
+from fedgraph.methods.gap.privacy import check_remote_sigma, remote_noise, secure_remote_sigma
 from fedgraph.nn.gap import normalize_rows
 
 
@@ -118,7 +118,7 @@ class _CuriousServer:
     ``strip_keys``: the server leaves out the public keys (asks for unmasked rows)."""
 
     def __init__(self, num_clients, monkeypatch, drop=None, strip_keys=False):
-        import fedgraph.methods.gap_federated as gf
+        import fedgraph.methods.gap.client as gf
         from simulations.local import LocalGrid
 
         self.grid, self.drop, self.strip_keys = LocalGrid(num_clients), drop, strip_keys

@@ -281,7 +281,7 @@ def test_a_non_finite_reply_fails_the_run_naming_the_client(tmp_path, value, run
 
 # ------------------------------------------------------------------- noise scales and epsilons
 def _pma_partial_sums(**kw):
-    from fedgraph.methods.gap_federated import pma_partial_sums
+    from fedgraph.methods.gap.client_pma import pma_partial_sums
 
     h = torch.ones(3, 2)
     local = torch.tensor([[0, 1], [1, 2]])

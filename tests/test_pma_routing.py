@@ -3,7 +3,7 @@ rows, in the order, that the per-client loop it replaced gave."""
 import pytest
 import torch
 
-from fedgraph.methods.gap_federated import route_partial_sums
+from fedgraph.methods.gap.server import route_partial_sums
 
 
 def loop_routing(released, owner, num_clients, dim):
@@ -52,7 +52,7 @@ def test_routing_equals_the_per_client_loop(num_nodes, num_clients, seed):
 def test_positions_equal_searchsorted(seed):
     """The inverse-table lookup that replaced searchsorted in pma_partial_sums/pma_finish gives
     the same positions, and -1 for ids that are not there (both callers then raise)."""
-    from fedgraph.methods.gap_federated import _positions
+    from fedgraph.methods.gap.client_pma import _positions
 
     g = torch.Generator().manual_seed(seed)
     ids = torch.randperm(1000, generator=g)[:300].sort().values
@@ -64,7 +64,7 @@ def test_positions_equal_searchsorted(seed):
 
 
 def test_partial_sums_and_finish_refuse_unknown_ids():
-    from fedgraph.methods.gap_federated import pma_finish, pma_partial_sums
+    from fedgraph.methods.gap.client_pma import pma_finish, pma_partial_sums
 
     h = torch.randn(3, 4)
     local = torch.tensor([[0, 1], [1, 2]])

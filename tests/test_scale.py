@@ -79,7 +79,7 @@ def test_scatter_sum_chunked_equals_index_add(max_elements):
 
 
 def test_pma_partial_sums_chunked_like_unchunked():
-    from fedgraph.methods.gap_federated import pma_partial_sums
+    from fedgraph.methods.gap.client_pma import pma_partial_sums
 
     g = torch.Generator().manual_seed(1)
     h = torch.randn(40, 3, generator=g)

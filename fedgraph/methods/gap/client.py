@@ -2,16 +2,21 @@
 
 The ClientApp (``simulations/client_app.py``) decodes a message, calls one of these and encodes
 the reply; everything a client computes and releases is here, next to where its noise is drawn
-and the plan (:func:`~fedgraph.methods.gap_federated.privacy_plan`) that accounts for it:
+and the plan (:func:`~fedgraph.methods.gap.privacy.privacy_plan`) that accounts for it:
 
 * :func:`setup` (``query.gap_setup``): the client's calibration for its own target and its node
   ids (the public directory); nothing about the graph beyond the public schema.
-* :func:`train_round` (``train``): one FedAvg round (local Adam; node level DP-SGD, ledger
-  ``encoder dp-sgd`` / ``classifier dp-sgd``) or one FedSGD gradient.
-* :func:`validation` (``evaluate``) and :func:`evaluate_counts` (``evaluate.gap``).
-* :func:`pma_hop` (``query.gap_pma``): one hop of the private multi-hop aggregation (GAP paper
-  Sec. 4.2, Alg. 1 lines 3-6; ledger ``pma``: a Gaussian mechanism of the plan's ``sigma``
-  and ``sensitivity`` per hop), its state in and out explicitly (:class:`PMAState`).
+* :func:`train` (``train``): one FedAvg round (local Adam; node level DP-SGD, ledger
+  ``encoder dp-sgd`` / ``classifier dp-sgd``) or one FedSGD gradient (:func:`train_round`).
+* :func:`validate` (``evaluate``, :func:`validation`) and :func:`final_counts`
+  (``evaluate.gap``, :func:`evaluate_counts`).
+* :func:`pma_request` and :func:`pma_step` (``query.gap_pma``): one hop of the private
+  multi-hop aggregation (GAP paper Sec. 4, Alg. 1 lines 3-6; ledger ``pma``: a Gaussian
+  mechanism of the plan's ``sigma`` and ``sensitivity`` per hop; :func:`pma_hop`).
+
+State between messages is explicit: what a client keeps (the PMA state between hops, under
+:func:`pma_state_key`; the finished private hops, under :func:`hops_key`) goes in as arguments
+and comes out in the return values; where it is kept is the ClientApp's business.
 
 Every draw comes from ``generator(purpose)``, the client's own generator for that release
 (:func:`fedgraph.randomness.client_generator`, keyed by the client's data as well), so the
@@ -25,17 +30,21 @@ from typing import Callable
 import torch
 from torch import Tensor
 
-from ..device import resolve_device, to_cpu
+from ...device import resolve_device, to_cpu
+from .client_pma import client_edges, graph_nodes, masked_release, pma_finish, pma_partial_sums
+from .models import build_classifier, build_encoder
+from .privacy import check_remote_sigma, privacy_plan
+from .training import evaluate, local_gradient, local_train
 
-__all__ = ["client_plan", "setup", "inputs", "train_round", "validation", "validation_phase",
-           "evaluate_counts", "PMARequest", "PMAState", "pma_request", "pma_hop", "hops_key"]
+__all__ = ["client_plan", "setup", "inputs", "phase_inputs", "train", "train_round", "validate",
+           "validation", "validation_phase", "final_counts", "evaluate_counts", "PMARequest",
+           "PMAState", "PMAStep", "pma_request", "pma_hop", "pma_step", "hops_key",
+           "pma_state_key"]
 
 
 def client_plan(cfg, partition_id: int, view):
-    """This client's :class:`~fedgraph.methods.gap_federated.PrivacyPlan` for its own target
+    """This client's :class:`~fedgraph.methods.gap.privacy.PrivacyPlan` for its own target
     (``cfg.client_epsilon(partition_id)``) and its public count of training nodes."""
-    from .gap_federated import privacy_plan
-
     return privacy_plan(cfg, cfg.client_epsilon(partition_id), int(view.graph.train_mask.sum()))
 
 
@@ -63,8 +72,6 @@ def inputs(cfg, view, phase: str, weights: dict | None = None, hops: Tensor | No
     private hops ``[n, K + 1, e]`` (``hops``; the MLP baseline: raw features ``[n, 1, F]``),
     the test nodes' rows from ``heldout_hops`` when given (inductive inference). ``weights``:
     a state dict to load (empty or ``None``: fresh weights)."""
-    from .gap_federated import build_classifier, build_encoder
-
     g, s = view.graph, view.schema
     if phase == "gap.encoder":
         model, x = build_encoder(cfg, s["num_features"], s["num_classes"]), g.x
@@ -86,6 +93,21 @@ def inputs(cfg, view, phase: str, weights: dict | None = None, hops: Tensor | No
     return model.to(dev), x.to(dev)
 
 
+def phase_inputs(cfg, view, phase: str, weights: dict | None,
+                 kept: Callable[[str], dict[str, Tensor]], heldout: bool = False):
+    """``(model, x)`` of ``phase`` (:func:`inputs`), the private hops read from what this client
+    kept: ``kept(key)`` returns the tensors kept under ``key`` (:func:`hops_key`; the ClientApp
+    passes its client state's reader). ``heldout``: the test nodes' rows from the held-out
+    graph's hops (inductive inference). The encoder and the MLP baseline read nothing."""
+    def hops(graph):
+        return kept(hops_key(graph))["hops"]
+
+    if phase == "gap.encoder" or cfg.variant == "mlp":
+        return inputs(cfg, view, phase, weights)
+    held = hops("test") if heldout and cfg.inference == "inductive" else None
+    return inputs(cfg, view, phase, weights, hops("all"), held)
+
+
 def _on(x: Tensor, tensor: Tensor) -> Tensor:
     return tensor.to(x.device)
 
@@ -94,8 +116,6 @@ def validation(model, x: Tensor, view) -> dict:
     """Validation accuracy and loss on this client's validation nodes with their exact count as
     weight (0: none); the loss breaks ties (:func:`strategies.fedavg.selection_key`). Edge
     level only: labels are not the unit."""
-    from .gap import evaluate
-
     res = evaluate(model, x, _on(x, view.graph.y), _on(x, view.graph.val_mask))
     acc, loss = (res["accuracy"], res["loss"]) if res["total"] else (0.0, 0.0)
     return {"num-examples": res["total"], "val-accuracy": float(acc), "val-loss": float(loss)}
@@ -128,8 +148,6 @@ def train_round(cfg, partition_id: int, view, model, x: Tensor, *, validate: boo
     loss (the private count and loss would leave unnoised). ``generator``: DP-SGD's sampling
     and noise (and dropout).
     """
-    from .gap import local_gradient, local_train
-
     g = view.graph
     if cfg.schedule == "fedsgd":
         val = {}
@@ -150,11 +168,40 @@ def train_round(cfg, partition_id: int, view, model, x: Tensor, *, validate: boo
     return to_cpu(model.state_dict()), metrics
 
 
+def train(cfg, partition_id: int, view, phase: str, weights: dict | None,
+          kept: Callable[[str], dict[str, Tensor]], *, server_round: int, validate: bool,
+          generator: Callable[[str], object]) -> tuple[dict, dict]:
+    """``train``: :func:`train_round` of ``phase`` (``gap.encoder``/``gap.classifier``) at the
+    received ``weights`` (:func:`phase_inputs`), with this round's generator
+    ``generator(f"gap:{phase}:{server_round}")``."""
+    model, x = phase_inputs(cfg, view, phase, weights, kept)
+    return train_round(cfg, partition_id, view, model, x, validate=validate,
+                       generator=generator(f"gap:{phase}:{server_round}"))
+
+
+def validate(cfg, view, phase: str | None, weights: dict | None,
+             kept: Callable[[str], dict[str, Tensor]]) -> dict:
+    """``evaluate``: :func:`validation` of ``phase`` (:func:`validation_phase`; ``None``: the
+    classifier) at the received ``weights``.
+
+    Raises:
+        ValueError: node level, or an unknown phase (:func:`validation_phase`)."""
+    phase = validation_phase(cfg, phase)
+    model, x = phase_inputs(cfg, view, phase, weights, kept)
+    return validation(model, x, view)
+
+
+def final_counts(cfg, view, weights: dict | None,
+                 kept: Callable[[str], dict[str, Tensor]]) -> dict:
+    """``evaluate.gap``: :func:`evaluate_counts` of the classifier at the received ``weights``,
+    the test nodes on the held-out graph's hops under inductive inference."""
+    model, x = phase_inputs(cfg, view, "gap.classifier", weights, kept, heldout=True)
+    return evaluate_counts(model, x, view)
+
+
 def evaluate_counts(model, x: Tensor, view) -> dict:
     """``evaluate.gap``: correct predictions and totals per split (evaluation outputs, outside
     the guarantee as in the paper)."""
-    from .gap import evaluate
-
     counts = {}
     for split in ("train", "val", "test"):
         r = evaluate(model, x, _on(x, view.graph.y), _on(x, getattr(view.graph, f"{split}_mask")))
@@ -170,7 +217,7 @@ class PMARequest:
     ``train``/``test``; ``encoder``: the encoder's weights (hop 1); ``incoming``: the partial
     sums routed to this client's nodes (``ids [m]``, ``sums [m, e]``; hops >= 2);
     ``remote_sigma``/``remote_contributors``: the common noise std of remote rows and how many
-    clients' rows the server sums (:func:`~fedgraph.methods.gap_federated.remote_noise`);
+    clients' rows the server sums (:func:`~fedgraph.methods.gap.privacy.remote_noise`);
     ``secagg``: ``(private key, public keys, index, owner [N], context label)`` for masking."""
 
     hop: int
@@ -242,9 +289,6 @@ def pma_hop(cfg, partition_id: int, view, req: PMARequest, state: PMAState | Non
     Raises:
         ValueError: a remote sigma below this client's own, secure aggregation without keys.
     """
-    from .gap_federated import (check_remote_sigma, client_edges, graph_nodes, masked_release,
-                                pma_finish, pma_partial_sums)
-
     g, k = view.graph, req.hop
     in_graph = graph_nodes(view.test_mask, req.graph)
     tag = ":test" if req.graph == "test" else ""  # fresh noise for the held-out run
@@ -284,3 +328,41 @@ def pma_hop(cfg, partition_id: int, view, req: PMARequest, state: PMAState | Non
             private, public, index, owner, label = req.secagg
             out = masked_release(ids, sums, private, public, index, owner, label)
     return PMAState(to_cpu(hops)), to_cpu(out)
+
+
+def pma_state_key(graph: str) -> str:
+    """Client-state key of a PMA run's :class:`PMAState` between hops, on ``graph``."""
+    return hops_key(graph) + ".pma"
+
+
+@dataclass
+class PMAStep:
+    """What a client keeps and releases after one PMA hop (:func:`pma_step`).
+
+    ``pending``: the :class:`PMAState` tensors to keep under :func:`pma_state_key` for the next
+    hop, ``None`` after the last hop (the state is dropped); ``hops``: after the last hop, the
+    private hops ``[n, K + 1, e]`` (CPU) to keep under :func:`hops_key`, the classifier's inputs
+    in every classifier round; ``release``: the reply's ``partial_sums``."""
+
+    pending: dict[str, Tensor] | None
+    hops: Tensor | None
+    release: dict[str, Tensor]
+
+
+def pma_step(cfg, partition_id: int, view, req: PMARequest, kept: dict[str, Tensor] | None,
+             generator: Callable[[str], object]) -> PMAStep:
+    """``query.gap_pma`` with the client's state in and out: ``kept``, the tensors kept under
+    :func:`pma_state_key` after the previous hop (read from hop 2 on; ``None``: nothing kept),
+    and what to keep now (:class:`PMAStep`). The hop itself: :func:`pma_hop`.
+
+    Raises:
+        ValueError: a hop after the first without the previous hop's state; and as
+            :func:`pma_hop`.
+    """
+    if req.hop > 1 and kept is None:
+        raise ValueError(f"PMA hop {req.hop}: this client kept no state of hop {req.hop - 1}")
+    state, release = pma_hop(cfg, partition_id, view, req,
+                             PMAState(kept) if req.hop > 1 else None, generator)
+    if req.hop <= cfg.hops:
+        return PMAStep(state.tensors, None, release)
+    return PMAStep(None, state.stacked(cfg.hops), release)
