@@ -9,7 +9,6 @@ with one client, federated GAP runs the same steps. One ``seed`` seeds torch's g
 from __future__ import annotations
 
 import math
-import resource
 import time
 import warnings
 from typing import Any
@@ -17,6 +16,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
+from ...procstats import peak_rss_mib
 from ...nn.gap import MLP, GAPClassifier, GAPEncoder, stack_hops
 from ...utils.graph import bound_out_degree, out_degree
 from .aggregation import pma
@@ -40,10 +40,6 @@ LEVEL_DEFAULTS: dict[str, dict[str, Any]] = {
     "node": dict(encoder_epochs=10, classifier_epochs=10, batch_size=256, batch_norm=False,
                  select_on_val=False),
 }
-
-
-def _peak_rss_mib() -> float:
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
 
 
 def _seeded(seed: int) -> torch.Generator:
@@ -235,7 +231,7 @@ def run_gap(data, *, method: str = "gap", level: str = "edge",
         "num_edges_used": int(edge_index.size(1)) if k > 0 else 0,
         "encoder_best_epoch": enc_result.best_epoch if enc_result else None,
         "classifier_best_epoch": cls_result.best_epoch,
-        "timings": timings, "peak_rss_mib": _peak_rss_mib(),
+        "timings": timings, "peak_rss_mib": peak_rss_mib(),
         "config": dict(num_hops=k, encoder_dim=encoder_dim, hidden=hidden,
                        encoder_layers=encoder_layers, base_layers=base_layers,
                        head_layers=head_layers, combine=combine, dropout=dropout,
@@ -306,7 +302,7 @@ def _run_sage(data, *, level: str, epsilon: float, delta: float | str, num_hops:
             "noise_multiplier": 0.0, "sigma": 0.0, "sensitivity": 0.0, "events": [],
             "accountant": accountant, "num_edges_used": int(data.edge_index.size(1)),
             "encoder_best_epoch": None, "classifier_best_epoch": fit_result.best_epoch,
-            "timings": timings, "peak_rss_mib": _peak_rss_mib(),
+            "timings": timings, "peak_rss_mib": peak_rss_mib(),
             "config": dict(num_hops=num_hops, hidden=hidden, dropout=dropout, batch_norm=bn,
                            classifier_epochs=ep, lr=lr, weight_decay=weight_decay,
                            batch_size=None, select_on_val=select, seed=seed),
@@ -358,7 +354,7 @@ def _run_sage(data, *, level: str, epsilon: float, delta: float | str, num_hops:
         "num_edges_used": int(edge_index.size(1)),
         "max_out_degree_used": int(out_degree(edge_index, n).max()) if edge_index.numel() else 0,
         "encoder_best_epoch": None, "classifier_best_epoch": fit_result.best_epoch,
-        "timings": timings, "peak_rss_mib": _peak_rss_mib(),
+        "timings": timings, "peak_rss_mib": peak_rss_mib(),
         "config": dict(num_hops=1, hidden=hidden, head_layers=head_layers, dropout=dropout,
                        batch_norm=False, classifier_epochs=ep, lr=lr,
                        weight_decay=weight_decay, batch_size=bsz, sample_rate=q,
