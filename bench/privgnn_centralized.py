@@ -87,7 +87,7 @@ def run_seed(name, seed, args):
     # membership audit graphs: equal-size induced subgraphs
     m = audit.num_nodes // 3
     parts = torch.randperm(audit.num_nodes, generator=gen)
-    from fedgraph.methods.privgnn import _induced
+    from fedgraph.methods.privgnn.split import _induced
     shadow_in, shadow_out, nonmem = (_induced(audit, parts[i * m:(i + 1) * m])
                                      for i in range(3))
     members = node_sample_graph(private, m, gen)

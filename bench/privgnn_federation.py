@@ -10,7 +10,7 @@ The federation runs in-process with the code the Flower apps run (no Ray): the p
 partitioned with the run's partitioner, every client's teachers answer the same ``Q`` public
 queries (:func:`fedgraph.methods.privgnn.teacher_posteriors` on its own part, public
 neighbourhoods and public PCA as in ``query.privgnn``), the server sums the noisy answers
-(:func:`fedgraph.methods.privgnn_federated.aggregate_partial`) and trains the student. Clients
+(:func:`fedgraph.methods.privgnn.aggregate_partial`) and trains the student. Clients
 have no budget limit here (every client answers all ``Q``), so each client's epsilon is that of
 ``Q`` answers. The clean posteriors are computed once per (dataset, clients, seed) and noised
 for every lambda with fresh Laplace draws of scale 2/lambda: each lambda's result has exactly
@@ -43,7 +43,7 @@ from fedgraph.audit import membership_auroc, node_sample_graph  # noqa: E402
 from fedgraph.config import parse_run_config  # noqa: E402
 from fedgraph.data import load_dataset, partition  # noqa: E402
 from fedgraph.methods import privgnn as pg  # noqa: E402
-from fedgraph.methods import privgnn_federated as pf  # noqa: E402
+from fedgraph.methods.privgnn.split import _induced  # noqa: E402
 from fedgraph.procstats import peak_rss_mib  # noqa: E402
 from fedgraph.report import write_json_atomic  # noqa: E402
 
@@ -78,7 +78,7 @@ def setup(cfg, name: str, seed: int, args, num_queries: int, audit_fraction: flo
     # server: queries, public neighbourhoods, public PCA (the query.privgnn message)
     proj = pg.public_projection(public.x, cfg.projection_dim, seed) if cfg.projection_dim else None
     qidx = pg.select_queries(public, num_queries, "random", generator=gen)
-    hoods, proj = pf.decode_queries(pf.make_queries(public, qidx, cfg, gen, proj))
+    hoods, proj = pg.decode_queries(pg.make_queries(public, qidx, cfg, gen, proj))
     return private, public, audit, parts, int(data.y.max()) + 1, gen, qidx, hoods, proj
 
 
@@ -115,10 +115,10 @@ def run_setting(name: str, clients: int, seed: int, args) -> dict:
     # lowers --k to it and records the K it used
     k = min(cfg.num_neighbours, *(pg.max_neighbours(int(c.num_nodes), cfg.gamma) for c in parts))
     posts = [pg.teacher_posteriors(c, hoods.query_x, rate=cfg.gamma, k=k,
-                                   num_classes=C, teacher=pf.teacher_config(cfg),
+                                   num_classes=C, teacher=pg.teacher_config(cfg),
                                    neighbourhoods=hoods, projection=proj, generator=gen,
                                    timing=timing) for c in parts]
-    clean = pf.aggregate_partial(posts, int(qidx.numel()), C).labels
+    clean = pg.aggregate_partial(posts, int(qidx.numel()), C).labels
     row = {"dataset": name, "clients": clients, "seed": seed,
            "private_nodes": int(private.num_nodes), "public_nodes": int(public.num_nodes),
            "queries": int(qidx.numel()), "num_neighbours": k,
@@ -137,7 +137,7 @@ def run_setting(name: str, clients: int, seed: int, args) -> dict:
         # audit set
         m = int(audit.num_nodes) // 3
         perm = torch.randperm(int(audit.num_nodes), generator=gen)
-        shadow_in, shadow_out, nonmembers = (pg._induced(audit, perm[i * m:(i + 1) * m])
+        shadow_in, shadow_out, nonmembers = (_induced(audit, perm[i * m:(i + 1) * m])
                                              for i in range(3))
         members = node_sample_graph(private, m, gen)
         shadow = Memo(shadow_trainer(C, cfg.epochs))
@@ -149,7 +149,7 @@ def run_setting(name: str, clients: int, seed: int, args) -> dict:
     row["auroc_B1"] = auroc(b1.model) if auroc else float("nan")
     for lam in lambdas_of(args, cfg, int(qidx.numel())):
         answers = [pg.noisy_answers(p, lam, cfg.answer_mode, gen) for p in posts]
-        labels = pf.aggregate_partial(answers, int(qidx.numel()), C).labels
+        labels = pg.aggregate_partial(answers, int(qidx.numel()), C).labels
         st = pg.train_student(public, qidx, labels, **kw)
         # the same teachers under the paper's rules (NOT DP at the epsilon beside them): its
         # literal scale 1/lam on probabilities (2 lam-DP per answer, not lam), and the authors'
@@ -158,7 +158,7 @@ def run_setting(name: str, clients: int, seed: int, args) -> dict:
         for rule in ("literal", "log-softmax-paper"):
             noisy = [p + pg.laplace_noise(p.shape, 1.0 / lam, gen) if rule == "literal"
                      else pg.noisy_answers(p, lam, "log-softmax-paper", gen) for p in posts]
-            lab = pf.aggregate_partial(noisy, int(qidx.numel()), C).labels
+            lab = pg.aggregate_partial(noisy, int(qidx.numel()), C).labels
             paper[rule] = (pg.train_student(public, qidx, lab, **kw).test_accuracy,
                            float((lab == public.y[qidx]).float().mean()))
         row["lambdas"][str(lam)] = {
@@ -202,7 +202,7 @@ def run_ensemble(name: str, clients: int, seed: int, args, secure: bool | str = 
     private, public, _, parts, C, gen, qidx, hoods, proj = setup(
         cfg, name, seed, args, args.ensemble_queries, 0.0)
     Q = int(qidx.numel())
-    teach = pf.teacher_config(cfg)
+    teach = pg.teacher_config(cfg)
     votes = [pg.ensemble_votes(c, hoods.query_x, num_teachers=args.teachers, num_classes=C,
                                teacher=teach, neighbourhoods=hoods, projection=proj,
                                generator=gen) for c in parts]

@@ -17,14 +17,14 @@ Phases (``--phases``):
   messages, in chunks of 2**24 elements: the whole ``[E, 32]`` block is 13 GB at 1e6 nodes,
   divided by the weight sums), per step.
 * ``privgnn-answer``: PrivGNN's heaviest client phase, one client answering ``--queries``
-  queries: :func:`fedgraph.methods.privgnn_federated.client_answer`, the function the real
+  queries: :func:`fedgraph.methods.privgnn.client_answer`, the function the real
   ClientApp calls (decode the message, budget, then per query a Poisson subsample of the
   client's private nodes, the ``K`` nearest sampled nodes, a teacher GraphSAGE trained on their
   induced subgraph, batched :class:`~fedgraph.methods.privgnn.BatchedSAGE`, its posterior at
   the query from the query's public neighbourhood, Laplace noise). Setup (``setup_s``, not
   timed): :func:`~fedgraph.methods.privgnn.privgnn_split` of the graph, the private half
   partitioned over ``--clients`` clients (random; client 0 answers), the server's query
-  selection and message (:func:`~fedgraph.methods.privgnn_federated.make_queries`). The
+  selection and message (:func:`~fedgraph.methods.privgnn.make_queries`). The
   hyperparameters are :data:`RUN_SETTINGS` ``["privgnn"]`` (K = 100, teachers of 32 hidden
   units trained 100 epochs, 64 at a time; no PCA, client epsilon ``inf`` so no PLD in the
   budget lookup). The client's private graph holds ``1 / (2 * clients)`` of the nodes and about
@@ -306,7 +306,7 @@ def _privgnn_answer(phase: str, data, degree: float, num_clients: int, queries: 
     from fedgraph.config import parse_run_config
     from fedgraph.data import dataset_statistics, partition
     from fedgraph.methods import privgnn as pg
-    from fedgraph.methods import privgnn_federated as pf
+    from fedgraph.methods.privgnn import client as pf
 
     t0 = time.perf_counter()
     cfg = parse_run_config(_settings("privgnn", data.num_nodes, degree, num_clients, device,
@@ -321,7 +321,7 @@ def _privgnn_answer(phase: str, data, degree: float, num_clients: int, queries: 
     stats = dataset_statistics(data)
     gen = torch.Generator().manual_seed(cfg.seed)
     qidx = pg.select_queries(public, cfg.num_queries, "random", generator=gen)
-    arrays = pf.make_queries(public, qidx, cfg, gen)  # the server's message (public data)
+    arrays = pg.make_queries(public, qidx, cfg, gen)  # the server's message (public data)
     client = clients[0]
     extra = {"clients": num_clients, "queries": int(qidx.numel()), "k": cfg.num_neighbours,
              "teacher_epochs": cfg.teacher_epochs, "client_nodes": int(client.num_nodes),
@@ -335,7 +335,7 @@ def _privgnn_answer(phase: str, data, degree: float, num_clients: int, queries: 
         reply = pf.client_answer(cfg, 0, arrays, 0, answer_gen)
         assert reply.answers.shape[0] == extra["queries"]
         return setup_s, extra
-    hoods, _ = pf.decode_queries(arrays)
+    hoods, _ = pg.decode_queries(arrays)
     setup_s = time.perf_counter() - t0
     _plain_answers(client, hoods, cfg, int(stats["num_classes"]), dev, answer_gen)
     return setup_s, extra
@@ -576,7 +576,7 @@ def _plain_run(method: str, settings: dict) -> dict:
         acc = float((fit.predictions[mask] == clients[0].y[mask]).float().mean())
     else:  # privgnn: run_centralized's steps, the private half over the same clients
         from fedgraph.methods import privgnn as pg
-        from fedgraph.methods.privgnn_federated import teacher_config
+        from fedgraph.methods.privgnn import teacher_config
 
         with timer.phase("load + split"):
             cfg = parse_run_config(settings)

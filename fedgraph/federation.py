@@ -475,7 +475,7 @@ def preflight(cfg) -> dict:
                           f"{cfg.dataset!r} (one node at least per client), got {cfg.num_clients}")
     check_nonempty(cfg, data)
     if getattr(cfg, "method", None) == "privgnn":  # K within every client's expected sample
-        from .methods.privgnn_federated import check_config_neighbours
+        from .methods.privgnn import check_config_neighbours
 
         check_config_neighbours(cfg)
     return stats

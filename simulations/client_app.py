@@ -1,7 +1,7 @@
 """The fedgraph ClientApp: decode each message, call the method's client half, encode the reply.
 
 No method logic lives here: GAP's steps are :mod:`fedgraph.methods.gap.client`, PPGNN's
-:mod:`fedgraph.methods.ppgnn`, PrivGNN's :mod:`fedgraph.methods.privgnn_federated`. The run
+:mod:`fedgraph.methods.ppgnn.client`, PrivGNN's :mod:`fedgraph.methods.privgnn.client`. The run
 config arrives inside each message; every draw comes from the client's own generator
 (:func:`fedgraph.randomness.client_generator`, keyed by the client's data too). The message
 types and their records: ``docs/extending.md``.
@@ -46,9 +46,8 @@ def ppgnn_query(msg: Message, context: Context) -> Message:
     from fedgraph.methods import ppgnn
 
     cfg, pid, view, gen = _setup(msg, context)
-    graph = ppgnn.with_client_levels(view.graph, cfg, gen("ppgnn:levels"))
-    report = ppgnn.client_report(graph, cfg, view.feature_domain, view.schema["num_classes"],
-                                 gen("ppgnn"))
+    report = ppgnn.client_query(view.graph, cfg, view.feature_domain,
+                                view.schema["num_classes"], gen)
     return _reply(msg, report=ArrayRecord(report), meta=_meta(view, pid))
 
 
@@ -135,21 +134,15 @@ def gap_evaluate(msg: Message, context: Context) -> Message:
 
 @app.query("privgnn")
 def privgnn_query(msg: Message, context: Context) -> Message:
-    from fedgraph.methods.privgnn_federated import SecAggKeys, client_answer, client_graph
+    from fedgraph.methods.privgnn import query_round
 
     cfg = parse_run_config(json.loads(msg.content["config"]["json"]))
-    pid = int(context.node_config["partition-id"])
-    state = context.state["privgnn"] if "privgnn" in context.state else {"answered": 0, "rounds": 0}
-    before, rnd = int(state["answered"]), int(state["rounds"])
-    gen = client_generator(cfg, context, pid, f"privgnn:{rnd}", data=client_graph(cfg, pid)[0])
-    keys = None
-    if "secagg" in msg.content and "privgnn.secagg" in context.state:
-        sa = msg.content["secagg"]
-        keys = SecAggKeys(bytes(context.state["privgnn.secagg"]["private-key"]),
-                          list(sa["public-keys"]), int(sa["index"]),
-                          f"fedgraph privgnn ensemble run={context.run_id} round={rnd}")
-    reply = client_answer(cfg, pid, tensors(msg.content["queries"]), before, gen, keys)
-    context.state["privgnn"] = ConfigRecord({"answered": reply.meta["answered_total"],
-                                             "rounds": rnd + 1})
+    pid, c, s = int(context.node_config["partition-id"]), msg.content, context.state
+    reply, state = query_round(
+        cfg, pid, tensors(c["queries"]), dict(s["privgnn"]) if "privgnn" in s else None,
+        lambda purpose, data: client_generator(cfg, context, pid, purpose, data=data),
+        s["privgnn.secagg"]["private-key"] if "privgnn.secagg" in s else None,
+        dict(c["secagg"]) if "secagg" in c else None, context.run_id)
+    s["privgnn"] = ConfigRecord(state)
     return _reply(msg, answers=ArrayRecord({"answers": reply.answers}),
                   meta=ConfigRecord(reply.meta))

@@ -48,7 +48,7 @@ WARM_IMPORTS = {
     "gap": ("fedgraph.methods.gap.client", "fedgraph.mechanisms",
             "fedgraph.accounting.calibrate", "dp_accounting.rdp", "scipy.stats"),
     "ppgnn": ("fedgraph.methods.ppgnn",),
-    "privgnn": ("fedgraph.methods.privgnn_federated", "fedgraph.mechanisms",
+    "privgnn": ("fedgraph.methods.privgnn", "fedgraph.mechanisms",
                 "dp_accounting.pld"),
 }
 #: what ``fedgraph run``'s server imports late: ``torch._dynamo`` at its first optimizer step

@@ -5,7 +5,7 @@ The server owns the public graph (features and edges of all its nodes, labels of
 only); the private graph is partitioned over the clients. Phases:
 
 1. ``connect``; ``public graph (server)``: load and split the dataset
-   (:func:`fedgraph.methods.privgnn_federated.public_graph`), fit the optional public PCA.
+   (:func:`fedgraph.methods.privgnn.public_graph`), fit the optional public PCA.
 2. ``answer queries (clients)``: ``query.privgnn`` with the public neighbourhoods of ``Q``
    query nodes; every client answers what its epsilon budget allows with Laplace-noised
    posteriors of per-query teachers (Poisson subsample, K nearest, GraphSAGE). With
@@ -33,10 +33,10 @@ figure only as ``claimed`` (``holds: false``); ``ensemble`` is PATE's (Confident
 clients release noisy vote histograms of disjoint teachers
 (:func:`fedgraph.methods.privgnn.noisy_votes`, Gaussian events of multiplier sigma/sqrt 2 per
 copy, :func:`~fedgraph.methods.privgnn.ensemble_events`), the server sums, thresholds and
-takes the argmax (:func:`fedgraph.methods.privgnn_federated.aggregate_ensemble`). With
+takes the argmax (:func:`fedgraph.methods.privgnn.aggregate_ensemble`). With
 ``secure-aggregation`` the ensemble's clients exchange X25519 keys first (``query.privgnn_keys``)
 and send pairwise-masked histograms, each with a ``1/n`` share of the noise; the server
-unmasks only their sum (:func:`~fedgraph.methods.privgnn_federated.unmask_histograms`), the
+unmasks only their sum (:func:`~fedgraph.methods.privgnn.unmask_histograms`), the
 ledger records the sum's events, and ``privacy.collusion`` states each client's epsilon
 against a server colluding with the other clients. A target means the same as in the other
 methods: without ``sigma-votes`` the strategy calibrates it (:func:`calibrate_sigma_votes`)
@@ -68,7 +68,6 @@ from .base import PrivateStrategy, register_strategy
 
 # PyG: imported by PrivGNN runs only
 pg = LazyModule("fedgraph.methods.privgnn")
-pf = LazyModule("fedgraph.methods.privgnn_federated")
 
 
 def calibrate_sigma_votes(cfg) -> tuple:
@@ -160,7 +159,7 @@ class PrivGNNStrategy(PrivateStrategy):
                 keys = [bytes(replies[n]["secagg"]["public-key"]) for n in nodes]
         index = {n: i for i, n in enumerate(nodes)}
         with self.report.phase("public graph (server)"):
-            public, stats = pf.public_graph(cfg)
+            public, stats = pg.public_graph(cfg)
             proj = (pg.public_projection(public.x, cfg.projection_dim, cfg.seed)
                     if cfg.projection_dim else None)
         self.report.dataset = stats
@@ -180,7 +179,7 @@ class PrivGNNStrategy(PrivateStrategy):
             pool.train_mask = public.train_mask & ~asked
             qidx = pg.select_queries(pool, size, policy, student, generator=gen)
             asked[qidx] = True
-            arrays = ArrayRecord(pf.make_queries(public, qidx, cfg, gen, proj))
+            arrays = ArrayRecord(pg.make_queries(public, qidx, cfg, gen, proj))
             answers, masked = [], {}
 
             def record(node, rec, answers=answers, masked=masked):
@@ -220,14 +219,14 @@ class PrivGNNStrategy(PrivateStrategy):
                                         f"do not cancel, so the round fails",
                                         replies=err.replies) from err
             if keys is not None:  # the server learns only the sum
-                agg = pf.aggregate_ensemble([pf.unmask_histograms(masked, len(nodes))],
+                agg = pg.aggregate_ensemble([pg.unmask_histograms(masked, len(nodes))],
                                             int(qidx.numel()), num_classes, cfg.threshold,
                                             cfg.keep_fraction)
             elif cfg.answer_mode == "ensemble":
-                agg = pf.aggregate_ensemble(answers, int(qidx.numel()), num_classes,
+                agg = pg.aggregate_ensemble(answers, int(qidx.numel()), num_classes,
                                             cfg.threshold, cfg.keep_fraction)
             else:
-                agg = pf.aggregate_partial(answers, int(qidx.numel()), num_classes)
+                agg = pg.aggregate_partial(answers, int(qidx.numel()), num_classes)
             kept_idx.append(qidx[agg.kept])
             kept_labels.append(agg.labels)
             rounds.append({"policy": policy, "asked": int(qidx.numel()),

@@ -173,7 +173,7 @@ def test_server_cannot_replay_ppgnn_reports(source, monkeypatch):
 # ---------------------------------------------------------------------------------- PrivGNN
 @pytest.mark.parametrize("source", SOURCES)
 def test_server_cannot_remove_privgnn_answer_noise(source, monkeypatch):
-    from fedgraph.methods import privgnn_federated as pf
+    from fedgraph.methods import privgnn as pf
     from simulations import client_app
 
     from test_device_clients import _queries  # the queries the strategy sends

@@ -12,7 +12,7 @@ from torch_geometric.data import Data
 
 from fedgraph.config import ConfigError, parse_run_config
 from fedgraph.methods import privgnn as pg
-from fedgraph.methods import privgnn_federated as pf
+from fedgraph.methods import privgnn as pf
 
 #: tiny and fast: Cora (bundled), small teachers on a 16-dim public PCA
 SMALL = {"method": "privgnn", "dataset": "cora", "num-clients": 2, "num-queries": 6,

@@ -395,7 +395,7 @@ def _clear_caches():
     """The in-process caches of the clients' views (keyed by the dataset's name: ``D`` and
     ``D'`` share it)."""
     import fedgraph.federation as fed
-    from fedgraph.methods import privgnn_federated as pf
+    from fedgraph.methods.privgnn import graphs as pf
 
     for cached in (getattr(fed, "_client_views", None), getattr(pf, "_federation", None)):
         if cached is not None:
@@ -511,7 +511,7 @@ class Harness:
 def _level_hook(monkeypatch, user):
     """PPGNN's levels are drawn on the client (``fedgraph.methods.ppgnn.with_client_levels``):
     in ``D'`` the level of ``user`` (a global id) is moved to the next level."""
-    from fedgraph.methods import ppgnn
+    from fedgraph.methods.ppgnn import client as ppgnn
 
     real = getattr(ppgnn, "with_client_levels", None)
     if real is None:

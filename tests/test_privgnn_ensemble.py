@@ -12,7 +12,7 @@ from torch_geometric.data import Data
 
 from fedgraph.accounting.accountants import analytic_gaussian_epsilon
 from fedgraph.methods import privgnn as pg
-from fedgraph.methods import privgnn_federated as pf
+from fedgraph.methods import privgnn as pf
 
 from test_privgnn_federated import SMALL, _run_strategy
 

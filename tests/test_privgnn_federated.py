@@ -12,7 +12,7 @@ from flwr.supercore.task_identity import TaskIdentity
 
 from fedgraph.config import ConfigError, PrivGNNConfig, parse_run_config
 from fedgraph.methods import privgnn as pg
-from fedgraph.methods import privgnn_federated as pf
+from fedgraph.methods import privgnn as pf
 
 ROOT = Path(__file__).parents[1]
 

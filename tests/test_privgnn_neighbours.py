@@ -63,7 +63,7 @@ def test_preflight_names_num_neighbours_and_the_largest_value(tmp_path):
 
 
 def test_shipped_cora_preset_fits_every_client(tmp_path):
-    from fedgraph.methods.privgnn_federated import check_config_neighbours
+    from fedgraph.methods.privgnn import check_config_neighbours
 
     cfg = parse_run_config({**_preset("privgnn-cora"), "output-dir": str(tmp_path)})
     check_config_neighbours(cfg)  # raises if K exceeds a client's expected sample

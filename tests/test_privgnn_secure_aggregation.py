@@ -14,7 +14,7 @@ from scipy import stats as sps
 
 from fedgraph.config import ConfigError, parse_run_config
 from fedgraph.methods import privgnn as pg
-from fedgraph.methods import privgnn_federated as pf
+from fedgraph.methods import privgnn as pf
 from fedgraph.secure_aggregation import (generate_key_pair, mask_rows,
                                          quantization_error_bound, unmask_sum)
 

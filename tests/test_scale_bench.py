@@ -20,7 +20,7 @@ def scale():
 
 @pytest.mark.parametrize("phase", ["privgnn-answer", "privgnn-answer-plain"])
 def test_privgnn_answer_cells(scale, phase, monkeypatch):
-    from fedgraph.methods import privgnn_federated as pf
+    from fedgraph.methods.privgnn import client as pf
 
     monkeypatch.setattr(pf, "client_graph", pf.client_graph)  # the cell patches it: restore
     row = scale.run_one(phase, 400, 8.0, 2, 2, 16, 2, 1.0, "cpu", queries=3)

@@ -164,7 +164,7 @@ def test_a_test_users_label_does_not_leave_ppgnn_clients(tmp_path, monkeypatch):
 # ------------------------------------------------------------------------------- fault 2
 def _levels_used(config, tmp_path, monkeypatch, name) -> torch.Tensor:
     """The levels the clients' users drew (captured inside the handler: never sent)."""
-    from fedgraph.methods import ppgnn
+    from fedgraph.methods.ppgnn import client as ppgnn
 
     seen = {}
     real = ppgnn.client_report
