@@ -309,7 +309,8 @@ def cli_commands() -> dict[str, str]:
     out = {}
     names = [""] + sorted(typer.main.get_command(cli).commands)
     for name in names:
-        res = runner.invoke(cli, [name, "--help"] if name else ["--help"], env=env)
+        res = runner.invoke(cli, [name, "--help"] if name else ["--help"], env=env,
+                            prog_name="fedgraph")
         if res.exit_code != 0:
             raise SystemExit(f"fedgraph {name} --help failed: {res.output}")
         out[name] = res.output
