@@ -4,6 +4,7 @@ that ``mkdocs build --strict`` fails on what breaks the site (a missing page, a 
 anchor, an unresolvable ``:::`` reference) and not on docstring formatting of code owned
 elsewhere. Everything else griffe says stays a warning."""
 import logging
+import re
 
 _LAYOUT = ("Failed to get 'name: description' pair", "Failed to get 'exception: description' pair",
            "Empty ", "No type or annotation for", "does not appear in the function signature",
@@ -20,3 +21,12 @@ class _Layout(logging.Filter):
 def on_startup(command, dirty):
     for name in ("griffe", "mkdocs.plugins.griffe", "mkdocs.plugins.mkdocstrings_handlers.python"):
         logging.getLogger(name).addFilter(_Layout())
+
+
+_ROLE = re.compile(r":(?:py:)?(?:mod|meth|func|class|data|attr|exc|obj):(?=<code>)")
+
+
+def on_page_content(html, page, config, files):
+    """The code's docstrings use Sphinx roles (``:func:`name```); in the API pages they are
+    shown as the plain code name."""
+    return _ROLE.sub("", html)

@@ -29,8 +29,8 @@ for mod in refs.modules():
     with mkdocs_gen_files.open("reference/" + page, "w") as f:
         f.write(f"# `{mod}`\n\n::: {mod}\n")
     depth = mod.count(".")
-    nav.append("    " * (depth + 1) + f"* [{mod}]({page})")
-    index.append("  " * depth + f"- [`{mod}`]({mod.replace('.', '/')}.md)")
+    nav.append("    " * (depth + 1) + f"* [{mod.rsplit('.', 1)[-1]}]({page})")
+    index.append("    " * depth + f"- [`{mod}`]({mod.replace('.', '/')}.md)")
 with mkdocs_gen_files.open("reference/api/index.md", "w") as f:
     f.write("\n".join(index) + "\n")
 with mkdocs_gen_files.open("reference/SUMMARY.md", "w") as f:

@@ -141,7 +141,13 @@ def config_page() -> str:
            "TOML file ([presets](presets.md)). **flwr run default** is what `pyproject.toml` "
            "declares (`\"\"`: the run's method's own default); **default per method** is the "
            "pydantic model's. A key of another method is ignored by `flwr run` and refused by "
-           "`fedgraph run` (exit 2).", ""]
+           "`fedgraph run` (exit 2).", "",
+           "| key | used by | type | flwr run default |", "|---|---|---|---|"]
+    out += [f"| [`{r['key']}`](#{_anchor(r['key'])}) | {', '.join(r['methods'])} | "
+            f"{' / '.join(r['types']) or 'str'} | "
+            f"{_value(r['pyproject_default']) if r['declared'] else '(not declared)'} |"
+            for r in rows]
+    out.append("")
     for r in rows:
         out += [f"## `{r['key']}`", ""]
         if not r["declared"]:
@@ -168,6 +174,11 @@ def config_page() -> str:
         if note:
             out += [note.strip(), ""]
     return "\n".join(out) + "\n"
+
+
+def _anchor(key: str) -> str:
+    """The anchor python-markdown's toc gives the heading ``## `key```."""
+    return re.sub(r"[^\w-]", "", key.lower())
 
 
 def undocumented_keys() -> list[str]:
