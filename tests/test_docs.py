@@ -1,0 +1,132 @@
+"""The documentation cannot drift from the code (issue 32).
+
+The generated reference (docs/_gen/refs.py, run by `mkdocs build --strict` in scripts/docs.sh)
+must list every run-config key and every report field with an explanation; the README stays
+short and names only commands, presets and pages that exist. The site build itself runs in
+.ci/run (scripts/docs.sh), not here.
+"""
+from __future__ import annotations
+
+import importlib.util
+import re
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+README = (ROOT / "README.md").read_text()
+
+
+def _refs():
+    spec = importlib.util.spec_from_file_location("docs_refs", ROOT / "docs" / "_gen" / "refs.py")
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules.setdefault("docs_refs", mod)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+refs = _refs()
+
+
+def _headings(page: str) -> set[str]:
+    return set(re.findall(r"^## `([^`]+)`$", page, flags=re.M))
+
+
+def test_every_run_config_key_is_in_the_generated_reference():
+    from fedgraph.config import METHOD_CONFIGS
+
+    keys = set(refs.pyproject_config())
+    for model in METHOD_CONFIGS.values():
+        keys |= {name.replace("_", "-") for name in model.model_fields}
+    page = refs.config_page()
+    missing = keys - _headings(page)
+    assert not missing, f"run-config keys missing from docs/reference/config.md: {sorted(missing)}"
+    assert not refs.undocumented_keys(), (
+        "keys with neither a pydantic description nor a note in docs/_gen/config_notes.toml: "
+        f"{refs.undocumented_keys()}")
+
+
+def test_reference_gives_each_key_its_default_per_method_and_allowed_values():
+    page = refs.config_page()
+    section = page.split("## `noise-source`", 1)[1].split("\n## ", 1)[0]
+    assert "`secure`, `secret`, `mt19937`" in section and '`"secure"`' in section
+    delta = page.split("## `delta`", 1)[1].split("\n## ", 1)[0]
+    assert "ppgnn `1e-05`" in delta and "gap `1e-07`" in delta and "privgnn `0.0001`" in delta
+
+
+def test_every_report_field_of_a_real_run_is_explained(tmp_path):
+    from fedgraph.config import METHOD_CONFIGS
+
+    reports = refs.sample_reports(tmp_path)
+    assert set(reports) == set(METHOD_CONFIGS)
+    assert all(r["status"] == "ok" for r in reports.values())
+    assert not refs.unexplained_fields(reports), (
+        "report fields without an entry in docs/_gen/report_fields.toml: "
+        f"{refs.unexplained_fields(reports)}")
+    page = refs.report_page(reports)
+    for field in refs.report_fields(reports):
+        assert f"| `{field}` |" in page
+
+
+def test_cli_reference_has_every_command():
+    import typer.main
+
+    from simulations.cli import cli
+
+    page = refs.cli_page()
+    for name in typer.main.get_command(cli).commands:
+        assert f"## `fedgraph {name}`" in page
+
+
+def test_api_reference_walks_the_packages():
+    mods = refs.modules()
+    for must in ("fedgraph", "fedgraph.config", "fedgraph.accounting.ledger", "strategies.base",
+                 "simulations.local"):
+        assert must in mods
+    on_disk = {p.relative_to(ROOT).with_suffix("").as_posix().replace("/", ".")
+               for p in (ROOT / "fedgraph").rglob("*.py")
+               if not any(part.startswith("_") for part in p.relative_to(ROOT).parts)}
+    assert on_disk <= set(mods)
+
+
+def test_readme_is_short():
+    n = len(README.splitlines())
+    assert n <= 250, f"README.md has {n} lines: move detail into docs/"
+
+
+def test_readme_commands_exist():
+    import typer.main
+
+    from simulations.cli import cli
+
+    commands = set(typer.main.get_command(cli).commands)
+    presets = {p.stem for p in (ROOT / "simulations" / "presets").glob("*.toml")}
+    shell = "\n".join(re.findall(r"```bash\n(.*?)```", README, flags=re.S))
+    shell += "\n" + "\n".join(re.findall(r"`([^`\n]+)`", README))
+    named = re.findall(r"(?:^|[\s=])fedgraph ([a-z][a-z-]*)(?: ([a-z0-9][\w./-]*))?", shell, flags=re.M)
+    assert named
+    for cmd, arg in named:
+        assert cmd in commands, f"README names `fedgraph {cmd}`, which does not exist"
+        if cmd == "run" and arg and not arg.startswith("-"):
+            assert arg in presets or (ROOT / arg).exists(), f"README runs unknown preset {arg!r}"
+    for script in set(re.findall(r"bash (scripts/[\w.-]+\.sh)", README)):
+        assert (ROOT / script).exists(), script
+    for sweep in set(re.findall(r"(simulations/sweeps/[\w.-]+\.toml)", README)):
+        assert (ROOT / sweep).exists(), sweep
+
+
+GENERATED = {"reference/config.md", "reference/presets.md", "reference/report.md",
+             "reference/cli.md", "reference/api/index.md"}
+
+
+@pytest.mark.parametrize("page", ["README.md", "CHANGELOG.md"])
+def test_links_to_docs_pages_exist(page):
+    text = (ROOT / page).read_text() if (ROOT / page).exists() else ""
+    for target in re.findall(r"\]\(([^)#\s]+)(?:#[^)]*)?\)", text):
+        if "://" in target:
+            continue
+        path = (ROOT / target).resolve()
+        rel = path.relative_to(ROOT).as_posix() if path.is_relative_to(ROOT) else target
+        generated = rel.removeprefix("docs/") in GENERATED
+        assert path.exists() or generated, f"{page} links to {target}, which does not exist"
