@@ -1,0 +1,60 @@
+"""GAP's handlers (:mod:`fedgraph.methods.gap.client`): setup, training rounds (encoder and
+classifier), the PMA hops, validation and the final counts."""
+from __future__ import annotations
+
+import json
+
+from flwr.app import ArrayRecord, Context, Message, MetricRecord
+
+from fedgraph._lazy import LazyModule
+from fedgraph.federation import tensors
+from simulations import client_state
+
+from .common import kept, meta, reply, setup
+
+gap = LazyModule("fedgraph.methods.gap.client")  # GAP's client half, at its first message
+
+
+def gap_setup(msg: Message, context: Context) -> Message:
+    cfg, pid, view, _ = setup(msg, context)
+    ids, plan = gap.setup(cfg, pid, view)
+    return reply(msg, ids=ArrayRecord({"node_ids": ids}),
+                 meta=meta(view, pid, plan=json.dumps(plan)))
+
+
+def gap_train(msg: Message, context: Context) -> Message:
+    cfg, pid, view, gen = setup(msg, context)
+    c, weights = msg.content["config"], tensors(msg.content["arrays"])  # empty: fresh weights
+    arrays, metrics = gap.train(cfg, pid, view, str(c["phase"]), weights, kept(context),
+                                server_round=int(c["server-round"]),
+                                validate=bool(c.get("evaluate", False)), generator=gen)
+    return reply(msg, arrays=ArrayRecord(arrays), metrics=MetricRecord(metrics))
+
+
+def gap_pma(msg: Message, context: Context) -> Message:
+    cfg, pid, view, gen = setup(msg, context)
+    c = msg.content
+    private = bytes(context.state["gap.secagg"]["private-key"]) if "secagg" in c else None
+    req = gap.pma_request(c, private, f"fedgraph gap pma run={context.run_id}")
+    key = gap.pma_state_key(req.graph)
+    step = gap.pma_step(cfg, pid, view, req,
+                        tensors(context.state[key]) if key in context.state else None, gen)
+    if step.pending is not None:
+        context.state[key] = ArrayRecord(step.pending)
+    else:  # the last hop: the PMA state goes, the classifier's inputs stay
+        del context.state[key]
+        client_state.put_tensors(context, gap.hops_key(req.graph), {"hops": step.hops})
+    return reply(msg, partial_sums=ArrayRecord(step.release))
+
+
+def gap_evaluate_round(msg: Message, context: Context) -> Message:
+    cfg, _, view, _ = setup(msg, context)
+    c, weights = msg.content["config"], tensors(msg.content["arrays"])
+    return reply(msg, metrics=MetricRecord(
+        gap.validate(cfg, view, c.get("phase"), weights, kept(context))))
+
+
+def gap_evaluate(msg: Message, context: Context) -> Message:
+    cfg, _, view, _ = setup(msg, context)
+    counts = gap.final_counts(cfg, view, tensors(msg.content["arrays"]), kept(context))
+    return reply(msg, metrics=MetricRecord(counts))

@@ -1,0 +1,28 @@
+"""PrivGNN's handler (:func:`fedgraph.methods.privgnn.client.query_round`): one round of
+answers to the server's queries, with the client's answered-query count as its state."""
+from __future__ import annotations
+
+import json
+
+from flwr.app import ArrayRecord, ConfigRecord, Context, Message
+
+from fedgraph.config import parse_run_config
+from fedgraph.federation import tensors
+from fedgraph.randomness import client_generator
+
+from .common import reply
+
+
+def privgnn_query(msg: Message, context: Context) -> Message:
+    from fedgraph.methods.privgnn import query_round
+
+    cfg = parse_run_config(json.loads(msg.content["config"]["json"]))
+    pid, c, s = int(context.node_config["partition-id"]), msg.content, context.state
+    answer, state = query_round(
+        cfg, pid, tensors(c["queries"]), dict(s["privgnn"]) if "privgnn" in s else None,
+        lambda purpose, data: client_generator(cfg, context, pid, purpose, data=data),
+        s["privgnn.secagg"]["private-key"] if "privgnn.secagg" in s else None,
+        dict(c["secagg"]) if "secagg" in c else None, context.run_id)
+    s["privgnn"] = ConfigRecord(state)
+    return reply(msg, answers=ArrayRecord({"answers": answer.answers}),
+                 meta=ConfigRecord(answer.meta))
