@@ -332,7 +332,7 @@ def run_simulation(run_config: dict, num_cpus: Optional[int] = None,
 
 def _run(run_config, cfg, label, backend, flwr_run_simulation, make_server_app, client_app,
          default_run_name, spec_label) -> dict:
-    from fedgraph.federation import RunInterrupted
+    from fedgraph.errors import RunInterrupted
     # Default name: the strategy's method and the dataset's, file-name safe; the same rule as
     # the strategy's own under flwr run (strategies.base.PrivateStrategy.report_path).
     from simulations.server_app import validate_run_config
@@ -431,7 +431,7 @@ def run(
     except Exception as err:  # noqa: BLE001 - e.g. a preset that is not TOML: as below
         typer.echo(f"fedgraph: FAILED: {err}", err=True)
         raise typer.Exit(1)
-    from fedgraph.federation import RunInterrupted
+    from fedgraph.errors import RunInterrupted
     from simulations.interrupt import StopOnSignal, end_all_descendants
 
     stop = StopOnSignal(lambda line: typer.echo(line, err=True))

@@ -15,7 +15,8 @@ from flwr.clientapp import ClientApp
 
 from fedgraph._lazy import LazyModule
 from fedgraph.config import parse_run_config
-from fedgraph.federation import client_view, tensors, worker_info
+from fedgraph.federation import client_view
+from fedgraph.messaging import tensors, worker_info
 from fedgraph.randomness import client_generator
 from simulations import client_state, wakeups
 from simulations.handler_times import handler_times
