@@ -26,7 +26,8 @@ from pathlib import Path
 
 from fedgraph.report import write_json_atomic
 from fedgraph.procstats import peak_rss_mib
-from simulations.cli import load_run_config, run_simulation
+from simulations.run_files import load_run_config
+from simulations.simulate import run_simulation
 from simulations.local import run_local
 
 

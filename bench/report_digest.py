@@ -57,7 +57,7 @@ def main(argv=None) -> int:
     import torch
 
     torch.set_num_threads(1)
-    from simulations.cli import PRESETS, load_run_config
+    from simulations.run_files import PRESETS, load_run_config
     from simulations.local import run_local
 
     names = args.presets or sorted(p.stem for p in PRESETS.glob("*.toml"))

@@ -5,7 +5,7 @@ check that refuses an input before anything runs (the noise secret, the device, 
 preflight); it lives here so that those checks sit below the config in the layer contract.
 
 ``ClientFailure`` and ``RunInterrupted`` are raised by the federation's messaging
-(:mod:`fedgraph.federation`) and read by the report (:mod:`fedgraph.report`) and the command
+(:mod:`fedgraph.messaging`) and read by the report (:mod:`fedgraph.report`) and the command
 line; keeping them here lets the report sit below the federation (the layer contract in
 ``pyproject.toml``).
 """

@@ -3,402 +3,29 @@ a sweep as CSV, plots and markdown, list datasets.
 
 ``flwr run .`` exits 0 even when a run fails; ``fedgraph run`` runs the same ServerApp and
 ClientApp through Flower's simulation engine in-process, checks the report the strategy wrote,
-and exits non-zero (1: the run failed, 2: invalid config) with the reason. ``fedgraph sweep``
-runs one ``fedgraph run`` process per cell (see :mod:`simulations.sweep`); ``fedgraph report``
-aggregates the cells (see :mod:`simulations.results`).
+and exits non-zero (1: the run failed, 2: invalid config) with the reason
+(:mod:`simulations.simulate`). ``fedgraph sweep`` runs one ``fedgraph run`` process per cell
+(see :mod:`simulations.sweep`); ``fedgraph report`` aggregates the cells (see
+:mod:`simulations.results`).
 """
 from __future__ import annotations
 
-import json
 import os
 import shlex
 import signal
 import sys
-import threading
-import tomllib
 from pathlib import Path
 from typing import List, Optional
 
 import typer
 
+from simulations.resources import check_resources
+from simulations.run_files import PRESETS, load_run_config
+from simulations.simulate import check_run_config, run_simulation
+from simulations.user_code import user_traceback
+
 cli = typer.Typer(add_completion=False, no_args_is_help=True,
                   help="Federated simulations of differentially private graph learning.")
-PRESETS = Path(__file__).parent / "presets"
-
-
-def _parse_value(text: str):
-    try:
-        return tomllib.loads(f"v = {text}")["v"]
-    except tomllib.TOMLDecodeError:
-        return text
-
-
-def load_run_config(preset: Optional[str], overrides: List[str]) -> dict:
-    """Defaults of ``pyproject``'s ``[tool.flwr.app.config]`` are the config models' defaults;
-    a preset (name in ``simulations/presets`` or a TOML path) and ``key=value`` overrides go
-    on top."""
-    cfg: dict = {}
-    if preset:
-        path = Path(preset)
-        if not path.exists():
-            path = PRESETS / f"{preset}.toml"
-        if not path.exists():
-            names = sorted(p.stem for p in PRESETS.glob("*.toml"))
-            if preset.endswith(".toml") or "/" in preset or "\\" in preset:
-                raise typer.BadParameter(f"preset file {preset!r} not found (looked at "
-                                         f"{Path(preset).resolve()}); bundled presets: {names}")
-            raise typer.BadParameter(f"preset {preset!r} not found; known presets: {names}")
-        try:
-            cfg.update(relative_to_file(tomllib.loads(path.read_text()), path))
-        except tomllib.TOMLDecodeError as err:
-            raise typer.BadParameter(f"{path}: not valid TOML: {err}") from None
-    for item in overrides:
-        k, sep, v = item.partition("=")
-        if not sep or not k.strip():
-            raise typer.BadParameter(f"--set expects key=value, got {item!r}")
-        cfg[k.strip()] = _parse_value(v.strip())
-    return cfg
-
-
-#: keys whose value is a folder: relative ones in a TOML file are relative to that file
-FOLDER_KEYS = ("data-root", "output-dir")
-#: keys that may name a ``path/to/file.py:attribute`` (:func:`fedgraph.registry.is_file_spec`)
-SPEC_KEYS = ("dataset", "partitioner", "mechanism", "strategy")
-
-
-def relative_to_file(values: dict, toml_path: Path) -> dict:
-    """``values`` of the TOML file ``toml_path`` with its relative paths made absolute
-    against the file's folder, not the working directory: the folders of
-    :data:`FOLDER_KEYS`, and the ``.py`` file of a :data:`SPEC_KEYS` spec where that file
-    exists next to the TOML (else the spec is left to the working directory, as a TOML
-    written for the repository root has it: ``examples/custom_dataset/run.toml``)."""
-    from fedgraph.registry import is_file_spec
-
-    base = toml_path.expanduser().resolve().parent
-    out = dict(values)
-    for key in FOLDER_KEYS:
-        v = out.get(key)
-        if isinstance(v, str) and v.strip() and not Path(v).expanduser().is_absolute():
-            out[key] = str(base / v)
-    for key in SPEC_KEYS:
-        v = out.get(key)
-        if isinstance(v, str) and is_file_spec(v):
-            module, _, attr = v.strip().rpartition(":")
-            file = Path(module.strip()).expanduser()
-            if not file.is_absolute() and (base / file).is_file():
-                out[key] = f"{base / file}:{attr.strip()}"
-    return out
-
-
-def check_resources(num_cpus: Optional[int], cpus_per_client: float,
-                    gpus_per_client: float) -> None:
-    """Refuse, before Ray starts, resource requests no client could get on this machine (Ray
-    would leave every client unscheduled: "ActorPool is empty"). With ``RAY_ADDRESS`` (an
-    existing cluster) the cluster's resources decide, so only the numbers are checked.
-
-    Raises:
-        fedgraph.config.ConfigError: naming the option and the allowed values.
-    """
-    import math
-
-    from fedgraph.config import ConfigError
-
-    for name, value in (("--cpus-per-client", cpus_per_client),
-                        ("--gpus-per-client", gpus_per_client)):
-        if not math.isfinite(value) or value < 0:
-            raise ConfigError(f"{name}: must be a finite number >= 0, got {value}")
-    if cpus_per_client <= 0:
-        raise ConfigError("--cpus-per-client: must be > 0 (each client needs some CPU)")
-    if num_cpus is not None and num_cpus < 1:
-        raise ConfigError(f"--num-cpus: must be >= 1, got {num_cpus}")
-    if os.environ.get("RAY_ADDRESS"):
-        check_ray_address(os.environ["RAY_ADDRESS"])
-        if gpus_per_client > 0:
-            gpus = cluster_gpus(os.environ["RAY_ADDRESS"])
-            if gpus < gpus_per_client:
-                raise ConfigError(f"--gpus-per-client: {gpus_per_client} asked but the Ray "
-                                  f"cluster at RAY_ADDRESS={os.environ['RAY_ADDRESS']!r} has "
-                                  f"{gpus:g} GPU(s); no client could start: use 0 (CPU) or a "
-                                  "cluster with GPUs")
-        return
-    cpus = num_cpus or os.cpu_count() or 1
-    if cpus_per_client > cpus:
-        raise ConfigError(f"--cpus-per-client: {cpus_per_client} is more than the {cpus} CPUs "
-                          "Ray may use here (--num-cpus); no client could start")
-    if gpus_per_client > 0:
-        import torch
-
-        gpus = torch.cuda.device_count()
-        if gpus == 0:
-            raise ConfigError(f"--gpus-per-client: {gpus_per_client} asked but this machine "
-                              "has no GPU that torch can see; use 0 (CPU), or set RAY_ADDRESS "
-                              "to a Ray cluster with GPUs")
-        if gpus_per_client > gpus:
-            raise ConfigError(f"--gpus-per-client: {gpus_per_client} is more than the {gpus} "
-                              "GPU(s) of this machine; no client could start")
-
-
-def cluster_gpus(address: str) -> float:
-    """GPUs of the Ray cluster at ``address`` (``ray.cluster_resources()``, with a driver
-    connected for the question only and disconnected after it)."""
-    import ray
-
-    ray.init(address=address, logging_level="ERROR", log_to_driver=False)
-    try:
-        return float(ray.cluster_resources().get("GPU", 0.0))
-    finally:
-        ray.shutdown()
-
-
-def user_code(run_config: dict) -> list[str]:
-    """The keys of ``run_config`` that name a user's code (an import path
-    ``package.module:attr`` or ``path/to/file.py:attr``, not a built-in dataset family such as
-    ``facebook100:<College>``)."""
-    out = []
-    for key in SPEC_KEYS:
-        v = run_config.get(key)
-        if isinstance(v, str) and ":" in v and not (
-                key == "dataset" and v.strip().lower().startswith(("facebook100:",
-                                                                   "synthetic-sbm:"))):
-            out.append(key)
-    return out
-
-
-def user_traceback(err: BaseException) -> str:
-    """The traceback of the exception under ``err`` (its causes and contexts) that a user's
-    code raised: only its frames outside fedgraph's own packages, or ``""`` where none is."""
-    import traceback
-
-    ours = tuple(str(Path(__file__).resolve().parents[1] / pkg) for pkg in
-                 ("fedgraph", "strategies", "simulations"))
-    seen, todo = set(), [err]
-    while todo:
-        e = todo.pop()
-        if e is None or id(e) in seen:
-            continue
-        seen.add(id(e))
-        frames = [f for f in traceback.extract_tb(e.__traceback__)
-                  if not f.filename.startswith(ours) and "site-packages" not in f.filename
-                  and not f.filename.startswith("<frozen")]
-        if frames and e is not err:
-            return ("Traceback (the user's code):\n" + "".join(traceback.format_list(frames))
-                    + "".join(traceback.format_exception_only(type(e), e)))
-        todo += [e.__cause__, e.__context__]
-    return ""
-
-
-def check_ray_address(address: str, timeout: float = 3.0) -> None:
-    """Refuse a ``RAY_ADDRESS`` behind which no Ray cluster answers within ``timeout``
-    seconds: for ``auto`` and ``host[:port]``, Ray's own lookup and then its GCS client
-    (which Ray itself would retry for ever, the run waiting on clients that never start); for
-    ``ray://host:port`` (Ray Client), a TCP connection.
-
-    Raises:
-        fedgraph.config.ConfigError: naming ``RAY_ADDRESS``, the address and what to do.
-    """
-    import socket
-
-    from fedgraph.config import ConfigError
-
-    def refuse(why: str) -> ConfigError:
-        return ConfigError(
-            f"RAY_ADDRESS={address!r}: {why}; start a cluster (`ray start --head "
-            "--port=PORT`) and use its address (host:port, ray://host:port for Ray Client, "
-            "or auto), or unset RAY_ADDRESS to run on a local Ray started for this run")
-
-    def connect(host_port: str) -> None:
-        host, _, port = host_port.rpartition(":")
-        try:
-            socket.create_connection((host.strip("[]"), int(port)), timeout=timeout).close()
-        except (OSError, ValueError) as err:
-            raise refuse(f"nothing answers there ({getattr(err, 'strerror', None) or err})"
-                         ) from None
-
-    target = address.strip()
-    scheme, sep, rest = target.partition("://")
-    if sep and scheme != "ray":
-        raise refuse(f"unknown scheme {scheme + '://'!r}")
-    if sep:  # Ray Client: its server, not the GCS
-        _, colon, port = rest.rpartition(":")
-        if not colon or not port.isdigit():
-            raise refuse("Ray Client addresses are ray://host:port")
-        connect(rest)
-        return
-    try:
-        from ray._private.services import canonicalize_bootstrap_address
-        from ray._raylet import GcsClient
-    except ImportError:  # another Ray: left to it
-        return
-    try:
-        gcs = canonicalize_bootstrap_address(target)
-    except Exception as err:  # noqa: BLE001 - e.g. auto without a cluster
-        raise refuse(str(err).splitlines()[0]) from None
-    if not gcs:
-        raise refuse("no Ray cluster found there")
-    connect(gcs)
-    outcome: dict = {}
-
-    def probe() -> None:  # blocks ~35 s when something that is not Ray's GCS answers
-        try:
-            GcsClient(address=gcs)
-            outcome["ok"] = True
-        except Exception as err:  # noqa: BLE001
-            outcome["error"] = err
-
-    thread = threading.Thread(target=probe, daemon=True, name="fedgraph-ray-address-check")
-    thread.start()
-    thread.join(timeout)
-    if not outcome.get("ok"):
-        raise refuse(f"something answers at {gcs} but not Ray's GCS within {timeout:g} s"
-                     + (f" ({outcome['error']})" if "error" in outcome else ""))
-
-
-def check_run_config(run_config: dict):
-    """Validate ``run_config`` (:func:`fedgraph.config.parse_run_config`) and its strategy's
-    name without importing torch, PyG, Flower or Ray where the names are fedgraph's own
-    (:mod:`fedgraph.catalog`): a config error is reported in well under a second. Returns the
-    parsed config.
-
-    Raises:
-        fedgraph.config.ConfigError: naming the key and the allowed values (the same message
-            :func:`run_simulation` gives).
-    """
-    from fedgraph import catalog
-    from fedgraph.config import ConfigError, check_data_root, check_output_dir, parse_run_config
-
-    cfg = parse_run_config(run_config)
-    check_data_root(cfg)
-    check_output_dir(cfg)
-    if cfg.noise_source == "secret" and not os.environ.get("RAY_ADDRESS"):
-        from fedgraph.secret import check_secret  # a local Ray's workers inherit it
-
-        check_secret({})
-    spec = str(run_config.get("strategy", "") or run_config.get("method", "ppgnn"))
-    try:
-        catalog.check_name("strategy", spec)
-    except ValueError as err:  # as simulations.server_app.validate_run_config words it
-        raise ConfigError(str(err)) from None
-    return cfg
-
-
-def run_simulation(run_config: dict, num_cpus: Optional[int] = None,
-                   cpus_per_client: float = 1.0, gpus_per_client: float = 0.0,
-                   label: Optional[str] = None) -> dict:
-    """Run one simulation in-process; return the report dict. Without ``run-name`` the report
-    is named ``<label or method>-<dataset>-seed<seed>-<time>-<pid>`` (``method``: the
-    strategy's, as under ``flwr run``, which writes the same name for the same config; a
-    ``label`` ending with the dataset does not repeat it).
-
-    Raises:
-        fedgraph.config.ConfigError: invalid config (before anything starts).
-        RuntimeError: the run failed; the message carries the report's error.
-    """
-    from simulations.early_ray import start_early_ray
-
-    backend = {"client_resources": {"num_cpus": cpus_per_client, "num_gpus": gpus_per_client},
-               "init_args": {"num_cpus": num_cpus or os.cpu_count() or 1,
-                             "include_dashboard": False}}
-    if os.environ.get("RAY_ADDRESS"):  # an existing cluster: its resources, not ours
-        backend["init_args"] = {"address": os.environ["RAY_ADDRESS"]}
-    # Ray starts while the imports and the preflight below run (simulations.early_ray);
-    # Flower then finds it running and uses it.
-    # With its client actors, which import while the driver does (simulations.early_ray).
-    method = _early_ray_method(run_config)
-    early = None if method is None else start_early_ray(
-        backend["init_args"], backend["client_resources"], method)
-    try:
-        flwr_run_simulation, cfg, make_server_app, client_app, default_run_name, spec_label = \
-            _prepare(run_config, num_cpus, cpus_per_client, gpus_per_client)
-        if early is not None:
-            early.wait()
-    except BaseException:
-        if early is not None:  # a refused config or preflight: no Ray left behind
-            try:
-                early.wait()
-                import ray
-
-                ray.shutdown()
-            except Exception:  # noqa: BLE001 - the original error is the one to report
-                pass
-            early.release()
-        raise
-    try:
-        return _run(run_config, cfg, label, backend, flwr_run_simulation, make_server_app,
-                    client_app, default_run_name, spec_label)
-    finally:
-        if early is not None:
-            early.release()
-
-
-def _run(run_config, cfg, label, backend, flwr_run_simulation, make_server_app, client_app,
-         default_run_name, spec_label) -> dict:
-    from fedgraph.federation import RunInterrupted
-    # Default name: the strategy's method and the dataset's, file-name safe; the same rule as
-    # the strategy's own under flwr run (strategies.base.PrivateStrategy.report_path).
-    from simulations.server_app import validate_run_config
-
-    method = label or validate_run_config(run_config)[0].method
-    run_name = cfg.run_name or default_run_name(method, spec_label(cfg.dataset), cfg.seed)
-    run_config = {**run_config, "run-name": run_name,
-                  "output-dir": str(Path(cfg.output_dir).expanduser().resolve())}
-    report_path = Path(run_config["output-dir"]) / f"{run_name}.json"
-    report_path.unlink(missing_ok=True)
-    from simulations.interrupt import REPORT_PATH
-
-    REPORT_PATH[:] = [report_path]
-    flwr_run_simulation(server_app=make_server_app(run_config), client_app=client_app,
-                        num_supernodes=cfg.num_clients, backend_config=backend)
-    if not report_path.exists():
-        raise RuntimeError(f"the run wrote no report at {report_path}: it failed before the "
-                           "strategy started (see the log above)")
-    report = json.loads(report_path.read_text())
-    if report["status"] == "interrupted":
-        raise RunInterrupted(f"run interrupted; its report, with what was spent: {report_path}")
-    if report["status"] != "ok":
-        raise RuntimeError(f"run failed: {report['error']} (report: {report_path})")
-    return report
-
-
-def _early_ray_method(run_config: dict) -> Optional[str]:
-    """The run's method if :func:`check_run_config` accepts ``run_config`` (no torch import;
-    with ``noise-source = secret`` that includes the secret in this environment, which a local
-    Ray's workers inherit): only then is Ray started early, with client actors warmed up for
-    this method; else ``None``."""
-    from fedgraph.config import ConfigError
-
-    if user_code(run_config):  # the user's code is imported and run (the preflight) first:
-        return None  # its error comes before Ray starts, not after
-    try:
-        return check_run_config(run_config).method
-    except (ConfigError, ValueError):  # (a secret run without its secret among them)
-        return None
-
-
-def _prepare(run_config: dict, num_cpus, cpus_per_client: float, gpus_per_client: float):
-    """The imports, the config's validation and the preflight of :func:`run_simulation`."""
-    from flwr.simulation import run_simulation as flwr_run_simulation
-
-    from fedgraph.federation import preflight
-    from fedgraph.registry import spec_label
-    from fedgraph.report import default_run_name
-    from simulations.client_app import app as client_app
-    from simulations.server_app import make_server_app, validate_run_config
-    from simulations.wakeups import install
-
-    install()  # Flower's message polls -> wake-ups (simulations.wakeups)
-    _, cfg = validate_run_config(run_config)
-    check_resources(num_cpus, cpus_per_client, gpus_per_client)
-    preflight(cfg)
-    if cfg.noise_source == "secret" and not os.environ.get("RAY_ADDRESS"):
-        # a local Ray's workers inherit this environment: check the secret before they start
-        from fedgraph.secret import check_secret
-
-        check_secret({})
-    from simulations.early_ray import SERVER_WARM_IMPORTS, import_quietly
-
-    threading.Thread(target=import_quietly, args=SERVER_WARM_IMPORTS, daemon=True,
-                     name="fedgraph-server-imports").start()
-    return flwr_run_simulation, cfg, make_server_app, client_app, default_run_name, spec_label
 
 
 def _run_help() -> str:
@@ -431,7 +58,7 @@ def run(
     except Exception as err:  # noqa: BLE001 - e.g. a preset that is not TOML: as below
         typer.echo(f"fedgraph: FAILED: {err}", err=True)
         raise typer.Exit(1)
-    from fedgraph.federation import RunInterrupted
+    from fedgraph.errors import RunInterrupted
     from simulations.interrupt import StopOnSignal, end_all_descendants
 
     stop = StopOnSignal(lambda line: typer.echo(line, err=True))
@@ -508,6 +135,7 @@ def sweep(
     an invalid sweep file, 130 if interrupted."""
     from rich.console import Console
 
+    from simulations.dataset_listing import data_problem
     from simulations.sweep import SweepError, load_sweep
     from simulations.sweep_runner import cell_is_done, run_sweep
 
@@ -530,7 +158,7 @@ def sweep(
             key = (c.run_config.get("dataset", "cora"), c.run_config.get("data-root") or None,
                    int(c.run_config.get("min-class-size", 1000)))
             if key not in problems:
-                problems[key] = _data_problem(*key)
+                problems[key] = data_problem(*key)
             state = ("done" if cell_is_done(sw.cell_dir(c), c.run_config)
                      else "no data" if problems[key] else "to run")
             states[state] = states.get(state, 0) + 1
@@ -624,6 +252,7 @@ def datasets(root: Optional[str] = typer.Option(None, help="dataset root (defaul
     colleges found under the root with their graph size."""
     from fedgraph.data import (KNOWN_DATASETS, dataset_statistics, known_datasets, load_dataset,
                                resolve_root)
+    from simulations.dataset_listing import facebook100_size
 
     if root is not None and not Path(root).expanduser().is_dir():
         typer.echo(f"fedgraph: --root: {root} is not a folder (give an existing data root, or "
@@ -638,7 +267,7 @@ def datasets(root: Optional[str] = typer.Option(None, help="dataset root (defaul
             if not colleges:
                 typer.echo(f"{name:<27} none under {resolve_root(root) / 'facebook100'} (no download)")
             for path in colleges:
-                typer.echo(f"{'facebook100:' + path.stem:<27} {_facebook100_size(path)}")
+                typer.echo(f"{'facebook100:' + path.stem:<27} {facebook100_size(path)}")
             continue
         if name.startswith("synthetic-sbm:"):
             typer.echo(f"{name:<27} generated (seeded SBM, no files; e.g. synthetic-sbm:2000:10)")
@@ -653,35 +282,6 @@ def datasets(root: Optional[str] = typer.Option(None, help="dataset root (defaul
             else:
                 typer.echo(f"{name:<27} registered; not loadable with this root: "
                            f"{str(err).splitlines()[0][:100]}")
-
-
-def _data_problem(name: str, root: Optional[str], min_class_size: int) -> Optional[str]:
-    """Why the dataset ``name`` does not load offline with this root (its first line), or
-    ``None`` when it loads (``sweep --dry-run``; a cell of such a dataset would fail)."""
-    from fedgraph.data import load_dataset
-
-    if str(name).lower().startswith("synthetic-sbm:"):
-        return None
-    try:
-        load_dataset(name, root, min_class_size=min_class_size)
-    except FileNotFoundError as err:
-        return str(err).splitlines()[0]
-    except Exception:  # noqa: BLE001 - a user loader's own needs: the run will say
-        pass
-    return None
-
-
-def _facebook100_size(path: Path) -> str:
-    """Nodes and directed edges of a Facebook100 ``.mat`` (the adjacency only: cheap); the
-    classes depend on ``min-class-size``."""
-    import scipy.io
-
-    try:
-        adj = scipy.io.loadmat(path, variable_names=["A"])["A"]
-    except Exception as err:  # noqa: BLE001 - a damaged file: say so, list the rest
-        return f"unreadable: {err}"
-    return (f"offline  nodes {adj.shape[0]:>7}  edges {adj.nnz:>9}  "
-            "class-year task (classes: min-class-size)")
 
 
 def main() -> None:  # console script entry point

@@ -7,7 +7,7 @@ from typing import Iterable
 
 from flwr.serverapp import Grid
 
-from fedgraph.federation import RunInterrupted
+from fedgraph.errors import RunInterrupted
 from simulations.interrupt import STOP
 from simulations.wakeups import PUSHED, REPLIED
 

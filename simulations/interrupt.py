@@ -16,7 +16,7 @@ import signal
 import threading
 import time
 
-from fedgraph.federation import RunInterrupted
+from fedgraph.errors import RunInterrupted
 from fedgraph.procstats import alive, become_subreaper, descendants, kill_descendants
 
 # Neither torch nor Flower: ``fedgraph run`` imports this module before it starts Ray.

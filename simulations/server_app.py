@@ -7,7 +7,8 @@ from flwr.app import Context
 from flwr.serverapp import Grid, ServerApp
 
 from fedgraph.config import ConfigError, parse_run_config
-from fedgraph.federation import ClientFailure, preflight
+from fedgraph.errors import ClientFailure
+from fedgraph.federation import preflight
 from fedgraph.registry import ContractError
 from simulations.flower_exit import write_report_on_flower_exit
 from simulations.grid import InterruptibleGrid

@@ -96,9 +96,9 @@ class PrivateStrategy(ABC):
         at most ``min(timeout, 60)`` seconds); returns and keeps their ids in ``self.nodes``.
 
         Raises:
-            fedgraph.federation.ClientFailure: too few or too many supernodes.
+            fedgraph.errors.ClientFailure: too few or too many supernodes.
         """
-        from fedgraph.federation import wait_for_nodes
+        from fedgraph.messaging import wait_for_nodes
 
         with self.report.phase("connect"):
             self.nodes = wait_for_nodes(grid, self.config.num_clients,
@@ -117,12 +117,12 @@ class PrivateStrategy(ABC):
         Returns:
             node id -> reply content (a ``RecordDict``).
         Raises:
-            fedgraph.federation.ClientFailure: a client failed or timed out (one line per
+            fedgraph.errors.ClientFailure: a client failed or timed out (one line per
                 distinct cause).
         """
         from flwr.app import ConfigRecord, RecordDict
 
-        from fedgraph.federation import send_to_all
+        from fedgraph.messaging import send_to_all
 
         if not self.nodes:
             raise RuntimeError("call self.connect(grid) before self.ask(...)")
@@ -132,7 +132,7 @@ class PrivateStrategy(ABC):
         return send_to_all(grid, message_type, contents, self.config.timeout)
 
     def send_and_record(self, grid, message_type: str, contents: dict, record) -> dict:
-        """:func:`fedgraph.federation.send_to_all`, calling ``record(node, reply)`` for every
+        """:func:`fedgraph.messaging.send_to_all`, calling ``record(node, reply)`` for every
         reply that arrived, also when other clients failed (their releases left them: the
         ledger must hold them before the failure propagates). A ``record`` that raises (e.g.
         a malformed reply) does not keep the other replies from being recorded; the first such
@@ -141,9 +141,10 @@ class PrivateStrategy(ABC):
         Returns:
             node id -> reply content.
         Raises:
-            fedgraph.federation.ClientFailure: a client failed or timed out.
+            fedgraph.errors.ClientFailure: a client failed or timed out.
         """
-        from fedgraph.federation import ClientFailure, send_to_all
+        from fedgraph.errors import ClientFailure
+        from fedgraph.messaging import send_to_all
 
         failure = None
         try:
@@ -255,7 +256,7 @@ class PrivateStrategy(ABC):
             self.check_contract()
             self.report.status = "ok"
         except BaseException as err:
-            from fedgraph.federation import RunInterrupted
+            from fedgraph.errors import RunInterrupted
 
             interrupted = isinstance(err, (RunInterrupted, KeyboardInterrupt))
             self.report.status = "interrupted" if interrupted else "failed"

@@ -2,7 +2,7 @@
 best round by validation accuracy.
 
 Flower's FedAvg logs "0 results and N failures" and carries on; a private simulation that lost
-a client must stop instead. :class:`StrictFedAvg` raises :class:`~fedgraph.federation.ClientFailure`
+a client must stop instead. :class:`StrictFedAvg` raises :class:`~fedgraph.errors.ClientFailure`
 when any reply is an error or missing, and (``select_on_val``) remembers the aggregated arrays
 of the round with the best weighted ``val-accuracy`` reported by the clients' evaluation.
 
@@ -18,8 +18,8 @@ import logging
 
 from flwr.serverapp.strategy import FedAdam, FedAvg, FedAvgM, FedYogi
 
-from fedgraph.federation import (ClientFailure, check_finite_reply, client_label,
-                                 last_error_line)
+from fedgraph.errors import ClientFailure
+from fedgraph.messaging import check_finite_reply, client_label, last_error_line
 
 class _QuietSkippedEvaluation(logging.Filter):
     """Drops Flower's "fraction_evaluate is set to 0.0" warning (and nothing else)."""

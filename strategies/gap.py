@@ -36,7 +36,8 @@ import numpy as np
 import torch
 from flwr.app import ArrayRecord, ConfigRecord, RecordDict
 
-from fedgraph.federation import ClientFailure, record_workers, send_to_all, tensors, wait_for_nodes
+from fedgraph.errors import ClientFailure
+from fedgraph.messaging import record_workers, send_to_all, tensors, wait_for_nodes
 from fedgraph.methods.gap.models import build_classifier, build_encoder
 from fedgraph.methods.gap.privacy import plan_events, remote_noise
 from fedgraph.methods.gap.server import route_partial_sums

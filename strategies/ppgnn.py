@@ -13,7 +13,7 @@ import json
 
 from flwr.app import ArrayRecord, ConfigRecord, RecordDict
 
-from fedgraph.federation import record_workers, send_to_all, tensors, wait_for_nodes
+from fedgraph.messaging import record_workers, send_to_all, tensors, wait_for_nodes
 from fedgraph._lazy import LazyModule
 from .base import PrivateStrategy, register_strategy
 

@@ -61,7 +61,8 @@ import math
 import torch
 from flwr.app import ArrayRecord, ConfigRecord, RecordDict
 
-from fedgraph.federation import ClientFailure, send_to_all, tensors, wait_for_nodes
+from fedgraph.errors import ClientFailure
+from fedgraph.messaging import send_to_all, tensors, wait_for_nodes
 from fedgraph._lazy import LazyModule
 from fedgraph.report import progress
 from .base import PrivateStrategy, register_strategy
@@ -124,7 +125,7 @@ class PrivGNNStrategy(PrivateStrategy):
     client, PLD, with ``rdp`` and a cross-check).
 
     Raises (from :meth:`run`):
-        fedgraph.federation.ClientFailure: a client failed or timed out.
+        fedgraph.errors.ClientFailure: a client failed or timed out.
         RuntimeError: no client answered any query (every budget exhausted).
     """
 

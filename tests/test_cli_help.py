@@ -3,7 +3,8 @@ from __future__ import annotations
 
 from typer.testing import CliRunner
 
-from simulations.cli import PRESETS, cli
+from simulations.cli import cli
+from simulations.run_files import PRESETS
 
 
 def _help(*args: str) -> str:

@@ -17,7 +17,7 @@ import pytest
 import torch
 from flwr.app import ArrayRecord, ConfigRecord, MetricRecord
 
-from fedgraph.federation import tensors
+from fedgraph.messaging import tensors
 from fedgraph.accounting import Gaussian, PrivacyLedger, PureDP, SubsampledGaussian, compose
 from fedgraph.methods import privgnn as pg
 from fedgraph.report import format_table

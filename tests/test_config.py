@@ -218,10 +218,11 @@ def test_fedgraph_run_preset_and_flwr_run_name_the_report_alike(tmp_path):
 
     from fedgraph.report import default_run_name
     from fedgraph.registry import spec_label
-    from simulations import cli
+    from simulations.run_files import PRESETS
+    from simulations.simulate import _run
     from simulations.server_app import validate_run_config
 
-    preset = tomllib.loads((Path(cli.PRESETS) / "gap-edge-cora.toml").read_text())
+    preset = tomllib.loads((Path(PRESETS) / "gap-edge-cora.toml").read_text())
     run_config = {**preset, "output-dir": str(tmp_path)}
     strategy_cls, cfg = validate_run_config(run_config)
     names = []
@@ -232,8 +233,8 @@ def test_fedgraph_run_preset_and_flwr_run_name_the_report_alike(tmp_path):
         names.append(REPORT_PATH[0].stem)
         REPORT_PATH[0].write_text(json.dumps({"status": "ok"}))
 
-    cli._run(run_config, cfg, None, {}, simulate, lambda rc: None, None, default_run_name,
-             spec_label)
+    _run(run_config, cfg, None, {}, simulate, lambda rc: None, None, default_run_name,
+         spec_label)
     under_flwr_run = strategy_cls(cfg).report_path().stem
     pattern = r"-\d{8}-\d{6}-\d+$"
     assert re.sub(pattern, "", names[0]) == re.sub(pattern, "", under_flwr_run) == "gap-cora-seed0"

@@ -20,7 +20,8 @@ from flwr.app import ArrayRecord, ConfigRecord, Context, Message, RecordDict
 from flwr.supercore.task_identity import TaskIdentity
 
 from fedgraph.config import parse_run_config
-from fedgraph.federation import client_view, tensors
+from fedgraph.federation import client_view
+from fedgraph.messaging import tensors
 
 try:  # the fix; absent on the old code
     from fedgraph import randomness

@@ -146,11 +146,11 @@ def test_ray_shutdown_ends_the_autoscaler_monitor_first_without_grace():
 
 def test_ray_starts_early_for_a_secret_run_only_with_the_secret_set(monkeypatch):
     from fedgraph.randomness import SECRET_ENV
-    from simulations import cli
+    from simulations import simulate
 
     secret_run = {"method": "gap", "noise-source": "secret"}
     monkeypatch.delenv(SECRET_ENV, raising=False)
-    assert cli._early_ray_method(secret_run) is None  # _prepare refuses it before Ray
+    assert simulate._early_ray_method(secret_run) is None  # _prepare refuses it before Ray
     monkeypatch.setenv(SECRET_ENV, "s3cret-of-16-chars")
-    assert cli._early_ray_method(secret_run) == "gap"
-    assert cli._early_ray_method({"method": "gap", "client-epsilons": "-1"}) is None  # invalid
+    assert simulate._early_ray_method(secret_run) == "gap"
+    assert simulate._early_ray_method({"method": "gap", "client-epsilons": "-1"}) is None  # invalid

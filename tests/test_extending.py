@@ -17,7 +17,7 @@ from fedgraph.data import (DATASETS, PARTITIONERS, check_graph, load_dataset, pa
 from fedgraph.mechanisms import (FEATURE_MECHANISMS, FeatureMechanism, check_mechanism,
                                  make_mechanism, register_mechanism)
 from fedgraph.registry import ContractError, Registry, import_object
-from simulations.cli import load_run_config
+from simulations.run_files import load_run_config
 from simulations.local import LocalGrid, run_local
 from strategies import PrivateStrategy, register_strategy, resolve_strategy
 

@@ -20,7 +20,8 @@ import json, sys
 from pathlib import Path
 from typer.testing import CliRunner
 from fedgraph.config import parse_run_config
-from simulations.cli import PRESETS, cli, load_run_config
+from simulations.cli import cli
+from simulations.run_files import PRESETS, load_run_config
 
 out = {"runs": []}
 for args in json.loads(sys.argv[1]):
@@ -207,7 +208,8 @@ def test_a_ray_address_where_no_cluster_answers_is_refused_before_anything_start
     from typer.testing import CliRunner
 
     from fedgraph.config import ConfigError
-    from simulations.cli import check_ray_address, cli
+    from simulations.cli import cli
+    from simulations.resources import check_ray_address
 
     with socket.socket() as s:  # a port nothing listens on once closed
         s.bind(("127.0.0.1", 0))

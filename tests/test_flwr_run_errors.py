@@ -9,7 +9,8 @@ import time
 import pytest
 
 from fedgraph.config import ConfigError, parse_run_config
-from fedgraph.federation import ClientFailure, wait_for_nodes
+from fedgraph.errors import ClientFailure
+from fedgraph.messaging import wait_for_nodes
 from simulations.server_app import OneLineUserErrors
 
 
@@ -50,9 +51,9 @@ class InMemoryGrid:  # the name is what wait_for_nodes recognizes as a simulatio
 
 
 def test_simulation_with_too_few_supernodes_fails_within_seconds(monkeypatch):
-    import fedgraph.federation as federation
+    import fedgraph.messaging as messaging
 
-    monkeypatch.setattr(federation, "SETTLE_S", 0.5)
+    monkeypatch.setattr(messaging, "SETTLE_S", 0.5)
     start = time.time()
     with pytest.raises(ClientFailure, match="has 5 supernodes .* num-clients=10"):
         wait_for_nodes(InMemoryGrid(5), 10, timeout=60)
@@ -62,10 +63,10 @@ def test_simulation_with_too_few_supernodes_fails_within_seconds(monkeypatch):
 def test_too_few_supernodes_fail_within_seconds_behind_the_interruptible_grid(monkeypatch):
     """fedgraph's ServerApp wraps Flower's grid (simulations.interrupt): the simulation is
     still recognized (it waited out the 60 s timeout before)."""
-    import fedgraph.federation as federation
+    import fedgraph.messaging as messaging
     from simulations.grid import InterruptibleGrid
 
-    monkeypatch.setattr(federation, "SETTLE_S", 0.5)
+    monkeypatch.setattr(messaging, "SETTLE_S", 0.5)
     start = time.time()
     with pytest.raises(ClientFailure, match="has 5 supernodes .* num-clients=10"):
         wait_for_nodes(InterruptibleGrid(InMemoryGrid(5)), 10, timeout=60)

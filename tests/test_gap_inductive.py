@@ -63,7 +63,7 @@ def test_edge_split_training_and_held_out_graphs(level):
 def _pma_releases(log):
     """``(node, graph, hop, partial sums)`` of every PMA reply in a LocalGrid's log: what
     leaves a client."""
-    from fedgraph.federation import tensors
+    from fedgraph.messaging import tensors
 
     return [(int(m.metadata.dst_node_id), str(m.content["pma"]["graph"]),
              int(m.content["pma"]["hop"]), tensors(r.content["partial_sums"]))

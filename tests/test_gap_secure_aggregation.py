@@ -185,7 +185,7 @@ def test_a_curious_server_cannot_read_a_clients_rows(secure_run):
     """Everything the server receives from a client in PMA, against the rows the client
     computed: no array is those rows, and the masked rows are uniform on Z / 2^64 and
     uncorrelated with them. (Before: the reply carried the rows in the clear, ``sums``.)"""
-    from fedgraph.federation import tensors
+    from fedgraph.messaging import tensors
 
     cfg, grid, report = secure_run
     assert report["status"] == "ok"
@@ -214,7 +214,7 @@ def test_a_curious_server_cannot_read_a_clients_rows(secure_run):
 def test_the_sums_the_owners_get_are_the_plaintext_sums(secure_run):
     """What the server routes at hop k + 1 (one row per node, to its owner) is the sum of the
     other clients' plaintext rows at hop k, up to the quantization bound and float32."""
-    from fedgraph.federation import tensors
+    from fedgraph.messaging import tensors
     from fedgraph.secure_aggregation import quantization_error_bound
 
     cfg, grid, _ = secure_run
@@ -270,7 +270,7 @@ def test_a_dropped_client_fails_the_round_and_says_why(tmp_path, monkeypatch):
     run fails, the error names the missing reply and the lack of dropout recovery."""
     import json
 
-    from fedgraph.federation import ClientFailure
+    from fedgraph.errors import ClientFailure
 
     with pytest.raises(ClientFailure, match="no reply.*no dropout recovery"):
         _secure_run(tmp_path, monkeypatch, drop=(3, 2, "all"))
@@ -281,7 +281,7 @@ def test_a_client_refuses_to_send_unmasked_rows(tmp_path, monkeypatch):
     """A server that leaves out the public keys gets no row: each client added only a share
     of the noise, so its row in the clear would be under-noised. (In process the client's
     error propagates; through Flower it is an error reply, a ClientFailure.)"""
-    from fedgraph.federation import ClientFailure
+    from fedgraph.errors import ClientFailure
 
     with pytest.raises((ClientFailure, ValueError), match="refusing to release unmasked rows"):
         _secure_run(tmp_path, monkeypatch, strip_keys=True)

@@ -24,7 +24,8 @@ from fedgraph.accounting import (DELTA_FLOOR, CalibrationError, Gaussian, PldAcc
                                  PrivacyLedger, PrvAccountant, RdpAccountant,
                                  SubsampledGaussian, calibrate, compose)
 from fedgraph.config import ConfigError, parse_run_config
-from fedgraph.federation import ClientFailure, check_finite_reply, client_label, send_to_all
+from fedgraph.errors import ClientFailure
+from fedgraph.messaging import check_finite_reply, client_label, send_to_all
 
 TINY = 1.1e-18
 

@@ -1070,7 +1070,7 @@ def _leak_new_metric(m, reply):
 def _leak_into_rows(m, reply):
     from flwr.app import ArrayRecord
 
-    from fedgraph.federation import tensors
+    from fedgraph.messaging import tensors
 
     if m.metadata.message_type == "query.gap_pma":
         out = tensors(reply.content["partial_sums"])
@@ -1093,7 +1093,8 @@ def _leak_features_into_another_report(neighbour):
         from flwr.app import ArrayRecord
 
         from fedgraph.config import parse_run_config
-        from fedgraph.federation import client_view, tensors
+        from fedgraph.federation import client_view
+        from fedgraph.messaging import tensors
 
         if m.metadata.message_type != "query.ppgnn":
             return reply

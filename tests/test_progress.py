@@ -70,7 +70,7 @@ def test_a_log_is_quiet_within_the_interval(monkeypatch):
 
 
 def test_a_phase_cut_short_says_interrupted_or_failed(monkeypatch):
-    from fedgraph.federation import RunInterrupted
+    from fedgraph.errors import RunInterrupted
 
     out = _console(monkeypatch, terminal=False)
     r = RunReport("gap", {})

@@ -19,7 +19,7 @@ from scipy import stats
 
 from fedgraph import randomness as rng
 from fedgraph.config import ConfigError, parse_run_config
-from fedgraph.federation import tensors
+from fedgraph.messaging import tensors
 
 SECRET = "test-secret-7c41d2"
 PPGNN = {"method": "ppgnn", "dataset": "cora", "num-clients": 2, "label-epsilon": 1.0}

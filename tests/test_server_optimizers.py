@@ -10,7 +10,7 @@ from flwr.serverapp.strategy import FedAdam, FedAvg, FedAvgM, FedYogi
 from flwr.supercore.task_identity import TaskIdentity
 
 from fedgraph.config import ConfigError, parse_run_config
-from fedgraph.federation import ClientFailure
+from fedgraph.errors import ClientFailure
 from strategies.fedavg import STRICT_STRATEGIES, StrictFedAvg, strict_strategy
 
 

@@ -8,17 +8,17 @@ import pytest
 from typer.testing import CliRunner
 
 from fedgraph.config import ConfigError
-from simulations import cli
+from simulations import cli, resources, simulate, user_code
 
 
 def test_a_run_naming_user_code_starts_no_ray_before_its_preflight():
-    assert cli.user_code({"dataset": "examples/custom_dataset/loader.py:load",
+    assert user_code.user_code({"dataset": "examples/custom_dataset/loader.py:load",
                           "mechanism": "mypkg.mech:M", "partitioner": "louvain"}) == [
         "dataset", "mechanism"]
-    assert cli.user_code({"dataset": "facebook100:Caltech36"}) == []
-    assert cli.user_code({"dataset": "synthetic-sbm:n=500"}) == []
-    assert cli._early_ray_method({"strategy": "x/strategy.py:S"}) is None
-    assert cli._early_ray_method({"method": "ppgnn"}) == "ppgnn"
+    assert user_code.user_code({"dataset": "facebook100:Caltech36"}) == []
+    assert user_code.user_code({"dataset": "synthetic-sbm:n=500"}) == []
+    assert simulate._early_ray_method({"strategy": "x/strategy.py:S"}) is None
+    assert simulate._early_ray_method({"method": "ppgnn"}) == "ppgnn"
 
 
 def test_the_users_traceback_is_shown_without_fedgraphs_frames(tmp_path):
@@ -33,23 +33,23 @@ def test_the_users_traceback_is_shown_without_fedgraphs_frames(tmp_path):
         except ZeroDivisionError as err:  # as fedgraph.federation.preflight wraps it
             raise ConfigError("dataset: loading failed: ZeroDivisionError") from err
     except ConfigError as err:
-        text = cli.user_traceback(err)
+        text = user_code.user_traceback(err)
     assert text.startswith("Traceback (the user's code):")
     assert "loader.py\", line 5, in load" in text and "line 2, in helper" in text
     assert text.rstrip().endswith("ZeroDivisionError: division by zero")
     assert "registry.py" not in text and "/fedgraph/" not in text  # not fedgraph's frames
-    assert cli.user_traceback(ConfigError("budgets: must be > 0")) == ""
+    assert user_code.user_traceback(ConfigError("budgets: must be > 0")) == ""
 
 
 def test_gpus_asked_of_a_ray_cluster_without_gpus_exit_2(monkeypatch):
     monkeypatch.setenv("RAY_ADDRESS", "10.0.0.1:6379")
-    monkeypatch.setattr(cli, "check_ray_address", lambda address: None)
-    monkeypatch.setattr(cli, "cluster_gpus", lambda address: 0.0)
+    monkeypatch.setattr(resources, "check_ray_address", lambda address: None)
+    monkeypatch.setattr(resources, "cluster_gpus", lambda address: 0.0)
     with pytest.raises(ConfigError, match=r"--gpus-per-client: 1.0 asked but the Ray cluster at "
                                           r"RAY_ADDRESS='10.0.0.1:6379' has 0 GPU"):
-        cli.check_resources(None, 1.0, 1.0)
-    cli.check_resources(None, 1.0, 0.0)  # CPU clients: fine
+        resources.check_resources(None, 1.0, 1.0)
+    resources.check_resources(None, 1.0, 0.0)  # CPU clients: fine
     res = CliRunner().invoke(cli.cli, ["run", "--gpus-per-client", "1"])
     assert res.exit_code == 2 and "--gpus-per-client" in res.output
-    monkeypatch.setattr(cli, "cluster_gpus", lambda address: 2.0)
-    cli.check_resources(None, 1.0, 1.0)
+    monkeypatch.setattr(resources, "cluster_gpus", lambda address: 2.0)
+    resources.check_resources(None, 1.0, 1.0)

@@ -13,7 +13,7 @@ import json
 from flwr.app import ArrayRecord
 from torch_geometric.nn import APPNP
 
-from fedgraph.federation import tensors
+from fedgraph.messaging import tensors
 from fedgraph.methods import ppgnn
 from fedgraph.methods.training import train_node_classifier
 from fedgraph.nn import adjacency_for, make_backbone

@@ -8,7 +8,8 @@ import json
 from flwr.app import ConfigRecord, Context, Message, RecordDict
 
 from fedgraph.config import parse_run_config
-from fedgraph.federation import client_view, worker_info
+from fedgraph.federation import client_view
+from fedgraph.messaging import worker_info
 from fedgraph.randomness import client_generator
 from simulations import client_state
 

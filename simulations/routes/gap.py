@@ -7,7 +7,7 @@ import json
 from flwr.app import ArrayRecord, Context, Message, MetricRecord
 
 from fedgraph._lazy import LazyModule
-from fedgraph.federation import tensors
+from fedgraph.messaging import tensors
 from simulations import client_state
 
 from .common import kept, meta, reply, setup

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from flwr.app import ArrayRecord, Context, Message, MetricRecord
 
-from fedgraph.federation import tensors
+from fedgraph.messaging import tensors
 
 from .common import meta, reply, setup
 

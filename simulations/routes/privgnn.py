@@ -7,7 +7,7 @@ import json
 from flwr.app import ArrayRecord, ConfigRecord, Context, Message
 
 from fedgraph.config import parse_run_config
-from fedgraph.federation import tensors
+from fedgraph.messaging import tensors
 from fedgraph.randomness import client_generator
 
 from .common import reply

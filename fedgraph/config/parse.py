@@ -1,0 +1,139 @@
+"""Flower's flat run config onto its method's model: :func:`parse_run_config` (the method ->
+model registry :data:`METHOD_CONFIGS`), and the keys a run sets that its method would ignore
+(:func:`reject_keys_of_other_methods`).
+
+Flower's run config is flat (``key = value`` with ``-`` in keys); :func:`parse_run_config`
+maps it onto the models and turns validation errors into :class:`ConfigError` messages that
+name the key and the allowed values.
+"""
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from pydantic import ValidationError
+
+from ..errors import ConfigError
+from .base import _Base
+from .gap import GAPConfig
+from .ppgnn import PPGNNConfig
+from .privgnn import PrivGNNConfig
+
+
+METHOD_CONFIGS: dict[str, type[_Base]] = {"ppgnn": PPGNNConfig, "gap": GAPConfig,
+                                             "privgnn": PrivGNNConfig}
+
+
+def method_of(run_config: dict[str, Any]) -> str:
+    """The method a flat run config selects: ``strategy`` if it names a method (``ppgnn``,
+    ``gap``, ``privgnn``), else ``method`` (default ``ppgnn``); not validated here."""
+    strategy = str(dict(run_config).get("strategy", "") or "")
+    return strategy if strategy in METHOD_CONFIGS else str(dict(run_config).get("method", "ppgnn"))
+
+
+def parse_run_config(run_config: dict[str, Any]) -> _Base:
+    """Validate a flat Flower run config (keys with ``-`` or ``_``) into its method's model:
+    ``strategy`` if it names a method (``ppgnn``, ``gap``, ``privgnn``), else ``method``.
+
+    Raises:
+        ConfigError: unknown method or key, or a value out of range; the message names the key.
+    """
+    cfg = {str(k).replace("-", "_"): v for k, v in dict(run_config).items() if k != "strategy"}
+    cfg["method"] = method_of(run_config)
+    bad = [k for k, v in cfg.items() if isinstance(v, float) and not math.isfinite(v)
+           or isinstance(v, str) and v.strip().lower() in ("nan", "inf", "-inf", "+inf")]
+    if bad and not all(k == "client_epsilons" and str(cfg[k]).strip().lower() == "inf" for k in bad):
+        raise ConfigError("invalid run config:\n  " + "\n  ".join(
+            f"{k.replace('_', '-')}: must be a finite number (got {cfg[k]!r})" for k in bad))
+    method = cfg["method"]
+    if method not in METHOD_CONFIGS:
+        raise ConfigError(f"method: unknown {method!r}; allowed: {', '.join(METHOD_CONFIGS)}")
+    model = METHOD_CONFIGS[method]
+    # Keys declared for another method (pyproject declares them all) are not this method's.
+    others = set().union(*(m.model_fields for m in METHOD_CONFIGS.values())) - set(model.model_fields)
+    cfg = {k: v for k, v in cfg.items() if k not in others
+           and not (k in METHOD_DEPENDENT and isinstance(v, str) and not v.strip())}
+    try:
+        return model(**cfg)
+    except ValidationError as err:
+        lines = []
+        for e in err.errors():
+            key = "-".join(str(p) for p in e["loc"]).replace("_", "-") or "config"
+            if key == "config":  # a check across fields: the field its message starts with
+                field_ = e["msg"].removeprefix("Value error, ").split(":", 1)[0]
+                if field_.replace("-", "_") in model.model_fields:
+                    key = field_
+            if e["type"] == "extra_forbidden":
+                allowed = ", ".join(["strategy"] + [k.replace("_", "-") for k in model.model_fields])
+                lines.append(f"{key}: unknown key; allowed keys: {allowed}")
+            else:
+                got = e.get("input")
+                msg = e["msg"].removeprefix("Value error, ")
+                msg = msg.removeprefix(f"{key}: ").removeprefix(f"{key.replace('-', '_')}: ")
+                if "got" not in msg and not isinstance(got, dict):
+                    msg += f" (got {got!r})"
+                lines.append(f"{key}: {msg}")
+        raise ConfigError("invalid run config:\n  " + "\n  ".join(lines)) from None
+
+
+def _method_dependent() -> frozenset[str]:
+    """Keys that several methods have with different defaults (e.g. ``delta``: PPGNN 1e-5, GAP
+    1e-7, PrivGNN 1e-4). An empty value (``""``) of such a key means the run's method's own
+    default: ``pyproject.toml`` declares them so, because ``flwr run`` passes every declared key
+    to every run and a declared value would replace the other methods' defaults."""
+    fields: dict[str, set] = {}
+    for m in METHOD_CONFIGS.values():
+        for name, f in m.model_fields.items():
+            if name != "method":
+                fields.setdefault(name, set()).add(repr(f.get_default(call_default_factory=True)))
+    return frozenset(name for name, defaults in fields.items() if len(defaults) > 1)
+
+
+METHOD_DEPENDENT = _method_dependent()
+
+
+def keys_of_other_methods(run_config: dict[str, Any]) -> dict[str, list[str]]:
+    """Keys of ``run_config`` that its method does not have but another method does, with the
+    methods that have them: ``{"budgets": ["ppgnn"]}`` for a GAP run given ``budgets``.
+
+    :func:`parse_run_config` ignores such keys, because ``flwr run`` passes every key
+    ``pyproject.toml`` declares to every run; ``fedgraph run`` knows which keys the user set
+    (preset and ``--set``) and rejects them with :func:`reject_keys_of_other_methods`.
+    """
+    method = method_of(run_config)
+    if method not in METHOD_CONFIGS:
+        return {}  # parse_run_config names the unknown method
+    own = set(METHOD_CONFIGS[method].model_fields)
+    found = {}
+    for key in run_config:
+        name = str(key).replace("-", "_")
+        if key == "strategy" or name in own:
+            continue
+        owners = [m for m, model in METHOD_CONFIGS.items() if name in model.model_fields]
+        if owners:
+            found[str(key)] = owners
+    return found
+
+
+#: (key, value) -> {key set with it that would be ignored: the value it would have to be}
+IGNORED_WITH = {("schedule", "fedsgd"): {"local-epochs": 1}}
+
+
+def reject_keys_of_other_methods(run_config: dict[str, Any]) -> None:
+    """Raise :class:`ConfigError` naming every key of ``run_config`` that belongs only to
+    another method (see :func:`keys_of_other_methods`), or that another key's value makes
+    ignored (:data:`IGNORED_WITH`, e.g. ``local-epochs`` other than 1 with ``schedule =
+    "fedsgd"``): such a key would be ignored."""
+    found = keys_of_other_methods(run_config)
+    method = method_of(run_config)
+    problems = [f"{k}: a key of method {' and '.join(repr(m) for m in owners)}, not of this "
+                f"run's method {method!r} (it would be ignored); remove it or set method"
+                for k, owners in found.items()]
+    for (key, value), ignored in IGNORED_WITH.items():
+        if run_config.get(key) == value:
+            problems += [f"{k}: ignored with {key} = {value!r} (it would have to be {want!r}); "
+                         f"set {k}={want!r} or another {key}"
+                         for k, want in ignored.items() if k in run_config
+                         and run_config[k] != want]
+    if problems:
+        raise ConfigError("invalid run config:\n  " + "\n  ".join(problems))

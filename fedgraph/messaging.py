@@ -1,0 +1,201 @@
+"""The server's messaging with clients: send a message to every node and collect the replies
+(:func:`send_to_all`), refuse a failed or non-finite reply (:func:`check_finite_reply`,
+:func:`last_error_line`), wait for the supernodes (:func:`wait_for_nodes`), and the ``meta``
+record's placement of each client (:func:`worker_info`, :func:`record_workers`).
+
+Flower, numpy and torch are imported where they are used: ``fedgraph run`` imports the strategies
+before Ray starts (simulations.cli).
+"""
+from __future__ import annotations
+
+import json
+import math
+import re
+import time
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from torch import Tensor
+
+from .errors import ClientFailure
+
+def send_to_all(grid, message_type: str, contents: dict[int, "object"], timeout: float):
+    """Send one message per node (``contents``: node id -> RecordDict) and wait for all replies.
+
+    Returns:
+        dict node id -> reply content (RecordDict).
+    Raises:
+        ClientFailure: naming the nodes that failed or timed out and their error reasons, or
+            the client and field of a reply with a non-finite value
+            (:func:`check_finite_reply`); its ``replies`` holds the replies that did arrive
+            (a non-finite one included: it left its client too).
+    """
+    from flwr.app import Message
+
+    messages = [Message(content=c, dst_node_id=n, message_type=message_type)
+                for n, c in contents.items()]
+    replies = list(grid.send_and_receive(messages, timeout=timeout))
+    out, failed = {}, {}
+    for r in replies:
+        node = r.metadata.src_node_id
+        if r.has_error():
+            failed[node] = r.error.reason
+        else:
+            out[node] = r.content
+    missing = set(contents) - set(out) - set(failed)
+    if not failed and not missing:
+        try:
+            for node, content in out.items():
+                check_finite_reply(content, client_label(node, content), message_type)
+        except ClientFailure as err:
+            raise ClientFailure(str(err), replies=out) from None
+    if failed or missing:
+        causes: dict[str, int] = {}
+        for reason in failed.values():
+            cause = last_error_line(reason)
+            causes[cause] = causes.get(cause, 0) + 1
+        lines = [f"{n} client(s): {c}" for c, n in causes.items()]
+        if missing:
+            lines.append(f"{len(missing)} client(s): no reply within {timeout:.0f} s")
+        raise ClientFailure(f"{message_type} failed on {len(failed) + len(missing)} of "
+                            f"{len(contents)} clients: " + "; ".join(lines), replies=out)
+    return out
+
+
+def client_label(node: int, content) -> str:
+    """``"node N"``, with ``" (partition P)"`` when the reply's ``meta`` record carries a
+    ``worker`` entry (:func:`worker_info`)."""
+    try:
+        return f"node {node} (partition {json.loads(content['meta']['worker'])['partition_id']})"
+    except (KeyError, TypeError, ValueError):
+        return f"node {node}"
+
+
+def _non_finite(value, allow_inf: bool = False) -> bool:
+    """Whether ``value`` (an Array, a float, or a list of them) holds NaN or (unless
+    ``allow_inf``) +-inf."""
+    import numpy as np
+
+    if hasattr(value, "numpy"):  # flwr Array
+        a = value.numpy()
+        return (np.issubdtype(a.dtype, np.floating) or np.issubdtype(a.dtype, np.complexfloating)
+                ) and not bool(np.isfinite(a).all())
+    if isinstance(value, float):
+        return math.isnan(value) or (not allow_inf and math.isinf(value))
+    if isinstance(value, (list, tuple)):
+        return any(_non_finite(v, allow_inf) for v in value)
+    return False
+
+
+def check_finite_reply(content, client: str, message_type: str = "reply") -> None:
+    """Reject a reply holding a non-finite number in any float field: NaN or +-inf in every
+    array of its ArrayRecords and every value of its MetricRecords, NaN in its ConfigRecords
+    (metadata, where ``inf`` has a meaning: e.g. PrivGNN's ``epsilon_target`` of a client
+    without a limit). A noisy release is finite by construction; a non-finite one comes from
+    a faulty or malicious client, and averaging it in would silently wreck the model (one NaN
+    makes every average NaN) while the round reports "ok".
+
+    Args:
+        content: the reply's RecordDict.
+        client: how to name the client (:func:`client_label`).
+    Raises:
+        ClientFailure: naming ``message_type``, the client, the record and the field.
+    """
+    from flwr.app import ConfigRecord
+
+    for name, record in content.items():
+        allow_inf = isinstance(record, ConfigRecord)
+        for key, value in record.items():
+            if _non_finite(value, allow_inf):
+                raise ClientFailure(f"{message_type}: {client} replied with a non-finite value "
+                                    f"(NaN or inf) in {name}[{key!r}]")
+
+
+_ANSI = re.compile(r"\x1b\[[0-9;]*m")
+
+
+def last_error_line(reason: str) -> str:
+    """The exception line of a client's error reason (Flower sends the whole traceback)."""
+    lines = [ln.strip() for ln in _ANSI.sub("", str(reason)).strip().splitlines() if ln.strip()]
+    for ln in reversed(lines):
+        if re.match(r"^[A-Za-z_.]*(Error|Exception|Failure|Interrupt)\b", ln):
+            return ln.removesuffix("'>")  # Flower wraps some reasons in "<... '...'>"
+    return lines[-1].removesuffix("'>") if lines else "unknown error"
+
+
+#: seconds a simulation's supernode count must hold still before it is taken as final
+SETTLE_S = 3.0
+
+
+def wait_for_nodes(grid, num_nodes: int, timeout: float = 60.0) -> list[int]:
+    """Block until ``num_nodes`` supernodes are connected; returns their ids (sorted).
+
+    Raises:
+        ClientFailure: if fewer connect within ``timeout`` seconds, or more are connected
+            (each client holds one partition: num-supernodes must equal num-clients).
+    """
+    start = seen_at = time.time()
+    seen = -1
+    # A simulation (Flower's in-memory grid) registers all its supernodes at once, so a count
+    # that holds still for a few seconds is final: a mismatch fails at once, not after timeout.
+    # (``wrapped``: the grid inside a wrapper such as simulations.grid.InterruptibleGrid)
+    simulated = type(getattr(grid, "wrapped", grid)).__name__ == "InMemoryGrid"
+    while True:
+        nodes = sorted(grid.get_node_ids())
+        if len(nodes) != seen:
+            seen, seen_at = len(nodes), time.time()
+        if simulated and 0 < len(nodes) < num_nodes and time.time() - seen_at > SETTLE_S:
+            raise ClientFailure(f"the simulation has {len(nodes)} supernodes but the run config "
+                                f"has num-clients={num_nodes}; set num-supernodes={num_nodes} in "
+                                "the federation config (or num-clients to match)")
+        if len(nodes) > num_nodes:
+            raise ClientFailure(f"{len(nodes)} supernodes are connected but the run config has "
+                                f"num-clients={num_nodes}; set num-supernodes={num_nodes} in the "
+                                "federation config (or num-clients to match)")
+        if len(nodes) == num_nodes:
+            return nodes
+        if time.time() - start > timeout:
+            raise ClientFailure(f"only {len(nodes)} of {num_nodes} supernodes connected; set "
+                                "num-supernodes equal to the run config's num-clients")
+        time.sleep(0.5)
+
+
+def worker_info(partition_id: int) -> str:
+    """Where this client runs, as JSON for a reply's ``meta`` record: ``partition_id``,
+    ``hostname``, ``pid``, ``device`` (``cpu``/``cuda`` as torch sees it here) and, inside a
+    Ray worker (Flower's simulation engine), ``ray_node_id`` and ``ray_node_ip`` of the Ray
+    node (``None`` outside Ray)."""
+    import os
+    import socket
+
+    import torch
+
+    info = {"partition_id": int(partition_id), "hostname": socket.gethostname(),
+            "pid": os.getpid(), "device": "cuda" if torch.cuda.is_available() else "cpu",
+            "ray_node_id": None, "ray_node_ip": None}
+    try:
+        import ray
+
+        if ray.is_initialized():
+            info["ray_node_id"] = ray.get_runtime_context().get_node_id()
+            # The address the Ray node was started with (not this host's routable address).
+            info["ray_node_ip"] = ray.get_runtime_context().worker.node_ip_address
+    except Exception:  # noqa: BLE001 - placement is informative only
+        pass
+    return json.dumps(info)
+
+
+def record_workers(report, metas) -> None:
+    """Store in ``report.extra["workers"]`` which host / Ray node ran which client, from the
+    ``worker`` entries (:func:`worker_info`) of the replies' ``meta`` records ``metas``."""
+    workers = {}
+    for meta in metas:
+        if "worker" in meta:
+            info = json.loads(meta["worker"])
+            workers[f"client-{info['partition_id']}"] = info
+    report.extra["workers"] = dict(sorted(workers.items(), key=lambda kv: kv[1]["partition_id"]))
+
+
+def tensors(record) -> dict[str, Tensor]:
+    """ArrayRecord -> dict of torch tensors."""
+    return dict(record.to_torch_state_dict())

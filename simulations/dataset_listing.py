@@ -1,0 +1,35 @@
+"""What ``fedgraph datasets`` and ``fedgraph sweep --dry-run`` say about a dataset: why it does
+not load offline (:func:`data_problem`), a Facebook100 file's size (:func:`facebook100_size`)."""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Optional
+
+
+def data_problem(name: str, root: Optional[str], min_class_size: int) -> Optional[str]:
+    """Why the dataset ``name`` does not load offline with this root (its first line), or
+    ``None`` when it loads (``sweep --dry-run``; a cell of such a dataset would fail)."""
+    from fedgraph.data import load_dataset
+
+    if str(name).lower().startswith("synthetic-sbm:"):
+        return None
+    try:
+        load_dataset(name, root, min_class_size=min_class_size)
+    except FileNotFoundError as err:
+        return str(err).splitlines()[0]
+    except Exception:  # noqa: BLE001 - a user loader's own needs: the run will say
+        pass
+    return None
+
+
+def facebook100_size(path: Path) -> str:
+    """Nodes and directed edges of a Facebook100 ``.mat`` (the adjacency only: cheap); the
+    classes depend on ``min-class-size``."""
+    import scipy.io
+
+    try:
+        adj = scipy.io.loadmat(path, variable_names=["A"])["A"]
+    except Exception as err:  # noqa: BLE001 - a damaged file: say so, list the rest
+        return f"unreadable: {err}"
+    return (f"offline  nodes {adj.shape[0]:>7}  edges {adj.nnz:>9}  "
+            "class-year task (classes: min-class-size)")

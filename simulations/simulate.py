@@ -1,0 +1,162 @@
+"""One simulation in-process (``fedgraph run``): validate the run config without torch
+(:func:`check_run_config`), start Ray early where the config allows (:mod:`simulations.early_ray`),
+run the preflight and Flower's simulation engine, and read back the report the strategy wrote
+(:func:`run_simulation`)."""
+from __future__ import annotations
+
+import json
+import os
+import threading
+from pathlib import Path
+from typing import Optional
+
+from simulations.resources import check_resources
+from simulations.user_code import user_code
+
+
+def check_run_config(run_config: dict):
+    """Validate ``run_config`` (:func:`fedgraph.config.parse_run_config`) and its strategy's
+    name without importing torch, PyG, Flower or Ray where the names are fedgraph's own
+    (:mod:`fedgraph.catalog`): a config error is reported in well under a second. Returns the
+    parsed config.
+
+    Raises:
+        fedgraph.config.ConfigError: naming the key and the allowed values (the same message
+            :func:`run_simulation` gives).
+    """
+    from fedgraph import catalog
+    from fedgraph.config import ConfigError, check_data_root, check_output_dir, parse_run_config
+
+    cfg = parse_run_config(run_config)
+    check_data_root(cfg)
+    check_output_dir(cfg)
+    if cfg.noise_source == "secret" and not os.environ.get("RAY_ADDRESS"):
+        from fedgraph.secret import check_secret  # a local Ray's workers inherit it
+
+        check_secret({})
+    spec = str(run_config.get("strategy", "") or run_config.get("method", "ppgnn"))
+    try:
+        catalog.check_name("strategy", spec)
+    except ValueError as err:  # as simulations.server_app.validate_run_config words it
+        raise ConfigError(str(err)) from None
+    return cfg
+
+
+def run_simulation(run_config: dict, num_cpus: Optional[int] = None,
+                   cpus_per_client: float = 1.0, gpus_per_client: float = 0.0,
+                   label: Optional[str] = None) -> dict:
+    """Run one simulation in-process; return the report dict. Without ``run-name`` the report
+    is named ``<label or method>-<dataset>-seed<seed>-<time>-<pid>`` (``method``: the
+    strategy's, as under ``flwr run``, which writes the same name for the same config; a
+    ``label`` ending with the dataset does not repeat it).
+
+    Raises:
+        fedgraph.config.ConfigError: invalid config (before anything starts).
+        RuntimeError: the run failed; the message carries the report's error.
+    """
+    from simulations.early_ray import start_early_ray
+
+    backend = {"client_resources": {"num_cpus": cpus_per_client, "num_gpus": gpus_per_client},
+               "init_args": {"num_cpus": num_cpus or os.cpu_count() or 1,
+                             "include_dashboard": False}}
+    if os.environ.get("RAY_ADDRESS"):  # an existing cluster: its resources, not ours
+        backend["init_args"] = {"address": os.environ["RAY_ADDRESS"]}
+    # Ray starts while the imports and the preflight below run (simulations.early_ray);
+    # Flower then finds it running and uses it.
+    # With its client actors, which import while the driver does (simulations.early_ray).
+    method = _early_ray_method(run_config)
+    early = None if method is None else start_early_ray(
+        backend["init_args"], backend["client_resources"], method)
+    try:
+        flwr_run_simulation, cfg, make_server_app, client_app, default_run_name, spec_label = \
+            _prepare(run_config, num_cpus, cpus_per_client, gpus_per_client)
+        if early is not None:
+            early.wait()
+    except BaseException:
+        if early is not None:  # a refused config or preflight: no Ray left behind
+            try:
+                early.wait()
+                import ray
+
+                ray.shutdown()
+            except Exception:  # noqa: BLE001 - the original error is the one to report
+                pass
+            early.release()
+        raise
+    try:
+        return _run(run_config, cfg, label, backend, flwr_run_simulation, make_server_app,
+                    client_app, default_run_name, spec_label)
+    finally:
+        if early is not None:
+            early.release()
+
+
+def _run(run_config, cfg, label, backend, flwr_run_simulation, make_server_app, client_app,
+         default_run_name, spec_label) -> dict:
+    from fedgraph.errors import RunInterrupted
+    # Default name: the strategy's method and the dataset's, file-name safe; the same rule as
+    # the strategy's own under flwr run (strategies.base.PrivateStrategy.report_path).
+    from simulations.server_app import validate_run_config
+
+    method = label or validate_run_config(run_config)[0].method
+    run_name = cfg.run_name or default_run_name(method, spec_label(cfg.dataset), cfg.seed)
+    run_config = {**run_config, "run-name": run_name,
+                  "output-dir": str(Path(cfg.output_dir).expanduser().resolve())}
+    report_path = Path(run_config["output-dir"]) / f"{run_name}.json"
+    report_path.unlink(missing_ok=True)
+    from simulations.interrupt import REPORT_PATH
+
+    REPORT_PATH[:] = [report_path]
+    flwr_run_simulation(server_app=make_server_app(run_config), client_app=client_app,
+                        num_supernodes=cfg.num_clients, backend_config=backend)
+    if not report_path.exists():
+        raise RuntimeError(f"the run wrote no report at {report_path}: it failed before the "
+                           "strategy started (see the log above)")
+    report = json.loads(report_path.read_text())
+    if report["status"] == "interrupted":
+        raise RunInterrupted(f"run interrupted; its report, with what was spent: {report_path}")
+    if report["status"] != "ok":
+        raise RuntimeError(f"run failed: {report['error']} (report: {report_path})")
+    return report
+
+
+def _early_ray_method(run_config: dict) -> Optional[str]:
+    """The run's method if :func:`check_run_config` accepts ``run_config`` (no torch import;
+    with ``noise-source = secret`` that includes the secret in this environment, which a local
+    Ray's workers inherit): only then is Ray started early, with client actors warmed up for
+    this method; else ``None``."""
+    from fedgraph.config import ConfigError
+
+    if user_code(run_config):  # the user's code is imported and run (the preflight) first:
+        return None  # its error comes before Ray starts, not after
+    try:
+        return check_run_config(run_config).method
+    except (ConfigError, ValueError):  # (a secret run without its secret among them)
+        return None
+
+
+def _prepare(run_config: dict, num_cpus, cpus_per_client: float, gpus_per_client: float):
+    """The imports, the config's validation and the preflight of :func:`run_simulation`."""
+    from flwr.simulation import run_simulation as flwr_run_simulation
+
+    from fedgraph.federation import preflight
+    from fedgraph.registry import spec_label
+    from fedgraph.report import default_run_name
+    from simulations.client_app import app as client_app
+    from simulations.server_app import make_server_app, validate_run_config
+    from simulations.wakeups import install
+
+    install()  # Flower's message polls -> wake-ups (simulations.wakeups)
+    _, cfg = validate_run_config(run_config)
+    check_resources(num_cpus, cpus_per_client, gpus_per_client)
+    preflight(cfg)
+    if cfg.noise_source == "secret" and not os.environ.get("RAY_ADDRESS"):
+        # a local Ray's workers inherit this environment: check the secret before they start
+        from fedgraph.secret import check_secret
+
+        check_secret({})
+    from simulations.early_ray import SERVER_WARM_IMPORTS, import_quietly
+
+    threading.Thread(target=import_quietly, args=SERVER_WARM_IMPORTS, daemon=True,
+                     name="fedgraph-server-imports").start()
+    return flwr_run_simulation, cfg, make_server_app, client_app, default_run_name, spec_label
