@@ -172,3 +172,8 @@ def privgnn_query(msg: Message, context: Context) -> Message:
                                              "rounds": rnd + 1})
     return _reply(msg, answers=ArrayRecord({"answers": reply.answers}),
                   meta=ConfigRecord(reply.meta))
+
+
+
+from simulations.progap_routes import register as _register_progap  # noqa: E402
+_register_progap(app, _setup, _reply, _meta)  # ProGAP's handlers, decode / call / encode

@@ -132,5 +132,5 @@ def test_centralized_progap_learns_and_spends_at_most_its_target(sbm):
     assert priv["epsilon_spent"] <= 2.0 * (1 + 1e-6)
     assert priv["sigma"] == pytest.approx(priv["noise_multiplier"] * math.sqrt(2))
     node = run_progap(sbm, level="node", epsilon=8.0, delta=1e-4, depth=1, epochs=2,
-                      batch_size=64, max_degree=5, accountant="prv")
+                      batch_size=64, max_degree=5, accountant="rdp")
     assert node["epsilon_spent"] <= 8.0 * (1 + 1e-6) and node["config"]["batch_norm"] is False

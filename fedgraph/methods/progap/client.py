@@ -106,7 +106,7 @@ def train_round(cfg, partition_id: int, view, model, x: Tensor, generator) -> tu
         else:
             loss, out = torch.tensor(0.0), {k: torch.zeros_like(params[k]) for k in names}
         out.update(model.named_buffers())
-        return to_cpu(out), {"num-examples": int(idx.numel()), "train-loss": float(loss),
+        return to_cpu(out), {"num-examples": int(idx.numel()), "train-loss": float(loss.detach()),
                              **{f"val-{k.split('_')[1]}": v for k, v in val.items()}}
     plan = client_plan(cfg, partition_id, view)
     dp = plan.dpsgd(cfg.max_grad_norm)
@@ -157,7 +157,7 @@ def release(cfg, partition_id: int, view, model, x: Tensor, *, remote_sigma: flo
             raise ValueError("secure-aggregation = true but the server sent no public keys: "
                              "refusing to release unmasked rows")
         out = masked_release(ids, sums, *secagg)
-    return to_cpu(local_sums), to_cpu(out)
+    return local_sums.detach().cpu(), to_cpu(out)
 
 
 def finish(local_sums: Tensor, node_ids: Tensor, incoming_ids: Tensor,

@@ -1,0 +1,96 @@
+"""ProGAP's ClientApp handlers (:mod:`fedgraph.methods.progap.client`): decode each message,
+call one client function, encode the reply; no method logic. :func:`register` adds them to the
+fedgraph ClientApp (``simulations/client_app.py``) with its message helpers.
+
+Message types: ``query.progap_setup``, ``query.progap_keys``, ``query.progap_train``,
+``query.progap_eval``, ``query.progap_aggregate`` (steps ``release`` and ``finish``); the
+client's state: ``progap.cache`` (its aggregations ``x1..xk``), ``progap.pending`` (its noisy
+local sums between the two steps), ``progap.secagg`` (its secure-aggregation key).
+"""
+from __future__ import annotations
+
+import json
+
+from flwr.app import ArrayRecord, ConfigRecord, Context, Message, MetricRecord
+
+from fedgraph.federation import tensors
+from simulations import client_state
+
+
+def register(app, _setup, _reply, _meta) -> None:
+    """Add ProGAP's handlers to ``app``; ``_setup(msg, context) -> (cfg, pid, view, gen)``,
+    ``_reply(msg, **records)`` and ``_meta(view, pid, **extra)`` are the ClientApp's."""
+
+    def _progap(msg: Message, context: Context, stage: int):
+        """``(cfg, pid, view, gen, model, x)``: ProGAP's model at ``stage`` with the received
+        weights, on this client's cached aggregations of stages ``1..stage``."""
+        from fedgraph.methods.progap.client import stage_model
+
+        cfg, pid, view, gen = _setup(msg, context)
+        cache = client_state.get_tensors(context, "progap.cache") if stage else {}
+        model, x = stage_model(cfg, view, stage, msg.content["arrays"].to_torch_state_dict(),
+                               [cache[f"x{i}"] for i in range(1, stage + 1) if f"x{i}" in cache])
+        return cfg, pid, view, gen, model, x
+
+    @app.query("progap_setup")
+    def progap_setup(msg: Message, context: Context) -> Message:
+        from fedgraph.methods.progap.client import setup
+
+        cfg, pid, view, _ = _setup(msg, context)
+        ids, plan = setup(cfg, pid, view)
+        return _reply(msg, ids=ArrayRecord({"node_ids": ids}),
+                      meta=_meta(view, pid, plan=json.dumps(plan)))
+
+    @app.query("progap_keys")
+    def progap_keys(msg: Message, context: Context) -> Message:
+        from fedgraph.secure_aggregation import generate_key_pair
+
+        private, public = generate_key_pair()
+        context.state["progap.secagg"] = ConfigRecord({"private-key": private})
+        return _reply(msg, secagg=ConfigRecord({"public-key": public}))
+
+    @app.query("progap_train")
+    def progap_train(msg: Message, context: Context) -> Message:
+        from fedgraph.methods.progap.client import train_round
+
+        st = msg.content["stage"]
+        cfg, pid, view, gen, model, x = _progap(msg, context, int(st["stage"]))
+        arrays, metrics = train_round(cfg, pid, view, model, x,
+                                      gen(f"progap:train:{int(st['stage'])}:{int(st['round'])}"))
+        return _reply(msg, arrays=ArrayRecord(arrays), metrics=MetricRecord(metrics))
+
+    @app.query("progap_eval")
+    def progap_eval(msg: Message, context: Context) -> Message:
+        from fedgraph.methods.progap.client import counts
+
+        _, _, view, _, model, x = _progap(msg, context, int(msg.content["stage"]["stage"]))
+        return _reply(msg, metrics=MetricRecord(counts(model, x, view)))
+
+    @app.query("progap_aggregate")
+    def progap_aggregate(msg: Message, context: Context) -> Message:
+        from fedgraph.methods.progap.client import finish, release
+
+        c, agg = msg.content, msg.content["agg"]
+        stage = int(agg["stage"])
+        if str(agg["step"]) == "finish":
+            _, _, view, _ = _setup(msg, context)
+            inc = tensors(c["incoming"])
+            cache = dict(client_state.get_tensors(context, "progap.cache")) if stage > 1 else {}
+            cache[f"x{stage}"] = finish(client_state.get_tensors(context, "progap.pending")["sums"],
+                                        view.graph.node_ids, inc["ids"], inc["sums"])
+            client_state.put_tensors(context, "progap.cache", cache)
+            client_state.drop(context, "progap.pending")
+            return _reply(msg, done=ConfigRecord({"stage": stage}))
+        cfg, pid, view, gen, model, x = _progap(msg, context, stage - 1)
+        secagg = None
+        if "secagg" in c:
+            sa = c["secagg"]
+            secagg = (bytes(context.state["progap.secagg"]["private-key"]), list(sa["public-keys"]),
+                      int(sa["index"]), tensors(c["owner"])["owner"],
+                      f"fedgraph progap run={context.run_id} stage={stage}")
+        local, out = release(cfg, pid, view, model, x,
+                             remote_sigma=float(agg["remote-sigma"]) if "remote-sigma" in agg else None,
+                             contributors=int(agg["remote-contributors"])
+                             if "remote-contributors" in agg else None, secagg=secagg, generator=gen)
+        client_state.put_tensors(context, "progap.pending", {"sums": local})
+        return _reply(msg, partial_sums=ArrayRecord(out))
