@@ -106,7 +106,8 @@ def train_round(cfg, partition_id: int, view, model, x: Tensor, generator) -> tu
         else:
             loss, out = torch.tensor(0.0), {k: torch.zeros_like(params[k]) for k in names}
         out.update(model.named_buffers())
-        return to_cpu(out), {"num-examples": int(idx.numel()), "train-loss": float(loss.detach()),
+        return to_cpu(out), {"num-examples": int(idx.numel()),
+                             "train-loss": float(loss.detach()),
                              **{f"val-{k.split('_')[1]}": v for k, v in val.items()}}
     plan = client_plan(cfg, partition_id, view)
     dp = plan.dpsgd(cfg.max_grad_norm)
