@@ -83,6 +83,8 @@ def test_one_client_with_noise_has_the_centralized_calibration_and_ledger(tmp_pa
     assert plan["sigma"] == pytest.approx(ref["sigma"], rel=1e-9)
     eps = float(rep["privacy"]["per_subject"]["client-0"]["epsilon"])
     assert eps == pytest.approx(ref["epsilon_spent"], rel=1e-6) and eps <= 4.0 * (1 + 1e-6)
+    check = rep["privacy"]["per_subject"]["client-0"]["cross_check"]  # dp-accounting's PLD
+    assert check["agrees"] and check["epsilon_upper"] <= 4.0 * 1.01
 
 
 def test_secure_aggregation_and_heterogeneous_targets_stay_within_each_target(tmp_path):
