@@ -69,7 +69,10 @@ def federated(a, key: str, seed: int, lr: float, bn: bool) -> dict:
         cfg["batch-norm"] = bn
     rep = run_local(cfg)
     per = rep["privacy"]["per_subject"]
+    plans = rep["clients"]
     return {"level": a.level, "test_acc": rep["accuracy"]["test"],
+            "noise_multiplier": max(p["noise_multiplier"] for p in plans.values()),
+            "batch_norm": bn, "report": str(rep.get("run_name", "")),
             "val_acc": rep["accuracy"]["val"], "clients": a.clients,
             "secure_aggregation": a.secure_aggregation,
             "epsilon_spent": max(float(v["epsilon"]) for v in per.values()),
