@@ -2,10 +2,11 @@
 
 The handlers (:mod:`simulations.routes`, one module per method) decode the message, call one
 function of the method's client half (:mod:`fedgraph.methods.gap.client`,
-:mod:`fedgraph.methods.ppgnn.client`, :mod:`fedgraph.methods.privgnn.client`) and encode the
-reply. The run config arrives inside each message; every draw comes from the client's own
-generator (:func:`fedgraph.randomness.client_generator`, keyed by the client's data too). The
-message types and their records: ``docs/extending.md``.
+:mod:`fedgraph.methods.ppgnn.client`, :mod:`fedgraph.methods.privgnn.client`,
+:mod:`fedgraph.methods.progap.client`) and encode the reply. The run config arrives inside
+each message; every draw comes from the client's own generator
+(:func:`fedgraph.randomness.client_generator`, keyed by the client's data too). The message
+types and their records: ``docs/extending.md``.
 """
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ from flwr.clientapp import ClientApp
 
 from simulations import wakeups
 from simulations.handler_times import handler_times
-from simulations.routes import common, gap, ppgnn, privgnn
+from simulations.routes import common, gap, ppgnn, privgnn, progap
 
 wakeups.install(if_imported=True)  # flwr run: patch Flower's message threads here (wakeups)
 app = ClientApp(mods=[handler_times])  # off unless a benchmark asks (simulations.handler_times)
@@ -33,3 +34,10 @@ gap_evaluate = app.evaluate("gap")(gap.gap_evaluate)
 # PrivGNN: keys, then rounds of answers to the server's queries
 privgnn_keys = app.query("privgnn_keys")(common.advertise_key)
 privgnn_query = app.query("privgnn")(privgnn.privgnn_query)
+
+# ProGAP: setup, keys, then per stage its aggregation (release, finish) and training rounds
+progap_setup = app.query("progap_setup")(progap.progap_setup)
+progap_keys = app.query("progap_keys")(common.advertise_key)
+progap_train = app.query("progap_train")(progap.progap_train)
+progap_eval = app.query("progap_eval")(progap.progap_eval)
+progap_aggregate = app.query("progap_aggregate")(progap.progap_aggregate)

@@ -3,5 +3,6 @@ from .base import STRATEGIES, PrivateStrategy, register_strategy, resolve_strate
 from .gap import GAPStrategy
 from .ppgnn import PPGNNStrategy
 from .privgnn import PrivGNNStrategy
+from .progap import ProGAPStrategy
 
-__all__ = ["GAPStrategy", "PPGNNStrategy", "PrivGNNStrategy", "PrivateStrategy", "STRATEGIES", "register_strategy", "resolve_strategy"]
+__all__ = ["GAPStrategy", "PPGNNStrategy", "PrivGNNStrategy", "ProGAPStrategy", "PrivateStrategy", "STRATEGIES", "register_strategy", "resolve_strategy"]

@@ -5,7 +5,7 @@ maps it onto these models and turns validation errors into :class:`ConfigError` 
 name the key and the allowed values.
 
 Modules: :mod:`.base` (the common :class:`DataConfig` and the shared parsers and validators),
-:mod:`.ppgnn`, :mod:`.gap`, :mod:`.privgnn` (each method's model), :mod:`.parse` (the method ->
+:mod:`.ppgnn`, :mod:`.gap`, :mod:`.privgnn`, :mod:`.progap` (each method's model), :mod:`.parse` (the method ->
 model registry, :func:`parse_run_config`, keys of other methods), :mod:`.checks` (output folder
 and data root). Importing this package imports neither torch nor Flower (``fedgraph run``
 validates a config in well under a second: ``tests/test_fast_config.py``).
@@ -19,10 +19,11 @@ from .parse import (IGNORED_WITH, METHOD_CONFIGS, METHOD_DEPENDENT, keys_of_othe
                     method_of, parse_run_config, reject_keys_of_other_methods)
 from .ppgnn import PPGNNConfig
 from .privgnn import PrivGNNConfig
+from .progap import ProGAPConfig
 
 __all__ = [
     "ConfigError", "DataConfig", "ESW_MAX_EPSILON", "GAPConfig", "IGNORED_WITH", "METHOD_CONFIGS",
-    "METHOD_DEPENDENT", "PPGNNConfig", "PPM_LEVEL_SCAN_MAX", "PrivGNNConfig", "SCHEDULE_DEFAULTS",
+    "METHOD_DEPENDENT", "PPGNNConfig", "PPM_LEVEL_SCAN_MAX", "PrivGNNConfig", "ProGAPConfig", "SCHEDULE_DEFAULTS",
     "check_data_root", "check_output_dir", "keys_of_other_methods", "method_of",
     "parse_run_config", "ppm_level_scan_limit", "reject_keys_of_other_methods",
 ]

@@ -18,10 +18,11 @@ from .base import _Base
 from .gap import GAPConfig
 from .ppgnn import PPGNNConfig
 from .privgnn import PrivGNNConfig
+from .progap import ProGAPConfig
 
 
 METHOD_CONFIGS: dict[str, type[_Base]] = {"ppgnn": PPGNNConfig, "gap": GAPConfig,
-                                             "privgnn": PrivGNNConfig}
+                                             "privgnn": PrivGNNConfig, "progap": ProGAPConfig}
 
 
 def method_of(run_config: dict[str, Any]) -> str:

@@ -1,0 +1,84 @@
+"""ProGAP's handlers (:mod:`fedgraph.methods.progap.client`): setup, stage training rounds,
+stage evaluation and the private aggregation of each stage (steps ``release`` and ``finish``).
+
+The client's state: ``progap.cache`` (its aggregations ``x1..xk``), ``progap.pending`` (its
+noisy local sums between the two steps of an aggregation), ``progap.secagg`` (its
+secure-aggregation key, :func:`.common.advertise_key`).
+"""
+from __future__ import annotations
+
+import json
+
+from flwr.app import ArrayRecord, ConfigRecord, Context, Message, MetricRecord
+
+from fedgraph.messaging import tensors
+from simulations import client_state
+
+from .common import meta, reply, setup
+
+
+def _stage(msg: Message, context: Context, stage: int):
+    """``(cfg, pid, view, gen, model, x)``: ProGAP's model at ``stage`` with the received
+    weights, on this client's cached aggregations of stages ``1..stage``."""
+    from fedgraph.methods.progap.client import stage_model
+
+    cfg, pid, view, gen = setup(msg, context)
+    cache = client_state.get_tensors(context, "progap.cache") if stage else {}
+    model, x = stage_model(cfg, view, stage, msg.content["arrays"].to_torch_state_dict(),
+                           [cache[f"x{i}"] for i in range(1, stage + 1) if f"x{i}" in cache])
+    return cfg, pid, view, gen, model, x
+
+
+def progap_setup(msg: Message, context: Context) -> Message:
+    from fedgraph.methods.progap.client import setup as client_setup
+
+    cfg, pid, view, _ = setup(msg, context)
+    ids, plan = client_setup(cfg, pid, view)
+    return reply(msg, ids=ArrayRecord({"node_ids": ids}),
+                 meta=meta(view, pid, plan=json.dumps(plan)))
+
+
+def progap_train(msg: Message, context: Context) -> Message:
+    from fedgraph.methods.progap.client import train_round
+
+    st = msg.content["stage"]
+    cfg, pid, view, gen, model, x = _stage(msg, context, int(st["stage"]))
+    arrays, metrics = train_round(cfg, pid, view, model, x,
+                                  gen(f"progap:train:{int(st['stage'])}:{int(st['round'])}"))
+    return reply(msg, arrays=ArrayRecord(arrays), metrics=MetricRecord(metrics))
+
+
+def progap_eval(msg: Message, context: Context) -> Message:
+    from fedgraph.methods.progap.client import counts
+
+    _, _, view, _, model, x = _stage(msg, context, int(msg.content["stage"]["stage"]))
+    return reply(msg, metrics=MetricRecord(counts(model, x, view)))
+
+
+def progap_aggregate(msg: Message, context: Context) -> Message:
+    from fedgraph.methods.progap.client import finish, release
+
+    c, agg = msg.content, msg.content["agg"]
+    stage = int(agg["stage"])
+    if str(agg["step"]) == "finish":
+        _, _, view, _ = setup(msg, context)
+        inc = tensors(c["incoming"])
+        cache = dict(client_state.get_tensors(context, "progap.cache")) if stage > 1 else {}
+        cache[f"x{stage}"] = finish(client_state.get_tensors(context, "progap.pending")["sums"],
+                                    view.graph.node_ids, inc["ids"], inc["sums"])
+        client_state.put_tensors(context, "progap.cache", cache)
+        client_state.drop(context, "progap.pending")
+        return reply(msg, done=ConfigRecord({"stage": stage}))
+    cfg, pid, view, gen, model, x = _stage(msg, context, stage - 1)
+    secagg = None
+    if "secagg" in c:
+        sa = c["secagg"]
+        secagg = (bytes(context.state["progap.secagg"]["private-key"]), list(sa["public-keys"]),
+                  int(sa["index"]), tensors(c["owner"])["owner"],
+                  f"fedgraph progap run={context.run_id} stage={stage}")
+    local, out = release(cfg, pid, view, model, x,
+                         remote_sigma=float(agg["remote-sigma"]) if "remote-sigma" in agg else None,
+                         contributors=int(agg["remote-contributors"])
+                         if "remote-contributors" in agg else None, secagg=secagg, generator=gen)
+    client_state.put_tensors(context, "progap.pending", {"sums": local})
+    return reply(msg, partial_sums=ArrayRecord(out))

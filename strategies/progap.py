@@ -1,0 +1,218 @@
+"""ProGAP as a Flower strategy (Sajadmanesh and Gatica-Perez, WSDM 2024), federated.
+
+Phases: setup (each client calibrates its own noise for its own target and reports its plan)
+-> [secure aggregation: key exchange] -> for stage ``i = 0..K``: if ``i > 0`` the private
+aggregation of stage ``i-1``'s embedding (``query.progap_aggregate``: step ``release``, the
+clients' noisy rows for each other's nodes routed (or unmasked as sums) by the server, then step
+``finish``: each client adds the rows for its nodes and caches the result), then the stage's
+training rounds (``query.progap_train``) -> evaluation (``query.progap_eval``).
+
+Training: edge level FedSGD (each round one full-batch gradient per client over the stage's
+parameters, weighted by training nodes, one step of a server Adam created per stage, as the
+official code creates one optimizer per stage; the round whose weights have the best
+validation accuracy, ties: lower loss, is kept); node level FedAvg of DP-SGD rounds (uniform
+weights, the last round kept: validation labels are private).
+
+Ledger: per client, ``aggregation`` (one Gaussian mechanism per stage after the first) when its
+release reply arrives and, node level, ``stage dp-sgd`` per round; with one client and no noise
+this is the centralized algorithm (:func:`fedgraph.methods.progap.run_progap`).
+"""
+from __future__ import annotations
+
+import json
+
+import torch
+from flwr.app import ArrayRecord, ConfigRecord, RecordDict
+
+from fedgraph.errors import ClientFailure
+from fedgraph.messaging import record_workers, tensors
+from fedgraph.methods.gap.server import route_partial_sums
+from fedgraph.methods.progap.client import build_model
+from fedgraph.methods.progap.privacy import plan_events, remote_noise
+from .base import PrivateStrategy, register_strategy
+from .gap import GAPStrategy
+
+
+def _mean(replies: list, names: list[str], weight) -> dict:
+    """``{name: weighted mean over replies}`` of the ``arrays`` records."""
+    total = sum(weight(r) for r in replies)
+    out = {}
+    for r in replies:
+        arr, w = tensors(r["arrays"]), weight(r) / total
+        for k in names:
+            out[k] = out.get(k, 0) + arr[k].double() * w
+    return out
+
+
+@register_strategy("progap")
+class ProGAPStrategy(PrivateStrategy):
+    """Server side of federated ProGAP (edge and node level)."""
+
+    method = "progap"
+    config_method = "progap"
+
+    def run(self, grid) -> None:
+        cfg = self.config
+        nodes = self.connect(grid)
+        with self.report.phase("setup + calibration (clients)"):
+            setup = self.ask(grid, "query.progap_setup")
+        stats = json.loads(next(iter(setup.values()))["meta"]["schema"])
+        self.report.dataset = stats
+        record_workers(self.report, [rec["meta"] for rec in setup.values()])
+        owner = torch.full((stats["num_nodes"],), -1, dtype=torch.long)
+        self._plans = {}
+        for n, rec in setup.items():
+            plan = json.loads(rec["meta"]["plan"])
+            owner[tensors(rec["ids"])["node_ids"]] = nodes.index(n)
+            self._plans[n] = plan
+            self.ledger.set_budget(f"client-{plan['partition_id']}", plan["epsilon_target"])
+            if cfg.level == "edge" and cfg.depth == 0:  # stage 0 only: no edge is read
+                self.ledger.record_unused(f"client-{plan['partition_id']}", "training",
+                                          "depth 0: no edge is read")
+        self.report.extra["clients"] = {f"client-{p['partition_id']}": {
+            k: p[k] for k in ("epsilon_target", "delta", "noise_multiplier", "sigma",
+                              "sensitivity", "num_nodes", "num_train")}
+            for p in self._plans.values()}
+        sigmas = [p["sigma"] for p in self._plans.values()]
+        self._remote = remote_noise(cfg, sigmas)
+        self.report.privacy.update({
+            "model": f"{cfg.level}-level DP per client ({cfg.level} unit"
+                     + (f": {cfg.edge_unit} edge" if cfg.level == "edge" else
+                        f": a node of the graph with out-degrees bounded by {cfg.max_degree}")
+                     + f"); {cfg.depth} private aggregations (Gaussian, sensitivity "
+                     f"{next(iter(self._plans.values()))['sensitivity']:.4g} each)"
+                     + ("; every stage trained with DP-SGD" if cfg.level == "node" else ""),
+            "unit": "epsilon per client for the whole run, at the client's delta",
+            "evaluation": "the clients' correct/total counts per split are evaluation outputs, "
+                          "outside the guarantee, as in the paper"})
+        if self._remote is not None:
+            self.report.privacy["aggregation"] = (
+                f"remote rows carry noise std {self._remote[0]:.4g} from each of "
+                f"{self._remote[1]} contributor(s)" + (" (secure aggregation: the server "
+                "sees only the masked rows' sums)" if cfg.secure_aggregation else ""))
+        self._keys = None
+        if cfg.secure_aggregation and self._remote is not None:
+            with self.report.phase("secure aggregation: key exchange (clients)"):
+                keys = self.ask(grid, "query.progap_keys")
+                self._keys = [bytes(keys[n]["secagg"]["public-key"]) for n in nodes]
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(cfg.seed)  # the centralized run's initial weights
+            model = build_model(cfg, stats["num_features"], stats["num_classes"])
+        state = {k: v.detach().clone() for k, v in model.state_dict().items()}
+        selected = []
+        for stage in range(cfg.depth + 1):
+            if stage > 0:
+                with self.report.phase(f"stage {stage}: aggregation (clients, via server)"):
+                    self._aggregate(grid, stage, state, owner)
+            with self.report.phase(f"stage {stage}: training rounds", rounds=cfg.epochs):
+                state, best = self._train(grid, model, stage, state)
+                selected.append(best)
+        self.report.extra["training"] = {"selected_round_per_stage": selected}
+        with self.report.phase("evaluate (clients)"):
+            counts = self.ask(grid, "query.progap_eval", {
+                "arrays": ArrayRecord(state), "stage": ConfigRecord({"stage": cfg.depth})})
+        self.record_accuracy(counts)
+
+    # ------------------------------------------------------------------ training rounds
+    def _train(self, grid, model, stage: int, state: dict) -> tuple[dict, int]:
+        """The stage's rounds; returns the kept weights and their round."""
+        cfg = self.config
+        model.load_state_dict(state)
+        model.set_stage(stage)
+        names = model.stage_parameter_names()
+        buffers = [k for k, _ in model.named_buffers()]
+        params = {k: state[k].clone().requires_grad_(True) for k in names}
+        adam = torch.optim.Adam(list(params.values()), lr=cfg.lr, weight_decay=cfg.weight_decay)
+        best, best_key = (state, 0), None
+        edge = cfg.level == "edge"
+        for rnd in range(1, cfg.epochs + 2 if edge else cfg.epochs + 1):
+            sent = {**state}
+            records = {"arrays": ArrayRecord(sent),
+                       "stage": ConfigRecord({"stage": stage, "round": rnd,
+                                              "final": rnd > cfg.epochs})}
+            replies = self.send_and_record(grid, "query.progap_train",
+                                           self._contents(records),
+                                           lambda n, r: self._released(n, "train"))
+            replies = list(replies.values())
+            if edge:
+                if rnd > 1:  # the validation of the weights sent: round rnd - 1's
+                    c = sum(int(r["metrics"]["val-correct"]) for r in replies)
+                    t = sum(int(r["metrics"]["val-total"]) for r in replies)
+                    loss = sum(float(r["metrics"]["val-loss"]) for r in replies)
+                    key = (c / max(t, 1), -loss / max(t, 1))
+                    if best_key is None or key > best_key:
+                        best_key, best = key, (sent, rnd - 1)
+                if rnd > cfg.epochs:
+                    break
+                mean = _mean(replies, names + buffers,
+                             lambda r: int(r["metrics"]["num-examples"]))
+                for k, p in params.items():
+                    p.grad = mean[k].to(p.dtype).reshape(p.shape)
+                adam.step()
+                state = {**state, **{k: p.detach().clone() for k, p in params.items()},
+                         **{k: (mean[k].round() if not state[k].is_floating_point() else mean[k])
+                            .to(state[k].dtype).reshape(state[k].shape) for k in buffers}}
+            else:
+                mean = _mean(replies, list(state), lambda r: 1)
+                state = {k: mean[k].to(v.dtype).reshape(v.shape) for k, v in state.items()}
+                best = (state, rnd)
+        return best[0], best[1]
+
+    # ------------------------------------------------------------------ aggregation
+    def _aggregate(self, grid, stage: int, state: dict, owner) -> None:
+        """Stage ``stage``'s input: step ``release`` (ledger ``aggregation``), routing or
+        unmasking, step ``finish``."""
+        agg = {"stage": stage, "step": "release"}
+        if self._remote is not None:
+            agg["remote-sigma"], agg["remote-contributors"] = float(self._remote[0]), self._remote[1]
+        contents = self._contents({"arrays": ArrayRecord(state), "agg": ConfigRecord(agg)})
+        if self._keys is not None:
+            for i, n in enumerate(self.nodes):
+                contents[n]["secagg"] = ConfigRecord({"public-keys": self._keys, "index": i})
+                contents[n]["owner"] = ArrayRecord({"owner": owner})
+        try:
+            replies = self.send_and_record(grid, "query.progap_aggregate", contents,
+                                           lambda n, r: self._released(n, "aggregation"))
+        except ClientFailure as err:
+            if self._keys is None:
+                raise
+            raise ClientFailure(f"{err}. Secure aggregation has no dropout recovery: the round "
+                                f"fails", replies=err.replies) from err
+        empty = {"ids": torch.zeros(0, dtype=torch.long), "sums": torch.zeros(0, self.config.hidden)}
+        if self._keys is not None:
+            incoming = GAPStrategy._unmask(replies, self.nodes, owner, empty)
+        else:
+            released = [(o["ids"], o["sums"]) for o in
+                        (tensors(rec["partial_sums"]) for rec in replies.values())]
+            routed = route_partial_sums(released, owner, len(self.nodes))
+            incoming = {n: {"ids": i, "sums": s} if i.numel() else empty
+                        for n, (i, s) in zip(self.nodes, routed)}
+        finish = {n: {"agg": ConfigRecord({"stage": stage, "step": "finish"}),
+                      "incoming": ArrayRecord(incoming[n])} for n in self.nodes}
+        self.ask(grid, "query.progap_aggregate", per_node=finish)
+
+    def _contents(self, records: dict) -> dict:
+        payload = ConfigRecord({"json": json.dumps(self.config.model_dump())})
+        return {n: RecordDict({"config": payload, **records}) for n in self.nodes}
+
+    def _released(self, node: int, phase: str) -> None:
+        """Ledger entries of one reply of ``node``: ``aggregation`` (one Gaussian mechanism
+        of the plan's multiplier) or, node level, one ``train`` round's DP-SGD steps; together
+        a run's replies give exactly :func:`~fedgraph.methods.progap.privacy.plan_events`.
+        A client without noise is listed as unprotected at its first edge or node release."""
+        from fedgraph.accounting import Gaussian, SubsampledGaussian
+
+        cfg, plan = self.config, self._plans[node]
+        subject = f"client-{plan['partition_id']}"
+        if not plan_events(plan):
+            if subject not in self.ledger.subjects and (phase == "aggregation"
+                                                        or cfg.level == "node"):
+                self.ledger.record_unprotected(subject, phase, "epsilon target inf: no noise")
+            return
+        z = plan["noise_multiplier"]
+        if phase == "aggregation":
+            self.ledger.record(subject, "aggregation", Gaussian(z))
+        elif cfg.level == "node":
+            q, steps = plan["stage_schedule"]
+            self.ledger.record(subject, "stage dp-sgd",
+                               SubsampledGaussian(q, z, steps // cfg.epochs))
