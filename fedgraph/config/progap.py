@@ -28,9 +28,13 @@ class ProGAPConfig(DataConfig):
     delta: float = Field(1e-7)
     depth: int = Field(5, ge=0, le=10, description="K: aggregations (K + 1 stages)")
     hidden: int = Field(16, ge=1)
-    base_layers: int = Field(1, ge=1, le=4)
-    head_layers: int = Field(1, ge=1, le=4)
-    jk: Literal["cat", "sum", "mean", "max"] = "cat"
+    base_layers: int = Field(1, ge=1, le=4, description="ProGAP: layers of each stage's base "
+                             "MLP (the one whose normalized output the next stage aggregates)")
+    head_layers: int = Field(1, ge=1, le=4, description="ProGAP: layers of each stage's "
+                             "classification head")
+    jk: Literal["cat", "sum", "mean", "max"] = Field(
+        "cat", description="ProGAP: how a stage combines its inputs (the features' embedding "
+        "and every aggregation so far): jumping knowledge by concatenation, sum, mean or max")
     batch_norm: bool = Field(False, description="edge level: the official code's batch norms "
                              "(after every base layer's SELU); training uses each client's "
                              "own statistics, evaluation the averaged running statistics")
