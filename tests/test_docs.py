@@ -130,3 +130,34 @@ def test_links_to_docs_pages_exist(page):
         rel = path.relative_to(ROOT).as_posix() if path.is_relative_to(ROOT) else target
         generated = rel.removeprefix("docs/") in GENERATED
         assert path.exists() or generated, f"{page} links to {target}, which does not exist"
+
+
+def test_readme_run_commands_are_valid_configs():
+    """Every `fedgraph run PRESET [--set key=value ...]` of the README is a config that
+    `fedgraph run` accepts (checked as it checks one, before anything starts); the runs
+    themselves are the suite's preset tests and the README's five-minute tour."""
+    import shlex
+
+    from simulations.run_files import load_run_config
+    from simulations.simulate import check_run_config
+
+    shell = "\n".join(re.findall(r"```bash\n(.*?)```", README, flags=re.S))
+    runs = [line.split("#")[0] for line in shell.splitlines()
+            if line.strip().startswith("fedgraph run ")]
+    assert len(runs) >= 5
+    for line in runs:
+        args = shlex.split(line)[2:]
+        preset = args[0] if args and not args[0].startswith("-") else None
+        sets = [args[i + 1] for i, a in enumerate(args) if a == "--set"]
+        check_run_config(load_run_config(preset, sets))
+
+
+def test_fedgraph_datasets_runs():
+    """The README's `fedgraph datasets` lists the known datasets (bundled Cora available)."""
+    from typer.testing import CliRunner
+
+    from simulations.cli import cli
+
+    res = CliRunner().invoke(cli, ["datasets"])
+    assert res.exit_code == 0, res.output
+    assert "cora" in res.output
