@@ -268,7 +268,7 @@ def test_flower_run_student_beats_majority_at_a_generous_lambda(tmp_path):
     out = tmp_path / "runs"
     env = {**os.environ, "XDG_CACHE_HOME": str(tmp_path / "cache"),
            "FEDGRAPH_DATA": str(tmp_path / "empty"), "OMP_NUM_THREADS": "1",
-           "FEDGRAPH_NOISE_SECRET": "e2e-privgnn"}  # reproducible draws: an accuracy bar
+           "FEDGRAPH_NOISE_SECRET": "e2e-privgnn-secret"}  # reproducible draws: an accuracy bar
     sets = {"noise-source": "'secret'", "num-clients": 2, "num-queries": 80, "lam": 10.0, "client-epsilons": "'inf,1e-3'",
             "teacher-epochs": 50, "epochs": 100, "output-dir": f"'{out}'", "run-name": "'e2e'"}
     args = [a for k, v in sets.items() for a in ("--set", f"{k}={v}")]
