@@ -25,6 +25,7 @@ import argparse
 import json
 import math
 import statistics
+import tempfile
 from pathlib import Path
 
 import torch
@@ -55,14 +56,13 @@ def federated(a, key: str, seed: int, lr: float, bn: bool) -> dict:
     """One federated run (in process) with the official settings; ``epsilon_spent``: the
     largest client epsilon recomputed from the ledger."""
     from simulations.local import run_local
+    from simulations.run_files import load_run_config
 
     preset = {"edge": "progap-edge-wisconsin", "node": "progap-node-wisconsin"}[a.level]
-    import tomllib
-    cfg = tomllib.loads((Path(__file__).parents[1] / "simulations" / "presets"
-                         / f"{preset}.toml").read_text())
+    cfg = load_run_config(preset, [])
     cfg.update({"dataset": a.dataset, "data-root": a.data_root, "num-clients": a.clients,
                 "client-epsilons": key, "seed": seed, "lr": lr, "device": "cpu",
-                "secure-aggregation": a.secure_aggregation, "output-dir": "/tmp/progap-bench",
+                "secure-aggregation": a.secure_aggregation, "output-dir": a.run_dir,
                 "run-name": f"progap-{a.level}-{a.clients}-{key}-{seed}",
                 "noise-source": "mt19937"})
     if a.level == "edge":
@@ -87,6 +87,8 @@ def main() -> None:
     p.add_argument("--level", default="edge", choices=["edge", "node"])
     p.add_argument("--dataset", default="facebook100:Wisconsin87")
     p.add_argument("--data-root", default="../shared/data")
+    p.add_argument("--run-dir", default=str(Path(tempfile.gettempdir()) / "progap-bench"),
+                   help="where the federated runs write their reports")
     p.add_argument("--batch-norm", default="true", choices=["true", "false"])
     p.add_argument("--threads", type=int, default=1)
     p.add_argument("--clients", type=int, default=0, help="0: centralized (one client)")
