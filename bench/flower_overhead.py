@@ -1,6 +1,6 @@
 """Flower's simulation engine's own cost per message: a trivial ClientApp (a 10-float reply),
 4 supernodes, one Ray actor, 50 rounds of 4 messages through the grid ``fedgraph run`` uses
-(:class:`simulations.grid.InterruptibleGrid`, with :mod:`simulations.wakeups`).
+(:class:`fedgraph.simulations.grid.InterruptibleGrid`, with :mod:`fedgraph.simulations.wakeups`).
 
 The floor under any federated round of fedgraph's methods in a simulation (issue 16: what a
 whole run through Flower and Ray pays per message beyond its handlers' work).
@@ -20,8 +20,8 @@ from flwr.clientapp import ClientApp
 from flwr.serverapp import Grid, ServerApp
 from flwr.simulation import run_simulation
 
-from simulations import wakeups
-from simulations.grid import InterruptibleGrid
+from fedgraph.simulations import wakeups
+from fedgraph.simulations.grid import InterruptibleGrid
 
 app = ClientApp()
 

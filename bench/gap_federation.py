@@ -26,9 +26,9 @@ from pathlib import Path
 
 from fedgraph.report import write_json_atomic
 from fedgraph.procstats import peak_rss_mib
-from simulations.run_files import load_run_config
-from simulations.simulate import run_simulation
-from simulations.local import run_local
+from fedgraph.simulations.run_files import load_run_config
+from fedgraph.simulations.simulate import run_simulation
+from fedgraph.simulations.local import run_local
 
 
 def _reusable(run_config: dict) -> dict | None:
@@ -82,7 +82,7 @@ def main() -> None:
     p.add_argument("--set", nargs="*", default=[], metavar="KEY=VALUE",
                    help="extra run-config keys for every run, e.g. secure-aggregation=true")
     p.add_argument("--local", action="store_true",
-                   help="run in this process (simulations.local: the same strategy, handlers "
+                   help="run in this process (fedgraph.simulations.local: the same strategy, handlers "
                         "and ledger, clients one after another, no Ray): minutes faster for "
                         "many-round schedules such as schedule=fedsgd")
     p.add_argument("--skip-one-client", action="store_true",

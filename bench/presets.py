@@ -49,7 +49,7 @@ def largest_epsilon(report: dict) -> float | None:
 
 def run_preset(name: str, out_dir: Path, timeout: float, interval: float, env: dict) -> dict:
     run_name = f"bench-{name}"
-    cmd = [sys.executable, "-m", "simulations.cli", "run", name, "--set", f"output-dir={out_dir}",
+    cmd = [sys.executable, "-m", "fedgraph.simulations.cli", "run", name, "--set", f"output-dir={out_dir}",
            "--set", f"run-name={run_name}"]
     timer = PhaseTimer()
     log = out_dir / f"{run_name}.log"

@@ -12,7 +12,7 @@ Not a test (minutes per run on a shared CPU). Results are written after every ru
 interrupted bench keeps what finished.
 
 Federated rows (``--clients N``): the real strategy and ClientApp handlers in one process
-(:func:`simulations.local.run_local`), louvain clients, ``--secure-aggregation`` for the masked
+(:func:`fedgraph.simulations.local.run_local`), louvain clients, ``--secure-aggregation`` for the masked
 sums; each row's epsilon is the largest over the clients' ledger subjects.
 
 Usage: python bench/progap.py [--seeds 5] [--epsilons 1 4 8 inf] [--level edge]
@@ -55,8 +55,8 @@ def summary(rows: list[dict]) -> dict:
 def federated(a, key: str, seed: int, lr: float, bn: bool) -> dict:
     """One federated run (in process) with the official settings; ``epsilon_spent``: the
     largest client epsilon recomputed from the ledger."""
-    from simulations.local import run_local
-    from simulations.run_files import load_run_config
+    from fedgraph.simulations.local import run_local
+    from fedgraph.simulations.run_files import load_run_config
 
     preset = {"edge": "progap-edge-wisconsin", "node": "progap-node-wisconsin"}[a.level]
     cfg = load_run_config(preset, [])

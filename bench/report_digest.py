@@ -1,6 +1,6 @@
 """Digests of whole preset runs, for "behaviour unchanged" checks of a refactor.
 
-Each preset runs in this process (:func:`simulations.local.run_local`: the same strategy,
+Each preset runs in this process (:func:`fedgraph.simulations.local.run_local`: the same strategy,
 ClientApp handlers, ledger and report as ``fedgraph run``, clients one after another) with
 ``noise-source = "secret"`` and one fixed secret, so every noise draw is a function of the run
 config, the secret and the client's data. The report, without its timings and host and worker
@@ -57,8 +57,8 @@ def main(argv=None) -> int:
     import torch
 
     torch.set_num_threads(1)
-    from simulations.run_files import PRESETS, load_run_config
-    from simulations.local import run_local
+    from fedgraph.simulations.run_files import PRESETS, load_run_config
+    from fedgraph.simulations.local import run_local
 
     names = args.presets or sorted(p.stem for p in PRESETS.glob("*.toml"))
     rows = {}

@@ -6,7 +6,7 @@ Phases (``--phases``):
   ``--clients`` clients (random partition). Per hop every client runs
   :func:`~fedgraph.methods.gap.client_pma.pma_partial_sums` (its local sums and one noisy row
   for every node it does not hold, as the real client releases), the server routes the rows
-  to their owners exactly as :class:`strategies.gap.GAPStrategy` does, and every client runs
+  to their owners exactly as :class:`fedgraph.strategies.gap.GAPStrategy` does, and every client runs
   :func:`~fedgraph.methods.gap.client_pma.pma_finish`. The same code as ``fedgraph run``'s
   clients and server, in one process: Flower's transport (serialization, Ray) is not in it.
 * ``gap-plain``: the same K hops written as a plain single-process PyTorch loop on the whole
@@ -446,7 +446,7 @@ def _whole_run(phase: str, nodes: int, degree: float, clients: int, device: str,
     work = Path(tempfile.mkdtemp(prefix=f"fedgraph-scale-{method}-"))
     env = dict(os.environ)
     env.pop("RAY_ADDRESS", None)  # a fresh local Ray cluster, never someone else's
-    if kind == "run":  # the clients' handler times, out of band (simulations.handler_times)
+    if kind == "run":  # the clients' handler times, out of band (fedgraph.simulations.handler_times)
         env["FEDGRAPH_HANDLER_TIMES"] = str(work / "handlers.jsonl")
         cmd = [str(Path(sys.executable).with_name("fedgraph")), "run", "--num-cpus",
                str(run_cpus), "--cpus-per-client", "1"]
@@ -468,7 +468,7 @@ def _whole_run(phase: str, nodes: int, degree: float, clients: int, device: str,
         rep = json.loads((work / "scale.json").read_text())
         res = {"edges": (rep.get("ground_truth") or {}).get("dataset", {}).get("num_edges"), "test_acc": rep["accuracy"].get("test"),
                "timings": rep.get("timings_s"), "threads": os.environ.get("OMP_NUM_THREADS")}
-        from simulations import handler_times
+        from fedgraph.simulations import handler_times
 
         res["split"] = run_split(st["wall_s"], rep, handler_times.read(work / "handlers.jsonl"))
         res["ray_cpus"] = run_cpus
@@ -502,7 +502,7 @@ def run_split(wall: float, report: dict, handlers: list[dict]) -> dict:
     """A whole federated run's wall seconds in five parts that add up to ``wall``:
     ``setup`` (the report's phases named ``setup...``: the clients' start, their part's
     load, calibration), ``compute_clients`` (the clients' handlers outside setup, from
-    :mod:`simulations.handler_times`), ``compute_server`` (the other phases' wall time minus
+    :mod:`fedgraph.simulations.handler_times`), ``compute_server`` (the other phases' wall time minus
     the server's waits on clients, the report's ``exchange_s``), ``communication`` (those
     waits minus the clients' handlers: Flower's and Ray's transport and queues; with several
     Ray actors the handlers overlap and this part is a lower bound) and ``other`` (outside the

@@ -57,7 +57,7 @@ KINDS: dict[str, Kind] = {k.kind: k for k in (
     Kind("mechanism", "fedgraph.mechanisms.feature", "FEATURE_MECHANISMS", (),
          ("gaussian", "laplace", "multi-bit", "one-bit", "ppm"),
          "See docs/extending.md, 'A feature mechanism'."),
-    Kind("strategy", "strategies.base", "STRATEGIES", (), ("gap", "ppgnn", "privgnn", "progap"),
+    Kind("strategy", "fedgraph.strategies.base", "STRATEGIES", (), ("gap", "ppgnn", "privgnn", "progap"),
          "See docs/extending.md, 'A strategy'."),
 )}
 

@@ -15,7 +15,7 @@ from functools import lru_cache
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:  # torch is imported where it is used: ``fedgraph run`` imports this module
-    from torch import Tensor  # before Ray starts (simulations.cli)
+    from torch import Tensor  # before Ray starts (fedgraph.simulations.cli)
 
 from .config import DataConfig
 

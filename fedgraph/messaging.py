@@ -4,7 +4,7 @@
 record's placement of each client (:func:`worker_info`, :func:`record_workers`).
 
 Flower, numpy and torch are imported where they are used: ``fedgraph run`` imports the strategies
-before Ray starts (simulations.cli).
+before Ray starts (fedgraph.simulations.cli).
 """
 from __future__ import annotations
 
@@ -138,7 +138,7 @@ def wait_for_nodes(grid, num_nodes: int, timeout: float = 60.0) -> list[int]:
     seen = -1
     # A simulation (Flower's in-memory grid) registers all its supernodes at once, so a count
     # that holds still for a few seconds is final: a mismatch fails at once, not after timeout.
-    # (``wrapped``: the grid inside a wrapper such as simulations.grid.InterruptibleGrid)
+    # (``wrapped``: the grid inside a wrapper such as fedgraph.simulations.grid.InterruptibleGrid)
     simulated = type(getattr(grid, "wrapped", grid)).__name__ == "InMemoryGrid"
     while True:
         nodes = sorted(grid.get_node_ids())

@@ -2,8 +2,8 @@
 resident memory (this process, its reaped children, a whole process tree sampled while it
 runs), and ending a process tree or group.
 
-The one home of these helpers for ``bench/``, the sweep (:mod:`simulations.sweep_runner`),
-``fedgraph run``'s interrupt (:mod:`simulations.interrupt`) and the methods' result rows.
+The one home of these helpers for ``bench/``, the sweep (:mod:`fedgraph.simulations.sweep_runner`),
+``fedgraph run``'s interrupt (:mod:`fedgraph.simulations.interrupt`) and the methods' result rows.
 Neither torch nor Flower; ``psutil`` (installed with Ray) is imported only by the functions
 over a sampled tree (:func:`tree`, :func:`tree_rss`, :class:`TreeSampler`); the ``/proc``
 helpers (:func:`descendants`, :func:`kill_descendants`) need none.

@@ -5,7 +5,7 @@ fedgraph has four kinds of extensions, each with a :class:`Registry`:
 =============  ===============================================  ==================================
 kind           registry (register with)                         contract checked by
 =============  ===============================================  ==================================
-strategy       ``strategies.STRATEGIES`` (``register_strategy``)  ``PrivateStrategy`` subclass, ``run``
+strategy       ``fedgraph.strategies.STRATEGIES`` (``register_strategy``)  ``PrivateStrategy`` subclass, ``run``
 mechanism      ``fedgraph.mechanisms.FEATURE_MECHANISMS``         ``fedgraph.mechanisms.check_mechanism``
                (``register_mechanism``)
 dataset        ``fedgraph.data.DATASETS`` (``register_dataset``)  ``fedgraph.data.check_graph``

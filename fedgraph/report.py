@@ -268,9 +268,9 @@ def _host() -> dict:
     process may use, torch's thread counts and the thread settings of its environment (a
     server step's speed depends on them: ``flwr run`` starts the ServerApp in a process of
     its own, with the SuperLink's environment); under Flower's simulation engine, whether its
-    message polls were replaced by wake-ups (``simulations.wakeups``) and, under ``fedgraph
+    message polls were replaced by wake-ups (``fedgraph.simulations.wakeups``) and, under ``fedgraph
     run``, how many client actors were prestarted while it imported
-    (``simulations.early_ray``)."""
+    (``fedgraph.simulations.early_ray``)."""
     import os
     import sys
 
@@ -285,10 +285,10 @@ def _host() -> dict:
         out["torch_interop_threads"] = torch.get_num_interop_threads()
     out["env"] = {k: os.environ[k] for k in ("OMP_NUM_THREADS", "OMP_WAIT_POLICY",
                                               "MKL_NUM_THREADS") if k in os.environ}
-    wakeups = sys.modules.get("simulations.wakeups")
+    wakeups = sys.modules.get("fedgraph.simulations.wakeups")
     if wakeups is not None:
         out["flower_wakeups"] = wakeups.installed()
-    early_ray = sys.modules.get("simulations.early_ray")
+    early_ray = sys.modules.get("fedgraph.simulations.early_ray")
     if early_ray is not None:
         out["prestarted_actors"] = early_ray.TAKEN["count"]
     return out

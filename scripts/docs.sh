@@ -12,5 +12,11 @@ export FLWR_DISABLE_RUNTIME_DEPENDENCY_INSTALLATION=1 OMP_NUM_THREADS=1
 export NO_MKDOCS_2_WARNING=1 DISABLE_MKDOCS_2_WARNING=true PYTHONWARNINGS=ignore
 export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
 start=$(date +%s)
+# mkdocstrings reads the packages as installed (strategies/ and simulations/ inside fedgraph/,
+# pyproject's package-dir): build/docs-src/fedgraph links each entry of the three folders.
+rm -rf build/docs-src && mkdir -p build/docs-src/fedgraph
+for entry in fedgraph/* strategies simulations; do
+  ln -s "$PWD/$entry" "build/docs-src/fedgraph/$(basename "$entry")"
+done
 .venv/bin/python -m mkdocs build --strict "$@"
 echo "docs: built site/ in $(( $(date +%s) - start )) s"

@@ -4,9 +4,9 @@ a sweep as CSV, plots and markdown, list datasets.
 ``flwr run .`` exits 0 even when a run fails; ``fedgraph run`` runs the same ServerApp and
 ClientApp through Flower's simulation engine in-process, checks the report the strategy wrote,
 and exits non-zero (1: the run failed, 2: invalid config) with the reason
-(:mod:`simulations.simulate`). ``fedgraph sweep`` runs one ``fedgraph run`` process per cell
-(see :mod:`simulations.sweep`); ``fedgraph report`` aggregates the cells (see
-:mod:`simulations.results`).
+(:mod:`fedgraph.simulations.simulate`). ``fedgraph sweep`` runs one ``fedgraph run`` process per cell
+(see :mod:`fedgraph.simulations.sweep`); ``fedgraph report`` aggregates the cells (see
+:mod:`fedgraph.simulations.results`).
 """
 from __future__ import annotations
 
@@ -19,10 +19,10 @@ from typing import List, Optional
 
 import typer
 
-from simulations.resources import check_resources
-from simulations.run_files import PRESETS, load_run_config
-from simulations.simulate import check_run_config, run_simulation
-from simulations.user_code import user_traceback
+from fedgraph.simulations.resources import check_resources
+from fedgraph.simulations.run_files import PRESETS, load_run_config
+from fedgraph.simulations.simulate import check_run_config, run_simulation
+from fedgraph.simulations.user_code import user_traceback
 
 cli = typer.Typer(add_completion=False, no_args_is_help=True,
                   help="Federated simulations of differentially private graph learning.")
@@ -59,7 +59,7 @@ def run(
         typer.echo(f"fedgraph: FAILED: {err}", err=True)
         raise typer.Exit(1)
     from fedgraph.errors import RunInterrupted
-    from simulations.interrupt import StopOnSignal, end_all_descendants
+    from fedgraph.simulations.interrupt import StopOnSignal, end_all_descendants
 
     stop = StopOnSignal(lambda line: typer.echo(line, err=True))
     try:
@@ -135,9 +135,9 @@ def sweep(
     an invalid sweep file, 130 if interrupted."""
     from rich.console import Console
 
-    from simulations.dataset_listing import data_problem
-    from simulations.sweep import SweepError, load_sweep
-    from simulations.sweep_runner import cell_is_done, run_sweep
+    from fedgraph.simulations.dataset_listing import data_problem
+    from fedgraph.simulations.sweep import SweepError, load_sweep
+    from fedgraph.simulations.sweep_runner import cell_is_done, run_sweep
 
     if executor not in (None, "auto", "local", "ray"):
         typer.echo(f"fedgraph: --executor must be local, ray or auto, got {executor!r}", err=True)
@@ -202,7 +202,7 @@ def report(
 ) -> None:
     """Aggregate sweep folders: one CSV (mean and std per cell over seeds: accuracy per split,
     epsilon, wall time) and privacy-utility plots (PNG), optionally a markdown page."""
-    from simulations import results
+    from fedgraph.simulations import results
 
     rows = results.collect(dirs)
     if not rows:
@@ -252,7 +252,7 @@ def datasets(root: Optional[str] = typer.Option(None, help="dataset root (defaul
     colleges found under the root with their graph size."""
     from fedgraph.data import (KNOWN_DATASETS, dataset_statistics, known_datasets, load_dataset,
                                resolve_root)
-    from simulations.dataset_listing import facebook100_size
+    from fedgraph.simulations.dataset_listing import facebook100_size
 
     if root is not None and not Path(root).expanduser().is_dir():
         typer.echo(f"fedgraph: --root: {root} is not a folder (give an existing data root, or "

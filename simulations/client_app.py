@@ -1,6 +1,6 @@
 """The fedgraph ClientApp: every message type routed to its handler.
 
-The handlers (:mod:`simulations.routes`, one module per method) decode the message, call one
+The handlers (:mod:`fedgraph.simulations.routes`, one module per method) decode the message, call one
 function of the method's client half (:mod:`fedgraph.methods.gap.client`,
 :mod:`fedgraph.methods.ppgnn.client`, :mod:`fedgraph.methods.privgnn.client`,
 :mod:`fedgraph.methods.progap.client`) and encode the reply. The run config arrives inside
@@ -12,12 +12,12 @@ from __future__ import annotations
 
 from flwr.clientapp import ClientApp
 
-from simulations import wakeups
-from simulations.handler_times import handler_times
-from simulations.routes import common, gap, ppgnn, privgnn, progap
+from fedgraph.simulations import wakeups
+from fedgraph.simulations.handler_times import handler_times
+from fedgraph.simulations.routes import common, gap, ppgnn, privgnn, progap
 
 wakeups.install(if_imported=True)  # flwr run: patch Flower's message threads here (wakeups)
-app = ClientApp(mods=[handler_times])  # off unless a benchmark asks (simulations.handler_times)
+app = ClientApp(mods=[handler_times])  # off unless a benchmark asks (fedgraph.simulations.handler_times)
 
 # PPGNN: the perturbed report, then the clients' counts of correct predictions
 ppgnn_query = app.query("ppgnn")(ppgnn.ppgnn_query)

@@ -12,7 +12,7 @@ the actor that computed them, and puts in ``context.state[key]`` only a referenc
 token; :func:`get_tensors` returns them on whichever actor serves the node's next message (Ray
 fetches them from their owner, from another machine of the cluster if it must) and memoizes
 them per process under the token, so the actor that computed them, or one that read them
-once, decodes nothing again. Outside a Ray worker (:mod:`simulations.local`, a deployed
+once, decodes nothing again. Outside a Ray worker (:mod:`fedgraph.simulations.local`, a deployed
 SuperNode) they stay in ``context.state[key]`` as an ``ArrayRecord``, with the same token.
 
 Lifetime: the owning actor holds the reference (:data:`_OWNED`), and Ray frees the object

@@ -53,7 +53,7 @@ WARM_IMPORTS = {
 }
 #: what ``fedgraph run``'s server imports late: ``torch._dynamo`` at its first optimizer step
 #: (about 1 s; every method trains on the server), the accountants' libraries for the report's
-#: privacy summary (about 0.8 s). ``simulations.simulate`` imports them in a background thread while
+#: privacy summary (about 0.8 s). ``fedgraph.simulations.simulate`` imports them in a background thread while
 #: the run starts (the driver then waits for its clients' setup, and a core is free), instead
 #: of in the first round and after the last one.
 SERVER_WARM_IMPORTS = ("torch._dynamo", "scipy.optimize", "scipy.stats", "dp_accounting",
@@ -152,7 +152,7 @@ def import_quietly(*names: str) -> None:
 def warm_client(method: str = "") -> None:
     """Run in each prestarted actor's ``__init__``: import the ClientApp module and
     :data:`WARM_IMPORTS` ``[method]`` (:func:`import_quietly`)."""
-    import_quietly("simulations.client_app", *WARM_IMPORTS.get(method, ()))
+    import_quietly("fedgraph.simulations.client_app", *WARM_IMPORTS.get(method, ()))
 
 
 def prestart_actors(client_resources: dict, method: str = "") -> int:

@@ -5,16 +5,16 @@ Flower's simulation process learns of a stop from its heartbeat, which raises SI
 signal's handler (``flwr.supercore.exit.flwr_exit``) runs the registered exit handlers and
 ends the process, the ServerApp's thread with it. :func:`write_report_on_flower_exit`
 registers a handler that first stops the ServerApp as a Ctrl-C of ``fedgraph run`` does
-(:data:`simulations.interrupt.STOP`: the grid gives up waiting; the server thread's own
+(:data:`fedgraph.simulations.interrupt.STOP`: the grid gives up waiting; the server thread's own
 computation is interrupted at its next Python step), then waits until the strategy has
-written its report (:meth:`strategies.base.PrivateStrategy.start`).
+written its report (:meth:`fedgraph.strategies.base.PrivateStrategy.start`).
 """
 from __future__ import annotations
 
 import threading
 import time
 
-from simulations import interrupt
+from fedgraph.simulations import interrupt
 
 __all__ = ["REPORT_WAIT_S", "stop_and_wait", "write_report_on_flower_exit"]
 
@@ -29,7 +29,7 @@ def _server_alive() -> bool:
 
 
 def stop_and_wait(wait: float = REPORT_WAIT_S) -> bool:
-    """Stop the running ServerApp (:data:`~simulations.interrupt.STOP`, its thread
+    """Stop the running ServerApp (:data:`~fedgraph.simulations.interrupt.STOP`, its thread
     interrupted) and wait up to ``wait`` seconds for its thread to end. Returns whether it
     ended (True at once when no ServerApp is running in this process)."""
     if not _server_alive() or threading.get_ident() in interrupt._SERVER_THREAD:

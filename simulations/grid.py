@@ -1,5 +1,5 @@
 """The grid of fedgraph's ServerApp: Flower's, made to give up at Ctrl-C
-(:mod:`simulations.interrupt`) and to wake when a reply is stored (:mod:`simulations.wakeups`)."""
+(:mod:`fedgraph.simulations.interrupt`) and to wake when a reply is stored (:mod:`fedgraph.simulations.wakeups`)."""
 from __future__ import annotations
 
 import time
@@ -8,8 +8,8 @@ from typing import Iterable
 from flwr.serverapp import Grid
 
 from fedgraph.errors import RunInterrupted
-from simulations.interrupt import STOP
-from simulations.wakeups import PUSHED, REPLIED
+from fedgraph.simulations.interrupt import STOP
+from fedgraph.simulations.wakeups import PUSHED, REPLIED
 
 __all__ = ["InterruptibleGrid"]
 
@@ -43,7 +43,7 @@ class InterruptibleGrid(Grid):
     def push_messages(self, messages):
         self._check()
         ids = self._grid.push_messages(messages)
-        PUSHED.set()  # Flower's simulation runtime takes them at once (simulations.wakeups)
+        PUSHED.set()  # Flower's simulation runtime takes them at once (fedgraph.simulations.wakeups)
         return ids
 
     def pull_messages(self, message_ids):

@@ -1,7 +1,7 @@
 """Ctrl-C for ``fedgraph run``: stop the run in seconds, write its report, leave no process.
 
 The first SIGINT (or SIGTERM) sets :data:`STOP`; the ServerApp's grid is wrapped in
-:class:`simulations.grid.InterruptibleGrid`, whose ``send_and_receive`` polls for replies and
+:class:`fedgraph.simulations.grid.InterruptibleGrid`, whose ``send_and_receive`` polls for replies and
 raises :class:`RunInterrupted` as soon as :data:`STOP` is set (Flower's own strategies call
 the same method), so the strategy's ``start`` writes its report with status ``interrupted``
 and what was spent so far. :func:`kill_descendants` then ends every process the run started (Ray's

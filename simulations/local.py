@@ -6,7 +6,7 @@ ClientApp handlers, ledger and report as ``fedgraph run``. Clients answer one af
 so timeouts and concurrency are not exercised: ``fedgraph run`` / ``flwr run .`` remain the
 real thing.
 
-    from simulations.local import run_local
+    from fedgraph.simulations.local import run_local
     report = run_local({"strategy": "mypkg.mod:MyStrategy", "num-clients": 2, "epochs": 5,
                         "output-dir": "runs"})
 """
@@ -22,7 +22,7 @@ class LocalGrid:
 
     Args:
         num_clients: number of supernodes.
-        client_app: the ClientApp (default: :data:`simulations.client_app.app`).
+        client_app: the ClientApp (default: :data:`fedgraph.simulations.client_app.app`).
         fail: ``fail(message) -> bool``; the requests it selects get an error reply instead of
             an answer (a client that drops out).
         tamper: ``tamper(message, reply) -> reply``; replaces each answer (a misbehaving
@@ -36,7 +36,7 @@ class LocalGrid:
         from flwr.supercore.task_identity import TaskIdentity
 
         if client_app is None:
-            from simulations.client_app import app as client_app
+            from fedgraph.simulations.client_app import app as client_app
         self.client_app = client_app
         # Flower stamps new messages with the running task's identity; set one (a server).
         for attr, value in (("run_id", 1), ("node_id", 0), ("task_id", 0)):
@@ -89,7 +89,7 @@ def run_local(run_config: dict, grid: LocalGrid | None = None) -> dict:
         Exception: whatever the strategy raised (the report on disk says ``failed``).
     """
     from fedgraph.federation import preflight
-    from simulations.server_app import validate_run_config
+    from fedgraph.simulations.server_app import validate_run_config
 
     strategy_cls, cfg = validate_run_config(run_config)
     stats = preflight(cfg)  # the report's ground_truth, written after the run, never sent

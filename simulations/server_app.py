@@ -10,12 +10,12 @@ from fedgraph.config import ConfigError, parse_run_config
 from fedgraph.errors import ClientFailure
 from fedgraph.federation import preflight
 from fedgraph.registry import ContractError
-from simulations.flower_exit import write_report_on_flower_exit
-from simulations.grid import InterruptibleGrid
-from simulations.interrupt import serving
-from simulations.supernodes import resolve_num_clients
-from strategies import resolve_strategy
-from strategies.base import check_method
+from fedgraph.simulations.flower_exit import write_report_on_flower_exit
+from fedgraph.simulations.grid import InterruptibleGrid
+from fedgraph.simulations.interrupt import serving
+from fedgraph.simulations.supernodes import resolve_num_clients
+from fedgraph.strategies import resolve_strategy
+from fedgraph.strategies.base import check_method
 
 #: errors whose message says everything (the key and its allowed values, the failing clients):
 #: under ``flwr run`` they are logged as one line, without a traceback.

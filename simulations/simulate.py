@@ -1,5 +1,5 @@
 """One simulation in-process (``fedgraph run``): validate the run config without torch
-(:func:`check_run_config`), start Ray early where the config allows (:mod:`simulations.early_ray`),
+(:func:`check_run_config`), start Ray early where the config allows (:mod:`fedgraph.simulations.early_ray`),
 run the preflight and Flower's simulation engine, and read back the report the strategy wrote
 (:func:`run_simulation`)."""
 from __future__ import annotations
@@ -10,8 +10,8 @@ import threading
 from pathlib import Path
 from typing import Optional
 
-from simulations.resources import check_resources
-from simulations.user_code import user_code
+from fedgraph.simulations.resources import check_resources
+from fedgraph.simulations.user_code import user_code
 
 
 def check_run_config(run_config: dict):
@@ -37,7 +37,7 @@ def check_run_config(run_config: dict):
     spec = str(run_config.get("strategy", "") or run_config.get("method", "ppgnn"))
     try:
         catalog.check_name("strategy", spec)
-    except ValueError as err:  # as simulations.server_app.validate_run_config words it
+    except ValueError as err:  # as fedgraph.simulations.server_app.validate_run_config words it
         raise ConfigError(str(err)) from None
     return cfg
 
@@ -54,16 +54,16 @@ def run_simulation(run_config: dict, num_cpus: Optional[int] = None,
         fedgraph.config.ConfigError: invalid config (before anything starts).
         RuntimeError: the run failed; the message carries the report's error.
     """
-    from simulations.early_ray import start_early_ray
+    from fedgraph.simulations.early_ray import start_early_ray
 
     backend = {"client_resources": {"num_cpus": cpus_per_client, "num_gpus": gpus_per_client},
                "init_args": {"num_cpus": num_cpus or os.cpu_count() or 1,
                              "include_dashboard": False}}
     if os.environ.get("RAY_ADDRESS"):  # an existing cluster: its resources, not ours
         backend["init_args"] = {"address": os.environ["RAY_ADDRESS"]}
-    # Ray starts while the imports and the preflight below run (simulations.early_ray);
+    # Ray starts while the imports and the preflight below run (fedgraph.simulations.early_ray);
     # Flower then finds it running and uses it.
-    # With its client actors, which import while the driver does (simulations.early_ray).
+    # With its client actors, which import while the driver does (fedgraph.simulations.early_ray).
     method = _early_ray_method(run_config)
     early = None if method is None else start_early_ray(
         backend["init_args"], backend["client_resources"], method)
@@ -95,8 +95,8 @@ def _run(run_config, cfg, label, backend, flwr_run_simulation, make_server_app, 
          default_run_name, spec_label) -> dict:
     from fedgraph.errors import RunInterrupted
     # Default name: the strategy's method and the dataset's, file-name safe; the same rule as
-    # the strategy's own under flwr run (strategies.base.PrivateStrategy.report_path).
-    from simulations.server_app import validate_run_config
+    # the strategy's own under flwr run (fedgraph.strategies.base.PrivateStrategy.report_path).
+    from fedgraph.simulations.server_app import validate_run_config
 
     method = label or validate_run_config(run_config)[0].method
     run_name = cfg.run_name or default_run_name(method, spec_label(cfg.dataset), cfg.seed)
@@ -104,7 +104,7 @@ def _run(run_config, cfg, label, backend, flwr_run_simulation, make_server_app, 
                   "output-dir": str(Path(cfg.output_dir).expanduser().resolve())}
     report_path = Path(run_config["output-dir"]) / f"{run_name}.json"
     report_path.unlink(missing_ok=True)
-    from simulations.interrupt import REPORT_PATH
+    from fedgraph.simulations.interrupt import REPORT_PATH
 
     REPORT_PATH[:] = [report_path]
     flwr_run_simulation(server_app=make_server_app(run_config), client_app=client_app,
@@ -142,11 +142,11 @@ def _prepare(run_config: dict, num_cpus, cpus_per_client: float, gpus_per_client
     from fedgraph.federation import preflight
     from fedgraph.registry import spec_label
     from fedgraph.report import default_run_name
-    from simulations.client_app import app as client_app
-    from simulations.server_app import make_server_app, validate_run_config
-    from simulations.wakeups import install
+    from fedgraph.simulations.client_app import app as client_app
+    from fedgraph.simulations.server_app import make_server_app, validate_run_config
+    from fedgraph.simulations.wakeups import install
 
-    install()  # Flower's message polls -> wake-ups (simulations.wakeups)
+    install()  # Flower's message polls -> wake-ups (fedgraph.simulations.wakeups)
     _, cfg = validate_run_config(run_config)
     check_resources(num_cpus, cpus_per_client, gpus_per_client)
     preflight(cfg)
@@ -155,7 +155,7 @@ def _prepare(run_config: dict, num_cpus, cpus_per_client: float, gpus_per_client
         from fedgraph.secret import check_secret
 
         check_secret({})
-    from simulations.early_ray import SERVER_WARM_IMPORTS, import_quietly
+    from fedgraph.simulations.early_ray import SERVER_WARM_IMPORTS, import_quietly
 
     threading.Thread(target=import_quietly, args=SERVER_WARM_IMPORTS, daemon=True,
                      name="fedgraph-server-imports").start()

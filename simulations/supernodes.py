@@ -45,7 +45,7 @@ def resolve_num_clients(grid, run_config: dict, settle: float = 1.0,
     :data:`FROM_GRID`; an explicit value on a simulation must equal its supernode count.
 
     Args:
-        grid: a Flower ``Grid`` (or :class:`simulations.grid.InterruptibleGrid`).
+        grid: a Flower ``Grid`` (or :class:`fedgraph.simulations.grid.InterruptibleGrid`).
         run_config: the flat run config (``num-clients``: int, ``0``/missing: from the grid).
         settle: seconds the supernode count must hold still before it is taken as final.
         timeout: seconds to wait for a first supernode.

@@ -1,6 +1,6 @@
 """Sweep files: a grid of ``fedgraph run`` cells (methods x datasets x epsilons x
 num-clients x seeds) in TOML, validated, and the cells it names
-(:class:`Sweep`); :mod:`simulations.sweep_runner` runs them.
+(:class:`Sweep`); :mod:`fedgraph.simulations.sweep_runner` runs them.
 
 Sweep file::
 

@@ -1,4 +1,4 @@
-"""Running a sweep (:mod:`simulations.sweep`): its cells as ``fedgraph run`` processes, in parallel
+"""Running a sweep (:mod:`fedgraph.simulations.sweep`): its cells as ``fedgraph run`` processes, in parallel
 without oversubscribing the cores, resumable.
 
 A sweep file (TOML) names the axes: methods (presets or strategies) x datasets x epsilons x
@@ -97,7 +97,7 @@ def _error_from_log(log: str, returncode: int) -> str:
 
 
 def cell_command(run_toml: Path, cpus: float) -> list[str]:
-    return [sys.executable, "-m", "simulations.cli", "run", str(run_toml),
+    return [sys.executable, "-m", "fedgraph.simulations.cli", "run", str(run_toml),
             "--num-cpus", str(max(1, math.ceil(cpus)))]
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from simulations.run_files import SPEC_KEYS
+from fedgraph.simulations.run_files import SPEC_KEYS
 
 
 def user_code(run_config: dict) -> list[str]:

@@ -8,7 +8,7 @@ default run has about 45 exchanges: at 1e5 nodes the waits were a third of the r
 
 :func:`install` replaces the sweeping thread's function with the same loop whose wait also
 ends as soon as :data:`PUSHED` is set (the server pushed messages: set by
-:class:`simulations.grid.InterruptibleGrid`), and the function of the thread that stores
+:class:`fedgraph.simulations.grid.InterruptibleGrid`), and the function of the thread that stores
 the replies with the same loop that sets :data:`REPLIED` after each reply it stores (the
 grid's wait for replies ends on it). Nothing else changes: the same link state, queues and
 messages; without a wake-up each wait still ends after Flower's 100 ms, so a grid or a Flower

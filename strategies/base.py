@@ -32,7 +32,7 @@ from fedgraph.report import RunReport, format_table
 
 def check_method(strategy: type, config) -> None:
     """Refuse a run config whose ``method`` is not the strategy class's ``config_method``
-    (checked before the run starts: :func:`simulations.server_app.validate_run_config`; and
+    (checked before the run starts: :func:`fedgraph.simulations.server_app.validate_run_config`; and
     by :meth:`PrivateStrategy.check_config`).
 
     Raises:
@@ -237,7 +237,7 @@ class PrivateStrategy(ABC):
 
         ``ground_truth``: the simulation's statistics of the whole graph
         (:func:`fedgraph.data.dataset_statistics`, computed by the harness that loaded it:
-        the ServerApp's preflight, :func:`simulations.local.run_local`). It is written to the
+        the ServerApp's preflight, :func:`fedgraph.simulations.local.run_local`). It is written to the
         report's ``ground_truth`` (:func:`fedgraph.report.ground_truth`) only after
         :meth:`run` has returned or failed: the strategy never sees it.
 
@@ -285,7 +285,7 @@ class PrivateStrategy(ABC):
 def _check_strategy(cls, name: str) -> None:
     """Registry check: a concrete subclass of :class:`PrivateStrategy`."""
     if not (isinstance(cls, type) and issubclass(cls, PrivateStrategy)):
-        raise ContractError(f"strategy: {name!r} is not a subclass of strategies.PrivateStrategy "
+        raise ContractError(f"strategy: {name!r} is not a subclass of fedgraph.strategies.PrivateStrategy "
                             f"(got {getattr(cls, '__qualname__', type(cls).__name__)})")
     missing = sorted(getattr(cls, "__abstractmethods__", ()))
     if missing:

@@ -264,8 +264,8 @@ class GAPStrategy(PrivateStrategy):
 
     def _trainer(self, module: str, model, select_on_val: bool = False):
         """The Flower strategy of the ``module`` (encoder, classifier) rounds of ``model``:
-        ``schedule`` fedsgd: :class:`~strategies.fedavg.StrictFedSGD` (server Adam with
-        ``lr``), else the ``server-optimizer``'s :func:`~strategies.fedavg.strict_strategy`."""
+        ``schedule`` fedsgd: :class:`~fedgraph.strategies.fedavg.StrictFedSGD` (server Adam with
+        ``lr``), else the ``server-optimizer``'s :func:`~fedgraph.strategies.fedavg.strict_strategy`."""
         cfg = self.config
         if cfg.schedule == "fedsgd":
             strategy = StrictFedSGD(cfg.num_clients, select_on_val, lr=cfg.lr,

@@ -10,40 +10,54 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).parents[1]
-PACKAGES = ("fedgraph", "strategies", "simulations")
+FOLDERS = ("fedgraph", "strategies", "simulations")  # installed: fedgraph, fedgraph.strategies, ...
 
 
-def test_the_layer_contract_holds():
+def _installed_layout(dest: Path) -> Path:
+    """A copy of the tree laid out as installed (strategies/ and simulations/ inside fedgraph/,
+    as ``[tool.setuptools.package-dir]`` maps them), with pyproject.toml: what import-linter and
+    grimp read (they walk one package folder)."""
+    import shutil
+
+    ignore = shutil.ignore_patterns("__pycache__")
+    shutil.copytree(ROOT / "fedgraph", dest / "fedgraph", ignore=ignore)
+    for name in FOLDERS[1:]:
+        shutil.copytree(ROOT / name, dest / "fedgraph" / name, ignore=ignore)
+    shutil.copy(ROOT / "pyproject.toml", dest / "pyproject.toml")
+    return dest
+
+
+def _lint(where: Path) -> subprocess.CompletedProcess:
+    lint = Path(sys.executable).parent / "lint-imports"
+    return subprocess.run([str(lint), "--no-cache", "--config", "pyproject.toml"], cwd=where,
+                          capture_output=True, text=True, timeout=300)
+
+
+def test_the_layer_contract_holds(tmp_path):
     """import-linter's layers contract in pyproject.toml ([tool.importlinter]): an arrow back
     up (e.g. fedgraph.report importing fedgraph.federation) fails here, naming the chain."""
-    lint = Path(sys.executable).parent / "lint-imports"
-    res = subprocess.run([str(lint), "--no-cache", "--config", "pyproject.toml"], cwd=ROOT,
-                         capture_output=True, text=True, timeout=300)
+    res = _lint(_installed_layout(tmp_path))
     assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-2000:]
     assert "0 broken" in res.stdout
 
 
-def _import_graph():
-    import grimp
-
-    sys.path.insert(0, str(ROOT))
-    try:
-        return grimp.build_graph(*PACKAGES, include_external_packages=False,
-                                 cache_dir=None)  # a stale cache would hide a new import
-    finally:
-        sys.path.remove(str(ROOT))
-
-
-def test_no_import_circle():
+def test_no_import_circle(tmp_path):
     """No module imports, directly or through others, a module that imports it back (lazy
     imports inside functions included)."""
     import networkx as nx
 
-    g = _import_graph()
-    edges = nx.DiGraph()
-    for m in g.modules:
-        for i in g.find_modules_directly_imported_by(m):
-            edges.add_edge(m, i)
+    code = ("import grimp, pickle, sys\n"
+            "g = grimp.build_graph('fedgraph', include_external_packages=False, cache_dir=None)\n"
+            "edges = [(m, i) for m in g.modules for i in g.find_modules_directly_imported_by(m)]\n"
+            "sys.stdout.buffer.write(pickle.dumps(edges))\n")
+    res = subprocess.run([sys.executable, "-c", code], cwd=_installed_layout(tmp_path),
+                         capture_output=True, timeout=300)  # a stale cache would hide an import
+    assert res.returncode == 0, res.stderr[-3000:]
+    import pickle
+
+    pairs = pickle.loads(res.stdout)
+    assert any(a.startswith("fedgraph.simulations.") for a, _ in pairs)
+    edges = nx.DiGraph(pairs)
     circles = [sorted(c) for c in nx.strongly_connected_components(edges) if len(c) > 1]
     assert not circles, circles
 
@@ -51,22 +65,15 @@ def test_no_import_circle():
 def test_the_layer_test_can_fail(tmp_path):
     """The contract is not vacuous: a copy of the tree where fedgraph.report imports the
     federation breaks it."""
-    import shutil
-
-    for name in (*PACKAGES, "pyproject.toml"):
-        src = ROOT / name
-        (shutil.copytree if src.is_dir() else shutil.copy)(src, tmp_path / name)
-    report = tmp_path / "fedgraph" / "report.py"
+    report = _installed_layout(tmp_path) / "fedgraph" / "report.py"
     report.write_text(report.read_text() + "\n\ndef _up():\n    from . import federation\n")
-    lint = Path(sys.executable).parent / "lint-imports"
-    res = subprocess.run([str(lint), "--no-cache", "--config", "pyproject.toml"], cwd=tmp_path,
-                         capture_output=True, text=True, timeout=300)
+    res = _lint(tmp_path)
     assert res.returncode != 0 and "fedgraph.report -> fedgraph.federation" in res.stdout, \
         res.stdout[-2000:]
 
 
 def test_nothing_imports_bench():
-    for package in PACKAGES:
+    for package in FOLDERS:
         for path in (ROOT / package).rglob("*.py"):
             tree = ast.parse(path.read_text())
             for node in ast.walk(tree):
@@ -124,3 +131,47 @@ print("ok", plan["sigma"] > 0)
     res = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True,
                          text=True, timeout=300)
     assert res.returncode == 0 and "ok True" in res.stdout, res.stderr[-3000:]
+
+
+def test_the_install_names_are_under_fedgraph():
+    """pyproject.toml lists every package of the tree, strategies/ and simulations/ as
+    fedgraph.strategies and fedgraph.simulations (package-dir), and no other top-level name."""
+    import tomllib
+
+    setup = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]
+    assert setup["package-dir"] == {"fedgraph.strategies": "strategies",
+                                    "fedgraph.simulations": "simulations"}
+    tree = set()
+    for folder in FOLDERS:
+        for init in (ROOT / folder).rglob("__init__.py"):
+            parts = init.parent.relative_to(ROOT).parts
+            tree.add(".".join(parts if folder == "fedgraph" else ("fedgraph", *parts)))
+    assert set(setup["packages"]) == tree
+    assert {p.split(".")[0] for p in setup["packages"]} == {"fedgraph"}
+
+
+def test_a_built_wheel_installs_one_top_level_package(tmp_path):
+    """The wheel pip builds from the checkout holds only ``fedgraph/`` (the Flower layers inside
+    it, presets included), and, installed alone, its console entry and Flower apps import from
+    there with no checkout on the path."""
+    import zipfile
+
+    res = subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation",
+                          "-q", "-w", str(tmp_path / "wheel"), str(ROOT)],
+                         capture_output=True, text=True, timeout=300)
+    assert res.returncode == 0, res.stderr[-3000:]
+    (wheel,) = (tmp_path / "wheel").glob("*.whl")
+    names = zipfile.ZipFile(wheel).namelist()
+    tops = {n.split("/")[0] for n in names if not n.split("/")[0].endswith(".dist-info")}
+    assert tops == {"fedgraph"}, tops
+    assert "fedgraph/simulations/presets/gap-edge-cora.toml" in names
+    assert "fedgraph/strategies/gap.py" in names
+    site = tmp_path / "site"
+    zipfile.ZipFile(wheel).extractall(site)
+    code = ("import fedgraph, fedgraph.simulations.server_app as s, fedgraph.strategies.gap as g\n"
+            "print(len(fedgraph.__path__), s.__file__, g.__file__)")
+    out = subprocess.run([sys.executable, "-I", "-c", f"import sys; sys.path.insert(0, {str(site)!r})\n"
+                          + code], cwd=tmp_path, capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr[-3000:]
+    count, server, strategy = out.stdout.split()
+    assert count == "1" and server.startswith(str(site)) and strategy.startswith(str(site))

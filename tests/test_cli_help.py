@@ -3,8 +3,8 @@ from __future__ import annotations
 
 from typer.testing import CliRunner
 
-from simulations.cli import cli
-from simulations.run_files import PRESETS
+from fedgraph.simulations.cli import cli
+from fedgraph.simulations.run_files import PRESETS
 
 
 def _help(*args: str) -> str:
@@ -45,7 +45,7 @@ def test_datasets_with_a_missing_root_fails_naming_it(tmp_path):
 
 
 def test_plot_footer_plurals():
-    from simulations.results import seeds_footer
+    from fedgraph.simulations.results import seeds_footer
 
     assert seeds_footer([1]).endswith("over 1 seed")
     assert seeds_footer([3]).endswith("over 3 seeds")

@@ -21,7 +21,7 @@ from fedgraph.messaging import tensors
 from fedgraph.accounting import Gaussian, PrivacyLedger, PureDP, SubsampledGaussian, compose
 from fedgraph.methods import privgnn as pg
 from fedgraph.report import format_table
-from simulations.local import LocalGrid
+from fedgraph.simulations.local import LocalGrid
 
 # FedAvg (weights leave the clients), explicitly: local-epochs 1 at edge level is FedSGD's
 # default schedule otherwise, and GAP_FEDSGD below covers the gradients
@@ -60,7 +60,7 @@ SCHEMA = _public("the dataset's public schema (name, node universe, feature and 
 WORKER = _public("where the client runs (host, process, device): no data")
 PLAN = _public("the client's calibration: from the public config and the directory counts")
 
-#: FedSGD's fused validation (strategies.fedavg.StrictFedSGD): a training reply's metrics
+#: FedSGD's fused validation (fedgraph.strategies.fedavg.StrictFedSGD): a training reply's metrics
 #: hold the evaluation round's fields for the weights received, edge level only
 VAL_OF_RECEIVED = {
     module: {f"metrics.{field}": {"edge": _public(why)} for field, why in (
@@ -151,7 +151,7 @@ ALLOWED = {
 
 def _run(config, tmp_path, name, fail=None, tamper=None):
     from fedgraph.federation import preflight
-    from simulations.server_app import validate_run_config
+    from fedgraph.simulations.server_app import validate_run_config
 
     strategy_cls, cfg = validate_run_config({**config, "output-dir": str(tmp_path),
                                              "run-name": name})

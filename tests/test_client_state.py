@@ -1,4 +1,4 @@
-"""``simulations.client_state``: a client's large tensors between messages, in the Flower
+"""``fedgraph.simulations.client_state``: a client's large tensors between messages, in the Flower
 ``Context`` outside Ray and in Ray's object store (a reference in the ``Context``) under it."""
 import pickle
 import subprocess
@@ -8,7 +8,7 @@ import textwrap
 import torch
 from flwr.app import ArrayRecord, ConfigRecord, Context, RecordDict
 
-from simulations import client_state
+from fedgraph.simulations import client_state
 
 
 def _context(node_id: int = 1, run_id: int = 7) -> Context:
@@ -63,7 +63,7 @@ RAY_SCRIPT = textwrap.dedent("""
     import json, pickle, tempfile, time
     import ray, torch
     from flwr.app import ConfigRecord, Context, RecordDict
-    from simulations import client_state
+    from fedgraph.simulations import client_state
 
     ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False,
              _temp_dir=tempfile.mkdtemp(prefix="fgcs-", dir="/tmp"))

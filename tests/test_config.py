@@ -57,7 +57,7 @@ def test_every_preset_validates():
     import tomllib
     from pathlib import Path
 
-    from simulations.server_app import validate_run_config
+    from fedgraph.simulations.server_app import validate_run_config
 
     presets = sorted((Path(__file__).parents[1] / "simulations" / "presets").glob("*.toml"))
     assert len(presets) >= 8
@@ -71,7 +71,7 @@ def test_every_preset_validates():
 def test_keys_of_other_methods_are_found_and_rejected_by_fedgraph_run(tmp_path):
     from typer.testing import CliRunner
 
-    from simulations.cli import cli
+    from fedgraph.simulations.cli import cli
 
     assert keys_of_other_methods({"method": "gap", "budgets": "1,2", "hops": 2, "seed": 1}) == {
         "budgets": ["ppgnn"]}
@@ -106,7 +106,7 @@ def test_flwr_run_reports_are_named_like_fedgraph_run_reports(tmp_path):
     import re
 
     from fedgraph.config import parse_run_config
-    from strategies.base import PrivateStrategy
+    from fedgraph.strategies.base import PrivateStrategy
 
     class Named(PrivateStrategy):
         def run(self, grid):
@@ -218,9 +218,9 @@ def test_fedgraph_run_preset_and_flwr_run_name_the_report_alike(tmp_path):
 
     from fedgraph.report import default_run_name
     from fedgraph.registry import spec_label
-    from simulations.run_files import PRESETS
-    from simulations.simulate import _run
-    from simulations.server_app import validate_run_config
+    from fedgraph.simulations.run_files import PRESETS
+    from fedgraph.simulations.simulate import _run
+    from fedgraph.simulations.server_app import validate_run_config
 
     preset = tomllib.loads((Path(PRESETS) / "gap-edge-cora.toml").read_text())
     run_config = {**preset, "output-dir": str(tmp_path)}
@@ -228,7 +228,7 @@ def test_fedgraph_run_preset_and_flwr_run_name_the_report_alike(tmp_path):
     names = []
 
     def simulate(server_app, client_app, num_supernodes, backend_config):
-        from simulations.interrupt import REPORT_PATH
+        from fedgraph.simulations.interrupt import REPORT_PATH
 
         names.append(REPORT_PATH[0].stem)
         REPORT_PATH[0].write_text(json.dumps({"status": "ok"}))

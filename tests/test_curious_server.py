@@ -100,7 +100,7 @@ def _gap_release(cfg):
     held by the other client, and everything needed to rerun it."""
     from fedgraph.methods.gap.client_pma import client_edges, pma_partial_sums
     from fedgraph.methods.gap.models import build_encoder
-    from simulations import client_app
+    from fedgraph.simulations import client_app
 
     view = client_view(cfg, PID)
     s = view.statistics
@@ -148,7 +148,7 @@ def test_server_cannot_remove_gap_pma_noise(source, monkeypatch):
 @pytest.mark.parametrize("source", SOURCES)
 def test_server_cannot_replay_ppgnn_reports(source, monkeypatch):
     from fedgraph.methods import ppgnn
-    from simulations import client_app
+    from fedgraph.simulations import client_app
 
     cfg = _config(PPGNN, source, monkeypatch)
     reply = client_app.ppgnn_query(_message(cfg, "query.ppgnn"), _context())
@@ -175,7 +175,7 @@ def test_server_cannot_replay_ppgnn_reports(source, monkeypatch):
 @pytest.mark.parametrize("source", SOURCES)
 def test_server_cannot_remove_privgnn_answer_noise(source, monkeypatch):
     from fedgraph.methods import privgnn as pf
-    from simulations import client_app
+    from fedgraph.simulations import client_app
 
     from test_device_clients import _queries  # the queries the strategy sends
 
@@ -209,7 +209,7 @@ def test_server_cannot_replay_gap_dp_sgd(source, monkeypatch):
     from fedgraph.methods.gap import local_train
     from fedgraph.methods.gap.models import build_encoder
     from fedgraph.methods.gap.privacy import privacy_plan
-    from simulations import client_app
+    from fedgraph.simulations import client_app
 
     cfg = _config({**GAP, "level": "node", "local-epochs": 1, "client-epsilons": "8",
                    "accountant": "rdp"}, source,  # fast calibration; the noise is the point

@@ -63,7 +63,7 @@ def test_privgnn_handler_puts_cpu_answers_in_the_message(monkeypatch):
     result for the client's generator (``noise-source = secret``: reproducible from the
     client's secret), for ``cpu`` and ``auto`` alike."""
     from fedgraph.randomness import SECRET_ENV, client_generator
-    from simulations import client_app
+    from fedgraph.simulations import client_app
 
     monkeypatch.setenv(SECRET_ENV, "test-secret-device-clients")
     for attr, value in (("_run_id", 1), ("_task_id", 1), ("_node_id", 1)):

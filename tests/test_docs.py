@@ -72,7 +72,7 @@ def test_every_report_field_of_a_real_run_is_explained(tmp_path):
 def test_cli_reference_has_every_command():
     import typer.main
 
-    from simulations.cli import cli
+    from fedgraph.simulations.cli import cli
 
     page = refs.cli_page()
     for name in typer.main.get_command(cli).commands:
@@ -81,8 +81,8 @@ def test_cli_reference_has_every_command():
 
 def test_api_reference_walks_the_packages():
     mods = refs.modules()
-    for must in ("fedgraph", "fedgraph.config", "fedgraph.accounting.ledger", "strategies.base",
-                 "simulations.local"):
+    for must in ("fedgraph", "fedgraph.config", "fedgraph.accounting.ledger", "fedgraph.strategies.base",
+                 "fedgraph.simulations.local"):
         assert must in mods
     on_disk = {p.relative_to(ROOT).with_suffix("").as_posix().replace("/", ".")
                for p in (ROOT / "fedgraph").rglob("*.py")
@@ -98,7 +98,7 @@ def test_readme_is_short():
 def test_readme_commands_exist():
     import typer.main
 
-    from simulations.cli import cli
+    from fedgraph.simulations.cli import cli
 
     commands = set(typer.main.get_command(cli).commands)
     presets = {p.stem for p in (ROOT / "simulations" / "presets").glob("*.toml")}
@@ -138,8 +138,8 @@ def test_readme_run_commands_are_valid_configs():
     themselves are the suite's preset tests and the README's five-minute tour."""
     import shlex
 
-    from simulations.run_files import load_run_config
-    from simulations.simulate import check_run_config
+    from fedgraph.simulations.run_files import load_run_config
+    from fedgraph.simulations.simulate import check_run_config
 
     shell = "\n".join(re.findall(r"```bash\n(.*?)```", README, flags=re.S))
     runs = [line.split("#")[0] for line in shell.splitlines()
@@ -156,7 +156,7 @@ def test_fedgraph_datasets_runs():
     """The README's `fedgraph datasets` lists the known datasets (bundled Cora available)."""
     from typer.testing import CliRunner
 
-    from simulations.cli import cli
+    from fedgraph.simulations.cli import cli
 
     res = CliRunner().invoke(cli, ["datasets"])
     assert res.exit_code == 0, res.output

@@ -13,7 +13,7 @@ ROOT = Path(__file__).parents[1]
 
 def fedgraph(*args, tmp_path, timeout=400, env_extra=None):
     env = {**os.environ, "XDG_CACHE_HOME": str(tmp_path / "cache"), **(env_extra or {})}
-    return subprocess.run([sys.executable, "-m", "simulations.cli", *args], cwd=ROOT, env=env,
+    return subprocess.run([sys.executable, "-m", "fedgraph.simulations.cli", *args], cwd=ROOT, env=env,
                           capture_output=True, text=True, timeout=timeout)
 
 
@@ -34,8 +34,8 @@ def test_ppgnn_cora_three_clients_well_above_majority(tmp_path):
     assert report["privacy"]["noise_source"] == "secret"
     assert secret not in (out / "e2e.json").read_text() + res.stdout + res.stderr
     assert report["dataset"]["num_nodes"] == 2708  # bundled Cora, no data folder needed
-    assert report["host"]["flower_wakeups"] is True  # simulations.wakeups in the simulation
-    # the clients ran in the actors prestarted during the imports (simulations.early_ray),
+    assert report["host"]["flower_wakeups"] is True  # fedgraph.simulations.wakeups in the simulation
+    # the clients ran in the actors prestarted during the imports (fedgraph.simulations.early_ray),
     # which got the secret too
     assert report["host"]["prestarted_actors"] == 2
     acc = report["accuracy"]

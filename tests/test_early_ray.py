@@ -1,5 +1,5 @@
-"""``fedgraph run`` starts Ray while it imports and checks (simulations.early_ray), and exits
-without the interpreter's finalization (simulations.cli.main): the failure paths."""
+"""``fedgraph run`` starts Ray while it imports and checks (fedgraph.simulations.early_ray), and exits
+without the interpreter's finalization (fedgraph.simulations.cli.main): the failure paths."""
 import importlib.util
 import subprocess
 import sys
@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from simulations import early_ray
+from fedgraph.simulations import early_ray
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -40,7 +40,7 @@ def test_no_early_start_for_an_existing_cluster_or_when_switched_off(monkeypatch
 def test_the_console_script_keeps_its_exit_codes_and_messages():
     """main() ends ``run`` with os._exit: the code and the message still come out."""
     proc = subprocess.run([sys.executable, "-c", "import sys; sys.argv = ['fedgraph', 'run', "
-                           "'--set', 'budgets=-1']; from simulations.cli import main; main()"],
+                           "'--set', 'budgets=-1']; from fedgraph.simulations.cli import main; main()"],
                           cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert proc.returncode == 2, proc.stderr[-2000:]
     assert "budgets: every epsilon must be finite and > 0" in proc.stderr
@@ -113,10 +113,10 @@ def test_warm_client_imports_the_client_app_and_the_methods_modules(monkeypatch)
     imported = []
     monkeypatch.setattr(early_ray.importlib, "import_module", imported.append)
     early_ray.warm_client("gap")
-    assert imported == ["simulations.client_app", *early_ray.WARM_IMPORTS["gap"]]
+    assert imported == ["fedgraph.simulations.client_app", *early_ray.WARM_IMPORTS["gap"]]
     imported.clear()
     early_ray.warm_client("mypkg.strategy:Custom")  # a custom strategy: the ClientApp only
-    assert imported == ["simulations.client_app"]
+    assert imported == ["fedgraph.simulations.client_app"]
 
 
 def test_ray_shutdown_ends_the_autoscaler_monitor_first_without_grace():
@@ -146,7 +146,7 @@ def test_ray_shutdown_ends_the_autoscaler_monitor_first_without_grace():
 
 def test_ray_starts_early_for_a_secret_run_only_with_the_secret_set(monkeypatch):
     from fedgraph.randomness import SECRET_ENV
-    from simulations import simulate
+    from fedgraph.simulations import simulate
 
     secret_run = {"method": "gap", "noise-source": "secret"}
     monkeypatch.delenv(SECRET_ENV, raising=False)

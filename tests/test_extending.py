@@ -1,5 +1,5 @@
 """Extension API (docs/extending.md): the three examples run, and extensions that break the
-contract are caught with a clear message. In-process (simulations.local.run_local: same
+contract are caught with a clear message. In-process (fedgraph.simulations.local.run_local: same
 strategy, handlers and ledger); the custom-dataset example's real Flower run is in
 tests/test_ray_cluster.py."""
 import json
@@ -17,9 +17,9 @@ from fedgraph.data import (DATASETS, PARTITIONERS, check_graph, load_dataset, pa
 from fedgraph.mechanisms import (FEATURE_MECHANISMS, FeatureMechanism, check_mechanism,
                                  make_mechanism, register_mechanism)
 from fedgraph.registry import ContractError, Registry, import_object
-from simulations.run_files import load_run_config
-from simulations.local import LocalGrid, run_local
-from strategies import PrivateStrategy, register_strategy, resolve_strategy
+from fedgraph.simulations.run_files import load_run_config
+from fedgraph.simulations.local import LocalGrid, run_local
+from fedgraph.strategies import PrivateStrategy, register_strategy, resolve_strategy
 
 ROOT = Path(__file__).parents[1]
 EXAMPLES = ROOT / "examples"
@@ -118,7 +118,7 @@ def test_strategy_needs_its_method(tmp_path):
     cfg = parse_run_config({"method": "gap", "output-dir": str(tmp_path), "run-name": "m"})
     with pytest.raises(ConfigError, match="needs method = 'ppgnn'"):
         cls(cfg).start(LocalGrid(1))
-    from simulations.server_app import validate_run_config
+    from fedgraph.simulations.server_app import validate_run_config
 
     with pytest.raises(ConfigError, match="needs method = 'ppgnn'"):  # before anything starts
         validate_run_config({"method": "gap",
@@ -130,7 +130,7 @@ def test_strategy_resolution_errors(tmp_path):
         resolve_strategy("nope")
     with pytest.raises(ValueError, match="cannot import"):
         resolve_strategy("no.such.module:Strategy")
-    with pytest.raises(ContractError, match="not a subclass of strategies.PrivateStrategy"):
+    with pytest.raises(ContractError, match="not a subclass of fedgraph.strategies.PrivateStrategy"):
         resolve_strategy("fedgraph.config:PPGNNConfig")
     with pytest.raises(ContractError, match="does not implement run"):
         register_strategy("abstract-one")(type("Abstract", (PrivateStrategy,), {}))

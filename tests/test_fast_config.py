@@ -20,8 +20,8 @@ import json, sys
 from pathlib import Path
 from typer.testing import CliRunner
 from fedgraph.config import parse_run_config
-from simulations.cli import cli
-from simulations.run_files import PRESETS, load_run_config
+from fedgraph.simulations.cli import cli
+from fedgraph.simulations.run_files import PRESETS, load_run_config
 
 out = {"runs": []}
 for args in json.loads(sys.argv[1]):
@@ -164,7 +164,7 @@ def test_a_preset_that_is_not_toml_fails_with_one_line(tmp_path):
     reason (as ``fedgraph sweep`` does), no traceback."""
     from typer.testing import CliRunner
 
-    from simulations.cli import cli
+    from fedgraph.simulations.cli import cli
 
     bad = tmp_path / "bad.toml"
     bad.write_text('method = "gap"\nbad = [\n')
@@ -180,7 +180,7 @@ from fedgraph.config import parse_run_config
 cfg = parse_run_config({"method": "gap", "dataset": "synthetic-sbm:300:6:1"})
 assert cfg.dataset == "synthetic-sbm:300:6:1", cfg.dataset
 before = [m for m in ("torch", "torch_geometric") if m in sys.modules]
-import simulations.client_app, fedgraph.methods.gap.client, fedgraph.methods.gap
+import fedgraph.simulations.client_app, fedgraph.methods.gap.client, fedgraph.methods.gap
 from fedgraph import partition_cache as pc
 from fedgraph.data import ClientGraph, partition
 pc.code_digest(); pc.source_key("facebook-pagepage", "", 1); pc.cache_dir()
@@ -208,8 +208,8 @@ def test_a_ray_address_where_no_cluster_answers_is_refused_before_anything_start
     from typer.testing import CliRunner
 
     from fedgraph.config import ConfigError
-    from simulations.cli import cli
-    from simulations.resources import check_ray_address
+    from fedgraph.simulations.cli import cli
+    from fedgraph.simulations.resources import check_ray_address
 
     with socket.socket() as s:  # a port nothing listens on once closed
         s.bind(("127.0.0.1", 0))

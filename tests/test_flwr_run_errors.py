@@ -11,7 +11,7 @@ import pytest
 from fedgraph.config import ConfigError, parse_run_config
 from fedgraph.errors import ClientFailure
 from fedgraph.messaging import wait_for_nodes
-from simulations.server_app import OneLineUserErrors
+from fedgraph.simulations.server_app import OneLineUserErrors
 
 
 def _record_for(err: BaseException) -> logging.LogRecord:
@@ -61,10 +61,10 @@ def test_simulation_with_too_few_supernodes_fails_within_seconds(monkeypatch):
 
 
 def test_too_few_supernodes_fail_within_seconds_behind_the_interruptible_grid(monkeypatch):
-    """fedgraph's ServerApp wraps Flower's grid (simulations.interrupt): the simulation is
+    """fedgraph's ServerApp wraps Flower's grid (fedgraph.simulations.interrupt): the simulation is
     still recognized (it waited out the 60 s timeout before)."""
     import fedgraph.messaging as messaging
-    from simulations.grid import InterruptibleGrid
+    from fedgraph.simulations.grid import InterruptibleGrid
 
     monkeypatch.setattr(messaging, "SETTLE_S", 0.5)
     start = time.time()
@@ -84,8 +84,8 @@ def test_deployment_grid_keeps_waiting_for_late_supernodes():
 def test_num_clients_comes_from_the_supernodes():
     """``flwr run .`` on Flower's default federation (2 supernodes): pyproject's
     ``num-clients = 0`` becomes the grid's count; a missing key too (``fedgraph run``)."""
-    from simulations.grid import InterruptibleGrid
-    from simulations.supernodes import resolve_num_clients
+    from fedgraph.simulations.grid import InterruptibleGrid
+    from fedgraph.simulations.supernodes import resolve_num_clients
 
     grid = InterruptibleGrid(InMemoryGrid(2))
     assert resolve_num_clients(grid, {"num-clients": 0}, settle=0.1)["num-clients"] == 2
@@ -94,7 +94,7 @@ def test_num_clients_comes_from_the_supernodes():
 
 
 def test_explicit_num_clients_other_than_the_supernodes_is_refused_naming_both():
-    from simulations.supernodes import resolve_num_clients
+    from fedgraph.simulations.supernodes import resolve_num_clients
 
     start = time.time()
     with pytest.raises(ConfigError, match="num-clients=5 but the federation has 2 supernodes"):
@@ -103,7 +103,7 @@ def test_explicit_num_clients_other_than_the_supernodes_is_refused_naming_both()
 
 
 def test_a_deployment_keeps_an_explicit_num_clients():
-    from simulations.supernodes import resolve_num_clients
+    from fedgraph.simulations.supernodes import resolve_num_clients
 
     class Grid(InMemoryGrid):
         pass  # supernodes connect one by one: the connect phase waits for them

@@ -12,7 +12,7 @@ the whole graph computes:
 * the same round is selected on validation and the accuracy is the same (within 0.5 points);
 * and the one-client run is centralized GAP's :func:`~fedgraph.methods.gap.fit` (same weights).
 
-In-process (:class:`simulations.local.LocalGrid`: the real strategy and ClientApp handlers, no
+In-process (:class:`fedgraph.simulations.local.LocalGrid`: the real strategy and ClientApp handlers, no
 Ray) on a small SBM graph. Faults this caught: the server drew the initial weights from the
 unseeded global RNG (every run, hence every partition, started elsewhere), and the best round
 was chosen on a float mean of the clients' validation accuracies, which breaks ties between
@@ -24,10 +24,10 @@ import torch
 from fedgraph.federation import client_view, load_federated
 from fedgraph.methods.gap import fit, pma
 from fedgraph.methods.gap.models import build_classifier, build_encoder
-from simulations import client_state
-from simulations.local import LocalGrid
-from simulations.server_app import validate_run_config
-from strategies.gap import _seeded_init
+from fedgraph.simulations import client_state
+from fedgraph.simulations.local import LocalGrid
+from fedgraph.simulations.server_app import validate_run_config
+from fedgraph.strategies.gap import _seeded_init
 
 ROUNDS = 15
 BASE = {"method": "gap", "dataset": "synthetic-sbm:600:6", "client-epsilons": "inf",

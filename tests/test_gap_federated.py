@@ -131,7 +131,7 @@ def test_gap_flower_run_two_clients(tmp_path):
     out = tmp_path / "runs"
     env = {**os.environ, "FEDGRAPH_DATA": str(SHARED), "XDG_CACHE_HOME": str(tmp_path / "cache")}
     res = subprocess.run(
-        [sys.executable, "-m", "simulations.cli", "run", "gap-edge-caltech", "--num-cpus", "2",
+        [sys.executable, "-m", "fedgraph.simulations.cli", "run", "gap-edge-caltech", "--num-cpus", "2",
          "--set", "num-clients=2", "--set", "client-epsilons='2,8'", "--set", "encoder-rounds=3",
          "--set", "classifier-rounds=3", "--set", "server-optimizer=fedadam",
          "--set", "secure-aggregation=true",
@@ -146,7 +146,7 @@ def test_gap_flower_run_two_clients(tmp_path):
     assert report["accuracy"]["test"] > report["ground_truth"]["majority_class"]
     assert report["config"]["server_optimizer"] == "fedadam"
     # both of Flower's client actors were the ones started while the driver imported
-    assert report["host"]["prestarted_actors"] == 2  # (simulations.early_ray)
+    assert report["host"]["prestarted_actors"] == 2  # (fedgraph.simulations.early_ray)
     assert "classifier rounds (FedAdam)" in report["timings_s"]
     clients = report["clients"]
     sigma_max = max(c["sigma"] for c in clients.values())

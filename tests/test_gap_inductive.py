@@ -72,8 +72,8 @@ def _pma_releases(log):
 
 def _run(tmp_path, name, **overrides):
     from fedgraph.federation import preflight
-    from simulations.local import LocalGrid
-    from simulations.server_app import validate_run_config
+    from fedgraph.simulations.local import LocalGrid
+    from fedgraph.simulations.server_app import validate_run_config
 
     strategy_cls, cfg = validate_run_config({**CORA, **overrides, "output-dir": str(tmp_path),
                                              "run-name": name})

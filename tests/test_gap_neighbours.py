@@ -271,7 +271,7 @@ def test_undirected_edges_with_heterogeneous_targets_keep_both_guarantees():
 
 
 def test_report_names_the_unit():
-    from strategies.gap import _privacy_model
+    from fedgraph.strategies.gap import _privacy_model
 
     plan = {"sensitivity": math.sqrt(14), "remote_norm": 1.0, "hops": 2}
     assert "undirected edge" in _privacy_model(parse_run_config({"method": "gap"}), plan)
@@ -285,7 +285,7 @@ def test_directed_unit_reports_what_an_undirected_edge_costs():
     """With the paper's directed unit, the report adds each client's epsilon for a whole
     undirected edge: the issue's 5.89 for the default noise (multiplier 1.8356 at eps 4,
     K = 2, delta 1e-7), more for the client whose cross-client partner has less noise."""
-    from strategies.gap import _undirected_edge_epsilon
+    from fedgraph.strategies.gap import _undirected_edge_epsilon
 
     cfg = parse_run_config({"method": "gap", "edge-unit": "directed", "num-clients": 2,
                             "client-epsilons": "4,8"})

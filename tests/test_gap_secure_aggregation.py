@@ -111,7 +111,7 @@ CORA = {"method": "gap", "dataset": "cora", "min-class-size": 1, "num-clients": 
 
 
 class _CuriousServer:
-    """A :class:`simulations.local.LocalGrid` seen by the server: every PMA request it sends
+    """A :class:`fedgraph.simulations.local.LocalGrid` seen by the server: every PMA request it sends
     and reply it receives, keyed ``(node, hop, graph)``, one message at a time; and, for the
     test only, the plaintext rows each client computed (``pma_partial_sums`` spied on), which
     the server must not be able to read. ``drop``: the key of a reply that gets lost;
@@ -119,7 +119,7 @@ class _CuriousServer:
 
     def __init__(self, num_clients, monkeypatch, drop=None, strip_keys=False):
         import fedgraph.methods.gap.client as gf
-        from simulations.local import LocalGrid
+        from fedgraph.simulations.local import LocalGrid
 
         self.grid, self.drop, self.strip_keys = LocalGrid(num_clients), drop, strip_keys
         self.sent, self.received, self.plain, self.other = {}, {}, {}, []
@@ -157,7 +157,7 @@ class _CuriousServer:
 
 
 def _secure_run(tmp_path, monkeypatch, drop=None, strip_keys=False):
-    from simulations.server_app import validate_run_config
+    from fedgraph.simulations.server_app import validate_run_config
 
     strategy_cls, cfg = validate_run_config({**CORA, "output-dir": str(tmp_path),
                                              "run-name": "secure"})

@@ -265,8 +265,8 @@ def _corrupting(message_type, record, value):
 def test_a_non_finite_reply_fails_the_run_naming_the_client(tmp_path, value, run_config,
                                                             message_type, record):
     from fedgraph.federation import preflight
-    from simulations.local import LocalGrid
-    from simulations.server_app import validate_run_config
+    from fedgraph.simulations.local import LocalGrid
+    from fedgraph.simulations.server_app import validate_run_config
 
     strategy_cls, cfg = validate_run_config({**run_config, "output-dir": str(tmp_path),
                                              "run-name": "run"})

@@ -15,9 +15,9 @@ from pathlib import Path
 
 import pytest
 
-from simulations.grid import InterruptibleGrid
+from fedgraph.simulations.grid import InterruptibleGrid
 from fedgraph.procstats import descendants
-from simulations.interrupt import RunInterrupted, STOP
+from fedgraph.simulations.interrupt import RunInterrupted, STOP
 
 ROOT = Path(__file__).parents[1]
 #: Linux's process file system (an OS interface, not a project path)
@@ -38,7 +38,7 @@ def _marked(marker: str) -> list[int]:
 def _start(tmp_path, marker):
     env = {**os.environ, "FEDGRAPH_TEST_MARKER": marker, "XDG_CACHE_HOME": str(tmp_path / "c")}
     log = open(tmp_path / "log.txt", "w")
-    proc = subprocess.Popen([sys.executable, "-u", "-m", "simulations.cli", "run", "ppgnn-cora",
+    proc = subprocess.Popen([sys.executable, "-u", "-m", "fedgraph.simulations.cli", "run", "ppgnn-cora",
                              "--num-cpus", "2", "--set", "num-clients=3",
                              "--set", f"output-dir='{tmp_path}'", "--set", "run-name='run'"],
                             cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT)
@@ -132,7 +132,7 @@ def test_ray_init_cannot_take_sigterm_away():
     without its report: inside ``fedgraph run`` Ray's setter leaves our handler in place."""
     import ray._private.utils as ray_utils
 
-    from simulations.interrupt import StopOnSignal
+    from fedgraph.simulations.interrupt import StopOnSignal
 
     original = ray_utils.set_sigterm_handler
     try:
@@ -150,7 +150,7 @@ def test_ray_core_worker_gets_no_c_level_sigterm_handler(monkeypatch):
     import ray._private.ray_constants as ray_constants
     import ray._private.utils as ray_utils
 
-    from simulations.interrupt import StopOnSignal
+    from fedgraph.simulations.interrupt import StopOnSignal
 
     monkeypatch.delenv("RAY_DISABLE_FAILURE_SIGNAL_HANDLER", raising=False)
     monkeypatch.setattr(ray_constants, "RAY_DISABLE_FAILURE_SIGNAL_HANDLER", False)
@@ -164,8 +164,8 @@ def test_one_interrupt_delivered_twice_is_one_graceful_stop(monkeypatch):
     """GNU ``timeout -s INT`` signals the command and then its process group: the second
     copy, a moment after the first, used to count as "Ctrl-C again" and killed the run before
     its report was written. Within the debounce window it is ignored; a later one quits."""
-    from simulations import interrupt
-    from simulations.interrupt import StopOnSignal
+    from fedgraph.simulations import interrupt
+    from fedgraph.simulations.interrupt import StopOnSignal
 
     exits, lines = [], []
     monkeypatch.setattr(interrupt, "_interrupt_server_thread", lambda: None)
@@ -191,7 +191,7 @@ def test_a_simulation_that_never_returns_after_its_strategy_is_ended(monkeypatch
     import json
     import threading
 
-    from simulations import interrupt
+    from fedgraph.simulations import interrupt
 
     report = tmp_path / "r.json"
     report.write_text(json.dumps({"status": "failed"}))
@@ -220,11 +220,11 @@ def test_a_simulation_that_never_returns_after_its_strategy_is_ended(monkeypatch
 
 
 def test_flower_exit_stops_the_server_thread_and_waits_for_its_report():
-    """``flwr stop``: Flower's exit handler (simulations.flower_exit.stop_and_wait) stops the
+    """``flwr stop``: Flower's exit handler (fedgraph.simulations.flower_exit.stop_and_wait) stops the
     ServerApp's thread as Ctrl-C does and returns once its report is written."""
     import threading
 
-    from simulations import flower_exit, interrupt
+    from fedgraph.simulations import flower_exit, interrupt
 
     written = []
 

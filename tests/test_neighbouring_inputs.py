@@ -1,7 +1,7 @@
 """Neighbouring inputs (issue 28): "public" is checked, not declared.
 
-The real client handlers (:mod:`simulations.client_app`, through the real strategies on
-:class:`simulations.local.LocalGrid`) run on a graph ``D`` and on a worst-case neighbour ``D'``
+The real client handlers (:mod:`fedgraph.simulations.client_app`, through the real strategies on
+:class:`fedgraph.simulations.local.LocalGrid`) run on a graph ``D`` and on a worst-case neighbour ``D'``
 (one protected unit changed), with the clients' noise injected identically on both sides
 (``noise-source = "secret"``, one secret, the data digest of the key held fixed, deterministic
 secure-aggregation keys). Every field of every reply is recorded on both sides and paired
@@ -471,8 +471,8 @@ class Harness:
         the report's composition is skipped: its PLD cross-check is most of a run's time and
         reads nothing the clients sent)."""
         from fedgraph.federation import preflight
-        from simulations.local import LocalGrid
-        from simulations.server_app import validate_run_config
+        from fedgraph.simulations.local import LocalGrid
+        from fedgraph.simulations.server_app import validate_run_config
 
         self.use(data, **change)
         strategy_cls, cfg = validate_run_config({**config, "output-dir": str(self.tmp_path)})
@@ -494,7 +494,7 @@ class Harness:
     def replay(self, run: Run, data, tamper=None, **change) -> list:
         """``D'``'s clients answering the requests of ``run`` (the server's messages on ``D``),
         in the same order, each with its own state: ``[(request, reply)]``."""
-        from simulations.local import LocalGrid
+        from fedgraph.simulations.local import LocalGrid
 
         self.use(data, **change)
         grid = self.replay_grid = LocalGrid(run.cfg.num_clients)
@@ -843,11 +843,11 @@ def check_neighbour(harness, config, neighbour: Neighbour, modes=("live", "repla
 
 def _private_hops_unchanged(run: Run, replay_grid, neighbour) -> list:
     """The replay's premise for GAP's hops >= 2: every client's own PMA output (hops 1..K of
-    its nodes, its noisy local rows included, which never leave it; ``simulations.client_state``
+    its nodes, its noisy local rows included, which never leave it; ``fedgraph.simulations.client_state``
     under ``gap.hops``, ``gap.hops.test`` for the held-out graph) is the same on D and D', so
     hop k was checked given the same hop k-1 (adaptive composition). Hop 0 is the encoder's
     embedding of the client's own features (the node's own data: it may differ)."""
-    from simulations.client_state import get_tensors
+    from fedgraph.simulations.client_state import get_tensors
 
     problems = []
     for node, context in run.grid.contexts.items():

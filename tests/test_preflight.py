@@ -8,7 +8,7 @@ import textwrap
 import pytest
 
 from fedgraph.config import ConfigError
-from simulations.local import run_local
+from fedgraph.simulations.local import run_local
 
 TINY = """
 import torch

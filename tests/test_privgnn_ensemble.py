@@ -213,7 +213,7 @@ def test_ensemble_without_sigma_votes_spends_the_target(tmp_path, monkeypatch):
 
 
 def test_a_sigma_votes_given_is_kept_and_the_target_is_a_cap(tmp_path, monkeypatch):
-    from strategies.privgnn import calibrate_sigma_votes
+    from fedgraph.strategies.privgnn import calibrate_sigma_votes
     from fedgraph.config import parse_run_config
 
     cfg = parse_run_config({**ENSEMBLE, "client-epsilons": "8"})

@@ -49,8 +49,8 @@ def test_bad_values_name_the_key_and_the_allowed_values(key, value, expect):
 def test_strategy_name_selects_the_config_and_pyproject_keys_validate():
     import tomllib
 
-    from simulations.server_app import validate_run_config
-    from strategies import PrivGNNStrategy
+    from fedgraph.simulations.server_app import validate_run_config
+    from fedgraph.strategies import PrivGNNStrategy
 
     declared = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["flwr"]["app"]["config"]
     # flwr run passes every declared key (PPGNN's method default) plus the user's strategy
@@ -123,7 +123,7 @@ class InProcessGrid:
     type with a per-node Context; every request and reply is kept for inspection."""
 
     def __init__(self, num_clients, monkeypatch):
-        from simulations import client_app
+        from fedgraph.simulations import client_app
 
         self.handlers = {"query.privgnn": client_app.privgnn_query,
                          "query.privgnn_keys": client_app.privgnn_keys}
@@ -149,7 +149,7 @@ class InProcessGrid:
 
 
 def _run_strategy(run_config, tmp_path, monkeypatch):
-    from simulations.server_app import validate_run_config
+    from fedgraph.simulations.server_app import validate_run_config
 
     strategy_cls, cfg = validate_run_config({**run_config, "output-dir": str(tmp_path),
                                              "run-name": "run"})
@@ -272,7 +272,7 @@ def test_flower_run_student_beats_majority_at_a_generous_lambda(tmp_path):
     sets = {"noise-source": "'secret'", "num-clients": 2, "num-queries": 80, "lam": 10.0, "client-epsilons": "'inf,1e-3'",
             "teacher-epochs": 50, "epochs": 100, "output-dir": f"'{out}'", "run-name": "'e2e'"}
     args = [a for k, v in sets.items() for a in ("--set", f"{k}={v}")]
-    res = subprocess.run([sys.executable, "-m", "simulations.cli", "run", "privgnn-cora",
+    res = subprocess.run([sys.executable, "-m", "fedgraph.simulations.cli", "run", "privgnn-cora",
                           "--num-cpus", "2", *args], cwd=ROOT, env=env, capture_output=True,
                          text=True, timeout=300)
     assert res.returncode == 0, res.stderr[-3000:]

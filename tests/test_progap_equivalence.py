@@ -1,6 +1,6 @@
 """Federated ProGAP against the centralized algorithm (issue 33).
 
-In-process (:class:`simulations.local.LocalGrid`: the real strategy and ClientApp handlers) on
+In-process (:class:`fedgraph.simulations.local.LocalGrid`: the real strategy and ClientApp handlers) on
 a small SBM graph: without noise, one client and several clients with cross-client edges
 (random and louvain partitions, batch norm off) compute the centralized run's aggregations
 and accuracy (FedSGD = full-batch Adam; the rows of the other clients arrive through the
@@ -14,9 +14,9 @@ import torch
 
 from fedgraph.federation import client_view, load_federated, preflight
 from fedgraph.methods.progap import run_progap
-from simulations import client_state
-from simulations.local import LocalGrid
-from simulations.server_app import validate_run_config
+from fedgraph.simulations import client_state
+from fedgraph.simulations.local import LocalGrid
+from fedgraph.simulations.server_app import validate_run_config
 
 EPOCHS = 8
 BASE = {"method": "progap", "dataset": "synthetic-sbm:400:4", "client-epsilons": "inf",

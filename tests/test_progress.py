@@ -8,7 +8,7 @@ from rich.console import Console
 
 from fedgraph import report
 from fedgraph.report import RunReport, progress
-from simulations.grid import InterruptibleGrid
+from fedgraph.simulations.grid import InterruptibleGrid
 
 
 def _console(monkeypatch, terminal: bool) -> io.StringIO:

@@ -38,7 +38,7 @@ def _context(pid=1, node_config=None) -> Context:
 
 def _ppgnn_report(cfg, context) -> dict:
     """The PPGNN report client 1 releases, through the real handler."""
-    from simulations import client_app
+    from fedgraph.simulations import client_app
 
     msg = Message(RecordDict({"config": ConfigRecord({"json": json.dumps(cfg.model_dump())})}),
                   dst_node_id=2, message_type="query.ppgnn")
@@ -330,7 +330,7 @@ def test_add_gaussian_adds_in_float64_and_rounds_once():
 def test_secure_source_runs_every_client_path(method, monkeypatch, tmp_path):
     """A whole run on the LocalGrid with ``noise-source = secure`` (GAP node level: degree
     sampling, DP-SGD and its Poisson sampling, PMA noise) finishes and reports the source."""
-    from simulations.local import run_local
+    from fedgraph.simulations.local import run_local
 
     cfg = {"ppgnn": {**PPGNN, "epochs": 5},
            "gap-node": {"method": "gap", "dataset": "cora", "num-clients": 2, "level": "node",
@@ -361,8 +361,8 @@ def _bytes_of(message) -> bytes:
 
 def test_secret_appears_nowhere_the_server_or_a_reader_looks(monkeypatch, tmp_path):
     from fedgraph.federation import preflight
-    from simulations.local import LocalGrid
-    from simulations.server_app import validate_run_config
+    from fedgraph.simulations.local import LocalGrid
+    from fedgraph.simulations.server_app import validate_run_config
 
     monkeypatch.setenv(rng.SECRET_ENV, SECRET)
     strategy_cls, cfg = validate_run_config({**PPGNN, "noise-source": "secret", "epochs": 5,

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typer.testing import CliRunner
 
-from simulations.cli import cli
+from fedgraph.simulations.cli import cli
 from test_sweep import fake_cell, write
 
 PUBLISHED = ('[[published]]\nmethod = "lpgnn"\ndataset = "cora"\nepsilon = 1\ntest = 83.9\n'

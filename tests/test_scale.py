@@ -54,7 +54,7 @@ def test_gap_run_auto_is_cpu_and_equals_cpu(no_gpu, tmp_path, monkeypatch):
     """Bit-identical runs: the clients' noise from one secret (``noise-source = secret``;
     ``device`` does not change the noise)."""
     from fedgraph.randomness import SECRET_ENV
-    from simulations.local import run_local
+    from fedgraph.simulations.local import run_local
 
     monkeypatch.setenv(SECRET_ENV, "test-secret-scale")
     base = {"method": "gap", "dataset": "synthetic-sbm:400:6", "num-clients": 2,

@@ -104,11 +104,11 @@ def test_whole_run_time_split_adds_up_and_keeps_setup_apart(scale):
 def test_the_report_times_the_servers_waits_on_clients_per_phase(tmp_path):
     """exchange_s (fedgraph.report.exchanged, from the grid's send_and_receive) is part of each
     phase's wall time; the clients' handler times go to FEDGRAPH_HANDLER_TIMES's file only, one
-    line per message (simulations.handler_times), and nothing of them to the messages."""
+    line per message (fedgraph.simulations.handler_times), and nothing of them to the messages."""
     import os
 
-    from simulations import handler_times
-    from simulations.local import LocalGrid, run_local
+    from fedgraph.simulations import handler_times
+    from fedgraph.simulations.local import LocalGrid, run_local
 
     log = tmp_path / "handlers.jsonl"
     grid = LocalGrid(2, record=True)

@@ -11,7 +11,7 @@ from flwr.supercore.task_identity import TaskIdentity
 
 from fedgraph.config import ConfigError, parse_run_config
 from fedgraph.errors import ClientFailure
-from strategies.fedavg import STRICT_STRATEGIES, StrictFedAvg, strict_strategy
+from fedgraph.strategies.fedavg import STRICT_STRATEGIES, StrictFedAvg, strict_strategy
 
 
 @pytest.fixture(autouse=True)
@@ -125,8 +125,8 @@ def test_flowers_per_round_info_is_quiet_during_a_strategy_and_warnings_pass(tmp
     ``flower_round_logs`` the rounds are logged as Flower does."""
     import logging
 
-    from simulations.local import run_local
-    from strategies.fedavg import StrictFedSGD
+    from fedgraph.simulations.local import run_local
+    from fedgraph.strategies.fedavg import StrictFedSGD
 
     class Capture(logging.Handler):
         def __init__(self):

@@ -18,7 +18,7 @@ import torch
 
 from fedgraph import randomness
 from fedgraph.data import register_dataset
-from simulations.local import LocalGrid, run_local
+from fedgraph.simulations.local import LocalGrid, run_local
 
 SECRET = "server-view-test-secret"
 #: what a client may say about the dataset (fedgraph.federation.SCHEMA_FIELDS)
@@ -242,7 +242,7 @@ def test_secret_noise_is_fresh_when_only_the_data_change(tmp_path, monkeypatch):
 # ------------------------------------------------------------------------------- fault 5
 def test_node_level_states_the_degree_bounded_unit_and_public_ids():
     from fedgraph.config import parse_run_config
-    from strategies.gap import _privacy_model
+    from fedgraph.strategies.gap import _privacy_model
 
     cfg = parse_run_config({"method": "gap", "level": "node", "max-degree": 10})
     model = _privacy_model(cfg, {"sensitivity": 3.46, "hops": 2})
@@ -279,8 +279,8 @@ def test_the_strategy_never_sees_the_ground_truth(tmp_path):
     """The harness's whole-graph statistics reach the report only after ``run`` (a fresh
     user's finding: attached before ``start``, a strategy could read them)."""
     from fedgraph.federation import preflight
-    from simulations.server_app import validate_run_config
-    from strategies.gap import GAPStrategy
+    from fedgraph.simulations.server_app import validate_run_config
+    from fedgraph.strategies.gap import GAPStrategy
 
     seen = []
 

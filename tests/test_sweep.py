@@ -13,9 +13,9 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from simulations import results
-from simulations.cli import cli
-from simulations.sweep import SweepError, load_sweep
+from fedgraph.simulations import results
+from fedgraph.simulations.cli import cli
+from fedgraph.simulations.sweep import SweepError, load_sweep
 
 ROOT = Path(__file__).parents[1]
 #: Linux's process file system (an OS interface, not a project path)
@@ -79,7 +79,7 @@ strategy = "mypkg.mod:Mine"
 def test_every_cell_of_the_bundled_sweeps_validates(name):
     """The bundled sweep files expand to the grids their comments promise, and every cell's run
     config passes the same validation as `fedgraph run` (no cell fails on a typo)."""
-    from simulations.server_app import validate_run_config
+    from fedgraph.simulations.server_app import validate_run_config
 
     sweep = load_sweep(name)
     cells = sweep.cells()
@@ -294,7 +294,7 @@ def test_interrupted_sweep_finishes_only_the_rest_and_failed_cells_do_not_stop_i
     sweep_file = write(tmp_path / "tiny.toml", TINY)
     out = tmp_path / "out"
     env = {**os.environ, "XDG_CACHE_HOME": str(tmp_path / "cache"), "FEDGRAPH_DATA": str(tmp_path / "empty")}
-    cmd = [sys.executable, "-m", "simulations.cli", "sweep", str(sweep_file), "-o", str(out)]
+    cmd = [sys.executable, "-m", "fedgraph.simulations.cli", "sweep", str(sweep_file), "-o", str(out)]
     cells = out / "cells"
     first, second = cells / "lpgnn__cora__eps1__clients1__seed0", cells / "lpgnn__cora__eps1__clients1__seed1"
 

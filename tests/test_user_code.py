@@ -8,7 +8,7 @@ import pytest
 from typer.testing import CliRunner
 
 from fedgraph.config import ConfigError
-from simulations import cli, resources, simulate, user_code
+from fedgraph.simulations import cli, resources, simulate, user_code
 
 
 def test_a_run_naming_user_code_starts_no_ray_before_its_preflight():

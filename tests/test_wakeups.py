@@ -1,5 +1,5 @@
 """Message latency (issue 16): Flower's simulation threads wake up on a push or a stored reply
-instead of after their 100 ms polls (simulations.wakeups). Each test lengthens the idle wait to
+instead of after their 100 ms polls (fedgraph.simulations.wakeups). Each test lengthens the idle wait to
 seconds, so a wake-up that does not happen fails the test instead of passing slowly."""
 from __future__ import annotations
 
@@ -11,8 +11,8 @@ import types
 
 import pytest
 
-from simulations import wakeups
-from simulations.grid import InterruptibleGrid
+from fedgraph.simulations import wakeups
+from fedgraph.simulations.grid import InterruptibleGrid
 
 
 class _State:

@@ -6,8 +6,8 @@ Nothing here is a hand-written list of keys, fields, commands or modules:
   every field of every model in :data:`fedgraph.config.METHOD_CONFIGS` (type, default per
   method, allowed values, description);
 - report fields: the flattened field paths of real small runs, one per method, made at build
-  time with :func:`simulations.local.run_local` (explanations: ``report_fields.toml``);
-- the CLI: the ``--help`` of every command of :data:`simulations.cli.cli`;
+  time with :func:`fedgraph.simulations.local.run_local` (explanations: ``report_fields.toml``);
+- the CLI: the ``--help`` of every command of :data:`fedgraph.simulations.cli.cli`;
 - the API: every module found by walking the packages.
 """
 from __future__ import annotations
@@ -205,12 +205,12 @@ PLACEHOLDERS = [
 
 
 def sample_reports(out_dir: str | Path, methods=None) -> dict[str, dict]:
-    """One real small report per method (``simulations.local.run_local``: the real strategy,
+    """One real small report per method (``fedgraph.simulations.local.run_local``: the real strategy,
     ClientApp handlers, ledger and report, in one process), bundled Cora, 2 clients."""
     import os
 
     from fedgraph.config import METHOD_CONFIGS
-    from simulations.local import run_local
+    from fedgraph.simulations.local import run_local
 
     import contextlib
     import io
@@ -312,7 +312,7 @@ def cli_commands() -> dict[str, str]:
     import typer.main
     from typer.testing import CliRunner
 
-    from simulations.cli import cli
+    from fedgraph.simulations.cli import cli
 
     env = {"COLUMNS": "100", "NO_COLOR": "1", "TERM": "dumb"}
     os.environ.update(env)
@@ -331,7 +331,7 @@ def cli_commands() -> dict[str, str]:
 def cli_page() -> str:
     out = ["# The `fedgraph` command", "",
            "<!-- Generated at build time by docs/_gen/refs.py (each command's --help); do not edit. -->",
-           "", "`fedgraph` is installed with the package (`simulations.cli:main`). "
+           "", "`fedgraph` is installed with the package (`fedgraph.simulations.cli:main`). "
            "Exit codes: 0 ok, 1 a failed run, 2 an invalid configuration or input found before "
            "anything starts, 130 interrupted. See [`flwr run` or `fedgraph run`]"
            "(../how-to/flwr-run-vs-fedgraph-run.md).", ""]
@@ -353,6 +353,8 @@ def modules() -> list[str]:
                 continue
             if parts[-1] == "__init__":
                 parts = parts[:-1]
+            if pkg != "fedgraph":  # installed as fedgraph.strategies, fedgraph.simulations
+                parts = ["fedgraph", *parts]
             found.append(".".join(parts))
     return found
 

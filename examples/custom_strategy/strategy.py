@@ -17,7 +17,7 @@ from fedgraph.messaging import tensors
 from fedgraph.methods import ppgnn
 from fedgraph.methods.training import train_node_classifier
 from fedgraph.nn import adjacency_for, make_backbone
-from strategies import PrivateStrategy
+from fedgraph.strategies import PrivateStrategy
 
 
 class PPGNNWithAPPNP(PrivateStrategy):

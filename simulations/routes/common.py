@@ -11,7 +11,7 @@ from fedgraph.config import parse_run_config
 from fedgraph.federation import client_view
 from fedgraph.messaging import worker_info
 from fedgraph.randomness import client_generator
-from simulations import client_state
+from fedgraph.simulations import client_state
 
 
 def setup(msg: Message, context: Context):

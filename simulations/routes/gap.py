@@ -8,7 +8,7 @@ from flwr.app import ArrayRecord, Context, Message, MetricRecord
 
 from fedgraph._lazy import LazyModule
 from fedgraph.messaging import tensors
-from simulations import client_state
+from fedgraph.simulations import client_state
 
 from .common import kept, meta, reply, setup
 

@@ -12,7 +12,7 @@ import json
 from flwr.app import ArrayRecord, ConfigRecord, Context, Message, MetricRecord
 
 from fedgraph.messaging import tensors
-from simulations import client_state
+from fedgraph.simulations import client_state
 
 from .common import meta, reply, setup
 

@@ -114,7 +114,7 @@ def _on(x: Tensor, tensor: Tensor) -> Tensor:
 
 def validation(model, x: Tensor, view) -> dict:
     """Validation accuracy and loss on this client's validation nodes with their exact count as
-    weight (0: none); the loss breaks ties (:func:`strategies.fedavg.selection_key`). Edge
+    weight (0: none); the loss breaks ties (:func:`fedgraph.strategies.fedavg.selection_key`). Edge
     level only: labels are not the unit."""
     res = evaluate(model, x, _on(x, view.graph.y), _on(x, view.graph.val_mask))
     acc, loss = (res["accuracy"], res["loss"]) if res["total"] else (0.0, 0.0)
