@@ -49,7 +49,7 @@ def load_run_config(preset: Optional[str], overrides: List[str]) -> dict:
 #: keys whose value is a folder: relative ones in a TOML file are relative to that file
 FOLDER_KEYS = ("data-root", "output-dir")
 #: keys that may name a ``path/to/file.py:attribute`` (:func:`fedgraph.registry.is_file_spec`)
-SPEC_KEYS = ("dataset", "partitioner", "mechanism", "strategy")
+SPEC_KEYS = ("dataset", "partitioner", "mechanism", "strategy", "round-strategy")
 
 
 def relative_to_file(values: dict, toml_path: Path) -> dict:

@@ -66,6 +66,13 @@ def validate_run_config(run_config: dict):
     except ValueError as err:
         raise ConfigError(str(err)) from None
     check_method(strategy, cfg)  # before anything starts (no report for a config error)
+    if getattr(cfg, "round_strategy", ""):  # the user's Flower strategy: imported and built now
+        from fedgraph.strategies.fedavg import round_strategy
+
+        try:
+            round_strategy(cfg.round_strategy, cfg.round_strategy_args, max(cfg.num_clients, 1))
+        except ValueError as err:
+            raise ConfigError(str(err)) from None
     return strategy, cfg
 
 

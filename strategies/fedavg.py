@@ -11,10 +11,16 @@ strategies (FedAvgM, FedAdam, FedYogi; Hsu et al. 2019, Reddi et al. ICLR 2021):
 averaged update is treated as a pseudo-gradient and applied with server momentum or a server
 Adam/Yogi step. They help when the clients' data are label-skewed (e.g. louvain communities).
 The server step is post-processing of the aggregated arrays: it changes no client's privacy.
+
+:func:`round_strategy` does the same for any :class:`flwr.serverapp.strategy.Strategy`
+subclass, by name (``fedprox``, ``fedadagrad``, ...) or import path (a user's own): the
+``round-strategy`` and ``round-strategy-args`` run-config keys of GAP.
 """
 from __future__ import annotations
 
+import inspect
 import logging
+import random
 
 from flwr.serverapp.strategy import FedAdam, FedAvg, FedAvgM, FedYogi
 
@@ -38,45 +44,69 @@ class _QuietRounds(logging.Filter):
 
 
 class _Strict:
-    """Mixin over a Flower FedAvg-family strategy: all clients every round, fail loudly, keep
-    the best round by validation accuracy (``select_on_val``)."""
+    """Mixin over a Flower strategy: every client that was sent a message replies (all clients
+    every round unless ``fraction_train`` samples them), fail loudly, keep the best round by
+    validation accuracy (``select_on_val``)."""
 
     #: ``on_train_reply(server_round, reply)``: called for every training reply that arrived
     #: (before a failed round raises), e.g. to record its release in a privacy ledger
     on_train_reply = None
     #: keep Flower's INFO log of every round (default: quiet, see :class:`_QuietRounds`)
     flower_round_logs = False
+    #: seed of the client sampling (Flower's ``random.sample``) at :meth:`start`; ``None``: not
+    #: seeded. Which clients train in a round is the server's public choice.
+    sampling_seed: int | None = None
 
     def start(self, *args, **kwargs):
         flwr_logger, quiet = logging.getLogger("flwr"), _QuietRounds()
         if not self.flower_round_logs:
             flwr_logger.addFilter(quiet)
+        if self.sampling_seed is not None:
+            random.seed(self.sampling_seed)
         try:
             return super().start(*args, **kwargs)
         finally:
             flwr_logger.removeFilter(quiet)
 
     def __init__(self, num_clients: int, select_on_val: bool = False, **kwargs):
+        fraction = kwargs.get("fraction_train", 1.0)
+        defaults = {"fraction_train": 1.0, "fraction_evaluate": 1.0 if select_on_val else 0.0,
+                    "min_train_nodes": max(1, int(num_clients * fraction)),
+                    "min_evaluate_nodes": num_clients, "min_available_nodes": num_clients}
+        accepted = inspect.signature(super().__init__).parameters
+        if not any(p.kind is p.VAR_KEYWORD for p in accepted.values()):
+            defaults = {k: v for k, v in defaults.items() if k in accepted}
         # Without select_on_val the clients' evaluation is skipped on purpose (the strategy
         # evaluates once at the end); Flower's warning about it would only confuse.
         flwr_logger, quiet = logging.getLogger("flwr"), _QuietSkippedEvaluation()
         flwr_logger.addFilter(quiet)
         try:
-            super().__init__(fraction_train=1.0, fraction_evaluate=1.0 if select_on_val else 0.0,
-                             min_train_nodes=num_clients, min_evaluate_nodes=num_clients,
-                             min_available_nodes=num_clients, **kwargs)
+            super().__init__(**{**defaults, **kwargs})
         finally:
             flwr_logger.removeFilter(quiet)
         self.num_clients = num_clients
         self.best = None
         self.best_key = None
         self._latest = None
+        self._sent_to: dict[str, int] = {}  # "train"/"evaluate" -> clients sent this round
+
+    def configure_train(self, server_round, arrays, config, grid):
+        messages = list(super().configure_train(server_round, arrays, config, grid))
+        self._sent_to["train"] = len(messages)
+        return messages
+
+    def configure_evaluate(self, server_round, arrays, config, grid):
+        messages = list(super().configure_evaluate(server_round, arrays, config, grid))
+        self._sent_to["evaluate"] = len(messages)
+        return messages
 
     def _check(self, replies, phase: str, server_round: int) -> list:
         replies = list(replies)
         errors = sorted({last_error_line(r.error.reason) for r in replies if r.has_error()})
-        if len(replies) < self.num_clients:
-            errors.append(f"{self.num_clients - len(replies)} client(s) did not reply in time")
+        expected = self._sent_to.get(phase, self.num_clients)
+        if len(replies) < expected:
+            errors.append(f"{expected - len(replies)} of {expected} client(s) did not reply "
+                          "in time")
         if errors:
             raise ClientFailure(f"{phase} round {server_round}: " + "; ".join(errors))
         for r in replies:
@@ -95,7 +125,7 @@ class _Strict:
         return arrays, metrics
 
     def aggregate_evaluate(self, server_round, replies):
-        if self.fraction_evaluate == 0.0:
+        if getattr(self, "fraction_evaluate", 0.0) == 0.0:
             return None
         replies = self._check(replies, "evaluate", server_round)
         metrics = super().aggregate_evaluate(server_round, replies)
@@ -302,3 +332,83 @@ def strict_strategy(server_optimizer: str, num_clients: int, select_on_val: bool
     elif cls is not StrictFedAvg and server_lr is not None:
         kwargs["eta"] = server_lr
     return cls(num_clients, select_on_val, **kwargs)
+
+
+def flower_strategies() -> dict[str, type]:
+    """Lower-case name -> class of every strategy class :mod:`flwr.serverapp.strategy` exports
+    that needs no constructor argument (``fedavg``, ``fedprox``, ``fedadam``, ``krum``, ...)."""
+    import flwr.serverapp.strategy as flower
+
+    out = {}
+    for name in flower.__all__:
+        obj = getattr(flower, name)
+        if (isinstance(obj, type) and issubclass(obj, flower.Strategy)
+                and obj is not flower.Strategy and not _required_parameters(obj)):
+            out[name.lower()] = obj
+    return out
+
+
+def _required_parameters(cls: type) -> list[str]:
+    """The constructor parameters without a default (the differential-privacy wrappers need
+    the ``strategy`` they wrap: not a round strategy by name)."""
+    return [p.name for p in list(inspect.signature(cls.__init__).parameters.values())[1:]
+            if p.default is p.empty and p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)]
+
+
+def resolve_round_strategy(spec: str) -> type:
+    """The Flower strategy class of ``round-strategy``: a name of :func:`flower_strategies`
+    (any case) or an import path ``package.module:Class`` / ``path/to/file.py:Class``.
+
+    Raises:
+        ValueError: unknown name (the message lists the allowed ones), an import path that does
+            not resolve, or a class that is not a :class:`flwr.serverapp.strategy.Strategy`.
+    """
+    from flwr.serverapp.strategy import Strategy
+
+    from fedgraph.registry import import_object
+
+    spec = spec.strip()
+    if ":" in spec:
+        cls = import_object(spec, "round-strategy")
+    else:
+        known = flower_strategies()
+        if spec.lower() not in known:
+            raise ValueError(f"round-strategy: unknown {spec!r}; allowed: a Flower strategy ("
+                             + ", ".join(sorted(known)) + ") or an import path "
+                             "package.module:Class / path/to/file.py:Class")
+        cls = known[spec.lower()]
+    if not (isinstance(cls, type) and issubclass(cls, Strategy)):
+        raise ValueError(f"round-strategy: {spec!r} is not a subclass of "
+                         f"flwr.serverapp.strategy.Strategy (got {cls!r})")
+    if inspect.isabstract(cls):
+        raise ValueError(f"round-strategy: {spec!r} ({cls.__qualname__}) does not implement "
+                         + ", ".join(sorted(cls.__abstractmethods__)))
+    return cls
+
+
+def strict_class(cls: type) -> type:
+    """``cls`` with the :class:`_Strict` behaviour (fail loudly, every sampled client replies,
+    ``on_train_reply``, ``select_on_val``); a strict class is returned as it is."""
+    if issubclass(cls, _Strict):
+        return cls
+    return type(f"Strict{cls.__name__}", (_Strict, cls), {
+        "__module__": cls.__module__, "__qualname__": f"Strict{cls.__qualname__}",
+        "__doc__": f"{cls.__qualname__} made strict (:class:`fedgraph.strategies.fedavg._Strict`)."})
+
+
+def round_strategy(spec: str, args: dict, num_clients: int, select_on_val: bool = False):
+    """The strict Flower strategy of ``round-strategy`` ``spec`` built with ``args``
+    (``round-strategy-args``): its constructor's keywords, over fedgraph's defaults (all
+    ``num_clients`` clients every round, ``min_train_nodes = max(1, int(num_clients *
+    fraction_train))``, evaluation every round iff ``select_on_val``).
+
+    Raises:
+        ValueError: :func:`resolve_round_strategy`'s, or the constructor refused ``args``
+            (named ``round-strategy-args``).
+    """
+    cls = strict_class(resolve_round_strategy(spec))
+    try:
+        return cls(num_clients, select_on_val, **args)
+    except (TypeError, ValueError) as err:
+        raise ValueError(f"round-strategy-args: {cls.__qualname__.removeprefix('Strict')} "
+                         f"refused {args}: {err}") from None

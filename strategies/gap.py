@@ -43,7 +43,7 @@ from fedgraph.methods.gap.privacy import plan_events, remote_noise
 from fedgraph.methods.gap.server import route_partial_sums
 from fedgraph.secure_aggregation import FRAC_BITS, unmask_sum
 from .base import PrivateStrategy, register_strategy
-from .fedavg import StrictFedSGD, strict_strategy
+from .fedavg import StrictFedSGD, round_strategy, strict_strategy
 
 
 def _seeded_init(build, cfg, num_features: int, num_classes: int):
@@ -87,8 +87,8 @@ def _schedule_note(cfg) -> str:
     they spend (README, "What leaves a client")."""
     rounds = f"{cfg.encoder_rounds} encoder + {cfg.classifier_rounds} classifier rounds"
     if cfg.level == "node":
-        return (f"FedAvg, {rounds} of {cfg.local_epochs} local epoch(s) of DP-SGD: each round "
-                "every client sends its weights, noised by DP-SGD (ledger 'encoder dp-sgd' / "
+        return (f"FedAvg ({_round_label(cfg)}), {rounds} of {cfg.local_epochs} local epoch(s) "
+                "of DP-SGD: each round every client taking part sends its weights, noised by DP-SGD (ledger 'encoder dp-sgd' / "
                 "'classifier dp-sgd', part of each client's epsilon) and the count 1; no loss, "
                 "no validation metric (validation labels are private at node level)")
     inputs = ("functions of the client's features, labels and PMA's noisy rows: no epsilon "
@@ -102,10 +102,31 @@ def _schedule_note(cfg) -> str:
                    else "") + ", its training-node count and its training loss."
                 f"{val}from round 2 in the training reply, for the weights "
                 f"received. All {inputs}")
-    return (f"FedAvg ({cfg.server_optimizer}), {rounds} of {cfg.local_epochs} local epoch(s): "
-            "each round every client sends its weights after its local epochs, its "
+    return (f"FedAvg ({_round_label(cfg)}), {rounds} of {cfg.local_epochs} local epoch(s): "
+            "each round every client taking part sends its weights after its local epochs, its "
             f"training-node count and its training loss.{val}in an evaluation round. All "
             f"{inputs}")
+
+
+def _round_label(cfg) -> str:
+    """``server-optimizer``, or ``round-strategy`` with its arguments."""
+    if not cfg.round_strategy:
+        return cfg.server_optimizer
+    args = ", ".join(f"{k}={v}" for k, v in cfg.round_strategy_args.items())
+    return cfg.round_strategy + (f": {args}" if args else "")
+
+
+def _sampling_note(cfg) -> str | None:
+    """The report's ``privacy.client_sampling`` when ``fraction_train`` samples the clients."""
+    fraction = cfg.round_strategy_args.get("fraction_train", 1.0)
+    if fraction >= 1:
+        return None
+    return (f"fraction_train {fraction}: each round the server samples its clients (a public "
+            "choice, seeded from the run's seed); a client not sampled releases nothing in that "
+            "round and the ledger records only the rounds each client took part in. Each "
+            "client's guarantee is over its own releases: no amplification by client sampling "
+            "is claimed (it would hold only for a guarantee over the union of the clients' "
+            "data, and only if the sampling were secret)")
 
 
 def _undirected_edge_epsilon(cfg, plans: list[dict]) -> dict[str, float]:
@@ -194,6 +215,8 @@ class GAPStrategy(PrivateStrategy):
                           "are evaluation outputs, outside the guarantee, as in the paper",
             "schedule": _schedule_note(cfg),
         })
+        if _sampling_note(cfg):
+            self.report.privacy["client_sampling"] = _sampling_note(cfg)
         if cfg.level == "edge" and cfg.edge_unit == "directed":
             self.report.privacy["undirected_edge_epsilon"] = _undirected_edge_epsilon(
                 cfg, list(clients.values()))
@@ -265,7 +288,9 @@ class GAPStrategy(PrivateStrategy):
     def _trainer(self, module: str, model, select_on_val: bool = False):
         """The Flower strategy of the ``module`` (encoder, classifier) rounds of ``model``:
         ``schedule`` fedsgd: :class:`~fedgraph.strategies.fedavg.StrictFedSGD` (server Adam with
-        ``lr``), else the ``server-optimizer``'s :func:`~fedgraph.strategies.fedavg.strict_strategy`."""
+        ``lr``); else ``round-strategy`` (:func:`~fedgraph.strategies.fedavg.round_strategy`)
+        or the ``server-optimizer``'s :func:`~fedgraph.strategies.fedavg.strict_strategy`.
+        Client sampling is seeded from ``seed`` and ``module``."""
         cfg = self.config
         if cfg.schedule == "fedsgd":
             strategy = StrictFedSGD(cfg.num_clients, select_on_val, lr=cfg.lr,
@@ -273,15 +298,22 @@ class GAPStrategy(PrivateStrategy):
                                     param_names=[k for k, _ in model.named_parameters()])
             self.gradients = {**getattr(self, "gradients", {}), module: strategy.gradients}
             return strategy
+        if cfg.round_strategy:
+            strategy = round_strategy(cfg.round_strategy, cfg.round_strategy_args,
+                                      cfg.num_clients, select_on_val)
+            strategy.sampling_seed = cfg.seed * 2 + (module == "classifier")
+            return strategy
         return strict_strategy(cfg.server_optimizer, cfg.num_clients, select_on_val,
                                server_lr=cfg.server_lr)
 
     def _server_name(self) -> str:
-        """The server optimizer's Flower name, for the phase labels (e.g. ``FedAdam``)."""
-        from .fedavg import STRICT_STRATEGIES
+        """The rounds' Flower strategy, for the phase labels (e.g. ``FedAdam``)."""
+        from .fedavg import STRICT_STRATEGIES, resolve_round_strategy
 
         if self.config.schedule == "fedsgd":
             return "FedSGD, server Adam"
+        if self.config.round_strategy:
+            return resolve_round_strategy(self.config.round_strategy).__name__
         return STRICT_STRATEGIES[self.config.server_optimizer].__bases__[-1].__name__
 
     def _released(self, node: int, phase: str) -> None:

@@ -51,6 +51,17 @@ class GAPConfig(DataConfig):
         "FedAvg, FedAvgM, FedAdam, FedYogi); the adaptive ones help label-skewed clients")
     server_lr: Optional[float] = Field(None, gt=0, description="server learning rate (FedAvgM: "
                                        "1.0, FedAdam/FedYogi eta: 0.1 when unset)")
+    round_strategy: str = Field(
+        "", description="the Flower strategy that drives the encoder and classifier rounds "
+        "(FedAvg schedule): a strategy of flwr.serverapp.strategy by name (fedavg, fedavgm, "
+        "fedprox, fedadam, fedyogi, fedadagrad, fedmedian, fedtrimmedavg, krum, ...; any "
+        "case), or a user's Strategy subclass as package.module:Class or path/to/file.py:Class; "
+        "empty: server-optimizer's. Its rounds keep GAP's privacy: every training reply is "
+        "recorded in the ledger as it arrives (docs/extending.md)")
+    round_strategy_args: dict[str, Any] = Field(
+        default_factory=dict, description="keyword arguments of round-strategy's constructor, "
+        "a JSON object, e.g. '{\"proximal_mu\": 0.1}' (FedProx) or '{\"fraction_train\": "
+        "0.5}' (half the clients sampled per round); fraction_train in (0, 1]")
     batch_size: int = Field(0, ge=0, description="0: full batch (edge level); node level: 256")
     lr: float = Field(0.01, gt=0)
     batch_norm: bool = Field(
@@ -67,7 +78,8 @@ class GAPConfig(DataConfig):
         "training nodes and takes one Adam step with lr (the centralized trajectory; a round "
         "is an epoch); auto (default): fedsgd at edge level (the measured best for clients "
         "holding communities, README GAP results) unless a FedAvg key is set (local-epochs "
-        "other than 1, batch-size, server-optimizer), else fedavg. Unset rounds follow the "
+        "other than 1, batch-size, server-optimizer, round-strategy), else fedavg. Unset rounds "
+        "follow the "
         "schedule: fedsgd 100 + 100 rounds of 1 epoch, fedavg 10 + 10 rounds of 10 epochs")
     max_degree: int = Field(100, ge=1, description="node level: out-degree bound D")
     max_grad_norm: float = Field(1.0, gt=0)
@@ -130,6 +142,48 @@ class GAPConfig(DataConfig):
                              "leave server-lr empty")
         return v
 
+    @field_validator("round_strategy", mode="after")
+    @classmethod
+    def _round_strategy(cls, v: str, info) -> str:
+        v = v.strip()
+        if v and (info.data.get("server_optimizer", "fedavg") != "fedavg"
+                  or info.data.get("server_lr") is not None):
+            raise ValueError("set either round-strategy or server-optimizer / server-lr, not "
+                             "both (e.g. round-strategy = 'fedadam' with round-strategy-args "
+                             "'{\"eta\": 0.03}')")
+        if v and ":" not in v and not v.replace("_", "").isalnum():
+            raise ValueError(f"expected a Flower strategy name (e.g. fedprox) or an import path "
+                             f"package.module:Class / path/to/file.py:Class, got {v!r}")
+        return v
+
+    @field_validator("round_strategy_args", mode="before")
+    @classmethod
+    def _round_strategy_args(cls, v: Any) -> Any:
+        import json
+
+        if isinstance(v, str):
+            if not v.strip():
+                return {}
+            try:
+                v = json.loads(v)
+            except json.JSONDecodeError as err:
+                raise ValueError(f"expected a JSON object of keyword arguments, e.g. "
+                                 f"'{{\"proximal_mu\": 0.1}}': {err}") from None
+        if not isinstance(v, dict) or not all(isinstance(k, str) for k in v):
+            raise ValueError(f"expected a JSON object of keyword arguments, got {v!r}")
+        return v
+
+    @field_validator("round_strategy_args", mode="after")
+    @classmethod
+    def _round_strategy_args_need_a_strategy(cls, v: dict, info) -> dict:
+        if v and not info.data.get("round_strategy"):
+            raise ValueError("has no effect without round-strategy; set round-strategy (e.g. "
+                             "'fedavg' for client sampling, 'fedprox' for proximal_mu)")
+        f = v.get("fraction_train", 1.0)
+        if not isinstance(f, (int, float)) or isinstance(f, bool) or not 0 < f <= 1:
+            raise ValueError(f"fraction_train must be a number in (0, 1], got {f!r}")
+        return v
+
     @field_validator("batch_norm", mode="after")
     @classmethod
     def _batch_norm_edge_level_only(cls, v: bool, info) -> bool:
@@ -154,6 +208,10 @@ class GAPConfig(DataConfig):
                              "(lr); set server-optimizer to 'fedavg' (allowed with fedsgd)")
         if v == "fedsgd" and info.data.get("batch_size"):
             raise ValueError("fedsgd sends full-batch gradients; set batch-size to 0")
+        if v == "fedsgd" and info.data.get("round_strategy"):
+            raise ValueError("fedsgd's rounds are the server's own Adam on the clients' "
+                             "gradients; round-strategy drives FedAvg rounds (allowed with "
+                             "round-strategy: fedavg, auto)")
         return v
 
     @model_validator(mode="after")
@@ -161,7 +219,7 @@ class GAPConfig(DataConfig):
         """Resolve ``schedule = "auto"`` (see its description), then fill the unset rounds."""
         if self.schedule == "auto":
             fedavg_keys = (self.local_epochs not in (None, 1) or self.batch_size
-                           or self.server_optimizer != "fedavg")
+                           or self.server_optimizer != "fedavg" or self.round_strategy)
             # the model is frozen: set during validation, before anyone holds it
             object.__setattr__(self, "schedule",
                                "fedsgd" if self.level == "edge" and not fedavg_keys else "fedavg")

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 
-from flwr.app import ArrayRecord, Context, Message, MetricRecord
+from flwr.app import ArrayRecord, ConfigRecord, Context, Message, MetricRecord
 
 from fedgraph._lazy import LazyModule
 from fedgraph.messaging import tensors
@@ -25,9 +25,13 @@ def gap_setup(msg: Message, context: Context) -> Message:
 def gap_train(msg: Message, context: Context) -> Message:
     cfg, pid, view, gen = setup(msg, context)
     c, weights = msg.content["config"], tensors(msg.content["arrays"])  # empty: fresh weights
+    last = dict(context.state["gap.rounds"]) if "gap.rounds" in context.state else {}
+    context.state["gap.rounds"] = ConfigRecord(
+        gap.admit_round(cfg, str(c["phase"]), int(c["server-round"]), last))
     arrays, metrics = gap.train(cfg, pid, view, str(c["phase"]), weights, kept(context),
                                 server_round=int(c["server-round"]),
-                                validate=bool(c.get("evaluate", False)), generator=gen)
+                                validate=bool(c.get("evaluate", False)), generator=gen,
+                                proximal_mu=float(c.get("proximal-mu", 0.0)))
     return reply(msg, arrays=ArrayRecord(arrays), metrics=MetricRecord(metrics))
 
 

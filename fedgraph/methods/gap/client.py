@@ -137,7 +137,7 @@ def validation_phase(cfg, phase: str | None) -> str:
 
 
 def train_round(cfg, partition_id: int, view, model, x: Tensor, *, validate: bool,
-                generator) -> tuple[dict, dict]:
+                generator, proximal_mu: float = 0.0) -> tuple[dict, dict]:
     """``train``: ``(arrays, metrics)`` of one round at ``model``'s received weights.
 
     FedSGD (edge level): the full-batch gradient of the mean training loss, the batch norms'
@@ -146,7 +146,8 @@ def train_round(cfg, partition_id: int, view, model, x: Tensor, *, validate: boo
     weights after ``local-epochs`` of Adam; node level DP-SGD with the plan's schedule
     (rate, steps and Opacus's normaliser from the public count), uniform FedAvg weights and no
     loss (the private count and loss would leave unnoised). ``generator``: DP-SGD's sampling
-    and noise (and dropout).
+    and noise (and dropout). ``proximal_mu``: FedProx's term in the local steps (the
+    ``proximal-mu`` Flower's FedProx puts in the train config; :func:`local_train`).
     """
     g = view.graph
     if cfg.schedule == "fedsgd":
@@ -162,21 +163,49 @@ def train_round(cfg, partition_id: int, view, model, x: Tensor, *, validate: boo
     dp = client_plan(cfg, partition_id, view).dpsgd(cfg)  # node level: DP-SGD's schedule
     n, loss = local_train(model, x, _on(x, g.y), _on(x, g.train_mask), cfg.local_epochs,
                           cfg.dpsgd_batch_size if dp else (cfg.batch_size or None), cfg.lr, dp,
-                          generator=generator, num_public=int(g.train_mask.sum()))
+                          generator=generator, num_public=int(g.train_mask.sum()),
+                          proximal_mu=proximal_mu)
     metrics = ({"num-examples": max(n, 1), "train-loss": float(loss)} if cfg.level == "edge"
                else {"num-examples": 1})
     return to_cpu(model.state_dict()), metrics
 
 
+def admit_round(cfg, phase: str, server_round: int, last: dict[str, int]) -> dict[str, int]:
+    """The client's own check of a ``train`` message before it trains: ``server_round`` is
+    within the ``encoder-rounds`` / ``classifier-rounds`` its privacy plan covers (node level:
+    each round is DP-SGD steps of its epsilon) and after the last round it took part in (a
+    round's draws are keyed by its number: a repeated round would repeat them). Whatever
+    strategy drives the rounds (``round-strategy``, client sampling), a client releases at
+    most what its plan accounted for.
+
+    Args:
+        last: phase -> the last round this client trained (its state between messages).
+    Returns:
+        ``last`` with ``phase`` set to ``server_round``.
+    Raises:
+        ValueError: naming the phase, the round and the allowed range.
+    """
+    if phase not in ("gap.encoder", "gap.classifier"):
+        raise ValueError(f"unknown GAP phase {phase!r}; allowed: gap.encoder, gap.classifier")
+    rounds = cfg.encoder_rounds if phase == "gap.encoder" else cfg.classifier_rounds
+    done = int(last.get(phase, 0))
+    if not done < server_round <= rounds:
+        raise ValueError(f"{phase}: train round {server_round} refused: allowed rounds "
+                         f"{done + 1}..{rounds} (the client's privacy plan covers {rounds} "
+                         f"rounds; it last trained in round {done})")
+    return {**last, phase: server_round}
+
+
 def train(cfg, partition_id: int, view, phase: str, weights: dict | None,
           kept: Callable[[str], dict[str, Tensor]], *, server_round: int, validate: bool,
-          generator: Callable[[str], object]) -> tuple[dict, dict]:
+          generator: Callable[[str], object], proximal_mu: float = 0.0) -> tuple[dict, dict]:
     """``train``: :func:`train_round` of ``phase`` (``gap.encoder``/``gap.classifier``) at the
     received ``weights`` (:func:`phase_inputs`), with this round's generator
-    ``generator(f"gap:{phase}:{server_round}")``."""
+    ``generator(f"gap:{phase}:{server_round}")`` (:func:`admit_round` first)."""
     model, x = phase_inputs(cfg, view, phase, weights, kept)
     return train_round(cfg, partition_id, view, model, x, validate=validate,
-                       generator=generator(f"gap:{phase}:{server_round}"))
+                       generator=generator(f"gap:{phase}:{server_round}"),
+                       proximal_mu=proximal_mu)
 
 
 def validate(cfg, view, phase: str | None, weights: dict | None,

@@ -89,9 +89,15 @@ def local_train(model: nn.Module, x: Tensor, y: Tensor, mask: Tensor | None, epo
                 batch_size: int | None, lr: float, dp: DPSGD | None = None, *,
                 weight_decay: float = 0.0, optimizer: torch.optim.Optimizer | None = None,
                 generator: torch.Generator | None = None,
-                num_public: int | None = None) -> tuple[int, float]:
+                num_public: int | None = None, proximal_mu: float = 0.0) -> tuple[int, float]:
     r"""Train ``model`` for ``epochs`` epochs on the rows ``mask`` of ``(x, y)`` with
     cross-entropy: the local step of a FedAvg round, or one epoch of :func:`fit`.
+
+    With ``proximal_mu`` :math:`\mu > 0` (FedProx, Li et al. MLSys 2020, Eq. 2 / Algorithm 2),
+    each step minimises :math:`\ell(w) + \frac{\mu}{2} \lVert w - w^t \rVert^2`, with
+    :math:`w^t` the weights ``model`` holds on entry (the round's global model). With ``dp``
+    the proximal gradient :math:`\mu (w - w^t)` is added after Opacus clipped and noised the
+    data gradient: it reads no example, so the step's privacy is DP-SGD's unchanged.
 
     Without ``dp``: Adam (or ``optimizer``), full batch if ``batch_size`` is ``None`` (or not
     smaller than the data), else shuffled mini-batches. With ``dp``: DP-SGD through Opacus
@@ -134,6 +140,14 @@ def local_train(model: nn.Module, x: Tensor, y: Tensor, mask: Tensor | None, epo
         model.parameters(), lr=lr, weight_decay=weight_decay)
     model.train()
     losses: list[float] = []
+    anchor = [p.detach().clone() for p in model.parameters()] if proximal_mu > 0 else None
+
+    def proximal_gradient():
+        """Adds mu (w - w^t) to every parameter's gradient (FedProx's term)."""
+        for p, p0 in zip(model.parameters(), anchor or ()):
+            if p.grad is not None:
+                p.grad.add_(p.detach() - p0, alpha=proximal_mu)
+
     if dp is None:
         for _ in range(epochs):
             if batch_size is None or batch_size >= n:
@@ -145,6 +159,7 @@ def local_train(model: nn.Module, x: Tensor, y: Tensor, mask: Tensor | None, epo
                 opt.zero_grad(set_to_none=True)
                 loss = F.cross_entropy(model(x[b]), y[b])
                 loss.backward()
+                proximal_gradient()
                 opt.step()
                 losses.append(loss.item())
         return n, sum(losses) / len(losses)
@@ -173,7 +188,9 @@ def local_train(model: nn.Module, x: Tensor, y: Tensor, mask: Tensor | None, epo
             with warnings.catch_warnings():  # "full backward hook ... no inputs require grad"
                 warnings.simplefilter("ignore", UserWarning)
                 loss.backward()
-            dp_opt.step()
+            if dp_opt.pre_step():  # clip, noise, scale (Opacus), then FedProx's term, then Adam
+                proximal_gradient()
+                dp_opt.original_optimizer.step()
             if b.numel():
                 losses.append(loss.item() / b.numel())
     finally:
