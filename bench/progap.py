@@ -17,7 +17,7 @@ sums; each row's epsilon is the largest over the clients' ledger subjects.
 
 Usage: python bench/progap.py [--seeds 5] [--epsilons 1 4 8 inf] [--level edge]
        [--clients 10 [--secure-aggregation]] [--dataset facebook100:Wisconsin87]
-       [--data-root ../shared/data] [--out bench/results/progap_centralized.json]
+       [--data-root ../shared/data] [--out bench/results/progap_centralized.json] [--resume]
 """
 from __future__ import annotations
 
@@ -94,13 +94,21 @@ def main() -> None:
     p.add_argument("--clients", type=int, default=0, help="0: centralized (one client)")
     p.add_argument("--secure-aggregation", action="store_true")
     p.add_argument("--out", default="bench/results/progap_centralized.json")
+    p.add_argument("--resume", action="store_true",
+                   help="keep the rows already in --out and run only the (epsilon, seed) pairs "
+                        "it lacks")
     a = p.parse_args()
     torch.set_num_threads(a.threads)
     data = load_dataset(a.dataset, root=a.data_root, min_class_size=1000)
     out, rows = Path(a.out), []
+    if a.resume and out.exists():
+        rows = json.loads(out.read_text())["runs"]
+    done = {(r["key"], r["seed"]) for r in rows}
     for seed in range(a.seeds):  # seeds outermost: every epsilon gets runs early
         split = gap_split(data, seed)
         for key in a.epsilons:
+            if (key, seed) in done:
+                continue
             eps = float(key)
             lr = 0.05 if math.isinf(eps) else 0.01
             bn = a.batch_norm == "true" if a.level == "edge" else None
@@ -115,9 +123,11 @@ def main() -> None:
                   f"spent={r['epsilon_spent']:.4f} z={r['noise_multiplier']:.4f} "
                   f"{r['timings']['total']:.0f}s", flush=True)
             out.parent.mkdir(parents=True, exist_ok=True)
-            out.write_text(json.dumps({"dataset": a.dataset, "level": a.level,
+            tmp = out.with_suffix(".json.tmp")  # atomic: an interrupted write keeps the old rows
+            tmp.write_text(json.dumps({"dataset": a.dataset, "level": a.level,
                                        "summary": summary(rows), "gap_official": GAP_OFFICIAL,
                                        "runs": rows}, indent=1, default=str))
+            tmp.replace(out)
     for key, s in summary(rows).items():
         print(f"{key:>4}: {s['mean']:.2f} +- {s['std']:.2f} ({s['runs']} runs), official "
               f"{s['official']}, epsilon spent <= {s['max_epsilon_spent']:.4f}")
