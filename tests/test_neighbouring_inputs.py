@@ -18,8 +18,9 @@ what its table says it is (:func:`category`: the allow-list refined by :data:`RE
     a ledgered release (the ledger of the ``D`` run must hold it): where the transcript before
     it was identical, it moves by at most the sensitivity its ledger entry used (GAP: the
     client's plan, ``meta.plan.sensitivity``, per reply and jointly over the clients of one
-    hop; ProGAP: the same for each stage's aggregation, a PMA hop of another input; PrivGNN: 2 in L1 per posterior, sqrt 2 in L2 per vote histogram copy; PPGNN: only the
-    changed user's rows). Where no bound can be read off a whole run (DP-SGD's weights) the
+    hop; ProGAP: the same for each stage's aggregation, a PMA hop of another input; PrivGNN:
+    2 in L1 per posterior, sqrt 2 in L2 per vote histogram copy; PPGNN: only the changed
+    user's rows). Where no bound can be read off a whole run (DP-SGD's weights) the
     table says why and which test covers it.
 ``post``
     post-processing of earlier releases (named): may differ only after one of them differed.
@@ -136,8 +137,9 @@ POST_AGGREGATION_EDGE = _post(["aggregation"], "edge level: a function of the ag
 LEVELS = ("edge", "node")
 
 #: how the harness reads ALLOWED: (method, kind, field, level) -> category. ``level``: GAP
-#: and ProGAP ``edge`` / ``node``; PPGNN ``paper`` (labels given to the server) / ``rr`` (label-epsilon >
-#: 0); PrivGNN ``None`` / ``ensemble``. A field of ALLOWED not listed here keeps its kind.
+#: and ProGAP ``edge`` / ``node``; PPGNN ``paper`` (labels given to the server) / ``rr``
+#: (label-epsilon > 0); PrivGNN ``None`` / ``ensemble``. A field of ALLOWED not listed here
+#: keeps its kind.
 REFINE = {
     ("gap", "train[gap.encoder]", "arrays.*", "node"):
         _noised("encoder dp-sgd", *DPSGD_UNCHECKED),
