@@ -50,6 +50,8 @@ WARM_IMPORTS = {
     "ppgnn": ("fedgraph.methods.ppgnn",),
     "privgnn": ("fedgraph.methods.privgnn", "fedgraph.mechanisms",
                 "dp_accounting.pld"),
+    "progap": ("fedgraph.methods.progap.client", "fedgraph.accounting.calibrate",
+               "dp_accounting.rdp", "scipy.stats"),
 }
 #: what ``fedgraph run``'s server imports late: ``torch._dynamo`` at its first optimizer step
 #: (about 1 s; every method trains on the server), the accountants' libraries for the report's

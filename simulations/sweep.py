@@ -254,12 +254,16 @@ def _epsilon_value(eps: float, levels: list[float]):
 
 
 def _infer_dp_level(cfg: dict, eps: Optional[float]) -> Optional[str]:
-    """The DP level a cell's epsilon is about, from its config; None if not known."""
+    """The DP level a cell's epsilon is about, from its config; None if not known. GAP's MLP
+    variant and edge-level ProGAP of depth 0 read no edge: ``none``."""
     if eps is None or math.isinf(eps):
         return "none"
     method = cfg.get("method") or cfg.get("strategy") or "ppgnn"
     if method == "gap":
         return "none" if cfg.get("variant") == "mlp" else str(cfg.get("level", "edge"))
+    if method == "progap":
+        level = str(cfg.get("level", "edge"))
+        return "none" if level == "edge" and int(cfg.get("depth", 5)) == 0 else level
     return {"ppgnn": "user", "privgnn": "node"}.get(method)
 
 

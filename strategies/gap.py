@@ -32,7 +32,6 @@ from __future__ import annotations
 import json
 import math
 
-import numpy as np
 import torch
 from flwr.app import ArrayRecord, ConfigRecord, RecordDict
 
@@ -40,8 +39,8 @@ from fedgraph.errors import ClientFailure
 from fedgraph.messaging import record_workers, send_to_all, tensors, wait_for_nodes
 from fedgraph.methods.gap.models import build_classifier, build_encoder
 from fedgraph.methods.gap.privacy import plan_events, remote_noise
-from fedgraph.methods.gap.server import route_partial_sums
-from fedgraph.secure_aggregation import FRAC_BITS, unmask_sum
+from fedgraph.methods.gap.server import route_partial_sums, unmask_partial_sums
+from fedgraph.secure_aggregation import FRAC_BITS
 from .base import PrivateStrategy, register_strategy
 from .fedavg import StrictFedSGD, round_strategy, strict_strategy
 
@@ -380,28 +379,14 @@ class GAPStrategy(PrivateStrategy):
                                     f"masks of a client that fails or does not reply do not "
                                     f"cancel, so the round fails", replies=err.replies) from err
             if self._keys is not None:
-                incoming = self._unmask(replies, nodes, owner, empty)
+                unmasked = unmask_partial_sums(
+                    [tensors(replies[n]["partial_sums"]) for n in nodes], owner,
+                    self.config.encoder_dim)
+                incoming = {n: {"ids": ids, "sums": sums}
+                            for n, (ids, sums) in zip(nodes, unmasked)}
                 continue
             released = [(out["ids"], out["sums"]) for out in
                         (tensors(rec["partial_sums"]) for rec in replies.values())]
             routed = route_partial_sums(released, owner, len(nodes))
             incoming = {n: {"ids": ids, "sums": sums} if ids.numel() else empty
                         for n, (ids, sums) in zip(nodes, routed)}
-
-    @staticmethod
-    def _unmask(replies: dict, nodes: list, owner, empty: dict) -> dict:
-        """Secure aggregation's server step: the clients' masked rows
-        (:func:`fedgraph.secure_aggregation.mask_rows`) added per node, which cancels the
-        masks (:func:`~fedgraph.secure_aggregation.unmask_sum`; raises if a node lacks a row
-        from a client other than its owner), one summed row per node routed to its owner."""
-        contributions = {}
-        for i, n in enumerate(nodes):
-            out = tensors(replies[n]["partial_sums"])
-            masked = out.get("masked", torch.zeros(0, 0, dtype=torch.long))
-            contributions[i] = (out["ids"].numpy(), masked.numpy().view(np.uint64))
-        ids, sums = unmask_sum(contributions, owner.numpy(), len(nodes))
-        if not ids.size:
-            return {n: empty for n in nodes}
-        ids, sums = torch.from_numpy(ids), torch.from_numpy(sums).float()
-        dst = owner[ids]
-        return {n: {"ids": ids[dst == i], "sums": sums[dst == i]} for i, n in enumerate(nodes)}

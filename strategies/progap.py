@@ -26,11 +26,10 @@ from flwr.app import ArrayRecord, ConfigRecord, RecordDict
 
 from fedgraph.errors import ClientFailure
 from fedgraph.messaging import record_workers, tensors
-from fedgraph.methods.gap.server import route_partial_sums
+from fedgraph.methods.gap.server import route_partial_sums, unmask_partial_sums
 from fedgraph.methods.progap.client import build_model
 from fedgraph.methods.progap.privacy import plan_events, remote_noise
 from .base import PrivateStrategy, register_strategy
-from .gap import GAPStrategy
 
 
 def _mean(replies: list, names: list[str], weight) -> dict:
@@ -180,7 +179,10 @@ class ProGAPStrategy(PrivateStrategy):
                                 f"fails", replies=err.replies) from err
         empty = {"ids": torch.zeros(0, dtype=torch.long), "sums": torch.zeros(0, self.config.hidden)}
         if self._keys is not None:
-            incoming = GAPStrategy._unmask(replies, self.nodes, owner, empty)
+            unmasked = unmask_partial_sums(
+                [tensors(replies[n]["partial_sums"]) for n in self.nodes], owner,
+                self.config.hidden)
+            incoming = {n: {"ids": i, "sums": s} for n, (i, s) in zip(self.nodes, unmasked)}
         else:
             released = [(o["ids"], o["sums"]) for o in
                         (tensors(rec["partial_sums"]) for rec in replies.values())]

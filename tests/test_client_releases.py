@@ -39,6 +39,16 @@ PRIVGNN = {"method": "privgnn", "dataset": "cora", "num-clients": 2, "num-querie
            "hidden": 8, "neighbourhood-size": 10}
 PRIVGNN_SECURE = {**PRIVGNN, "answer-mode": "ensemble", "num-teachers": 4, "sigma-votes": 3.0,
                   "secure-aggregation": True}
+# depth 2: a stage trained on an aggregation of an aggregation; 2 rounds per stage
+PROGAP = {"method": "progap", "dataset": "cora", "num-clients": 2, "depth": 2, "epochs": 2,
+          "hidden": 8, "client-epsilons": "4,2", "delta": 1e-5,
+          "accountant": "rdp"}  # closed-form Gaussian curves: calibration in milliseconds
+# node level: DP-SGD on full batches (rate 1: calibration and the report's cross-check in
+# a second; the subsampled schedule's public normaliser is tested below, for GAP's local_train)
+PROGAP_NODE = {**PROGAP, "level": "node", "depth": 1, "epochs": 1, "max-degree": 5,
+               "batch-size": 4096}
+PROGAP_SECURE = {**PROGAP, "depth": 1, "num-clients": 3, "client-epsilons": "4,2,8",
+                 "secure-aggregation": True}
 
 
 # ------------------------------------------------------------------------ the allow-list
@@ -146,6 +156,40 @@ ALLOWED = {
         "query.privgnn_keys": {  # secure aggregation's key advertisement
             "secagg.public-key": _public("a fresh X25519 public key: no data")},
     },
+    "progap": {
+        "query.progap_setup": {
+            "ids.node_ids": DIRECTORY, "meta.schema": SCHEMA, "meta.worker": WORKER,
+            **{f"meta.plan.{k}": PLAN for k in (
+                "epsilon_target", "delta", "noise_multiplier", "sensitivity", "sigma", "depth",
+                "remote_norm", "stage_schedule", "partition_id")},
+            "meta.plan.num_nodes": DIRECTORY, "meta.plan.num_train": DIRECTORY},
+        "query.progap_keys": {  # secure aggregation's key advertisement
+            "secagg.public-key": _public("a fresh X25519 public key: no data")},
+        "query.progap_train": {
+            "arrays.*": {"edge": _public("the full-batch gradient (and batch-norm statistics) "
+                                         "of a stage: post-processing of the aggregations' "
+                                         "noisy rows (ledger 'aggregation') and of features "
+                                         "and labels; stage 0 reads no edge"),
+                         "node": _noised("stage dp-sgd")},
+            "metrics.num-examples": {
+                "edge": _public("a count of nodes: not the protected unit (an edge)"),
+                "node": _public("the constant 1: uniform FedAvg weights")},
+            "metrics.train-loss": {"edge": _public("post-processing of the aggregations' "
+                                                   "noisy rows, features and labels")},
+            "metrics.val-total": {"edge": _public("a count of nodes: not the unit")},
+            **{f"metrics.val-{k}": {"edge": _public("labels are not the unit; the model is "
+                                                    "post-processing of the aggregations")}
+               for k in ("correct", "loss")}},
+        "query.progap_aggregate[release]": {
+            "partial_sums.ids": _public("every remote node of the graph: fixed by the "
+                                        "directory, not by the edges"),
+            "partial_sums.sums": _noised("aggregation"),
+            "partial_sums.masked": _noised("aggregation")},  # secure aggregation
+        "query.progap_aggregate[finish]": {
+            "done.stage": _public("the stage number the server sent")},
+        "query.progap_eval": {f"metrics.{s}_{c}": EVALUATION for s in ("train", "val", "test")
+                              for c in ("correct", "total", "loss")},
+    },
 }
 
 
@@ -165,10 +209,15 @@ def _run(config, tmp_path, name, fail=None, tamper=None):
     return json.loads((tmp_path / f"{name}.json").read_text()), grid
 
 
-def _kind(m) -> str:
+def message_kind(m) -> str:
+    """A request's kind in :data:`ALLOWED`: its message type, with the phase of a ``train`` or
+    ``evaluate`` round (``train[gap.encoder]``) and the step of a ProGAP aggregation
+    (``query.progap_aggregate[release]``, ``[finish]``)."""
     t = m.metadata.message_type
     if t in ("train", "evaluate"):
         return f"{t}[{m.content['config']['phase']}]"
+    if t == "query.progap_aggregate":
+        return f"{t}[{m.content['agg']['step']}]"
     return t
 
 
@@ -209,7 +258,7 @@ def check_releases(method, level, grid, report) -> set:
     for m, reply in grid.log:
         if reply.has_error():  # a dropped-out client: nothing but the error leaves it
             continue
-        kind = _kind(m)
+        kind = message_kind(m)
         for field in reply_fields(reply):
             seen.add(f"{kind}:{field}")
             entry = _declared(method, kind, field, level)
@@ -224,14 +273,28 @@ def check_releases(method, level, grid, report) -> set:
     return seen
 
 
+RUNS = {"gap-edge": GAP, "gap-node": GAP_NODE, "gap-secure": GAP_SECURE,
+        "gap-fedsgd": GAP_FEDSGD, "ppgnn": PPGNN, "privgnn": PRIVGNN,
+        "privgnn-secure": PRIVGNN_SECURE, "progap-edge": PROGAP, "progap-node": PROGAP_NODE,
+        "progap-secure": PROGAP_SECURE}
+
+
+class _Runs(dict):
+    """``name -> (report, grid)`` of :data:`RUNS`, each run once, when first read (``-k``
+    selects only the runs its tests read; ``--durations`` charges each to its first test)."""
+
+    def __init__(self, tmp):
+        super().__init__()
+        self.tmp = tmp
+
+    def __missing__(self, name):
+        self[name] = _run(RUNS[name], self.tmp, name)
+        return self[name]
+
+
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory):
-    tmp = tmp_path_factory.mktemp("releases")
-    return {"gap-edge": _run(GAP, tmp, "gap-edge"), "gap-node": _run(GAP_NODE, tmp, "gap-node"),
-            "gap-secure": _run(GAP_SECURE, tmp, "gap-secure"),
-            "gap-fedsgd": _run(GAP_FEDSGD, tmp, "gap-fedsgd"),
-            "ppgnn": _run(PPGNN, tmp, "ppgnn"), "privgnn": _run(PRIVGNN, tmp, "privgnn"),
-            "privgnn-secure": _run(PRIVGNN_SECURE, tmp, "privgnn-secure")}
+    return _Runs(tmp_path_factory.mktemp("releases"))
 
 
 @pytest.mark.parametrize("name,method,level", [("gap-edge", "gap", "edge"),
@@ -240,7 +303,10 @@ def runs(tmp_path_factory):
                                                ("gap-fedsgd", "gap", "edge"),
                                                ("ppgnn", "ppgnn", None),
                                                ("privgnn", "privgnn", None),
-                                               ("privgnn-secure", "privgnn", "ensemble")])
+                                               ("privgnn-secure", "privgnn", "ensemble"),
+                                               ("progap-edge", "progap", "edge"),
+                                               ("progap-node", "progap", "node"),
+                                               ("progap-secure", "progap", "edge")])
 def test_every_reply_field_is_noised_and_accounted_or_public(runs, name, method, level):
     report, grid = runs[name]
     assert report["status"] == "ok"
@@ -248,9 +314,12 @@ def test_every_reply_field_is_noised_and_accounted_or_public(runs, name, method,
     kinds = {s.split(":")[0] for s in seen}
     want = {"gap": {"query.gap_setup", "train[gap.encoder]", "train[gap.classifier]",
                     "query.gap_pma", "evaluate.gap"},
-            "ppgnn": {"query.ppgnn", "evaluate.ppgnn"}, "privgnn": {"query.privgnn"}}[method]
+            "ppgnn": {"query.ppgnn", "evaluate.ppgnn"}, "privgnn": {"query.privgnn"},
+            "progap": {"query.progap_setup", "query.progap_train", "query.progap_eval",
+                       "query.progap_aggregate[release]", "query.progap_aggregate[finish]"}
+            }[method]
     assert want <= kinds  # the run exercised every handler of the method
-    if level == "edge":
+    if level == "edge" and method == "gap":
         assert {"evaluate[gap.classifier]", "evaluate[gap.encoder]"} <= kinds
     if method == "gap":  # the report's statement of what the rounds release matches them
         note = report["privacy"]["schedule"]
@@ -273,8 +342,14 @@ def test_every_reply_field_is_noised_and_accounted_or_public(runs, name, method,
         answers = [reply.content["answers"]["answers"].numpy() for m, reply in grid.log
                    if m.metadata.message_type == "query.privgnn"]
         assert len(answers) == 2 and all(a.dtype == np.int64 for a in answers)
+    if name == "progap-secure":  # the masked path ran: keys out, no plain rows
+        assert {"query.progap_keys:secagg.public-key",
+                "query.progap_aggregate[release]:partial_sums.masked"} <= seen
+        assert "query.progap_aggregate[release]:partial_sums.sums" not in seen
     if level == "node":  # no per-round validation at node level: the labels are private
         assert not {"evaluate[gap.classifier]", "evaluate[gap.encoder]"} & kinds
+        assert not [f for f in seen if f.startswith("query.progap_train:metrics.")
+                    and f != "query.progap_train:metrics.num-examples"]
     schemas = {reply.content["meta"]["schema"] for m, reply in grid.log
                if "meta" in reply.content and "schema" in reply.content["meta"]}
     assert len(schemas) <= 1  # the same public schema from every client
@@ -284,11 +359,13 @@ def test_every_reply_field_is_noised_and_accounted_or_public(runs, name, method,
 
 def test_node_level_training_replies_carry_no_count_and_no_loss(runs):
     """The fault 6 example: node-level GAP training replies sent the exact number of private
-    training nodes (1026 / 1005 on Cora, 2 clients) and their exact mean loss."""
-    _, grid = runs["gap-node"]
-    metrics = [dict(reply.content["metrics"]) for m, reply in grid.log
-               if m.metadata.message_type == "train"]
-    assert metrics and all(mt == {"num-examples": 1} for mt in metrics)
+    training nodes (1026 / 1005 on Cora, 2 clients) and their exact mean loss; node-level
+    ProGAP's rounds send neither."""
+    for name, message_type in (("gap-node", "train"), ("progap-node", "query.progap_train")):
+        _, grid = runs[name]
+        metrics = [dict(reply.content["metrics"]) for m, reply in grid.log
+                   if m.metadata.message_type == message_type]
+        assert metrics and all(mt == {"num-examples": 1} for mt in metrics), name
 
 
 def test_an_unlisted_field_fails_the_check(runs):
@@ -463,7 +540,7 @@ def test_ppgnn_label_epsilon_over_the_level_budget_is_flagged(runs, tmp_path):
 
 
 def test_gap_and_privgnn_clients_carry_their_targets_as_budgets(runs):
-    for name in ("gap-edge", "gap-node"):
+    for name in ("gap-edge", "gap-node", "progap-edge", "progap-node"):
         per = runs[name][0]["privacy"]["per_subject"]
         assert per["client-0"]["budget"] == 4.0 and per["client-1"]["budget"] == 2.0
         assert not per["client-0"]["over_budget"] and not per["client-1"]["over_budget"]
@@ -472,7 +549,7 @@ def test_gap_and_privgnn_clients_carry_their_targets_as_budgets(runs):
 
 
 @pytest.mark.parametrize("name,delta", [("gap-edge", 1e-5), ("ppgnn", 1e-5),
-                                        ("privgnn", 1e-4)])
+                                        ("privgnn", 1e-4), ("progap-node", 1e-5)])
 def test_report_composes_and_cross_checks_at_the_run_delta(runs, name, delta):
     report = runs[name][0]
     for row in report["privacy"]["per_subject"].values():

@@ -11,6 +11,7 @@ GAP rows' residual norms were ``[0, 0, 0, 0, 1]``: the noise-free sums).
 
 This file runs on the code before the fix too (``-k default``): the new module is optional.
 """
+import copy
 import json
 import zlib
 
@@ -33,6 +34,8 @@ PID = 1
 
 GAP = {"method": "gap", "dataset": "cora", "num-clients": 2, "client-epsilons": "1",
        "hops": 1, "encoder-dim": 8, "hidden": 8, "seed": 3}
+PROGAP = {"method": "progap", "dataset": "cora", "num-clients": 2, "client-epsilons": "1",
+          "depth": 1, "hidden": 8, "accountant": "rdp", "seed": 3}
 PPGNN = {"method": "ppgnn", "dataset": "cora", "num-clients": 2, "label-epsilon": 1.0, "seed": 3}
 PRIVGNN = {"method": "privgnn", "dataset": "cora", "num-clients": 2, "num-queries": 4,
            "lam": 1.0, "gamma": 0.3, "delta": 1e-4, "num-neighbours": 20, "teacher-epochs": 3,
@@ -129,9 +132,16 @@ def _gap_release(cfg):
 def test_server_cannot_remove_gap_pma_noise(source, monkeypatch):
     cfg = _config(GAP, source, monkeypatch)
     released, clean, sigma, rerun = _gap_release(cfg)
+    _assert_no_guess_removes_row_noise(cfg, source, "gap:pma1", rerun, released, clean, sigma)
+
+
+def _assert_no_guess_removes_row_noise(cfg, source, purpose, rerun, released, clean, sigma):
+    """No generator of :func:`_guesses` makes ``rerun`` (the client's noisy rows) give the
+    noise of the ``released`` rows ``[m, e]`` (noise std ``sigma`` per entry) back: their
+    noise-free rows ``clean`` stay out of reach."""
     assert sigma > 0 and released.shape == clean.shape and released.shape[0] > 100
     scale = sigma * released.shape[1] ** 0.5  # norm of a row's noise
-    for name, gen in _guesses(cfg, "gap:pma1").items():
+    for name, gen in _guesses(cfg, purpose).items():
         replayed = _replay(rerun, gen, cfg.seed)
         if replayed is None:
             continue
@@ -233,10 +243,87 @@ def test_server_cannot_replay_gap_dp_sgd(source, monkeypatch):
                     cfg.lr, dp, generator=gen)
         return model.state_dict()
 
-    for name, gen in _guesses(cfg, "gap:gap.encoder:1").items():
+    _assert_no_guess_replays_dp_sgd(cfg, source, "gap:gap.encoder:1", rerun, back)
+
+
+def _assert_no_guess_replays_dp_sgd(cfg, source, purpose, rerun, back):
+    """No generator of :func:`_guesses` makes ``rerun`` (a DP-SGD round from the weights
+    sent) return the weights ``back`` the client sent."""
+    for name, gen in _guesses(cfg, purpose).items():
         replayed = _replay(rerun, gen, cfg.seed)
         if replayed is None:
             continue
         diff = max(float((replayed[k] - back[k]).abs().max()) for k in back)
         # Adam moves each weight by ~lr per step: other noise, other steps
         assert diff > 0.1 * cfg.lr, f"{source}: '{name}' replays the DP-SGD round ({diff})"
+
+
+# ---------------------------------------------------------------------------------- ProGAP
+def _progap_model(cfg, view):
+    from fedgraph.methods.progap.client import build_model
+
+    torch.manual_seed(0)
+    return build_model(cfg, view.schema["num_features"], view.schema["num_classes"])
+
+
+@pytest.mark.parametrize("source", SOURCES)
+def test_server_cannot_remove_progap_aggregation_noise(source, monkeypatch):
+    """ProGAP's first aggregation through the real handler (step ``release``: the rows client
+    ``PID`` sends for the other client's nodes) cannot be rerun without its noise."""
+    from fedgraph.methods.gap.client_pma import client_edges, pma_partial_sums
+    from fedgraph.methods.progap.client import client_plan
+    from fedgraph.methods.progap.privacy import gap_edges_config
+    from fedgraph.nn.gap import normalize_rows
+    from fedgraph.simulations import client_app
+
+    cfg = _config(PROGAP, source, monkeypatch)
+    view = client_view(cfg, PID)
+    model = _progap_model(cfg, view)
+    msg = _message(cfg, "query.progap_aggregate", arrays=ArrayRecord(model.state_dict()),
+                   agg=ConfigRecord({"stage": 1, "step": "release"}))
+    released = tensors(client_app.progap_aggregate(msg, _context()).content["partial_sums"])
+    sigma = client_plan(cfg, PID, view).sigma
+    model.set_stage(0)
+    with torch.no_grad():
+        h = normalize_rows(model.eval().embed(view.graph.x))
+    edges = gap_edges_config(cfg)
+
+    def rerun(gen):
+        local, boundary = client_edges(view.graph, edges, gen)
+        return pma_partial_sums(h, local, boundary, sigma, gen, remote_ids=released["ids"])[2]
+
+    clean = pma_partial_sums(h, *client_edges(view.graph, edges, None), 0.0, None,
+                             remote_ids=released["ids"])[2]
+    _assert_no_guess_removes_row_noise(cfg, source, "progap:aggregation1", rerun,
+                                       released["sums"], clean, sigma)
+
+
+@pytest.mark.parametrize("source", SOURCES)
+def test_server_cannot_replay_progap_dp_sgd(source, monkeypatch):
+    """Node-level ProGAP: a stage-0 DP-SGD round's weights (Poisson sampling and Gaussian
+    noise from the client's generator) cannot be reproduced from the weights sent."""
+    from fedgraph.methods.gap import local_train
+    from fedgraph.methods.progap.client import client_plan
+    from fedgraph.simulations import client_app
+
+    cfg = _config({**PROGAP, "level": "node", "epochs": 1, "client-epsilons": "8",
+                   "batch-size": 4096}, source,  # full batches: one noised step, fast
+                  monkeypatch)
+    view = client_view(cfg, PID)
+    g = view.graph
+    initial = _progap_model(cfg, view)
+    sent = initial.state_dict()
+    msg = _message(cfg, "query.progap_train", arrays=ArrayRecord(sent),
+                   stage=ConfigRecord({"stage": 0, "round": 1, "final": False}))
+    back = client_app.progap_train(msg, _context()).content["arrays"].to_torch_state_dict()
+    dp = client_plan(cfg, PID, view).dpsgd(cfg.max_grad_norm)
+    assert dp is not None and dp.noise_multiplier > 0
+
+    def rerun(gen):
+        model = copy.deepcopy(initial)  # the weights sent, no draw from the global RNG
+        model.set_stage(0)
+        local_train(model, g.x, g.y, g.train_mask, cfg.local_epochs, cfg.dpsgd_batch_size,
+                    cfg.lr, dp, generator=gen, num_public=int(g.train_mask.sum()))
+        return model.state_dict()
+
+    _assert_no_guess_replays_dp_sgd(cfg, source, "progap:train:0:1", rerun, back)

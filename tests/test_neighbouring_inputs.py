@@ -18,8 +18,9 @@ what its table says it is (:func:`category`: the allow-list refined by :data:`RE
     a ledgered release (the ledger of the ``D`` run must hold it): where the transcript before
     it was identical, it moves by at most the sensitivity its ledger entry used (GAP: the
     client's plan, ``meta.plan.sensitivity``, per reply and jointly over the clients of one
-    hop; PrivGNN: 2 in L1 per posterior, sqrt 2 in L2 per vote histogram copy; PPGNN: only the
-    changed user's rows). Where no bound can be read off a whole run (DP-SGD's weights) the
+    hop; ProGAP: the same for each stage's aggregation, a PMA hop of another input; PrivGNN:
+    2 in L1 per posterior, sqrt 2 in L2 per vote histogram copy; PPGNN: only the changed
+    user's rows). Where no bound can be read off a whole run (DP-SGD's weights) the
     table says why and which test covers it.
 ``post``
     post-processing of earlier releases (named): may differ only after one of them differed.
@@ -74,7 +75,7 @@ import pytest
 import torch
 from torch_geometric.data import Data
 
-from test_client_releases import ALLOWED, reply_fields
+from test_client_releases import ALLOWED, message_kind as kind_of, reply_fields
 
 NAME = "neighbour-harness-graph"  # the registered dataset: D, then D' under the same name
 N, F, C = 240, 12, 4  # nodes, binary features, classes of the synthetic graph
@@ -99,6 +100,11 @@ PRIVGNN = {**BASE, "method": "privgnn", "num-clients": 2, "num-queries": 6, "lam
            "hidden": 8, "neighbourhood-size": 10}
 PRIVGNN_ENSEMBLE = {**PRIVGNN, "answer-mode": "ensemble", "num-teachers": 4, "sigma-votes": 3.0,
                     "sigma-threshold": 2.0}
+# depth 2: the second aggregation reads the first (the replay's multi-stage premise)
+PROGAP = {**BASE, "method": "progap", "num-clients": 2, "depth": 2, "epochs": 2, "hidden": 8,
+          "client-epsilons": "4,2", "delta": 1e-5, "accountant": "rdp"}
+PROGAP_NODE = {**PROGAP, "level": "node", "depth": 1, "epochs": 1, "max-degree": MAX_DEGREE,
+               "batch-size": 4096}  # full-batch DP-SGD: calibration in milliseconds
 
 TOL = 1e-5  # slack on a sensitivity bound (float32 rows; 2^-24 fixed point under secure agg.)
 
@@ -124,10 +130,16 @@ DPSGD_UNCHECKED = (None, "DP-SGD's weights after several clipped, noised steps: 
 POST_PMA_EDGE = _post(["pma"], "edge level: a function of PMA's noisy rows (the client's own "
                                "noisy local rows included), features and labels; the unit (an "
                                "edge) enters only through PMA")
+POST_AGGREGATION_EDGE = _post(["aggregation"], "edge level: a function of the aggregations' "
+                                               "noisy rows (the client's own noisy local rows "
+                                               "included), features and labels; stage 0 reads "
+                                               "no edge")
+LEVELS = ("edge", "node")
 
 #: how the harness reads ALLOWED: (method, kind, field, level) -> category. ``level``: GAP
-#: ``edge`` / ``node``; PPGNN ``paper`` (labels given to the server) / ``rr`` (label-epsilon >
-#: 0); PrivGNN ``None`` / ``ensemble``. A field of ALLOWED not listed here keeps its kind.
+#: and ProGAP ``edge`` / ``node``; PPGNN ``paper`` (labels given to the server) / ``rr``
+#: (label-epsilon > 0); PrivGNN ``None`` / ``ensemble``. A field of ALLOWED not listed here
+#: keeps its kind.
 REFINE = {
     ("gap", "train[gap.encoder]", "arrays.*", "node"):
         _noised("encoder dp-sgd", *DPSGD_UNCHECKED),
@@ -153,6 +165,12 @@ REFINE = {
     ("ppgnn", "query.ppgnn", "report.labels", "rr"): _noised(
         "labels (randomized response)", "one-user",
         "randomized response per label: only the changed user's label may differ"),
+    ("progap", "query.progap_train", "arrays.*", "node"):
+        _noised("stage dp-sgd", *DPSGD_UNCHECKED),
+    **{("progap", "query.progap_train", f, "edge"): POST_AGGREGATION_EDGE
+       for f in ("arrays.*", "metrics.train-loss", "metrics.val-correct", "metrics.val-loss")},
+    **{("progap", "query.progap_aggregate[release]", f"partial_sums.{f}", level):
+       _noised("aggregation", *PMA_BOUND) for f in ("sums", "masked") for level in LEVELS},
     ("privgnn", "query.privgnn", "answers.answers", None): _noised(
         None, "posterior-l1", "a probability vector (or one-hot vote) per query: L1 change <= 2 "
                             "(the Laplace mechanism's sensitivity, noise multiplier 1/lam)"),
@@ -535,16 +553,9 @@ def _level_hook(monkeypatch, user):
 
 
 # ============================================================================ comparing
-def kind_of(m) -> str:
-    t = m.metadata.message_type
-    if t in ("train", "evaluate"):
-        return f"{t}[{m.content['config']['phase']}]"
-    return t
-
-
 def level_of(run: Run):
     cfg = run.cfg
-    if cfg.method == "gap":
+    if cfg.method in ("gap", "progap"):
         return cfg.level
     if cfg.method == "ppgnn":
         return "rr" if cfg.label_epsilon > 0 else "paper"
@@ -629,9 +640,10 @@ def compare(run: Run, log_d2, neighbour: Neighbour, mode: str) -> Findings:
     requests) field by field, by :func:`category`."""
     method, level = run.cfg.method, level_of(run)
     out = Findings()
-    plans = {}  # node -> GAP plan (D's setup replies)
+    plans = {}  # node -> GAP or ProGAP plan (D's setup replies)
     for m, r in run.log:
-        if m.metadata.message_type == "query.gap_setup" and not r.has_error():
+        if m.metadata.message_type in ("query.gap_setup", "query.progap_setup") \
+                and not r.has_error():
             plans[m.metadata.dst_node_id] = json.loads(r.content["meta"]["plan"])
     out.problems += _ledger_uses_the_plans(run, plans)
     differed_releases = set()  # noised releases that differed so far (post may follow them)
@@ -694,29 +706,37 @@ def compare(run: Run, log_d2, neighbour: Neighbour, mode: str) -> Findings:
                     if msg:
                         out.problems.append(f"{where}: {fld} moves by more than the "
                                             f"sensitivity on {neighbour.name} ({mode}): {msg}")
-    for (graph, hop), rows in hops.items():  # the joint bound of one PMA hop
+    for (graph, hop), rows in hops.items():  # the joint bound of one PMA hop (aggregation)
         msg = _joint_pma(rows, plans, run.cfg, out.ratios["joint"])
         if msg:
-            out.problems.append(f"{method} query.gap_pma (graph {graph}, hop {hop}): the rows "
+            out.problems.append(f"{method} {AGGREGATION[method][0]} (graph {graph}, hop {hop}): "
+                                f"the rows "
                                 f"of all clients move by more than the sensitivity on "
                                 f"{neighbour.name} ({mode}): {msg}")
     return out
 
 
+#: method -> (the aggregation's request type, the ledger's release, the plan's count of them)
+AGGREGATION = {"gap": ("query.gap_pma", "pma", "hops"),
+               "progap": ("query.progap_aggregate", "aggregation", "depth")}
+
+
 def _ledger_uses_the_plans(run: Run, plans: dict) -> list:
-    """GAP: the sensitivity the PMA bound uses is the one the ledger's entries were computed
-    with: each client's ``pma`` events are Gaussian mechanisms of its plan's noise multiplier,
-    and the plan's noise std is that multiplier times the plan's sensitivity."""
+    """GAP and ProGAP: the sensitivity the PMA (aggregation) bound uses is the one the
+    ledger's entries were computed with: each client's ``pma`` (``aggregation``) events are
+    Gaussian mechanisms of its plan's noise multiplier, and the plan's noise std is that
+    multiplier times the plan's sensitivity."""
     problems = []
     for node, plan in plans.items():
+        _, release, count = AGGREGATION[run.cfg.method]
         subject = f"client-{plan['partition_id']}"
         z, sens = float(plan["noise_multiplier"]), float(plan["sensitivity"])
         if not math.isclose(float(plan["sigma"]), z * sens, rel_tol=1e-9):
             problems.append(f"{subject}: plan sigma {plan['sigma']} != {z} x {sens}")
         pma = [e for e in run.strategy.ledger.entries.get(subject, [])
-               if e.release.startswith("pma")]
-        if z > 0 and plan["hops"] and not pma:
-            problems.append(f"{subject}: no PMA release in the ledger")
+               if e.release.startswith(release)]
+        if z > 0 and plan[count] and not pma:
+            problems.append(f"{subject}: no {release} release in the ledger")
         for e in pma:
             if not math.isclose(float(e.event.noise_multiplier), z, rel_tol=1e-9):
                 problems.append(f"{subject}: ledger {e.release} {e.event} is not the plan's "
@@ -742,6 +762,14 @@ def _ring_difference(a, b):
     return diff.view(np.int64).astype(np.float64) / 2.0 ** FRAC_BITS
 
 
+def _hop(m) -> tuple[str, int]:
+    """``(graph, hop)`` of a GAP PMA request; ProGAP: ``("all", stage)`` of an aggregation."""
+    if m.metadata.message_type == "query.progap_aggregate":
+        return "all", int(m.content["agg"]["stage"])
+    pma = m.content["pma"]
+    return (str(pma["graph"]) if "graph" in pma else "all"), int(pma["hop"])
+
+
 def _check_bound(bound, run, m, r1, r2, fld, a, b, plan, neighbour, hops,
                  ratios) -> str | None:
     """``None`` if the noised field is within its sensitivity, else what was found; the
@@ -751,9 +779,7 @@ def _check_bound(bound, run, m, r1, r2, fld, a, b, plan, neighbour, hops,
         ids = _value(reply_fields(r1)["partial_sums.ids"])
         delta = _ring_difference(a, b) if fld.endswith("masked") else \
             b.astype(np.float64) - a.astype(np.float64)
-        pma = m.content["pma"]
-        graph = str(pma["graph"]) if "graph" in pma else "all"
-        hops[(graph, int(pma["hop"]))].append((m.metadata.dst_node_id, ids, delta))
+        hops[_hop(m)].append((m.metadata.dst_node_id, ids, delta))
         norm, sens = float(np.linalg.norm(delta)), float(plan["sensitivity"])
         ratios.append(norm / sens)
         return None if norm <= sens * (1 + TOL) + TOL else \
@@ -835,34 +861,44 @@ def check_neighbour(harness, config, neighbour: Neighbour, modes=("live", "repla
     if "replay" in modes:
         found["replay"] = compare(run_d, harness.replay(run_d, neighbour.d2, **change),
                                   neighbour, "replay")
-        if run_d.cfg.method == "gap":
+        if run_d.cfg.method in PRIVATE_STATE:
             found["replay"].problems += _private_hops_unchanged(run_d, harness.replay_grid,
                                                                 neighbour)
     return run_d, found
 
 
+#: method -> the client states that hold its aggregations, and how to read the private part:
+#: GAP's hops 1..K (hop 0, the encoder's embedding of the client's own features, may differ),
+#: ProGAP's stages' aggregations ``x1..xK`` (``progap.cache``)
+PRIVATE_STATE = {
+    "gap": (("gap.hops", "gap.hops.test"), lambda t: t["hops"][:, 1:]),
+    "progap": (("progap.cache",), lambda t: torch.cat([t[k] for k in sorted(t)], 1)),
+}
+
+
 def _private_hops_unchanged(run: Run, replay_grid, neighbour) -> list:
-    """The replay's premise for GAP's hops >= 2: every client's own PMA output (hops 1..K of
-    its nodes, its noisy local rows included, which never leave it; ``fedgraph.simulations.client_state``
-    under ``gap.hops``, ``gap.hops.test`` for the held-out graph) is the same on D and D', so
-    hop k was checked given the same hop k-1 (adaptive composition). Hop 0 is the encoder's
+    """The replay's premise for GAP's hops >= 2 (ProGAP's stages >= 2): every client's own PMA
+    output (hops 1..K of its nodes, its noisy local rows included, which never leave it;
+    ``fedgraph.simulations.client_state`` under ``gap.hops``, ``gap.hops.test`` for the
+    held-out graph; ProGAP: its aggregations under ``progap.cache``) is the same on D and D',
+    so hop k was checked given the same hop k-1 (adaptive composition). Hop 0 is the encoder's
     embedding of the client's own features (the node's own data: it may differ)."""
     from fedgraph.simulations.client_state import get_tensors
 
+    keys, private = PRIVATE_STATE[run.cfg.method]
     problems = []
     for node, context in run.grid.contexts.items():
-        for key in ("gap.hops", "gap.hops.test"):
+        for key in keys:
             if key not in context.state:
                 continue
-            a = get_tensors(context, key)["hops"]
-            b = get_tensors(replay_grid.contexts[node], key)["hops"]
-            if not torch.equal(a[:, 1:], b[:, 1:]):
+            a = private(get_tensors(context, key))
+            b = private(get_tensors(replay_grid.contexts[node], key))
+            if not torch.equal(a, b):
                 problems.append(f"client {node - 1}: its private hops ({key}) differ on "
                                 f"{neighbour.name}: the replay's checks of hops >= 2 were not "
                                 "conditioned on the same previous hop")
-    found = any(key in c.state for c in run.grid.contexts.values()
-                for key in ("gap.hops", "gap.hops.test"))
-    return problems if found else ["no client kept its PMA hops under 'gap.hops' (renamed? "
+    found = any(key in c.state for c in run.grid.contexts.values() for key in keys)
+    return problems if found else [f"no client kept its PMA hops under {keys} (renamed? "
                                    "the replay's premise is unchecked)"]
 
 
@@ -943,6 +979,49 @@ def test_gap_node_level(harness, case):
                    if m.metadata.message_type == "query.gap_pma"
                    and m.content["pma"]["graph"] == "test"]
         assert not heldout, heldout
+
+
+PROGAP_EDGE_CASES = {
+    "undirected": ({}, "undirected"),
+    "directed-secagg": ({"edge-unit": "directed", "secure-aggregation": True, **THREE},
+                        "directed"),
+}
+RELEASE = "query.progap_aggregate[release]:partial_sums."
+
+
+@pytest.mark.parametrize("case", list(PROGAP_EDGE_CASES))
+def test_progap_edge_level(harness, case):
+    """ProGAP at edge level, a cross-client edge: public fields identical (the plan, the
+    node counts; stage 0's training rounds read no edge), the aggregation rows within the
+    edge sensitivity at every stage (replay) and at stage 1 (live), the later stages'
+    gradients and validation counts post-processing of them; the third client untouched
+    (secure aggregation)."""
+    extra, unit = PROGAP_EDGE_CASES[case]
+    config = {**PROGAP, **extra}
+    neighbour = cross_client_edge(config, unit)
+    run, found = check_neighbour(harness, config, neighbour)
+    sums = RELEASE + ("masked" if extra.get("secure-aggregation") else "sums")
+    assert_clean(found, {sums})
+    assert sums in found["live"].checked  # stage 1, before anything differed
+    _, kind, fld = found["live"].first_difference
+    assert kind == "query.progap_aggregate[release]", (kind, fld)
+
+
+PROGAP_NODE_CASES = {"plain": {}, "secagg": {"secure-aggregation": True, **THREE}}
+
+
+@pytest.mark.parametrize("case", list(PROGAP_NODE_CASES))
+def test_progap_node_level(harness, case):
+    """ProGAP at node level: a training node with in-neighbours at other clients (a degree
+    above the bound), isolated with other features and label. Public fields identical (the
+    constant weight, the plan from public counts); every aggregation within the node
+    sensitivity (replay); the stages' DP-SGD rounds are declared, not bounded."""
+    config = {**PROGAP_NODE, **PROGAP_NODE_CASES[case]}
+    neighbour = boundary_node(config)
+    run, found = check_neighbour(harness, config, neighbour)
+    assert_clean(found, {RELEASE + ("masked" if case == "secagg" else "sums")})
+    _, kind, fld = found["live"].first_difference  # stage 0's DP-SGD on the node's features
+    assert (kind, fld.split(".")[0]) == ("query.progap_train", "arrays"), (kind, fld)
 
 
 PRIVGNN_CASES = {
@@ -1087,6 +1166,14 @@ def _leak_post_early(m, reply):
     return reply
 
 
+def _leak_into_progap_count(m, reply):
+    """ProGAP: the stage-0 gradient replies' validation count carries the edge count."""
+    if m.metadata.message_type == "query.progap_train" and int(m.content["stage"]["stage"]) == 0:
+        reply.content["metrics"]["val-total"] = int(reply.content["metrics"]["val-total"]) \
+            + _edge_count(m)
+    return reply
+
+
 def _leak_features_into_another_report(neighbour):
     """PPGNN: another user's sampled signs carry the changed user's first feature."""
     def tamper(m, reply):
@@ -1131,6 +1218,8 @@ LEAKS = {
                             lambda c: cross_client_edge(c, graph="test")),
     "ppgnn-other-user": (_leak_features_into_another_report, "more than the sensitivity",
                          PPGNN, lambda c: ppgnn_user(c, "features")),
+    "progap-public-count": (_fixed(_leak_into_progap_count), "is declared public",
+                            {**PROGAP, "depth": 1}, cross_client_edge),
 }
 
 
@@ -1181,7 +1270,7 @@ def test_the_table_refines_the_allow_list():
         if entry[0] == "noised":
             assert entry[2] is not None or "tests/" in entry[3], (method, kind, key)
     for method, kinds in ALLOWED.items():
-        levels = {"gap": ("edge", "node"), "ppgnn": ("paper", "rr"),
+        levels = {"gap": LEVELS, "progap": LEVELS, "ppgnn": ("paper", "rr"),
                   "privgnn": (None, "ensemble")}[method]
         for kind, fields in kinds.items():
             for key, entry in fields.items():

@@ -75,6 +75,31 @@ strategy = "mypkg.mod:Mine"
     assert mine[0].name.endswith("__epsnone__clients1__seed0")
 
 
+def test_progap_cells_plot_at_their_level(tmp_path):
+    """ProGAP's presets give their cells the config's level (edge by default, node); an
+    edge-level ProGAP of depth 0 reads no edge: level ``none``, as GAP's MLP variant."""
+    f = write(tmp_path / "s.toml", """
+[sweep]
+datasets = ["cora"]
+num-clients = [2]
+seeds = [0]
+epsilons = [4]
+[methods.edge]
+preset = "progap-edge-cora"
+epsilon-key = "client-epsilons"
+[methods.node]
+preset = "progap-node-wisconsin"
+epsilon-key = "client-epsilons"
+[methods.mlp]
+preset = "progap-edge-cora"
+epsilon-key = "client-epsilons"
+set = { depth = 0 }
+""")
+    cells = {c.method: c for c in load_sweep(f, str(tmp_path / "out")).cells()}
+    assert {m: c.dp_level for m, c in cells.items()} == {"edge": "edge", "node": "node",
+                                                         "mlp": "none"}
+
+
 @pytest.mark.parametrize("name", ["demo", "ppgnn-lpgnn-tables", "gap-table2", "privgnn-lambda"])
 def test_every_cell_of_the_bundled_sweeps_validates(name):
     """The bundled sweep files expand to the grids their comments promise, and every cell's run
