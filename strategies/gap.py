@@ -83,7 +83,7 @@ def _aggregation_note(cfg, remote: tuple[float, int], sigmas: list[float]) -> st
 
 def _schedule_note(cfg) -> str:
     """The report's ``privacy.schedule``: what the training rounds release and what epsilon
-    they spend (README, "What leaves a client")."""
+    they spend (docs/explanations/client-releases.md)."""
     rounds = f"{cfg.encoder_rounds} encoder + {cfg.classifier_rounds} classifier rounds"
     if cfg.level == "node":
         return (f"FedAvg ({_round_label(cfg)}), {rounds} of {cfg.local_epochs} local epoch(s) "
@@ -247,7 +247,7 @@ class GAPStrategy(PrivateStrategy):
                 # Edge level: the encoder, like the classifier, is the round with the best
                 # validation accuracy of its pre-training head (the reference code's
                 # checkpointing); it reads no edge, so the per-round validation counts are
-                # no PMA release (README "What leaves a client").
+                # no PMA release (docs/explanations/client-releases.md).
                 fedavg = self._trainer("encoder", enc, select)
                 fedavg.on_train_reply = lambda rnd, r: self._released(
                     r.metadata.src_node_id, "encoder")

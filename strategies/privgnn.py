@@ -25,7 +25,7 @@ reports the answers given) and composed with PLD (dp-accounting) at ``delta``, w
 figure beside it. Clients refuse beyond their target (``client-epsilons``), which is the
 subject's budget in the report (``over_budget``).
 
-Answer modes (``answer-mode``; README "PrivGNN"): ``posterior`` / ``vote`` as above;
+Answer modes (``answer-mode``; docs/explanations/privgnn.md): ``posterior`` / ``vote`` as above;
 ``log-softmax-paper`` reproduces the authors' release (Laplace(1/lam) on log-softmax outputs),
 which is NOT differentially private: each client is recorded with
 :meth:`~fedgraph.accounting.PrivacyLedger.record_unprotected` (epsilon inf) and the paper's
@@ -43,7 +43,7 @@ methods: without ``sigma-votes`` the strategy calibrates it (:func:`calibrate_si
 so that the ``num-queries`` histograms spend the smallest client target; a ``sigma-votes``
 given makes the targets caps (``privacy.sigma_votes`` says which).
 
-Noise convention (a deliberate choice; see README "PrivGNN"): the answer is a probability
+Noise convention (a deliberate choice; see docs/explanations/privgnn.md): the answer is a probability
 vector (or a one-hot vote), whose L1 sensitivity is 2, so the Laplace scale is ``2 / lam``
 (noise multiplier ``1 / lam``). The paper writes the scale as ``beta = 1 / lambda`` while its
 privacy analysis (RDP curve of the Laplace mechanism with ``b = 1/lambda`` at sensitivity 1)

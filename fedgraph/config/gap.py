@@ -70,14 +70,14 @@ class GAPConfig(DataConfig):
         "each client's own statistics, evaluation the running statistics averaged over the "
         "clients weighted by training nodes. Off by default: measured on Wisconsin87 (one "
         "client, and without noise too) it costs 4-5 points, most of it the encoder's output norm (see "
-        "README, GAP results)")
+        "docs/results/accuracy.md, GAP)")
     schedule: Literal["auto", "fedavg", "fedsgd"] = Field(
         "auto", description="fedavg: local-epochs of Adam on each client per round, weights "
         "averaged (server-optimizer); fedsgd (edge level): each round a client sends the "
         "full-batch gradient of its mean training loss, the server averages them weighted by "
         "training nodes and takes one Adam step with lr (the centralized trajectory; a round "
         "is an epoch); auto (default): fedsgd at edge level (the measured best for clients "
-        "holding communities, README GAP results) unless a FedAvg key is set (local-epochs "
+        "holding communities, docs/results/accuracy.md, GAP) unless a FedAvg key is set (local-epochs "
         "other than 1, batch-size, server-optimizer, round-strategy), else fedavg. Unset rounds "
         "follow the "
         "schedule: fedsgd 100 + 100 rounds of 1 epoch, fedavg 10 + 10 rounds of 10 epochs")

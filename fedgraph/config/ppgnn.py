@@ -40,8 +40,8 @@ class PPGNNConfig(DataConfig):
     standardize: bool = Field(True, description="standardize features after propagation")
     backbone: Literal["gcn", "sage", "gat"] = "sage"
     hidden: int = Field(16, ge=1)
-    # Training defaults chosen on issue 18's K sweep (bench/ppgnn_table.py --steps, README
-    # Results): the LPGNN reference code's values for multi-bit features (sisaman/LPGNN
+    # Training defaults chosen on issue 18's K sweep (bench/ppgnn_table.py --steps,
+    # docs/results/accuracy.md): the LPGNN reference code's values for multi-bit features (sisaman/LPGNN
     # hparams/lwd.csv: lr 0.01, weight decay 0.01, dropout 0.75), with 300 epochs instead of
     # its 500 (500 measured within noise on Cora, paired +0.0 / +0.6 / +0.3 points at
     # K = 0 / 4 / 16, at 5/3 of the cost). Weight decay 0.05 measured 0.5 validation points

@@ -26,7 +26,7 @@ _FB100_YEAR = 5
 #: i.e. every column but the year and the high school. The high school's one-hot block is
 #: most of the features (2,304 of 2,903 columns on Wisconsin87, about 8 nodes per column) and
 #: costs accuracy: GAP on Wisconsin87, one client, 5 seeds, 79.5 without noise without it,
-#: 76.9 with it (README, issue 14).
+#: 76.9 with it (issue 14; docs/results/accuracy.md, GAP).
 FACEBOOK100_FEATURES: Tuple[str, ...] = ('status', 'gender', 'major', 'second_major', 'dorm')
 
 

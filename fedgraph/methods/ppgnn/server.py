@@ -8,7 +8,7 @@ variance of a user's estimate given its ESW-decoded level
 paper's Eq. 12. The default departs from the paper because it measured better: on
 ``synthetic-sbm:3000:4`` (20 seeds, paired) +1.25 +- 0.47 points over LPGNN at the smallest
 level where Eq. 12 is -1.74 +- 0.56, and level with Eq. 12 or above it on Cora and CiteSeer
-(README, Results).
+(docs/results/accuracy.md).
 """
 from __future__ import annotations
 

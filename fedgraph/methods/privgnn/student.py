@@ -67,7 +67,7 @@ def train_student(public: Data, query_idx: Tensor, labels: Tensor, *,
     never the public test labels; the test accuracy on ``public.test_mask`` is reported after
     selection (evaluation only). ``holdout_fraction = 0``: every pseudo-label is trained on
     and the epoch that fits them best is kept (``holdout_accuracy`` is NaN); with few noisy
-    labels (the ensemble mode) a small held-out slice selects erratically (README "PrivGNN").
+    labels (the ensemble mode) a small held-out slice selects erratically (docs/explanations/privgnn.md).
 
     ``propagation`` in (0, 1) (our addition; 0: off): the student's class probabilities are
     smoothed over the public graph by label propagation with the released labels clamped in
