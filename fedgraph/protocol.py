@@ -179,8 +179,8 @@ def _partial_sums(width: str, ledger: str, **kw) -> Record:
 
 def _state_dict(name: str, model: str, meaning: str, **kw) -> Record:
     return Record(name, "ArrayRecord", meaning, (
-        Field("*", "any", f"every entry of the {model}'s state dict (parameters and buffers)",
-              "any", required=False, when="empty: no weights yet"),), **kw)
+        Field("*", "any", f"the state dict of the {model}: every parameter and buffer", "any",
+              required=False, when="empty: no weights yet"),), **kw)
 
 
 def _counts(loss: bool = False) -> Record:
@@ -492,8 +492,8 @@ _PROGAP = (
                       "`fedgraph.methods.progap.privacy.remote_noise` sets one"),
                 Field("remote-contributors", "int", "clients summed per remote node",
                       required=False, when="with `remote-sigma`"))),
-            _state_dict("arrays", _PROGAP_MODEL, "the global weights (the embedding of stage "
-                        "- 1)", required=False, when="`release`"),
+            _state_dict("arrays", _PROGAP_MODEL, "the global weights (whose stage - 1 "
+                        "embedding is aggregated)", required=False, when="`release`"),
             _secagg_keys("`release`, secure aggregation"),
             _owner("`release`, secure aggregation"),
             _incoming("h", "the rows routed to this client's nodes", required=False,
