@@ -6,7 +6,8 @@ function of the method's client half (:mod:`fedgraph.methods.gap.client`,
 :mod:`fedgraph.methods.progap.client`) and encode the reply. The run config arrives inside
 each message; every draw comes from the client's own generator
 (:func:`fedgraph.randomness.client_generator`, keyed by the client's data too). The message
-types and their records: ``docs/extending.md``.
+types and their records: :mod:`fedgraph.protocol` (``tests/test_protocol.py`` holds this file
+and real runs to it).
 """
 from __future__ import annotations
 

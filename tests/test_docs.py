@@ -79,6 +79,19 @@ def test_cli_reference_has_every_command():
         assert f"## `fedgraph {name}`" in page
 
 
+def test_protocol_reference_has_every_message_type_and_key():
+    from fedgraph.protocol import MESSAGES
+
+    page = refs.protocol_page()
+    for m in MESSAGES.values():
+        section = page.split(f"### `{m.type}`\n", 1)[1].split("\n### ", 1)[0]
+        for content in (m.sends, m.replies):
+            for r in content.records:
+                assert f"| `{r.name}` | {r.kind} |" in section, (m.type, r.name)
+                for f in r.fields:
+                    assert f"| `{f.name}` | {f.type} |" in section, (m.type, r.name, f.name)
+
+
 def test_api_reference_walks_the_packages():
     mods = refs.modules()
     for must in ("fedgraph", "fedgraph.config", "fedgraph.accounting.ledger", "fedgraph.strategies.base",
@@ -117,7 +130,7 @@ def test_readme_commands_exist():
 
 
 GENERATED = {"reference/config.md", "reference/presets.md", "reference/report.md",
-             "reference/cli.md", "reference/api/index.md"}
+             "reference/cli.md", "reference/protocol.md", "reference/api/index.md"}
 
 
 @pytest.mark.parametrize("page", ["README.md", "CHANGELOG.md"])

@@ -16,6 +16,8 @@ with mkdocs_gen_files.open("reference/presets.md", "w") as f:
     f.write(refs.presets_page())
 with mkdocs_gen_files.open("reference/cli.md", "w") as f:
     f.write(refs.cli_page())
+with mkdocs_gen_files.open("reference/protocol.md", "w") as f:
+    f.write(refs.protocol_page())
 with tempfile.TemporaryDirectory() as tmp:
     with mkdocs_gen_files.open("reference/report.md", "w") as f:
         f.write(refs.report_page(refs.sample_reports(tmp)))
@@ -36,4 +38,5 @@ with mkdocs_gen_files.open("reference/api/index.md", "w") as f:
 with mkdocs_gen_files.open("reference/SUMMARY.md", "w") as f:
     f.write("* [Run-config keys](config.md)\n* [Presets](presets.md)\n"
             "* [Report fields](report.md)\n* [The fedgraph command](cli.md)\n"
+            "* [Messages between server and clients](protocol.md)\n"
             + "\n".join(nav) + "\n")

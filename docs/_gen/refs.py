@@ -8,6 +8,7 @@ Nothing here is a hand-written list of keys, fields, commands or modules:
 - report fields: the flattened field paths of real small runs, one per method, made at build
   time with :func:`fedgraph.simulations.local.run_local` (explanations: ``report_fields.toml``);
 - the CLI: the ``--help`` of every command of :data:`fedgraph.simulations.cli.cli`;
+- the messages between server and clients: :data:`fedgraph.protocol.MESSAGES`;
 - the API: every module found by walking the packages.
 """
 from __future__ import annotations
@@ -373,3 +374,73 @@ def presets_page() -> str:
                 "\n".join(ln for ln in text.splitlines() if ln.strip() and not ln.startswith("#")),
                 "```", ""]
     return "\n".join(out) + "\n"
+
+
+# ---------------------------------------------------------------- the messages
+_METHOD_TITLES = {"ppgnn": "PPGNN", "gap": "GAP", "privgnn": "PrivGNN", "progap": "ProGAP"}
+
+
+def _field_rows(record) -> list[str]:
+    """One table row per field of ``record`` (the record's own row first)."""
+    cond = "" if record.required else f" (only {record.when})"
+    extra = (f"; names among the request's `{record.names_within}`"
+             if record.names_within else "")
+    extra += "".join(f"; exactly one of {', '.join(f'`{k}`' for k in g)}"
+                     for g in record.one_of)
+    rows = [f"| `{record.name}` | {record.kind} | | | | {_cell(record.meaning + cond + extra)} |"]
+    for f in record.fields:
+        meaning = f.meaning + ("" if f.required else f" (optional: {f.when})")
+        if f.json_keys:
+            meaning += "; JSON keys: " + ", ".join(f"`{k.name}` ({k.meaning})"
+                                                   for k in f.json_keys)
+        shape = f"`{f.shape}`" if f.shape else ""
+        rows.append(f"| | | `{f.name}` | {f.type} | {shape} | {_cell(meaning)} |")
+    return rows
+
+
+def _content_table(content) -> list[str]:
+    out = ["| record | kind | key / tensor | type / dtype | shape | meaning |",
+           "|---|---|---|---|---|---|"]
+    for r in content.records:
+        out += _field_rows(r)
+    for g in content.one_of:
+        out += ["", "Exactly one of the records " + ", ".join(f"`{n}`" for n in g) + "."]
+    return out
+
+
+def protocol_page() -> str:
+    """The message types the ClientApp answers and their records, from
+    :data:`fedgraph.protocol.MESSAGES`."""
+    from fedgraph.protocol import MESSAGES, methods
+
+    out = ["# Messages between server and clients", "",
+           "<!-- Generated at build time by docs/_gen/refs.py from fedgraph/protocol.py; "
+           "do not edit. -->", "",
+           "Every message type the ClientApp (`fedgraph.simulations.client_app`) answers, with "
+           "the records the server sends and the records the client replies with. The source "
+           "is [`fedgraph.protocol`](api/fedgraph/protocol.md), plain data a strategy or a "
+           "test can import; `tests/test_protocol.py` checks that the ClientApp routes exactly "
+           "these types and that real runs of every method send and answer exactly these "
+           "records and keys. What each reply field is for privacy (noised and accounted, "
+           "public, or an evaluation output): "
+           "[What leaves a client](../explanations/client-releases.md).", "",
+           "Every message carries the run config as `config[\"json\"]`. Types: a "
+           "ConfigRecord's or MetricRecord's Python value type; an ArrayRecord's tensor "
+           "dtype (`any`: the model's own) and shape, in symbols: `n` the client's nodes, `N` "
+           "the node universe, `m` rows released, `e`/`h` embedding widths, `C` classes. A "
+           "key with `*` is a pattern (a model's state dict, a mechanism's report). Optional "
+           "keys and records say when they are there.", "",
+           "| message type | method | the client |", "|---|---|---|"]
+    for m in MESSAGES.values():
+        out.append(f"| [`{m.type}`](#{_anchor(m.type)}) | `{m.method}` | "
+                   f"{_cell(m.summary)} |")
+    for method in methods():
+        out += ["", f"## {_METHOD_TITLES.get(method, method)}"]
+        for m in (m for m in MESSAGES.values() if m.method == method):
+            out += ["", f"### `{m.type}`", "", _cell(m.summary[:1].upper() + m.summary[1:]) + ".",
+                    "",
+                    f"Sent by `{m.sender}`; answered by `{m.handler}`.", "",
+                    "The server sends:", "", *_content_table(m.sends), "",
+                    "The client replies:", "", *_content_table(m.replies)]
+    return "\n".join(out) + "\n"
+
