@@ -183,14 +183,11 @@ def _state_dict(name: str, model: str, meaning: str, **kw) -> Record:
               required=False, when="empty: no weights yet"),), **kw)
 
 
-def _counts(loss: bool = False) -> Record:
+def _counts() -> Record:
     fields = []
     for split in ("train", "val", "test"):
         fields += [Field(f"{split}_correct", "int", f"correct predictions on its {split} nodes"),
                    Field(f"{split}_total", "int", f"its {split} nodes")]
-        if loss:
-            fields.append(Field(f"{split}_loss", "float",
-                                f"summed cross-entropy on its {split} nodes"))
     return Record("metrics", "MetricRecord", "evaluation outputs (the report's accuracy), "
                   "outside the guarantee as in the papers", tuple(fields))
 
@@ -459,14 +456,14 @@ _PROGAP = (
                 Field("round", "int", "the round, 1.. (edge level: epochs + 1, the last only "
                       "validates)"),
                 Field("final", "bool", "the round after the stage's last (edge level: "
-                      "validation of the last weights; the client does not read it)"))))),
+                      "the client sends only the validation of the last weights)"))))),
         Content((
             _trained("edge level: the gradient of the mean training loss over the stage's "
                      "parameters and the buffers; node level: the whole state after DP-SGD "
                      "(ledger `stage dp-sgd`)"),
             Record("metrics", "MetricRecord", "the round's metrics", (
                 Field("num-examples", "int", "edge level: its training nodes; node level: the "
-                      "constant 1"),
+                      "constant 1", required=False, when="not the final round"),
                 _TRAIN_LOSS,
                 Field("val-correct", "int", "correct validation predictions of the weights "
                       "received", required=False, when="edge level"),
@@ -505,13 +502,13 @@ _PROGAP = (
             one_of=(("partial_sums", "done"),))),
     MessageType(
         "query.progap_eval", "progap",
-        "correct predictions, totals and loss sums per split at the final stage "
+        "correct predictions and totals per split at the final stage "
         "(`fedgraph.methods.progap.client.counts`)",
         "fedgraph.strategies.progap.ProGAPStrategy.run", f"{_ROUTES}.progap.progap_eval",
         Content((CONFIG, _state_dict("arrays", _PROGAP_MODEL, "the final weights"),
                  Record("stage", "ConfigRecord", "the stage evaluated",
                         (Field("stage", "int", "K, the last stage"),)))),
-        Content((_counts(loss=True),))),
+        Content((_counts(),))),
 )
 
 #: message type -> :class:`MessageType`, every type the ClientApp answers, by method

@@ -188,7 +188,7 @@ ALLOWED = {
         "query.progap_aggregate[finish]": {
             "done.stage": _public("the stage number the server sent")},
         "query.progap_eval": {f"metrics.{s}_{c}": EVALUATION for s in ("train", "val", "test")
-                              for c in ("correct", "total", "loss")},
+                              for c in ("correct", "total")},
     },
 }
 

@@ -44,7 +44,8 @@ def progap_train(msg: Message, context: Context) -> Message:
     st = msg.content["stage"]
     cfg, pid, view, gen, model, x = _stage(msg, context, int(st["stage"]))
     arrays, metrics = train_round(cfg, pid, view, model, x,
-                                  gen(f"progap:train:{int(st['stage'])}:{int(st['round'])}"))
+                                  gen(f"progap:train:{int(st['stage'])}:{int(st['round'])}"),
+                                  final=bool(st.get("final", False)))
     return reply(msg, arrays=ArrayRecord(arrays), metrics=MetricRecord(metrics))
 
 

@@ -15,7 +15,8 @@ its own state. What leaves a client:
   normalized embedding over its edges into every remote node (ledger ``aggregation``: one
   Gaussian mechanism), masked under secure aggregation; :func:`finish` (step ``finish``) adds
   the rows received to its own noisy local sums: the next stage's input, kept.
-* :func:`counts` (``query.progap_eval``): correct predictions, totals and loss sums per split.
+* :func:`counts` (``query.progap_eval``): correct predictions and totals per split (what GAP's
+  clients send: no loss).
 
 Every draw comes from ``generator(purpose)``, the client's generator of one release.
 """
@@ -73,20 +74,26 @@ def stage_model(cfg, view, stage: int, weights: dict, cache: list[Tensor]):
     return model.to(dev), stage_input([view.graph.x] + list(cache[:stage])).to(dev)
 
 
-def counts(model, x: Tensor, view, splits=("train", "val", "test")) -> dict:
-    """``<split>_correct``, ``<split>_total``, ``<split>_loss`` (sum) of ``model`` per split."""
+def counts(model, x: Tensor, view, splits=("train", "val", "test"), *,
+           with_loss: bool = False) -> dict:
+    """``<split>_correct``, ``<split>_total`` (and, ``with_loss``, ``<split>_loss``: the summed
+    cross-entropy, for the edge-level round selection's ties) of ``model`` per split."""
     g, out = view.graph, {}
     for split in splits:
         r = evaluate(model, x, g.y.to(x.device), getattr(g, f"{split}_mask").to(x.device))
         out[f"{split}_correct"], out[f"{split}_total"] = r["correct"], r["total"]
-        out[f"{split}_loss"] = float(r["loss"] * r["total"]) if r["total"] else 0.0
+        if with_loss:
+            out[f"{split}_loss"] = float(r["loss"] * r["total"]) if r["total"] else 0.0
     return out
 
 
-def train_round(cfg, partition_id: int, view, model, x: Tensor, generator) -> tuple[dict, dict]:
+def train_round(cfg, partition_id: int, view, model, x: Tensor, generator, *,
+                final: bool = False) -> tuple[dict, dict]:
     """``query.progap_train``: ``(arrays, metrics)`` at the received weights.
 
-    Edge level (FedSGD): validation counts of the received weights (eval mode), then the
+    Edge level (FedSGD): validation counts of the received weights (eval mode); in the
+    ``final`` round (after the stage's last, which only validates its weights) nothing else;
+    otherwise then the
     gradient of the mean training cross-entropy (train mode, one full batch) over the stage's
     parameters and the buffers after that pass, ``num-examples`` and ``train-loss``. Node
     level (FedAvg): ``local_epochs`` of DP-SGD with the plan's multiplier and the schedule of
@@ -95,7 +102,10 @@ def train_round(cfg, partition_id: int, view, model, x: Tensor, generator) -> tu
     g = view.graph
     y, train = g.y.to(x.device), g.train_mask.to(x.device)
     if cfg.level == "edge":
-        val = counts(model, x, view, ("val",))
+        val = {f"val-{k.split('_')[1]}": v
+               for k, v in counts(model, x, view, ("val",), with_loss=True).items()}
+        if final:
+            return {}, val
         names = model.stage_parameter_names()
         params = dict(model.named_parameters())
         idx = train.nonzero().flatten()
@@ -108,8 +118,7 @@ def train_round(cfg, partition_id: int, view, model, x: Tensor, generator) -> tu
             loss, out = torch.tensor(0.0), {k: torch.zeros_like(params[k]) for k in names}
         out.update(model.named_buffers())
         return to_cpu(out), {"num-examples": int(idx.numel()),
-                             "train-loss": float(loss.detach()),
-                             **{f"val-{k.split('_')[1]}": v for k, v in val.items()}}
+                             "train-loss": float(loss.detach()), **val}
     plan = client_plan(cfg, partition_id, view)
     dp = plan.dpsgd(cfg.max_grad_norm)
     bsz = cfg.dpsgd_batch_size if dp else (cfg.batch_size or None)
