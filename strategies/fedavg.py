@@ -115,7 +115,10 @@ class _Strict:
         return replies
 
     def aggregate_train(self, server_round, replies):
-        replies = list(replies)
+        # In node-id order: Flower sums the replies in the order given, which follows its
+        # unseeded client sampling; float sums in another order differ in the last bits, and
+        # a server Adam amplifies that (a run would not repeat itself).
+        replies = sorted(replies, key=lambda r: r.metadata.src_node_id)
         if self.on_train_reply is not None:
             for r in replies:
                 if not r.has_error():
@@ -127,7 +130,8 @@ class _Strict:
     def aggregate_evaluate(self, server_round, replies):
         if getattr(self, "fraction_evaluate", 0.0) == 0.0:
             return None
-        replies = self._check(replies, "evaluate", server_round)
+        replies = self._check(sorted(replies, key=lambda r: r.metadata.src_node_id),
+                              "evaluate", server_round)
         metrics = super().aggregate_evaluate(server_round, replies)
         self._consider(server_round, selection_key([r.content for r in replies]), self._latest)
         return metrics
@@ -269,7 +273,7 @@ class StrictFedSGD(_Strict, FedAvg):
     def aggregate_train(self, server_round, replies):
         from flwr.app import ArrayRecord
 
-        replies = list(replies)
+        replies = sorted(replies, key=lambda r: r.metadata.src_node_id)  # (see _Strict's)
         mean, metrics = super().aggregate_train(server_round, replies)
         if self._fused(server_round):  # the validation of the weights sent (round - 1's)
             contents = [r.content for r in replies]
