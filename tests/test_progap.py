@@ -133,4 +133,30 @@ def test_centralized_progap_learns_and_spends_at_most_its_target(sbm):
     assert priv["sigma"] == pytest.approx(priv["noise_multiplier"] * math.sqrt(2))
     node = run_progap(sbm, level="node", epsilon=8.0, delta=1e-4, depth=1, epochs=2,
                       batch_size=64, max_degree=5, accountant="rdp")
-    assert node["epsilon_spent"] <= 8.0 * (1 + 1e-6) and node["config"]["batch_norm"] is False
+    assert node["epsilon_spent"] <= 8.0 * (1 + 1e-6) and node["config"]["batch_norm"] is True
+
+
+def test_node_level_norm_is_per_example_and_dpsgd_clips_it():
+    """Node level, ``batch-norm``: GroupNorm(1, C) (the official code's replacement under
+    DP-SGD): a node's output does not depend on the other nodes of its batch (training mode),
+    and Opacus computes its per-example gradients."""
+    from opacus import GradSampleModule
+
+    from fedgraph.methods.progap.model import ProgressiveModel
+
+    torch.manual_seed(0)
+    model = ProgressiveModel(8, 3, depth=1, hidden=16, base_layers=2, group_norm=True).train()
+    assert any(isinstance(m, torch.nn.GroupNorm) for m in model.modules())
+    assert not any(isinstance(m, torch.nn.BatchNorm1d) for m in model.modules())
+    x = torch.randn(5, 8)
+    other = x.clone()
+    other[1:] = torch.randn(4, 8)
+    torch.testing.assert_close(model(x)[0], model(other)[0])
+    gsm = GradSampleModule(model, loss_reduction="sum", strict=True)
+    torch.nn.functional.cross_entropy(gsm(x), torch.tensor([0, 1, 2, 0, 1]),
+                                      reduction="sum").backward()
+    trained = [p for p in model.parameters() if p.requires_grad]
+    assert trained and all(p.grad_sample.shape[0] == 5 for p in trained)
+    gsm._close()
+    with pytest.raises(ValueError, match="not both"):
+        ProgressiveModel(8, 3, depth=1, batch_norm=True, group_norm=True)

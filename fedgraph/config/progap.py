@@ -37,7 +37,10 @@ class ProGAPConfig(DataConfig):
         "and every aggregation so far): jumping knowledge by concatenation, sum, mean or max")
     batch_norm: bool = Field(False, description="edge level: the official code's batch norms "
                              "(after every base layer's SELU); training uses each client's "
-                             "own statistics, evaluation the averaged running statistics")
+                             "own statistics, evaluation the averaged running statistics. "
+                             "Node level: GroupNorm(1, C) in their place (each node "
+                             "normalized over its own features, which DP-SGD clips per "
+                             "example), as the official code under DP-SGD")
     epochs: Optional[int] = Field(None, ge=1, description="rounds per stage (edge level: "
                                   "FedSGD epochs, default 100; node level: FedAvg rounds of "
                                   "local-epochs DP-SGD, default 5)")
@@ -67,9 +70,6 @@ class ProGAPConfig(DataConfig):
 
     @model_validator(mode="after")
     def _level_checks(self):
-        if self.batch_norm and self.level == "node":
-            raise ValueError("batch-norm: mixes the examples of a batch, which DP-SGD (node "
-                             "level) cannot clip per example; allowed at node level: false")
         if self.secure_aggregation and not (self.cross_client_edges and self.depth > 0):
             raise ValueError("secure-aggregation: has no effect without cross-client edges "
                              "and depth >= 1 (no row leaves a client)")

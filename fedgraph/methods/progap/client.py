@@ -55,9 +55,12 @@ def setup(cfg, partition_id: int, view) -> tuple[Tensor, dict]:
 
 
 def build_model(cfg, num_features: int, num_classes: int) -> ProgressiveModel:
-    """All stages' submodels as the config says (dropout 0, as the official Facebook runs)."""
+    """All stages' submodels as the config says (dropout 0, as the official Facebook runs;
+    ``batch-norm`` at node level: GroupNorm(1, C), per example, as the official DP-SGD runs)."""
+    node = cfg.level == "node"
     return ProgressiveModel(num_features, num_classes, cfg.depth, cfg.hidden, cfg.base_layers,
-                            cfg.head_layers, cfg.jk, 0.0, cfg.batch_norm)
+                            cfg.head_layers, cfg.jk, 0.0, cfg.batch_norm and not node,
+                            group_norm=cfg.batch_norm and node)
 
 
 def stage_model(cfg, view, stage: int, weights: dict, cache: list[Tensor]):

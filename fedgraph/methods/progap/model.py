@@ -11,7 +11,7 @@ Stage ``i`` (``0..depth``) reads the cached inputs :math:`X^{(0)} = X` (features
 
 training base MLPs ``0..i`` and head ``i`` (the official ``layerwise = False``); its embedding
 :math:`H^{(i)}` is what the next stage aggregates. Every layer is :class:`torch.nn.Linear`
-(Opacus computes per-example gradients); a base MLP is ``Linear -> SELU -> BatchNorm ->
+(Opacus computes per-example gradients); a base MLP is ``Linear -> SELU -> BatchNorm (GroupNorm(1, C) under DP-SGD) ->
 dropout`` per layer (the official ``MLP`` with ``plain_last = False``: the activation before the
 batch norm), a head MLP the same with a plain last layer.
 """
@@ -32,6 +32,12 @@ class StageMLP(MLP):
     ProGAP order (``core/nn/mlp.py``): SELU, then batch norm, then dropout (GAP's: batch norm,
     dropout, SELU). Shapes: ``[*, in_dim] -> [*, out_dim]``."""
 
+    def __init__(self, *args, group_norm: bool = False, **kwargs):
+        super().__init__(*args, **kwargs)
+        if group_norm:  # per example: what DP-SGD can clip (the official Opacus fix)
+            self.norms = nn.ModuleList(nn.GroupNorm(1, layer.out_features)
+                                       for layer in list(self.layers)[:len(self.norms)])
+
     def forward(self, x: Tensor) -> Tensor:
         for i, layer in enumerate(self.layers):
             x = layer(x)
@@ -50,6 +56,9 @@ class ProgressiveModel(nn.Module):
         jk: ``cat`` (the paper's), ``sum``, ``mean``, ``max`` (parameter-free combinations;
             the official ``attn``/``wsum``/``lstm`` are not offered);
         dropout, batch_norm: as :class:`StageMLP` (batch norm: never with DP-SGD).
+        group_norm: ``GroupNorm(1, width)`` where ``batch_norm`` puts a batch norm: each
+            example normalized over its own features, so DP-SGD can clip it per example (the
+            official code's replacement under DP-SGD: its Opacus fixer, ``core/__init__.py``).
 
     The input of stage ``i`` is one tensor ``[N, F + i * hidden]``, the cached
     :math:`X^{(0)}, .., X^{(i)}` concatenated (:func:`stage_input`), so that batches are rows.
@@ -58,8 +67,10 @@ class ProgressiveModel(nn.Module):
 
     def __init__(self, in_dim: int, num_classes: int, depth: int, hidden: int = 16,
                  base_layers: int = 1, head_layers: int = 1, jk: str = "cat",
-                 dropout: float = 0.0, batch_norm: bool = False):
+                 dropout: float = 0.0, batch_norm: bool = False, group_norm: bool = False):
         super().__init__()
+        if batch_norm and group_norm:
+            raise ValueError("batch_norm or group_norm, not both")
         if depth < 0:
             raise ValueError(f"depth must be >= 0, got {depth}")
         if jk not in JK_MODES:
@@ -67,10 +78,12 @@ class ProgressiveModel(nn.Module):
         self.in_dim, self.hidden, self.jk, self.depth = in_dim, hidden, jk, depth
         self.base = nn.ModuleList(
             StageMLP(in_dim if i == 0 else hidden, hidden, hidden, base_layers, dropout,
-                     batch_norm, plain_last=False) for i in range(depth + 1))
+                     batch_norm, plain_last=False, group_norm=group_norm)
+            for i in range(depth + 1))
         self.head = nn.ModuleList(
             StageMLP(hidden * (i + 1) if jk == "cat" else hidden, hidden, num_classes,
-                     head_layers, dropout, batch_norm, plain_last=True)
+                     head_layers, dropout, batch_norm, plain_last=True,
+                     group_norm=group_norm)
             for i in range(depth + 1))
         self.stage = 0
         self.set_stage(0)

@@ -35,11 +35,12 @@ __all__ = ["noisy_aggregation", "run_progap", "LEVEL_DEFAULTS"]
 
 #: The official scripts' settings (test/facebook/progap-edge.sh, progap-node.sh): edge level
 #: depth 5, base 1, head 1, 100 full-batch epochs per stage, batch norm; node level depth 4,
-#: base 2, 5 epochs per stage, batch 256, D 100, clipping 1 (batch norm off: DP-SGD).
+#: base 2, 5 epochs per stage, batch 256, D 100, clipping 1, the batch norms as GroupNorm(1, C)
+#: (the official Opacus fixer, ``core/__init__.py``: per example, what DP-SGD can clip).
 LEVEL_DEFAULTS: dict[str, dict[str, Any]] = {
     "edge": dict(depth=5, base_layers=1, epochs=100, batch_size=None, batch_norm=True,
                  select_on_val=True),
-    "node": dict(depth=4, base_layers=2, epochs=5, batch_size=256, batch_norm=False,
+    "node": dict(depth=4, base_layers=2, epochs=5, batch_size=256, batch_norm=True,
                  select_on_val=False),
 }
 
@@ -104,9 +105,9 @@ def run_progap(data, *, level: str = "edge", epsilon: float = math.inf,
     select = d["select_on_val"] if select_on_val is None else select_on_val
     private = not math.isinf(epsilon)
     use_dpsgd = private and level == "node"
-    bn = (d["batch_norm"] and not use_dpsgd) if batch_norm is None else batch_norm
-    if use_dpsgd and (bn or bsz is None):
-        raise ValueError("node-level DP-SGD needs a batch_size and no batch norm")
+    bn = d["batch_norm"] if batch_norm is None else batch_norm
+    if use_dpsgd and bsz is None:
+        raise ValueError("node-level DP-SGD needs a batch_size")
     t0, timings = time.perf_counter(), {}
     torch.manual_seed(seed)
     gen = torch.Generator().manual_seed(seed)
@@ -134,7 +135,8 @@ def run_progap(data, *, level: str = "edge", epsilon: float = math.inf,
     if level == "node" and depth > 0:
         edge_index = bound_out_degree(edge_index, n, max_degree, gen)
     model = ProgressiveModel(x.size(1), num_classes, depth, hidden, base_layers, head_layers,
-                             jk, dropout, bn)
+                             jk, dropout, bn and level == "edge",
+                             group_norm=bn and level == "node")  # (node level: per example)
     cache, stage_val = [x], []
     timings["aggregation"] = timings["training"] = 0.0
     for stage in range(depth + 1):
