@@ -71,8 +71,8 @@ def validate_run_config(run_config: dict):
 
         try:
             round_strategy(cfg.round_strategy, cfg.round_strategy_args, max(cfg.num_clients, 1))
-        except ValueError as err:
-            raise ConfigError(str(err)) from None
+        except ValueError as err:  # (its cause: a user's constructor's error, with traceback)
+            raise ConfigError(str(err)) from err.__cause__
     return strategy, cfg
 
 

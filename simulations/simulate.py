@@ -130,7 +130,12 @@ def _early_ray_method(run_config: dict) -> Optional[str]:
     if user_code(run_config):  # the user's code is imported and run (the preflight) first:
         return None  # its error comes before Ray starts, not after
     try:
-        return check_run_config(run_config).method
+        cfg = check_run_config(run_config)
+        if getattr(cfg, "round_strategy", ""):  # a Flower strategy by name: its error first
+            from fedgraph.strategies.fedavg import round_strategy
+
+            round_strategy(cfg.round_strategy, cfg.round_strategy_args, max(cfg.num_clients, 1))
+        return cfg.method
     except (ConfigError, ValueError):  # (a secret run without its secret among them)
         return None
 

@@ -407,12 +407,16 @@ def round_strategy(spec: str, args: dict, num_clients: int, select_on_val: bool 
     fraction_train))``, evaluation every round iff ``select_on_val``).
 
     Raises:
-        ValueError: :func:`resolve_round_strategy`'s, or the constructor refused ``args``
-            (named ``round-strategy-args``).
+        ValueError: :func:`resolve_round_strategy`'s, the constructor refused ``args`` (named
+            ``round-strategy-args``), or it raised (named ``round-strategy``, the error as the
+            cause).
     """
     cls = strict_class(resolve_round_strategy(spec))
+    name = cls.__qualname__.removeprefix("Strict")
     try:
         return cls(num_clients, select_on_val, **args)
-    except (TypeError, ValueError) as err:
-        raise ValueError(f"round-strategy-args: {cls.__qualname__.removeprefix('Strict')} "
-                         f"refused {args}: {err}") from None
+    except TypeError as err:
+        raise ValueError(f"round-strategy-args: {name} refused {args}: {err}") from None
+    except Exception as err:  # noqa: BLE001 - a user's constructor: named, its traceback kept
+        raise ValueError(f"round-strategy: {spec!r} ({name}) failed in its constructor with "
+                         f"round-strategy-args {args}: {type(err).__name__}: {err}") from err

@@ -216,3 +216,27 @@ def test_a_users_strategy_by_path_runs_without_private_names(tmp_path, monkeypat
         text = example.read_text()
         assert "._" not in text.replace("__init__", ""), example  # no private attribute
     assert "class DampedFedAvg(FedAvg)" in source
+
+
+def test_a_users_strategy_that_raises_is_named_with_its_error(tmp_path):
+    """A constructor that raises: a config error naming ``round-strategy`` and the class, the
+    user's exception kept as the cause (its traceback is what ``fedgraph run`` shows)."""
+    from fedgraph.simulations.user_code import user_traceback
+
+    (tmp_path / "boom.py").write_text(
+        "from flwr.serverapp.strategy import FedAvg\n\n"
+        "class Boom(FedAvg):\n    def __init__(self, **kw):\n"
+        "        raise RuntimeError('boom in constructor')\n")
+    spec = f"{tmp_path / 'boom.py'}:Boom"
+    with pytest.raises(ConfigError, match="round-strategy: .*Boom.*RuntimeError: boom") as err:
+        validate_run_config({"method": "gap", "num-clients": 2, "round-strategy": spec})
+    assert "boom.py" in user_traceback(err.value)
+
+
+def test_a_bad_round_strategy_name_keeps_ray_from_starting_early():
+    """``fedgraph run`` starts Ray early only for a config that will run: an unknown Flower
+    strategy name is refused before (in about a second, not after Ray's start)."""
+    from fedgraph.simulations.simulate import _early_ray_method
+
+    assert _early_ray_method({"method": "gap", "round-strategy": "fedprx"}) is None
+    assert _early_ray_method({"method": "gap", "round-strategy": "fedprox"}) == "gap"

@@ -408,6 +408,15 @@ def _content_table(content) -> list[str]:
     return out
 
 
+def _code(text: str) -> str:
+    """``text`` as inline code when it is one dotted name; prose (spaces, its own code spans)
+    as it is, with its leading dotted name as code."""
+    if "`" in text:
+        return text
+    head, sep, rest = text.partition(" ")
+    return f"`{head}`" + (f" {rest}" if sep else "")
+
+
 def protocol_page() -> str:
     """The message types the ClientApp answers and their records, from
     :data:`fedgraph.protocol.MESSAGES`."""
@@ -439,7 +448,7 @@ def protocol_page() -> str:
         for m in (m for m in MESSAGES.values() if m.method == method):
             out += ["", f"### `{m.type}`", "", _cell(m.summary[:1].upper() + m.summary[1:]) + ".",
                     "",
-                    f"Sent by `{m.sender}`; answered by `{m.handler}`.", "",
+                    f"Sent by {_code(m.sender)}; answered by {_code(m.handler)}.", "",
                     "The server sends:", "", *_content_table(m.sends), "",
                     "The client replies:", "", *_content_table(m.replies)]
     return "\n".join(out) + "\n"
