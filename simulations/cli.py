@@ -239,7 +239,9 @@ def report(
             f" --markdown {shlex.quote(markdown_path)}" + \
             "".join(f" --published {shlex.quote(p)}" for p in published) + \
             (f" --csv {shlex.quote(csv_path)}" if csv_path else "") + \
-            (f" --plots {shlex.quote(plots)}" if plots else "")
+            (f" --plots {shlex.quote(plots)}" if plots else "") + \
+            (f" --format {shlex.quote(formats)}" if formats != "png" else "") + \
+            (" --combined" if combined else "")
         text = results.markdown(groups, figures, md, pub, command,
                                 results.sweep_summaries(dirs, rows), csv_file)
         results.write_bytes_atomic(md, text.encode())
