@@ -37,6 +37,7 @@ import torch
 from fedgraph.data import gap_split, load_dataset
 from fedgraph.methods.progap import run_progap
 
+WISCONSIN = "facebook100:Wisconsin87"
 #: official ProGAP and GAP on Wisconsin87 (issue 33), test accuracy in %, mean and std
 OFFICIAL = {"edge": {"1": (74.86, 0.76), "4": (80.84, 0.40), "8": (81.82, 0.63),
                      "inf": (82.44, 0.30)}}
@@ -52,7 +53,8 @@ def summary(rows: list[dict]) -> dict:
         out[key] = {"runs": len(acc), "mean": statistics.fmean(acc),
                     "std": statistics.stdev(acc) if len(acc) > 1 else 0.0,
                     "max_epsilon_spent": max(spent),
-                    "official": OFFICIAL.get(rows[0]["level"], {}).get(key)}
+                    "official": OFFICIAL.get(rows[0]["level"], {}).get(key)
+                    if rows[0].get("dataset", WISCONSIN).lower() == WISCONSIN.lower() else None}
     return out
 
 
@@ -123,7 +125,8 @@ def main() -> None:
                 r = run_progap(split, level=a.level, epsilon=eps,
                                delta=1e-7 if a.level == "edge" else "auto", lr=lr,
                                batch_norm=bn, seed=seed)
-            r = {k: v for k, v in r.items() if k != "events"} | {"key": key, "seed": seed}
+            r = {k: v for k, v in r.items() if k != "events"} | {"key": key, "seed": seed,
+                                                                  "dataset": a.dataset}
             rows.append(r)
             print(f"eps={key} seed={seed} test={100 * r['test_acc']:.2f} "
                   f"spent={r['epsilon_spent']:.4f} z={r['noise_multiplier']:.4f} "
@@ -131,7 +134,9 @@ def main() -> None:
             out.parent.mkdir(parents=True, exist_ok=True)
             tmp = out.with_suffix(".json.tmp")  # atomic: an interrupted write keeps the old rows
             tmp.write_text(json.dumps({"dataset": a.dataset, "level": a.level,
-                                       "summary": summary(rows), "gap_official": GAP_OFFICIAL,
+                                       "summary": summary(rows),
+                                       "gap_official": GAP_OFFICIAL
+                                       if a.dataset.lower() == WISCONSIN.lower() else None,
                                        "runs": rows}, indent=1, default=str))
             tmp.replace(out)
     for key, s in summary(rows).items():
