@@ -38,6 +38,13 @@ from fedgraph.data import gap_split, load_dataset
 from fedgraph.methods.progap import run_progap
 
 WISCONSIN = "facebook100:Wisconsin87"
+
+
+def is_wisconsin(name: str) -> bool:
+    """Whether the official figures below apply to rows of this dataset."""
+    return name.lower() == WISCONSIN.lower()
+
+
 #: official ProGAP and GAP on Wisconsin87 (issue 33), test accuracy in %, mean and std
 OFFICIAL = {"edge": {"1": (74.86, 0.76), "4": (80.84, 0.40), "8": (81.82, 0.63),
                      "inf": (82.44, 0.30)}}
@@ -54,7 +61,7 @@ def summary(rows: list[dict]) -> dict:
                     "std": statistics.stdev(acc) if len(acc) > 1 else 0.0,
                     "max_epsilon_spent": max(spent),
                     "official": OFFICIAL.get(rows[0]["level"], {}).get(key)
-                    if rows[0].get("dataset", WISCONSIN).lower() == WISCONSIN.lower() else None}
+                    if is_wisconsin(rows[0].get("dataset", WISCONSIN)) else None}
     return out
 
 
@@ -136,7 +143,7 @@ def main() -> None:
             tmp.write_text(json.dumps({"dataset": a.dataset, "level": a.level,
                                        "summary": summary(rows),
                                        "gap_official": GAP_OFFICIAL
-                                       if a.dataset.lower() == WISCONSIN.lower() else None,
+                                       if is_wisconsin(a.dataset) else None,
                                        "runs": rows}, indent=1, default=str))
             tmp.replace(out)
     for key, s in summary(rows).items():
