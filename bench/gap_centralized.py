@@ -28,7 +28,8 @@ GAP-inf 80.0, GAP edge eps=4 76.3, GAP node eps=8 63.2, MLP 50.8.
 
 Usage: python bench/gap_centralized.py [--seeds 5] [--first-seed 0] [--configs mlp gap-inf edge:4 node:8 sage
        sage-node:8 mlp-node:8 ...]
-       [--data-root ../shared/data] [--hops 2] [--max-degree 100]
+       [--data-root ../shared/data] [--hops 2] [--max-degree 100] [--delta 1e-7]
+       [--dataset cora --min-class-size 1]
 Writes bench/results/gap_centralized.json and prints a table (mean +- std accuracy).
 """
 from __future__ import annotations
@@ -148,6 +149,10 @@ def main() -> None:
     p.add_argument("--hops", type=int, default=2)
     p.add_argument("--max-degree", type=int, default=100)
     p.add_argument("--accountant", default="prv")
+    p.add_argument("--delta", type=float, default=None,
+                   help="delta of every private run (default: the paper's 1e-(digits of |E|), "
+                        "node level of the training nodes); 1e-7: ProGAP's rows "
+                        "(bench/progap.py)")
     p.add_argument("--out", default=str(Path(__file__).parent / "results" / "gap_centralized.json"))
     p.add_argument("--merge", nargs="+", metavar="JSON",
                    help="only combine these result files' runs into --out (no training)")
@@ -174,6 +179,8 @@ def main() -> None:
             # fedgraph's default is the undirected edge (sensitivity sqrt 2)
             kw = dict(num_hops=args.hops, max_degree=args.max_degree, edge_unit="directed",
                       accountant=args.accountant, seed=seed, **spec)
+            if args.delta is not None:
+                kw["delta"] = args.delta
             # GAP's edge-level encoder is shared; MLP and GraphSAGE have none
             share = spec["method"] in ("gap", "gap-inf") and spec["level"] == "edge"
             if share and shared is not None:

@@ -12,8 +12,15 @@ Not a test (the large presets take minutes each).
 Usage (from the checkout's root):
     python bench/report_digest.py [PRESET ...] [--data-root ../shared/data]
         [--secret S] [--out digests.json] [--dump-dir DIR]
+        [--set KEY=VALUE ...] [--drop-config-fields F,G]
 
 Without names, every preset in ``simulations/presets``.
+
+Every noise key covers the run config (:func:`fedgraph.randomness.run_digest`), so a config
+field added between the two checkouts changes every draw even at its default.
+``--drop-config-fields`` (on the newer checkout) leaves such fields out of the noise keys and
+the cleaned report, and ``--set`` (on both) pins a default that changed, so that the two
+sides compare the code and not the config schema.
 """
 from __future__ import annotations
 
@@ -49,7 +56,13 @@ def main(argv=None) -> int:
     parser.add_argument("--secret", default="behaviour-check-secret-0123456789abcdef")
     parser.add_argument("--out", default=None, help="write {preset: {digest, test, s}} here")
     parser.add_argument("--dump-dir", default=None, help="write each cleaned report here")
+    parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                        help="run-config override for every preset (both checkouts)")
+    parser.add_argument("--drop-config-fields", default="",
+                        help="comma-separated config fields (model names, e.g. round_strategy) "
+                             "added since the base: left out of noise keys and reports")
     args = parser.parse_args(argv)
+    dropped = {f for f in args.drop_config_fields.split(",") if f}
     os.environ["FEDGRAPH_NOISE_SECRET"] = args.secret
     if args.data_root:
         os.environ["FEDGRAPH_DATA"] = args.data_root
@@ -60,13 +73,28 @@ def main(argv=None) -> int:
     from fedgraph.simulations.run_files import PRESETS, load_run_config
     from fedgraph.simulations.local import run_local
 
+    if dropped:
+        from fedgraph import randomness
+
+        full_digest = randomness.run_digest
+
+        class _Without:  # the config as the base checkout's schema had it
+            def __init__(self, cfg):
+                self.cfg = cfg
+
+            def model_dump(self):
+                return {k: v for k, v in self.cfg.model_dump().items() if k not in dropped}
+
+        randomness.run_digest = lambda cfg: full_digest(_Without(cfg))
+
     names = args.presets or sorted(p.stem for p in PRESETS.glob("*.toml"))
     rows = {}
     for name in names:
-        cfg = load_run_config(name, [])
+        cfg = load_run_config(name, list(args.set))
         cfg.update({"noise-source": "secret", "output-dir": tempfile.mkdtemp(), "run-name": name})
         started = time.time()
         report = run_local(cfg)
+        report["config"] = {k: v for k, v in report["config"].items() if k not in dropped}
         rows[name] = {"digest": digest(report), "test": report["accuracy"].get("test"),
                       "s": round(time.time() - started, 1)}
         print(name, rows[name], flush=True)
