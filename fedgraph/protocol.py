@@ -202,6 +202,22 @@ _TRAIN_LOSS = Field("train-loss", "float", "its mean training loss", required=Fa
                     when="edge level")
 
 
+#: a FedSGD training reply's validation of the weights it received (StrictFedSGD)
+_FUSED_VALIDATION = (
+    Field("val-accuracy", "float", "validation accuracy of the weights received",
+          required=False, when="the config says `evaluate`"),
+    Field("val-loss", "float", "their mean validation loss", required=False,
+          when="the config says `evaluate`"),
+    Field("val-examples", "int", "its validation nodes", required=False,
+          when="the config says `evaluate`"))
+
+#: an evaluation round's reply (model selection, edge level)
+_VALIDATION = Record("metrics", "MetricRecord", "validation of the weights received", (
+    Field("num-examples", "int", "its validation nodes"),
+    Field("val-accuracy", "float", "validation accuracy"),
+    Field("val-loss", "float", "mean validation loss")))
+
+
 def _config_only() -> Content:
     return Content((CONFIG,))
 
@@ -308,12 +324,7 @@ _GAP = (
                 Field("num-examples", "int", "edge level: its training nodes (FedAvg's weight; "
                       "FedSGD's, at least 1); node level: the constant 1 (uniform weights)"),
                 _TRAIN_LOSS,
-                Field("val-accuracy", "float", "validation accuracy of the weights received",
-                      required=False, when="the config says `evaluate`"),
-                Field("val-loss", "float", "their validation loss", required=False,
-                      when="the config says `evaluate`"),
-                Field("val-examples", "int", "its validation nodes", required=False,
-                      when="the config says `evaluate`")))))),
+                *_FUSED_VALIDATION))))),
     MessageType(
         "query.gap_pma", "gap",
         "one hop of PMA (GAP Alg. 1 lines 3-6; `fedgraph.methods.gap.client.pma_step`): "
@@ -349,10 +360,7 @@ _GAP = (
         f"{_ROUTES}.gap.gap_evaluate_round",
         Content((_state_dict("arrays", "phase's model", "the weights to validate"),
                  _round_config(_PROXIMAL_MU))),
-        Content((Record("metrics", "MetricRecord", "validation of the weights received", (
-            Field("num-examples", "int", "its validation nodes"),
-            Field("val-accuracy", "float", "validation accuracy"),
-            Field("val-loss", "float", "mean validation loss"))),))),
+        Content((_VALIDATION,))),
     MessageType(
         "evaluate.gap", "gap",
         "counts the classifier's correct predictions per split "
@@ -444,33 +452,47 @@ _PROGAP = (
         "(secure-aggregation = true, remote rows)", f"{_ROUTES}.common.advertise_key",
         _config_only(), Content((PUBLIC_KEY,))),
     MessageType(
-        "query.progap_train", "progap",
-        "one training round of a stage (`fedgraph.methods.progap.client.train_round`): edge "
-        "level validation counts of the weights received and the gradient over the stage's "
-        "parameters; node level the weights after DP-SGD's local epochs",
+        "train.progap_stage", "progap",
+        "one round of a stage (`fedgraph.methods.progap.client.train_round`): edge level "
+        "FedSGD's gradient over the stage's parameters (and, with `evaluate`, the validation "
+        "of the weights received); node level the weights after DP-SGD's local epochs",
+        "the stage's Flower strategy (`fedgraph.strategies.fedavg`: StrictFedSGD at edge "
+        "level, FedAvg or `round-strategy` at node level) in "
         "fedgraph.strategies.progap.ProGAPStrategy._train", f"{_ROUTES}.progap.progap_train",
         Content((
-            CONFIG, _state_dict("arrays", _PROGAP_MODEL, "the global weights"),
-            Record("stage", "ConfigRecord", "the stage and round", (
-                Field("stage", "int", "the stage, 0..K"),
-                Field("round", "int", "the round, 1.. (edge level: epochs + 1, the last only "
-                      "validates)"),
-                Field("final", "bool", "the round after the stage's last (edge level: "
-                      "the client sends only the validation of the last weights)"))))),
+            _state_dict("arrays", _PROGAP_MODEL, "the global weights (Flower's `arrays`; "
+                        "earlier stages' parameters are frozen)"),
+            Record("config", "ConfigRecord", "the run config and the round (the Flower "
+                   "strategy adds `server-round`, and its own keys)", (
+                       CONFIG.fields[0], Field("stage", "int", "the stage, 0..K"),
+                       Field("server-round", "int", "the round within the stage, 1.. (the "
+                             "client refuses a round outside its plan or not after its last: "
+                             "`fedgraph.methods.progap.client.admit_round`)"),
+                       Field("evaluate", "bool", "also validate the weights received (reply "
+                             "`val-*`)", required=False, when="edge level, from round 2 "
+                             "(`fedgraph.strategies.fedavg.StrictFedSGD`)"),
+                       _PROXIMAL_MU)))),
         Content((
             _trained("edge level: the gradient of the mean training loss over the stage's "
                      "parameters and the buffers; node level: the whole state after DP-SGD "
                      "(ledger `stage dp-sgd`)"),
             Record("metrics", "MetricRecord", "the round's metrics", (
                 Field("num-examples", "int", "edge level: its training nodes; node level: the "
-                      "constant 1", required=False, when="not the final round"),
+                      "constant 1 (uniform FedAvg weights)"),
                 _TRAIN_LOSS,
-                Field("val-correct", "int", "correct validation predictions of the weights "
-                      "received", required=False, when="edge level"),
-                Field("val-total", "int", "its validation nodes", required=False,
-                      when="edge level"),
-                Field("val-loss", "float", "their summed validation loss", required=False,
-                      when="edge level")))))),
+                *_FUSED_VALIDATION))))),
+    MessageType(
+        "evaluate.progap_stage", "progap",
+        "validates a stage's last weights (`fedgraph.methods.progap.client.validation`); edge "
+        "level only: refused at node level (the validation labels are private)",
+        "the stage's StrictFedSGD (`fedgraph.strategies.fedavg`) after its last round, in "
+        "fedgraph.strategies.progap.ProGAPStrategy._train", f"{_ROUTES}.progap.progap_validate",
+        Content((
+            _state_dict("arrays", _PROGAP_MODEL, "the weights to validate"),
+            Record("config", "ConfigRecord", "the run config and the round", (
+                CONFIG.fields[0], Field("stage", "int", "the stage, 0..K"),
+                Field("server-round", "int", "the stage's last round"))))),
+        Content((_VALIDATION,))),
     MessageType(
         "query.progap_aggregate", "progap",
         "a stage's private aggregation (paper Eq. 4 across clients): step `release` "

@@ -36,9 +36,10 @@ gap_evaluate = app.evaluate("gap")(gap.gap_evaluate)
 privgnn_keys = app.query("privgnn_keys")(common.advertise_key)
 privgnn_query = app.query("privgnn")(privgnn.privgnn_query)
 
-# ProGAP: setup, keys, then per stage its aggregation (release, finish) and training rounds
+# ProGAP: setup, keys, then per stage its aggregation (release, finish) and its rounds
 progap_setup = app.query("progap_setup")(progap.progap_setup)
 progap_keys = app.query("progap_keys")(common.advertise_key)
-progap_train = app.query("progap_train")(progap.progap_train)
+progap_train = app.train("progap_stage")(progap.progap_train)
+progap_validate = app.evaluate("progap_stage")(progap.progap_validate)
 progap_eval = app.query("progap_eval")(progap.progap_eval)
 progap_aggregate = app.query("progap_aggregate")(progap.progap_aggregate)

@@ -69,7 +69,7 @@ class InterruptibleGrid(Grid):
         from fedgraph.report import progress, progress_round
 
         first = getattr(messages[0], "metadata", None) if messages else None
-        if getattr(first, "message_type", "") == "train":
+        if getattr(first, "message_type", "").split(".")[0] == "train":
             progress_round()  # a Flower strategy's round: its train messages go out
         pending = set(self.push_messages(messages))
         end = None if timeout is None else time.monotonic() + timeout

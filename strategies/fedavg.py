@@ -56,6 +56,13 @@ class _Strict:
     #: seed of the client sampling (Flower's ``random.sample``) at :meth:`start`; ``None``: not
     #: seeded. Which clients train in a round is the server's public choice.
     sampling_seed: int | None = None
+    #: the message types of the rounds (Flower's ``train`` / ``evaluate``, or a named handler of
+    #: the ClientApp such as ``train.progap_stage``)
+    train_message_type: str = "train"
+    evaluate_message_type: str = "evaluate"
+    #: names of entries of the arrays that the rounds do not train (e.g. a ProGAP stage's
+    #: earlier stages): the aggregated arrays keep the values sent, whatever the replies hold
+    frozen: frozenset = frozenset()
 
     def start(self, *args, **kwargs):
         flwr_logger, quiet = logging.getLogger("flwr"), _QuietRounds()
@@ -89,16 +96,35 @@ class _Strict:
         self.best_key = None
         self._latest = None
         self._sent_to: dict[str, int] = {}  # "train"/"evaluate" -> clients sent this round
+        self._train_arrays = None  # the arrays of the current round's training messages
+
+    @staticmethod
+    def _typed(messages: list, message_type: str) -> list:
+        for m in messages:
+            if m.metadata.message_type != message_type:
+                m.metadata.message_type = message_type
+        return messages
 
     def configure_train(self, server_round, arrays, config, grid):
+        self._train_arrays = arrays
         messages = list(super().configure_train(server_round, arrays, config, grid))
         self._sent_to["train"] = len(messages)
-        return messages
+        return self._typed(messages, self.train_message_type)
 
     def configure_evaluate(self, server_round, arrays, config, grid):
         messages = list(super().configure_evaluate(server_round, arrays, config, grid))
         self._sent_to["evaluate"] = len(messages)
-        return messages
+        return self._typed(messages, self.evaluate_message_type)
+
+    def _keep_frozen(self, arrays):
+        """``arrays`` with the :attr:`frozen` entries of the arrays sent this round."""
+        if not self.frozen or arrays is None:
+            return arrays
+        from flwr.app import ArrayRecord
+
+        sent = self._train_arrays
+        return ArrayRecord({**{k: v for k, v in arrays.items() if k not in self.frozen},
+                            **{k: sent[k] for k in sent if k in self.frozen}})
 
     def _check(self, replies, phase: str, server_round: int) -> list:
         replies = list(replies)
@@ -124,6 +150,7 @@ class _Strict:
                 if not r.has_error():
                     self.on_train_reply(server_round, r)
         arrays, metrics = super().aggregate_train(server_round, self._check(replies, "train", server_round))
+        arrays = self._keep_frozen(arrays)
         self._latest = arrays
         return arrays, metrics
 
@@ -209,15 +236,20 @@ class StrictFedSGD(_Strict, FedAvg):
         keep_gradients: keep every round's averaged gradient in ``self.gradients`` (a list of
             ``{name: tensor}``; tests and diagnostics).
         param_names: the state-dict entries that are parameters (a client sends their
-            gradients); every other entry is a buffer (batch norm's running statistics, which
-            a client sends as updated by its forward pass): the server keeps their weighted
-            mean, in the buffer's dtype. ``None``: every entry is a parameter.
+            gradients); every other entry not :attr:`frozen` is a buffer (batch norm's running
+            statistics, which a client sends as updated by its forward pass): the server keeps
+            their weighted mean, in the buffer's dtype. ``None``: every entry is a parameter.
+        weight_decay: the server Adam's (L2) weight decay (``torch.optim.Adam``'s).
+        frozen: entries sent but not trained (the clients need not return them; kept as sent).
     """
 
     def __init__(self, num_clients: int, select_on_val: bool = False, *, lr: float,
-                 keep_gradients: bool = False, param_names=None):
+                 keep_gradients: bool = False, param_names=None, weight_decay: float = 0.0,
+                 frozen=()):
         super().__init__(num_clients, select_on_val)
         self.lr = lr
+        self.weight_decay = weight_decay
+        self.frozen = frozenset(frozen)
         self.keep_gradients = keep_gradients
         self.param_names = None if param_names is None else set(param_names)
         self.gradients: list[dict] = []
@@ -265,9 +297,11 @@ class StrictFedSGD(_Strict, FedAvg):
             state = arrays.to_torch_state_dict()
             names = set(state) if self.param_names is None else self.param_names
             self._params = {k: v.detach().clone().requires_grad_(True)
-                            for k, v in state.items() if k in names}
-            self._buffers = {k: v.clone() for k, v in state.items() if k not in names}
-            self._adam = torch.optim.Adam(list(self._params.values()), lr=self.lr)
+                            for k, v in state.items() if k in names and k not in self.frozen}
+            self._buffers = {k: v.clone() for k, v in state.items()
+                             if k not in names and k not in self.frozen}
+            self._adam = torch.optim.Adam(list(self._params.values()), lr=self.lr,
+                                          weight_decay=self.weight_decay)
         return super().configure_train(server_round, arrays, config, grid)
 
     def aggregate_train(self, server_round, replies):
@@ -285,7 +319,7 @@ class StrictFedSGD(_Strict, FedAvg):
             self._consider(server_round - 1, selection_key(contents, "val-examples"), self._sent)
             for k in self.VAL_METRICS:  # not training metrics (Flower weighted them by them)
                 metrics.pop(k, None)
-        mean = mean.to_torch_state_dict()
+        mean = {k: v for k, v in mean.to_torch_state_dict().items() if k not in self.frozen}
         if set(mean) != set(self._params) | set(self._buffers):
             raise ClientFailure(f"train round {server_round}: the reply's names {sorted(mean)} "
                                 f"differ from the model's "
@@ -298,8 +332,9 @@ class StrictFedSGD(_Strict, FedAvg):
             self._buffers[k] = (v.round() if not b.is_floating_point() else v).to(b.dtype)
         if self.keep_gradients:
             self.gradients.append({k: mean[k].clone() for k in self._params})
-        arrays = ArrayRecord({**{k: p.detach().clone() for k, p in self._params.items()},
-                              **{k: b.clone() for k, b in self._buffers.items()}})
+        arrays = self._keep_frozen(ArrayRecord({
+            **{k: p.detach().clone() for k, p in self._params.items()},
+            **{k: b.clone() for k, b in self._buffers.items()}}))
         self._latest = arrays
         return arrays, metrics
 
@@ -420,3 +455,17 @@ def round_strategy(spec: str, args: dict, num_clients: int, select_on_val: bool 
     except Exception as err:  # noqa: BLE001 - a user's constructor: named, its traceback kept
         raise ValueError(f"round-strategy: {spec!r} ({name}) failed in its constructor with "
                          f"round-strategy-args {args}: {type(err).__name__}: {err}") from err
+
+
+def client_sampling_note(cfg) -> str | None:
+    """The report's ``privacy.client_sampling`` when ``round-strategy-args``' ``fraction_train``
+    samples the clients (any method with ``round-strategy``); ``None`` otherwise."""
+    fraction = cfg.round_strategy_args.get("fraction_train", 1.0)
+    if fraction >= 1:
+        return None
+    return (f"fraction_train {fraction}: each round the server samples its clients (a public "
+            "choice, seeded from the run's seed); a client not sampled releases nothing in that "
+            "round and the ledger records only the rounds each client took part in. Each "
+            "client's guarantee is over its own releases: no amplification by client sampling "
+            "is claimed (it would hold only for a guarantee over the union of the clients' "
+            "data, and only if the sampling were secret)")

@@ -42,7 +42,7 @@ from fedgraph.methods.gap.privacy import plan_events, remote_noise
 from fedgraph.methods.gap.server import route_partial_sums, unmask_partial_sums
 from fedgraph.secure_aggregation import FRAC_BITS
 from .base import PrivateStrategy, register_strategy
-from .fedavg import StrictFedSGD, round_strategy, strict_strategy
+from .fedavg import StrictFedSGD, client_sampling_note, round_strategy, strict_strategy
 
 
 def _seeded_init(build, cfg, num_features: int, num_classes: int):
@@ -113,19 +113,6 @@ def _round_label(cfg) -> str:
         return cfg.server_optimizer
     args = ", ".join(f"{k}={v}" for k, v in cfg.round_strategy_args.items())
     return cfg.round_strategy + (f": {args}" if args else "")
-
-
-def _sampling_note(cfg) -> str | None:
-    """The report's ``privacy.client_sampling`` when ``fraction_train`` samples the clients."""
-    fraction = cfg.round_strategy_args.get("fraction_train", 1.0)
-    if fraction >= 1:
-        return None
-    return (f"fraction_train {fraction}: each round the server samples its clients (a public "
-            "choice, seeded from the run's seed); a client not sampled releases nothing in that "
-            "round and the ledger records only the rounds each client took part in. Each "
-            "client's guarantee is over its own releases: no amplification by client sampling "
-            "is claimed (it would hold only for a guarantee over the union of the clients' "
-            "data, and only if the sampling were secret)")
 
 
 def _undirected_edge_epsilon(cfg, plans: list[dict]) -> dict[str, float]:
@@ -214,8 +201,8 @@ class GAPStrategy(PrivateStrategy):
                           "are evaluation outputs, outside the guarantee, as in the paper",
             "schedule": _schedule_note(cfg),
         })
-        if _sampling_note(cfg):
-            self.report.privacy["client_sampling"] = _sampling_note(cfg)
+        if client_sampling_note(cfg):
+            self.report.privacy["client_sampling"] = client_sampling_note(cfg)
         if cfg.level == "edge" and cfg.edge_unit == "directed":
             self.report.privacy["undirected_edge_epsilon"] = _undirected_edge_epsilon(
                 cfg, list(clients.values()))

@@ -5,13 +5,17 @@ Phases: setup (each client calibrates its own noise for its own target and repor
 aggregation of stage ``i-1``'s embedding (``query.progap_aggregate``: step ``release``, the
 clients' noisy rows for each other's nodes routed (or unmasked as sums) by the server, then step
 ``finish``: each client adds the rows for its nodes and caches the result), then the stage's
-training rounds (``query.progap_train``) -> evaluation (``query.progap_eval``).
+training rounds, driven by a Flower strategy (messages ``train.progap_stage`` and
+``evaluate.progap_stage``) -> evaluation (``query.progap_eval``).
 
-Training: edge level FedSGD (each round one full-batch gradient per client over the stage's
-parameters, weighted by training nodes, one step of a server Adam created per stage, as the
-official code creates one optimizer per stage; the round whose weights have the best
-validation accuracy, ties: lower loss, is kept); node level FedAvg of DP-SGD rounds (uniform
-weights, the last round kept: validation labels are private).
+Training: edge level FedSGD (:class:`~fedgraph.strategies.fedavg.StrictFedSGD`: each round one
+full-batch gradient per client over the stage's parameters, weighted by training nodes, one
+step of a server Adam created per stage, as the official code creates one optimizer per stage;
+the round whose weights have the best validation accuracy, ties: lower loss, is kept, its
+validation travelling with the next round's training message); node level FedAvg of DP-SGD
+rounds (uniform weights, the last round kept: validation labels are private), or any Flower
+strategy by ``round-strategy`` (FedProx, client sampling by ``fraction_train``, a user's own).
+Earlier stages' parameters are frozen (sent, kept as sent).
 
 Ledger: per client, ``aggregation`` (one Gaussian mechanism per stage after the first) when its
 release reply arrives and, node level, ``stage dp-sgd`` per round; with one client and no noise
@@ -30,17 +34,7 @@ from fedgraph.methods.gap.server import route_partial_sums, unmask_partial_sums
 from fedgraph.methods.progap.client import build_model
 from fedgraph.methods.progap.privacy import plan_events, remote_noise
 from .base import PrivateStrategy, register_strategy
-
-
-def _mean(replies: list, names: list[str], weight) -> dict:
-    """``{name: weighted mean over replies}`` of the ``arrays`` records."""
-    total = sum(weight(r) for r in replies)
-    out = {}
-    for r in replies:
-        arr, w = tensors(r["arrays"]), weight(r) / total
-        for k in names:
-            out[k] = out.get(k, 0) + arr[k].double() * w
-    return out
+from .fedavg import StrictFedAvg, StrictFedSGD, client_sampling_note, round_strategy
 
 
 @register_strategy("progap")
@@ -84,6 +78,8 @@ class ProGAPStrategy(PrivateStrategy):
             "unit": "epsilon per client for the whole run, at the client's delta",
             "evaluation": "the clients' correct/total counts per split are evaluation outputs, "
                           "outside the guarantee, as in the paper"})
+        if client_sampling_note(cfg):
+            self.report.privacy["client_sampling"] = client_sampling_note(cfg)
         if self._remote is not None:
             self.report.privacy["aggregation"] = (
                 f"remote rows carry noise std {self._remote[0]:.4g} from each of "
@@ -103,7 +99,8 @@ class ProGAPStrategy(PrivateStrategy):
             if stage > 0:
                 with self.report.phase(f"stage {stage}: aggregation (clients, via server)"):
                     self._aggregate(grid, stage, state, owner)
-            with self.report.phase(f"stage {stage}: training rounds", rounds=cfg.epochs):
+            with self.report.phase(f"stage {stage}: training rounds ({self._server_name()})",
+                                   rounds=cfg.epochs):
                 state, best = self._train(grid, model, stage, state)
                 selected.append(best)
         self.report.extra["training"] = {"selected_round_per_stage": selected}
@@ -114,48 +111,60 @@ class ProGAPStrategy(PrivateStrategy):
 
     # ------------------------------------------------------------------ training rounds
     def _train(self, grid, model, stage: int, state: dict) -> tuple[dict, int]:
-        """The stage's rounds; returns the kept weights and their round."""
+        """The stage's rounds, driven by a Flower strategy (:meth:`_trainer`); returns the
+        kept weights and their round."""
         cfg = self.config
         model.load_state_dict(state)
         model.set_stage(stage)
+        strategy = self._trainer(stage, model)
+        strategy.on_train_reply = lambda rnd, r: self._released(r.metadata.src_node_id, "train")
+        stage_cfg = ConfigRecord({"json": json.dumps(cfg.model_dump()), "stage": stage})
+        result = strategy.start(grid, ArrayRecord(state), cfg.epochs, cfg.timeout,
+                                stage_cfg, ConfigRecord(dict(stage_cfg.items())))
+        if cfg.level == "edge":  # the round with the best validation (StrictFedSGD's)
+            _, rnd, arrays = strategy.best
+        else:  # node level: the last round (validation labels are private)
+            rnd, arrays = cfg.epochs, result.arrays
+        return arrays.to_torch_state_dict(), rnd
+
+    #: message types of a stage's rounds (``simulations/client_app.py``)
+    TRAIN_MESSAGE, EVALUATE_MESSAGE = "train.progap_stage", "evaluate.progap_stage"
+
+    def _trainer(self, stage: int, model):
+        """The Flower strategy of stage ``stage``'s rounds over ``model``'s state: edge level
+        :class:`~fedgraph.strategies.fedavg.StrictFedSGD` (one server Adam per stage with
+        ``lr`` and ``weight-decay``, as the official code's optimizer per stage; the best
+        round by validation kept); node level ``round-strategy``
+        (:func:`~fedgraph.strategies.fedavg.round_strategy`, client sampling seeded from
+        ``seed`` and the stage) or FedAvg. Earlier stages' parameters are frozen: sent,
+        kept as sent."""
+        cfg = self.config
         names = model.stage_parameter_names()
-        buffers = [k for k, _ in model.named_buffers()]
-        params = {k: state[k].clone().requires_grad_(True) for k in names}
-        adam = torch.optim.Adam(list(params.values()), lr=cfg.lr, weight_decay=cfg.weight_decay)
-        best, best_key = (state, 0), None
-        edge = cfg.level == "edge"
-        for rnd in range(1, cfg.epochs + 2 if edge else cfg.epochs + 1):
-            sent = {**state}
-            records = {"arrays": ArrayRecord(sent),
-                       "stage": ConfigRecord({"stage": stage, "round": rnd,
-                                              "final": rnd > cfg.epochs})}
-            replies = self.send_and_record(grid, "query.progap_train",
-                                           self._contents(records),
-                                           lambda n, r: self._released(n, "train"))
-            replies = list(replies.values())
-            if edge:
-                if rnd > 1:  # the validation of the weights sent: round rnd - 1's
-                    c = sum(int(r["metrics"]["val-correct"]) for r in replies)
-                    t = sum(int(r["metrics"]["val-total"]) for r in replies)
-                    loss = sum(float(r["metrics"]["val-loss"]) for r in replies)
-                    key = (c / max(t, 1), -loss / max(t, 1))
-                    if best_key is None or key > best_key:
-                        best_key, best = key, (sent, rnd - 1)
-                if rnd > cfg.epochs:
-                    break
-                mean = _mean(replies, names + buffers,
-                             lambda r: int(r["metrics"]["num-examples"]))
-                for k, p in params.items():
-                    p.grad = mean[k].to(p.dtype).reshape(p.shape)
-                adam.step()
-                state = {**state, **{k: p.detach().clone() for k, p in params.items()},
-                         **{k: (mean[k].round() if not state[k].is_floating_point() else mean[k])
-                            .to(state[k].dtype).reshape(state[k].shape) for k in buffers}}
-            else:
-                mean = _mean(replies, list(state), lambda r: 1)
-                state = {k: mean[k].to(v.dtype).reshape(v.shape) for k, v in state.items()}
-                best = (state, rnd)
-        return best[0], best[1]
+        buffers = {k for k, _ in model.named_buffers()}
+        frozen = frozenset(k for k in model.state_dict() if k not in names and k not in buffers)
+        if cfg.level == "edge":
+            strategy = StrictFedSGD(cfg.num_clients, True, lr=cfg.lr, param_names=names,
+                                    weight_decay=cfg.weight_decay, frozen=frozen)
+        elif cfg.round_strategy:
+            strategy = round_strategy(cfg.round_strategy, cfg.round_strategy_args,
+                                      cfg.num_clients)
+            strategy.sampling_seed = cfg.seed * 16 + stage
+        else:
+            strategy = StrictFedAvg(cfg.num_clients)
+        strategy.frozen = frozen
+        strategy.train_message_type = self.TRAIN_MESSAGE
+        strategy.evaluate_message_type = self.EVALUATE_MESSAGE
+        return strategy
+
+    def _server_name(self) -> str:
+        """The rounds' Flower strategy, for the phase labels."""
+        from .fedavg import resolve_round_strategy
+
+        if self.config.level == "edge":
+            return "FedSGD, server Adam"
+        if self.config.round_strategy:
+            return resolve_round_strategy(self.config.round_strategy).__name__
+        return "FedAvg"
 
     # ------------------------------------------------------------------ aggregation
     def _aggregate(self, grid, stage: int, state: dict, owner) -> None:

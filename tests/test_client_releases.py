@@ -165,7 +165,7 @@ ALLOWED = {
             "meta.plan.num_nodes": DIRECTORY, "meta.plan.num_train": DIRECTORY},
         "query.progap_keys": {  # secure aggregation's key advertisement
             "secagg.public-key": _public("a fresh X25519 public key: no data")},
-        "query.progap_train": {
+        "train.progap_stage": {
             "arrays.*": {"edge": _public("the full-batch gradient (and batch-norm statistics) "
                                          "of a stage: post-processing of the aggregations' "
                                          "noisy rows (ledger 'aggregation') and of features "
@@ -176,10 +176,15 @@ ALLOWED = {
                 "node": _public("the constant 1: uniform FedAvg weights")},
             "metrics.train-loss": {"edge": _public("post-processing of the aggregations' "
                                                    "noisy rows, features and labels")},
-            "metrics.val-total": {"edge": _public("a count of nodes: not the unit")},
+            "metrics.val-examples": {"edge": _public("a count of nodes: not the unit")},
             **{f"metrics.val-{k}": {"edge": _public("labels are not the unit; the model is "
                                                     "post-processing of the aggregations")}
-               for k in ("correct", "loss")}},
+               for k in ("accuracy", "loss")}},
+        "evaluate.progap_stage": {  # a stage's last weights, edge level only
+            "metrics.num-examples": {"edge": _public("a count of nodes: not the unit")},
+            **{f"metrics.val-{k}": {"edge": _public("labels are not the unit; the model is "
+                                                    "post-processing of the aggregations")}
+               for k in ("accuracy", "loss")}},
         "query.progap_aggregate[release]": {
             "partial_sums.ids": _public("every remote node of the graph: fixed by the "
                                         "directory, not by the edges"),
@@ -315,12 +320,16 @@ def test_every_reply_field_is_noised_and_accounted_or_public(runs, name, method,
     want = {"gap": {"query.gap_setup", "train[gap.encoder]", "train[gap.classifier]",
                     "query.gap_pma", "evaluate.gap"},
             "ppgnn": {"query.ppgnn", "evaluate.ppgnn"}, "privgnn": {"query.privgnn"},
-            "progap": {"query.progap_setup", "query.progap_train", "query.progap_eval",
+            "progap": {"query.progap_setup", "train.progap_stage", "query.progap_eval",
                        "query.progap_aggregate[release]", "query.progap_aggregate[finish]"}
             }[method]
     assert want <= kinds  # the run exercised every handler of the method
     if level == "edge" and method == "gap":
         assert {"evaluate[gap.classifier]", "evaluate[gap.encoder]"} <= kinds
+    if level == "edge" and method == "progap":  # validation fused, then the stage's last
+        assert "evaluate.progap_stage" in kinds
+        assert {"train.progap_stage:metrics.val-accuracy",
+                "train.progap_stage:metrics.val-examples"} <= seen
     if method == "gap":  # the report's statement of what the rounds release matches them
         note = report["privacy"]["schedule"]
         assert ("full-batch gradient" in note) == (name == "gap-fedsgd"), note
@@ -348,8 +357,9 @@ def test_every_reply_field_is_noised_and_accounted_or_public(runs, name, method,
         assert "query.progap_aggregate[release]:partial_sums.sums" not in seen
     if level == "node":  # no per-round validation at node level: the labels are private
         assert not {"evaluate[gap.classifier]", "evaluate[gap.encoder]"} & kinds
-        assert not [f for f in seen if f.startswith("query.progap_train:metrics.")
-                    and f != "query.progap_train:metrics.num-examples"]
+        assert not [f for f in seen if f.startswith("train.progap_stage:metrics.")
+                    and f != "train.progap_stage:metrics.num-examples"]
+        assert not [f for f in seen if f.startswith("evaluate.progap_stage:")]
     schemas = {reply.content["meta"]["schema"] for m, reply in grid.log
                if "meta" in reply.content and "schema" in reply.content["meta"]}
     assert len(schemas) <= 1  # the same public schema from every client
@@ -361,7 +371,7 @@ def test_node_level_training_replies_carry_no_count_and_no_loss(runs):
     """The fault 6 example: node-level GAP training replies sent the exact number of private
     training nodes (1026 / 1005 on Cora, 2 clients) and their exact mean loss; node-level
     ProGAP's rounds send neither."""
-    for name, message_type in (("gap-node", "train"), ("progap-node", "query.progap_train")):
+    for name, message_type in (("gap-node", "train"), ("progap-node", "train.progap_stage")):
         _, grid = runs[name]
         metrics = [dict(reply.content["metrics"]) for m, reply in grid.log
                    if m.metadata.message_type == message_type]

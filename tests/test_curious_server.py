@@ -313,8 +313,10 @@ def test_server_cannot_replay_progap_dp_sgd(source, monkeypatch):
     g = view.graph
     initial = _progap_model(cfg, view)
     sent = initial.state_dict()
-    msg = _message(cfg, "query.progap_train", arrays=ArrayRecord(sent),
-                   stage=ConfigRecord({"stage": 0, "round": 1, "final": False}))
+    msg = Message(content=RecordDict({
+        "config": ConfigRecord({"json": json.dumps(cfg.model_dump()), "stage": 0,
+                                "server-round": 1}),
+        "arrays": ArrayRecord(sent)}), dst_node_id=PID + 1, message_type="train.progap_stage")
     back = client_app.progap_train(msg, _context()).content["arrays"].to_torch_state_dict()
     dp = client_plan(cfg, PID, view).dpsgd(cfg.max_grad_norm)
     assert dp is not None and dp.noise_multiplier > 0

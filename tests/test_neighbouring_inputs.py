@@ -165,10 +165,14 @@ REFINE = {
     ("ppgnn", "query.ppgnn", "report.labels", "rr"): _noised(
         "labels (randomized response)", "one-user",
         "randomized response per label: only the changed user's label may differ"),
-    ("progap", "query.progap_train", "arrays.*", "node"):
+    ("progap", "train.progap_stage", "arrays.*", "node"):
         _noised("stage dp-sgd", *DPSGD_UNCHECKED),
-    **{("progap", "query.progap_train", f, "edge"): POST_AGGREGATION_EDGE
-       for f in ("arrays.*", "metrics.train-loss", "metrics.val-correct", "metrics.val-loss")},
+    **{("progap", kind, f, "edge"): POST_AGGREGATION_EDGE
+       for kind, fields in (("train.progap_stage", ("arrays.*", "metrics.train-loss")),
+                            ("train.progap_stage", ("metrics.val-accuracy", "metrics.val-loss")),
+                            ("evaluate.progap_stage", ("metrics.val-accuracy",
+                                                       "metrics.val-loss")))
+       for f in fields},
     **{("progap", "query.progap_aggregate[release]", f"partial_sums.{f}", level):
        _noised("aggregation", *PMA_BOUND) for f in ("sums", "masked") for level in LEVELS},
     ("privgnn", "query.privgnn", "answers.answers", None): _noised(
@@ -1021,7 +1025,7 @@ def test_progap_node_level(harness, case):
     run, found = check_neighbour(harness, config, neighbour)
     assert_clean(found, {RELEASE + ("masked" if case == "secagg" else "sums")})
     _, kind, fld = found["live"].first_difference  # stage 0's DP-SGD on the node's features
-    assert (kind, fld.split(".")[0]) == ("query.progap_train", "arrays"), (kind, fld)
+    assert (kind, fld.split(".")[0]) == ("train.progap_stage", "arrays"), (kind, fld)
 
 
 PRIVGNN_CASES = {
@@ -1168,9 +1172,11 @@ def _leak_post_early(m, reply):
 
 def _leak_into_progap_count(m, reply):
     """ProGAP: the stage-0 gradient replies' validation count carries the edge count."""
-    if m.metadata.message_type == "query.progap_train" and int(m.content["stage"]["stage"]) == 0:
-        reply.content["metrics"]["val-total"] = int(reply.content["metrics"]["val-total"]) \
-            + _edge_count(m)
+    if m.metadata.message_type == "train.progap_stage" \
+            and int(m.content["config"]["stage"]) == 0 \
+            and "val-examples" in reply.content["metrics"]:
+        reply.content["metrics"]["val-examples"] = \
+            int(reply.content["metrics"]["val-examples"]) + _edge_count(m)
     return reply
 
 

@@ -53,9 +53,10 @@ RUNS = {
     "privgnn-ensemble-secure": {**PRIVGNN, "answer-mode": "ensemble",
                                 "num-teachers": 4, "sigma-votes": 3.0,
                                 "secure-aggregation": True},
-    "progap-edge": PROGAP,
+    "progap-edge": {**PROGAP, "epochs": 2},  # validation fused into round 2
     "progap-node": {**PROGAP, "client-epsilons": "8", "level": "node", "max-degree": 5,
-                    "batch-size": 256, "accountant": "rdp"},
+                    "batch-size": 256, "accountant": "rdp", "round-strategy": "fedprox",
+                    "round-strategy-args": {"proximal_mu": 0.1}},  # proximal-mu
     "progap-secure": {**PROGAP, "num-clients": 3, "secure-aggregation": True},
 }
 

@@ -240,3 +240,86 @@ def test_a_bad_round_strategy_name_keeps_ray_from_starting_early():
 
     assert _early_ray_method({"method": "gap", "round-strategy": "fedprx"}) is None
     assert _early_ray_method({"method": "gap", "round-strategy": "fedprox"}) == "gap"
+
+
+# ------------------------------------------------------------------ ProGAP's stages
+PROGAP_NODE = {"method": "progap", "dataset": "synthetic-sbm:400:4", "num-clients": 2,
+               "level": "node", "depth": 1, "epochs": 3, "hidden": 8, "client-epsilons": "8",
+               "max-degree": 5, "batch-size": 256, "accountant": "rdp", "delta": 1e-4,
+               "device": "cpu", "noise-source": "mt19937"}
+
+
+def _progap(tmp_path, **keys):
+    cls, cfg = validate_run_config({**PROGAP_NODE, "output-dir": str(tmp_path),
+                                    "run-name": "progap", **keys})
+    grid = LocalGrid(cfg.num_clients, record=True)
+    report = cls(cfg).start(grid)
+    assert report["status"] == "ok", report.get("error")
+    return report, grid
+
+
+def test_progap_node_stages_sample_clients_and_ledger_only_their_rounds(tmp_path):
+    """Node-level ProGAP with Flower's FedAvg sampling one of 2 clients per round: every
+    stage's rounds go to the sampled client only, and a client's ``stage dp-sgd`` steps in
+    the ledger are one round's steps times the rounds it took part in."""
+    report, grid = _progap(tmp_path, **{"round-strategy": "fedavg",
+                                        "round-strategy-args": '{"fraction_train": 0.5}'})
+    assert "client_sampling" in report["privacy"]
+    assert any("FedAvg" in phase and "stage 1" in phase for phase in report["timings_s"])
+    trains = [m for m, _ in grid.log if m.metadata.message_type == "train.progap_stage"]
+    assert len(trains) == 2 * 3  # 2 stages, 3 rounds, 1 client each
+    taken = {pid: sum(m.metadata.dst_node_id - 1 == pid for m in trains) for pid in range(2)}
+    per_round = set()
+    for pid, rounds in taken.items():
+        s = report["privacy"]["per_subject"][f"client-{pid}"]
+        steps = sum(r["steps"] for r in s["releases"] if r["release"] == "stage dp-sgd")
+        assert (steps > 0) == (rounds > 0), (pid, s["releases"])
+        if rounds:
+            assert steps % rounds == 0
+            per_round.add(steps // rounds)
+        assert s["epsilon"] <= 8 + 1e-6 and not s["over_budget"]
+    assert len(per_round) == 1, (taken, per_round)
+
+
+def test_progap_fedprox_sends_mu_and_keeps_earlier_stages_frozen(tmp_path):
+    """FedProx on node-level ProGAP: every stage round carries ``proximal-mu``; the entries
+    stage 1 does not train (stage 0's head) are bit for bit the same from stage 1's first
+    round to the final evaluation (frozen: kept as sent, not averaged again)."""
+    report, grid = _progap(tmp_path, **{"num-clients": 3, "round-strategy": "fedprox",
+                                        "round-strategy-args": '{"proximal_mu": 0.1}'})
+    trains = [m for m, _ in grid.log if m.metadata.message_type == "train.progap_stage"]
+    assert {float(m.content["config"]["proximal-mu"]) for m in trains} == {0.1}
+    stage1 = [m for m in trains if int(m.content["config"]["stage"]) == 1]
+    final = next(m for m, _ in grid.log if m.metadata.message_type == "query.progap_eval")
+    sent = stage1[0].content["arrays"].to_torch_state_dict()
+    last = final.content["arrays"].to_torch_state_dict()
+    from fedgraph.methods.progap.client import build_model
+
+    _, cfg = validate_run_config(PROGAP_NODE)
+    model = build_model(cfg, report["dataset"]["num_features"], report["dataset"]["num_classes"])
+    model.set_stage(1)
+    frozen = set(sent) - set(model.stage_parameter_names())  # stage 0's head
+    assert frozen, sorted(sent)
+    changed = {k for k in sent if not torch.equal(sent[k], last[k])}
+    assert changed and not changed & frozen  # stage 1 trained, the frozen entries did not
+
+
+def test_a_progap_client_trains_only_the_rounds_its_plan_covers():
+    from fedgraph.methods.progap.client import admit_round as progap_admit
+
+    cfg = parse_run_config({**PROGAP_NODE, "epochs": 2})
+    last = progap_admit(cfg, 0, 1, {})
+    last = progap_admit(cfg, 0, 2, last)
+    with pytest.raises(ValueError, match=r"progap.stage0: train round 3 refused: allowed "
+                                         r"rounds 3..2"):
+        progap_admit(cfg, 0, 3, last)
+    last = progap_admit(cfg, 1, 2, last)  # sampled out of stage 1's round 1
+    with pytest.raises(ValueError, match="round 2 refused"):
+        progap_admit(cfg, 1, 2, last)  # a replay
+    with pytest.raises(ValueError, match=r"stage 2 refused: allowed stages 0..1"):
+        progap_admit(cfg, 2, 1, last)
+
+
+def test_progap_edge_level_refuses_a_round_strategy():
+    with pytest.raises(ConfigError, match="round-strategy: edge level trains FedSGD"):
+        validate_run_config({**PROGAP_NODE, "level": "edge", "round-strategy": "fedprox"})

@@ -74,6 +74,58 @@ def _check_extension(kind: str, spec: str) -> str:
     return getattr(importlib.import_module(k.module), k.attr).check_name(spec)
 
 
+#: ``round-strategy``'s description (GAP's FedAvg rounds, ProGAP's node-level rounds)
+ROUND_STRATEGY_HELP = (
+    "a strategy of flwr.serverapp.strategy by name (fedavg, fedavgm, fedprox, fedadam, "
+    "fedyogi, fedadagrad, fedmedian, fedtrimmedavg, krum, ...; any case), or a user's Strategy "
+    "subclass as package.module:Class or path/to/file.py:Class. Its rounds keep the method's "
+    "privacy: every training reply is recorded in the ledger as it arrives "
+    "(docs/extending.md)")
+#: ``round-strategy-args``'s description
+ROUND_STRATEGY_ARGS_HELP = (
+    "keyword arguments of round-strategy's constructor, a JSON object, e.g. "
+    "'{\"proximal_mu\": 0.1}' (FedProx) or '{\"fraction_train\": 0.5}' (half the clients "
+    "sampled per round); fraction_train in (0, 1]")
+
+
+def _round_strategy_name(cls, v: str) -> str:
+    """``round-strategy``: empty, a Flower strategy's name or an import path."""
+    v = v.strip()
+    if v and ":" not in v and not v.replace("_", "").isalnum():
+        raise ValueError(f"expected a Flower strategy name (e.g. fedprox) or an import path "
+                         f"package.module:Class / path/to/file.py:Class, got {v!r}")
+    return v
+
+
+def _round_strategy_args(cls, v: Any) -> Any:
+    """``round-strategy-args`` (before): a JSON object (or a dict) of keyword arguments."""
+    import json
+
+    if isinstance(v, str):
+        if not v.strip():
+            return {}
+        try:
+            v = json.loads(v)
+        except json.JSONDecodeError as err:
+            raise ValueError(f"expected a JSON object of keyword arguments, e.g. "
+                             f"'{{\"proximal_mu\": 0.1}}': {err}") from None
+    if not isinstance(v, dict) or not all(isinstance(k, str) for k in v):
+        raise ValueError(f"expected a JSON object of keyword arguments, got {v!r}")
+    return v
+
+
+def _round_strategy_args_need_a_strategy(cls, v: dict, info) -> dict:
+    """``round-strategy-args`` (after): only with ``round-strategy``; ``fraction_train`` in
+    (0, 1]."""
+    if v and not info.data.get("round_strategy"):
+        raise ValueError("has no effect without round-strategy; set round-strategy (e.g. "
+                         "'fedavg' for client sampling, 'fedprox' for proximal_mu)")
+    f = v.get("fraction_train", 1.0)
+    if not isinstance(f, (int, float)) or isinstance(f, bool) or not 0 < f <= 1:
+        raise ValueError(f"fraction_train must be a number in (0, 1], got {f!r}")
+    return v
+
+
 class _Base(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 

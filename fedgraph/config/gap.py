@@ -6,7 +6,9 @@ from typing import Any, Literal, Optional
 
 from pydantic import Field, field_validator, model_validator
 
-from .base import DataConfig, _client_epsilons, _delta, _epsilons_per_client
+from .base import (ROUND_STRATEGY_ARGS_HELP, ROUND_STRATEGY_HELP, DataConfig, _client_epsilons,
+                   _delta, _epsilons_per_client, _round_strategy_args,
+                   _round_strategy_args_need_a_strategy, _round_strategy_name)
 
 
 #: GAP's round counts by schedule, where the run config leaves them unset: FedSGD needs an
@@ -53,15 +55,9 @@ class GAPConfig(DataConfig):
                                        "1.0, FedAdam/FedYogi eta: 0.1 when unset)")
     round_strategy: str = Field(
         "", description="the Flower strategy that drives the encoder and classifier rounds "
-        "(FedAvg schedule): a strategy of flwr.serverapp.strategy by name (fedavg, fedavgm, "
-        "fedprox, fedadam, fedyogi, fedadagrad, fedmedian, fedtrimmedavg, krum, ...; any "
-        "case), or a user's Strategy subclass as package.module:Class or path/to/file.py:Class; "
-        "empty: server-optimizer's. Its rounds keep GAP's privacy: every training reply is "
-        "recorded in the ledger as it arrives (docs/extending.md)")
-    round_strategy_args: dict[str, Any] = Field(
-        default_factory=dict, description="keyword arguments of round-strategy's constructor, "
-        "a JSON object, e.g. '{\"proximal_mu\": 0.1}' (FedProx) or '{\"fraction_train\": "
-        "0.5}' (half the clients sampled per round); fraction_train in (0, 1]")
+        "(FedAvg schedule): " + ROUND_STRATEGY_HELP + "; empty: server-optimizer's")
+    round_strategy_args: dict[str, Any] = Field(default_factory=dict,
+                                                description=ROUND_STRATEGY_ARGS_HELP)
     batch_size: int = Field(0, ge=0, description="0: full batch (edge level); node level: 256")
     lr: float = Field(0.01, gt=0)
     batch_norm: bool = Field(
@@ -145,44 +141,18 @@ class GAPConfig(DataConfig):
     @field_validator("round_strategy", mode="after")
     @classmethod
     def _round_strategy(cls, v: str, info) -> str:
-        v = v.strip()
+        v = _round_strategy_name(cls, v)
         if v and (info.data.get("server_optimizer", "fedavg") != "fedavg"
                   or info.data.get("server_lr") is not None):
             raise ValueError("set either round-strategy or server-optimizer / server-lr, not "
                              "both (e.g. round-strategy = 'fedadam' with round-strategy-args "
                              "'{\"eta\": 0.03}')")
-        if v and ":" not in v and not v.replace("_", "").isalnum():
-            raise ValueError(f"expected a Flower strategy name (e.g. fedprox) or an import path "
-                             f"package.module:Class / path/to/file.py:Class, got {v!r}")
         return v
 
-    @field_validator("round_strategy_args", mode="before")
-    @classmethod
-    def _round_strategy_args(cls, v: Any) -> Any:
-        import json
-
-        if isinstance(v, str):
-            if not v.strip():
-                return {}
-            try:
-                v = json.loads(v)
-            except json.JSONDecodeError as err:
-                raise ValueError(f"expected a JSON object of keyword arguments, e.g. "
-                                 f"'{{\"proximal_mu\": 0.1}}': {err}") from None
-        if not isinstance(v, dict) or not all(isinstance(k, str) for k in v):
-            raise ValueError(f"expected a JSON object of keyword arguments, got {v!r}")
-        return v
-
-    @field_validator("round_strategy_args", mode="after")
-    @classmethod
-    def _round_strategy_args_need_a_strategy(cls, v: dict, info) -> dict:
-        if v and not info.data.get("round_strategy"):
-            raise ValueError("has no effect without round-strategy; set round-strategy (e.g. "
-                             "'fedavg' for client sampling, 'fedprox' for proximal_mu)")
-        f = v.get("fraction_train", 1.0)
-        if not isinstance(f, (int, float)) or isinstance(f, bool) or not 0 < f <= 1:
-            raise ValueError(f"fraction_train must be a number in (0, 1], got {f!r}")
-        return v
+    _parse_round_args = field_validator("round_strategy_args", mode="before")(
+        _round_strategy_args)
+    _check_round_args = field_validator("round_strategy_args", mode="after")(
+        _round_strategy_args_need_a_strategy)
 
     @field_validator("batch_norm", mode="after")
     @classmethod

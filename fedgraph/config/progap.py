@@ -5,7 +5,9 @@ from typing import Any, Literal, Optional
 
 from pydantic import Field, field_validator, model_validator
 
-from .base import DataConfig, _client_epsilons, _delta, _epsilons_per_client
+from .base import (ROUND_STRATEGY_ARGS_HELP, ROUND_STRATEGY_HELP, DataConfig, _client_epsilons,
+                   _delta, _epsilons_per_client, _round_strategy_args,
+                   _round_strategy_args_need_a_strategy, _round_strategy_name)
 
 
 class ProGAPConfig(DataConfig):
@@ -14,7 +16,8 @@ class ProGAPConfig(DataConfig):
     stage's embedding across clients (cross-client rows through the server, optionally
     securely aggregated) and everything aggregated before it (jumping knowledge). Edge level:
     FedSGD rounds (one full-batch epoch each, server Adam), best validation round per stage;
-    node level: FedAvg rounds of DP-SGD, last round. ``client_epsilons``: each client's own
+    node level: FedAvg rounds of DP-SGD (or ``round-strategy``'s), last round.
+    ``client_epsilons``: each client's own
     target for the whole run (cycled); see :mod:`fedgraph.methods.progap.privacy`."""
 
     method: Literal["progap"] = "progap"
@@ -45,6 +48,12 @@ class ProGAPConfig(DataConfig):
                                   "FedSGD epochs, default 100; node level: FedAvg rounds of "
                                   "local-epochs DP-SGD, default 5)")
     local_epochs: int = Field(1, ge=1, description="node level: DP-SGD epochs per round")
+    round_strategy: str = Field(
+        "", description="node level: the Flower strategy that drives each stage's rounds of "
+        "DP-SGD: " + ROUND_STRATEGY_HELP + "; empty: FedAvg. Edge level trains FedSGD with the "
+        "server's Adam (the official optimizer)")
+    round_strategy_args: dict[str, Any] = Field(default_factory=dict,
+                                                description=ROUND_STRATEGY_ARGS_HELP)
     lr: float = Field(0.01, gt=0)
     weight_decay: float = Field(0.0, ge=0)
     batch_size: int = Field(0, ge=0, description="node level: DP-SGD's expected batch "
@@ -62,6 +71,11 @@ class ProGAPConfig(DataConfig):
     _parse_eps = field_validator("client_epsilons", mode="before")(_client_epsilons)
     _per_client = field_validator("client_epsilons")(_epsilons_per_client)
     _check_delta = field_validator("delta", mode="after")(_delta)
+    _round_strategy = field_validator("round_strategy", mode="after")(_round_strategy_name)
+    _parse_round_args = field_validator("round_strategy_args", mode="before")(
+        _round_strategy_args)
+    _check_round_args = field_validator("round_strategy_args", mode="after")(
+        _round_strategy_args_need_a_strategy)
 
     @field_validator("epochs", mode="before")
     @classmethod
@@ -70,6 +84,11 @@ class ProGAPConfig(DataConfig):
 
     @model_validator(mode="after")
     def _level_checks(self):
+        if self.round_strategy and self.level == "edge":
+            raise ValueError("round-strategy: edge level trains FedSGD with the server's Adam "
+                             "(the official optimizer: a client sends gradients, not weights); "
+                             "allowed at edge level: empty; round-strategy drives node level's "
+                             "rounds (level = 'node')")
         if self.secure_aggregation and not (self.cross_client_edges and self.depth > 0):
             raise ValueError("secure-aggregation: has no effect without cross-client edges "
                              "and depth >= 1 (no row leaves a client)")

@@ -1,9 +1,11 @@
-"""ProGAP's handlers (:mod:`fedgraph.methods.progap.client`): setup, stage training rounds,
-stage evaluation and the private aggregation of each stage (steps ``release`` and ``finish``).
+"""ProGAP's handlers (:mod:`fedgraph.methods.progap.client`): setup, a stage's training and
+validation rounds (sent by the stage's Flower strategy), the final evaluation and the private
+aggregation of each stage (steps ``release`` and ``finish``).
 
-The client's state: ``progap.cache`` (its aggregations ``x1..xk``), ``progap.pending`` (its
-noisy local sums between the two steps of an aggregation), ``progap.secagg`` (its
-secure-aggregation key, :func:`.common.advertise_key`).
+The client's state: ``progap.rounds`` (the last round it trained per stage),
+``progap.cache`` (its aggregations ``x1..xk``), ``progap.pending`` (its noisy local sums
+between the two steps of an aggregation), ``progap.secagg`` (its secure-aggregation key,
+:func:`.common.advertise_key`).
 """
 from __future__ import annotations
 
@@ -39,14 +41,28 @@ def progap_setup(msg: Message, context: Context) -> Message:
 
 
 def progap_train(msg: Message, context: Context) -> Message:
-    from fedgraph.methods.progap.client import train_round
+    """``train.progap_stage``: a round of the stage's Flower strategy (its config record holds
+    the run config, ``stage``, Flower's ``server-round`` and, FedSGD, ``evaluate``)."""
+    from fedgraph.methods.progap.client import admit_round, train_round
 
-    st = msg.content["stage"]
-    cfg, pid, view, gen, model, x = _stage(msg, context, int(st["stage"]))
-    arrays, metrics = train_round(cfg, pid, view, model, x,
-                                  gen(f"progap:train:{int(st['stage'])}:{int(st['round'])}"),
-                                  final=bool(st.get("final", False)))
+    c = msg.content["config"]
+    stage, rnd = int(c["stage"]), int(c["server-round"])
+    cfg, pid, view, gen = setup(msg, context)
+    last = dict(context.state["progap.rounds"]) if "progap.rounds" in context.state else {}
+    context.state["progap.rounds"] = ConfigRecord(admit_round(cfg, stage, rnd, last))
+    cfg, pid, view, gen, model, x = _stage(msg, context, stage)
+    arrays, metrics = train_round(cfg, pid, view, model, x, gen(f"progap:train:{stage}:{rnd}"),
+                                  validate=bool(c.get("evaluate", False)),
+                                  proximal_mu=float(c.get("proximal-mu", 0.0)))
     return reply(msg, arrays=ArrayRecord(arrays), metrics=MetricRecord(metrics))
+
+
+def progap_validate(msg: Message, context: Context) -> Message:
+    """``evaluate.progap_stage``: the validation of a stage's last weights (edge level)."""
+    from fedgraph.methods.progap.client import validation
+
+    cfg, _, view, _, model, x = _stage(msg, context, int(msg.content["config"]["stage"]))
+    return reply(msg, metrics=MetricRecord(validation(cfg, model, x, view)))
 
 
 def progap_eval(msg: Message, context: Context) -> Message:

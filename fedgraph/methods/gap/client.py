@@ -31,6 +31,7 @@ import torch
 from torch import Tensor
 
 from ...device import resolve_device, to_cpu
+from ..rounds import admit_round as rounds_admit
 from .client_pma import client_edges, graph_nodes, masked_release, pma_finish, pma_partial_sums
 from .models import build_classifier, build_encoder
 from .privacy import check_remote_sigma, privacy_plan
@@ -176,7 +177,7 @@ def admit_round(cfg, phase: str, server_round: int, last: dict[str, int]) -> dic
     each round is DP-SGD steps of its epsilon) and after the last round it took part in (a
     round's draws are keyed by its number: a repeated round would repeat them). Whatever
     strategy drives the rounds (``round-strategy``, client sampling), a client releases at
-    most what its plan accounted for.
+    most what its plan accounted for (:func:`fedgraph.methods.rounds.admit_round`).
 
     Args:
         last: phase -> the last round this client trained (its state between messages).
@@ -188,12 +189,7 @@ def admit_round(cfg, phase: str, server_round: int, last: dict[str, int]) -> dic
     if phase not in ("gap.encoder", "gap.classifier"):
         raise ValueError(f"unknown GAP phase {phase!r}; allowed: gap.encoder, gap.classifier")
     rounds = cfg.encoder_rounds if phase == "gap.encoder" else cfg.classifier_rounds
-    done = int(last.get(phase, 0))
-    if not done < server_round <= rounds:
-        raise ValueError(f"{phase}: train round {server_round} refused: allowed rounds "
-                         f"{done + 1}..{rounds} (the client's privacy plan covers {rounds} "
-                         f"rounds; it last trained in round {done})")
-    return {**last, phase: server_round}
+    return rounds_admit(phase, server_round, rounds, last)
 
 
 def train(cfg, partition_id: int, view, phase: str, weights: dict | None,

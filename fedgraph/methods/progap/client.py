@@ -6,11 +6,14 @@ its own state. What leaves a client:
 
 * :func:`setup` (``query.progap_setup``): its node ids (the public directory) and its plan
   (:func:`~fedgraph.methods.progap.privacy.privacy_plan` for its own target).
-* :func:`train_round` (``query.progap_train``): edge level the full-batch gradient of its mean
-  training loss over the stage's parameters, its batch norms' running statistics, its
-  training-node count and loss, and the received weights' validation counts (labels and
-  features are not edge level's unit, the inputs are private aggregations); node level the
-  weights after ``local_epochs`` of DP-SGD and the count 1 (ledger ``stage dp-sgd``).
+* :func:`train_round` (``train.progap_stage``, a round of the stage's Flower strategy): edge
+  level the full-batch gradient of its mean training loss over the stage's parameters, its
+  batch norms' running statistics, its training-node count and loss, and (from round 2) the
+  received weights' :func:`validation` (labels and features are not edge level's unit, the
+  inputs are private aggregations); node level the weights after ``local_epochs`` of DP-SGD
+  and the count 1 (ledger ``stage dp-sgd``).
+* :func:`validation` (``evaluate.progap_stage``, edge level, after a stage's last round): the
+  last weights' validation accuracy, loss and count.
 * :func:`release` (``query.progap_aggregate``, step ``release``): the noisy sums of the stage's
   normalized embedding over its edges into every remote node (ledger ``aggregation``: one
   Gaussian mechanism), masked under secure aggregation; :func:`finish` (step ``finish``) adds
@@ -32,11 +35,13 @@ from ...nn.gap import normalize_rows
 from ..gap.client_pma import client_edges, masked_release, pma_partial_sums
 from ..gap.privacy import check_remote_sigma
 from ..gap.training import evaluate, local_train
+from ..rounds import admit_round as rounds_admit
 from .model import ProgressiveModel, stage_input
 from .privacy import gap_edges_config, privacy_plan
 
-__all__ = ["client_plan", "setup", "build_model", "stage_model", "train_round", "counts",
-           "release", "finish"]
+__all__ = ["client_plan", "setup", "build_model", "stage_model", "admit_round", "train_round",
+           "validation",
+           "counts", "release", "finish"]
 
 
 def client_plan(cfg, partition_id: int, view):
@@ -90,25 +95,51 @@ def counts(model, x: Tensor, view, splits=("train", "val", "test"), *,
     return out
 
 
-def train_round(cfg, partition_id: int, view, model, x: Tensor, generator, *,
-                final: bool = False) -> tuple[dict, dict]:
-    """``query.progap_train``: ``(arrays, metrics)`` at the received weights.
+def admit_round(cfg, stage: int, server_round: int, last: dict[str, int]) -> dict[str, int]:
+    """The client's check of a ``train.progap_stage`` message before it trains: round
+    ``server_round`` of stage ``stage`` is within the ``epochs`` rounds per stage its plan
+    covers and after the last one of that stage it took
+    (:func:`fedgraph.methods.rounds.admit_round`).
 
-    Edge level (FedSGD): validation counts of the received weights (eval mode); in the
-    ``final`` round (after the stage's last, which only validates its weights) nothing else;
-    otherwise then the
-    gradient of the mean training cross-entropy (train mode, one full batch) over the stage's
-    parameters and the buffers after that pass, ``num-examples`` and ``train-loss``. Node
-    level (FedAvg): ``local_epochs`` of DP-SGD with the plan's multiplier and the schedule of
-    the public count (:func:`fedgraph.methods.gap.local_train`), the whole state and the
-    count 1 (the private count and loss do not leave)."""
+    Raises:
+        ValueError: a stage outside ``0..depth``, or the round refused (naming the range)."""
+    if not 0 <= stage <= cfg.depth:
+        raise ValueError(f"stage {stage} refused: allowed stages 0..{cfg.depth}")
+    return rounds_admit(f"progap.stage{stage}", server_round, cfg.epochs, last)
+
+
+def validation(cfg, model, x: Tensor, view, count: str = "num-examples") -> dict:
+    """``val-accuracy``, ``val-loss`` (the mean cross-entropy) and the count (``count``:
+    ``num-examples`` in an evaluation reply, ``val-examples`` beside a training reply's own
+    count) of ``model`` on this client's validation nodes (eval mode): what an edge-level
+    round's model selection reads (:func:`fedgraph.strategies.fedavg.selection_key`).
+
+    Raises:
+        ValueError: at node level (the validation labels are private there)."""
+    if cfg.level != "edge":
+        raise ValueError("validation: refused at node level (the validation labels are "
+                         "private; allowed: level = 'edge')")
+    r = counts(model, x, view, ("val",), with_loss=True)
+    total = r["val_total"]
+    return {"val-accuracy": r["val_correct"] / total if total else 0.0,
+            "val-loss": r["val_loss"] / total if total else 0.0, count: total}
+
+
+def train_round(cfg, partition_id: int, view, model, x: Tensor, generator, *,
+                validate: bool = False, proximal_mu: float = 0.0) -> tuple[dict, dict]:
+    """``train.progap_stage``: ``(arrays, metrics)`` at the received weights.
+
+    Edge level (FedSGD): with ``validate`` first :func:`validation` of the received weights
+    (the previous round's; eval mode), then the gradient of the mean training cross-entropy
+    (train mode, one full batch) over the stage's parameters and the buffers after that
+    pass, ``num-examples`` and ``train-loss``. Node level (FedAvg): ``local_epochs`` of DP-SGD
+    with the plan's multiplier and the schedule of the public count
+    (:func:`fedgraph.methods.gap.local_train`; ``proximal_mu``: FedProx's term), the whole
+    state and the count 1 (the private count and loss do not leave)."""
     g = view.graph
     y, train = g.y.to(x.device), g.train_mask.to(x.device)
     if cfg.level == "edge":
-        val = {f"val-{k.split('_')[1]}": v
-               for k, v in counts(model, x, view, ("val",), with_loss=True).items()}
-        if final:
-            return {}, val
+        val = validation(cfg, model, x, view, "val-examples") if validate else {}
         names = model.stage_parameter_names()
         params = dict(model.named_parameters())
         idx = train.nonzero().flatten()
@@ -127,7 +158,7 @@ def train_round(cfg, partition_id: int, view, model, x: Tensor, generator, *,
     bsz = cfg.dpsgd_batch_size if dp else (cfg.batch_size or None)
     local_train(model, x, y, train, cfg.local_epochs, bsz, cfg.lr, dp,
                 weight_decay=cfg.weight_decay, generator=generator,
-                num_public=int(g.train_mask.sum()))
+                num_public=int(g.train_mask.sum()), proximal_mu=proximal_mu)
     return to_cpu(model.state_dict()), {"num-examples": 1}
 
 
