@@ -37,7 +37,7 @@ def client_report(client: ClientGraph, cfg: PPGNNConfig, feature_domain, num_cla
 
     Keys: ``node_ids [n]``, ``mech.<name>`` (the mechanism's report), ``labelled_ids``,
     ``labels``, ``is_train`` (training and validation users), ``edge_index [2, e]`` (local
-    and boundary edges, global ids). Raw features, levels and test labels never appear.
+    and boundary edges, global ids; :func:`report_edges`). Raw features, levels and test labels never appear.
 
     Runs on the CPU whatever ``cfg.device``: the mechanism is an elementwise perturbation of
     this client's own users' features drawn from the CPU ``generator`` (the client's own,
@@ -61,12 +61,29 @@ def client_report(client: ClientGraph, cfg: PPGNNConfig, feature_domain, num_cla
     labels = client.y[labelled]
     if cfg.label_epsilon > 0:
         labels = randomized_response(labels, num_classes, cfg.label_epsilon, generator)
-    edges = torch.cat([client.node_ids[client.edge_index],
-                       torch.stack([client.node_ids[client.boundary_edge_index[0]],
-                                    client.boundary_edge_index[1]])], dim=1)
+    edges = report_edges(client)
     return {"node_ids": client.node_ids, **{f"mech.{k}": v for k, v in report.items()},
             "labelled_ids": client.node_ids[labelled], "labels": labels,
             "is_train": client.train_mask[labelled], "edge_index": edges}
+
+
+def report_edges(client: ClientGraph) -> Tensor:
+    """The edges a client knows in global ids, ``[2, e]``: its local edges then its boundary
+    edges, written once into one buffer (no ``cat`` of gathered copies), as int32 when every
+    id fits (half the message; the server's
+    :func:`~fedgraph.methods.ppgnn.server.assemble` reads any integer dtype)."""
+    local, bnd = client.edge_index, client.boundary_edge_index
+    e, eb = local.size(1), bnd.size(1)
+    top = max(int(client.node_ids.max()) if client.node_ids.numel() else 0,
+              int(bnd[1].max()) if eb else 0)
+    dtype = torch.int32 if top < 2 ** 31 else torch.long
+    out = torch.empty(2, e + eb, dtype=dtype)
+    ids = client.node_ids.to(dtype)
+    for row in (0, 1):
+        torch.index_select(ids, 0, local[row], out=out[row, :e])
+    torch.index_select(ids, 0, bnd[0], out=out[0, e:])
+    out[1, e:] = bnd[1]
+    return out
 
 
 def client_query(client: ClientGraph, cfg: PPGNNConfig, feature_domain, num_classes: int,
@@ -104,4 +121,5 @@ def count_correct(client: ClientGraph, node_ids: Tensor, predictions: Tensor) ->
     return out
 
 
-__all__ = ["with_client_levels", "client_report", "client_query", "count_correct"]
+__all__ = ["with_client_levels", "client_report", "report_edges", "client_query",
+           "count_correct"]

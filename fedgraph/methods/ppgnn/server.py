@@ -40,8 +40,14 @@ def assemble(reports: list[dict[str, Tensor]], mech: FeatureMechanism, num_nodes
              num_features: int):
     """Decode and scatter the clients' reports into global arrays.
 
-    Returns ``(x_hat [N, d], level_hat [N] | None, y [N], train_mask, val_mask, edge_index)``.
+    Returns ``(x_hat [N, d], level_hat [N] | None, y [N], train_mask, val_mask, edge_index)``;
+    ``edge_index``: int64 ``[2, E]``, the union of the reported edges without duplicates,
+    sorted by target then source (:func:`fedgraph.utils.sparse.unique_edges`: one int64 key
+    per reported edge, not the ~300 bytes per edge of ``torch.unique(dim=1)``), so that the
+    adjacency of FlexProp and of the backbone shares its columns with it.
     """
+    from ...utils.sparse import unique_edges
+
     x_hat = torch.zeros(num_nodes, num_features)
     level_hat = None
     y = torch.full((num_nodes,), -1, dtype=torch.long)
@@ -66,7 +72,7 @@ def assemble(reports: list[dict[str, Tensor]], mech: FeatureMechanism, num_nodes
         edges.append(rep["edge_index"])
     if not bool(seen.all()):
         raise ValueError(f"{int((~seen).sum())} users are missing from the clients' reports")
-    edge_index = torch.unique(torch.cat(edges, dim=1), dim=1)
+    edge_index = unique_edges(edges, num_nodes)
     return x_hat, level_hat, y, train_mask, val_mask, edge_index
 
 
