@@ -33,7 +33,8 @@ import tempfile
 import time
 from pathlib import Path
 
-VOLATILE = {"timings_s", "server_cpu_s", "exchange_s", "host", "workers", "traceback"}
+VOLATILE = {"timings_s", "server_cpu_s", "exchange_s", "peak_rss_mib", "host", "workers",
+            "traceback"}
 
 
 def clean_report(report: dict) -> dict:

@@ -196,6 +196,16 @@ def majority_class(report: dict):
     return acc if acc is not None else (report.get("ground_truth") or {}).get("majority_class")
 
 
+def _memory_sampler():
+    """A started :class:`~fedgraph.procstats.TreeSampler` of this process's tree, or ``None``
+    without psutil."""
+    from .procstats import TreeSampler, have_psutil
+
+    if not have_psutil():
+        return None
+    return TreeSampler(os.getpid(), interval=0.5).start()
+
+
 @dataclass
 class RunReport:
     """Collects a run's config, statistics, accuracy, privacy and timings."""
@@ -210,6 +220,7 @@ class RunReport:
     timings: dict = field(default_factory=dict)
     cpu_timings: dict = field(default_factory=dict)
     exchange_timings: dict = field(default_factory=dict)
+    memory_peaks: dict = field(default_factory=dict)
     extra: dict = field(default_factory=dict)
     started: float = field(default_factory=time.time)
 
@@ -221,8 +232,12 @@ class RunReport:
         """Time a phase (wall seconds) into ``timings[name]``; with :attr:`progress`, show a
         spinner while it runs, with what :func:`progress` reports (clients done / total,
         round r of ``rounds``, queries answered), and one line with its time when it ends;
-        ``exchange_timings[name]``: the seconds of it spent waiting on clients (:func:`exchanged`)."""
+        ``exchange_timings[name]``: the seconds of it spent waiting on clients (:func:`exchanged`);
+        ``memory_peaks[name]``: the peak RSS (MiB) of this process and its descendants in it
+        (:class:`~fedgraph.procstats.TreeSampler`, sampled every 0.5 s and at the phase's
+        start and end; with Ray started here, its workers are descendants)."""
         t, cpu = time.perf_counter(), time.process_time()
+        sampler = _memory_sampler()
         ok, interrupted = False, False
         status = _CONSOLE.status(f"{self.method}: {name} ...") if self.progress else nullcontext()
         outer = _PHASE[:]
@@ -244,6 +259,10 @@ class RunReport:
             # wall time, it tells work from waiting (on clients, or for a loaded machine's CPU).
             self.cpu_timings[name] = round(time.process_time() - cpu, 3)
             self.exchange_timings[name] = round(running.exchange, 3)
+            if sampler is not None:
+                sampler.stop()
+                sampler.sample()
+                self.memory_peaks[name] = round(sampler.peak_rss / 2 ** 20, 1)
             if self.progress:
                 mark = ("[green]done[/]" if ok else
                         "[yellow]interrupted[/]" if interrupted else "[red]failed[/]")
@@ -256,6 +275,7 @@ class RunReport:
                 "timings_s": {**self.timings, "total": round(time.time() - self.started, 3)},
                 "server_cpu_s": dict(self.cpu_timings),
                 "exchange_s": dict(self.exchange_timings),
+                "peak_rss_mib": dict(self.memory_peaks),
                 "host": _host(),
                 **self.extra}
 
@@ -336,4 +356,8 @@ def format_table(report: dict) -> str:
     t = report.get("timings_s", {})
     if t:
         lines.append("  time (s)  " + "  ".join(f"{k} {v:.2f}" for k, v in t.items()))
+    mem = report.get("peak_rss_mib", {})
+    if mem:
+        lines.append("  peak memory (MiB, process tree)  "
+                     + "  ".join(f"{k} {v:.0f}" for k, v in mem.items()))
     return "\n".join(lines)

@@ -37,3 +37,23 @@ def test_a_run_report_with_nan_accuracy_is_strict(tmp_path):
     report.write(tmp_path, "run")
     data = _strict_load(path)
     assert data["accuracy"]["val"] is None
+
+
+def test_every_phase_reports_the_peak_memory_of_the_process_tree(tmp_path):
+    """``peak_rss_mib`` (issue 31): one entry per timed phase, at least the memory a phase
+    allocated (a 200 MiB tensor held at the phase's end: its last sample), and the summary
+    prints it."""
+    from fedgraph.report import format_table
+
+    report = RunReport("gap", {}, progress=False)
+    with report.phase("small"):
+        pass
+    with report.phase("big"):
+        block = torch.ones(200 * 2 ** 20 // 4)  # 200 MiB, touched
+        block += 1
+    del block
+    data = report.to_dict()
+    peaks = data["peak_rss_mib"]
+    assert set(peaks) == {"small", "big"} == set(data["timings_s"]) - {"total"}
+    assert peaks["big"] >= peaks["small"] + 150, peaks
+    assert "peak memory (MiB, process tree)" in format_table(data)

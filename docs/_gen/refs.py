@@ -199,7 +199,7 @@ PLACEHOLDERS = [
     (r"^(privacy\.collusion)\.client-[^.]+", r"\1.<client>"),
     (r"^(workers|clients)\.client-[^.]+", r"\1.<client>"),
     (r"^(levels)\.level-[^.]+", r"\1.<level>"),
-    (r"^(timings_s|server_cpu_s|exchange_s)\.(?!total$)[^.]+$", r"\1.<phase>"),
+    (r"^(timings_s|server_cpu_s|exchange_s|peak_rss_mib)\.(?!total$)[^.]+$", r"\1.<phase>"),
     (r"^(host\.env)\.[^.]+$", r"\1.<variable>"),
     (r"^(config)\..+$", r"\1.<key>"),
 ]
