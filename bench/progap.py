@@ -107,6 +107,9 @@ def main() -> None:
     p.add_argument("--clients", type=int, default=0, help="0: centralized (one client)")
     p.add_argument("--secure-aggregation", action="store_true")
     p.add_argument("--out", default="bench/results/progap_centralized.json")
+    p.add_argument("--depth", type=int, default=None,
+                   help="K, the private aggregations (default: the official Facebook "
+                        "configuration's, edge level 5, node level 4; one client only)")
     p.add_argument("--resume", action="store_true",
                    help="keep the rows already in --out and run only the (epsilon, seed) pairs "
                         "it lacks")
@@ -131,7 +134,7 @@ def main() -> None:
                 # delta: the official scripts' (edge 1e-7; node "auto": 1e-5 on Wisconsin87)
                 r = run_progap(split, level=a.level, epsilon=eps,
                                delta=1e-7 if a.level == "edge" else "auto", lr=lr,
-                               batch_norm=bn, seed=seed)
+                               batch_norm=bn, seed=seed, depth=a.depth)
             r = {k: v for k, v in r.items() if k != "events"} | {"key": key, "seed": seed,
                                                                   "dataset": a.dataset}
             rows.append(r)
