@@ -373,16 +373,23 @@ def strict_strategy(server_optimizer: str, num_clients: int, select_on_val: bool
     return cls(num_clients, select_on_val, **kwargs)
 
 
+#: Flower strategies that aggregate something other than torch weights (XGBoost's trees, one
+#: byte array per reply): they cannot drive a GNN's rounds
+NOT_WEIGHT_STRATEGIES = ("FedXgbBagging", "FedXgbCyclic")
+
+
 def flower_strategies() -> dict[str, type]:
     """Lower-case name -> class of every strategy class :mod:`flwr.serverapp.strategy` exports
-    that needs no constructor argument (``fedavg``, ``fedprox``, ``fedadam``, ``krum``, ...)."""
+    that needs no constructor argument and averages weights (``fedavg``, ``fedprox``,
+    ``fedadam``, ``krum``, ...; not :data:`NOT_WEIGHT_STRATEGIES`)."""
     import flwr.serverapp.strategy as flower
 
     out = {}
     for name in flower.__all__:
         obj = getattr(flower, name)
         if (isinstance(obj, type) and issubclass(obj, flower.Strategy)
-                and obj is not flower.Strategy and not _required_parameters(obj)):
+                and obj is not flower.Strategy and not _required_parameters(obj)
+                and name not in NOT_WEIGHT_STRATEGIES):
             out[name.lower()] = obj
     return out
 
@@ -411,6 +418,10 @@ def resolve_round_strategy(spec: str) -> type:
         cls = import_object(spec, "round-strategy")
     else:
         known = flower_strategies()
+        if spec.lower() in {n.lower() for n in NOT_WEIGHT_STRATEGIES}:
+            raise ValueError(f"round-strategy: {spec!r} aggregates XGBoost trees (one byte array "
+                             "per reply), not a GNN's weights; allowed: "
+                             + ", ".join(sorted(known)))
         if spec.lower() not in known:
             raise ValueError(f"round-strategy: unknown {spec!r}; allowed: a Flower strategy ("
                              + ", ".join(sorted(known)) + ") or an import path "
@@ -463,8 +474,11 @@ def client_sampling_note(cfg) -> str | None:
     fraction = cfg.round_strategy_args.get("fraction_train", 1.0)
     if fraction >= 1:
         return None
-    return (f"fraction_train {fraction}: each round the server samples its clients (a public "
-            "choice, seeded from the run's seed); a client not sampled releases nothing in that "
+    n = cfg.num_clients
+    k = max(1, int(n * fraction))  # Flower's sample size with fedgraph's min_train_nodes
+    return (f"fraction_train {fraction}: each round the server samples {k} of its {n} clients "
+            "(max(1, int(fraction_train x clients)); a public choice, seeded from the run's "
+            "seed); a client not sampled releases nothing in that "
             "round and the ledger records only the rounds each client took part in. Each "
             "client's guarantee is over its own releases: no amplification by client sampling "
             "is claimed (it would hold only for a guarantee over the union of the clients' "

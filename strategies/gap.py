@@ -54,9 +54,10 @@ def _seeded_init(build, cfg, num_features: int, num_classes: int):
         return build(cfg, num_features, num_classes)
 
 
-def _aggregation_note(cfg, remote: tuple[float, int], sigmas: list[float]) -> str:
+def aggregation_note(cfg, remote: tuple[float, int], sigmas: list[float]) -> str:
     """The report's ``privacy.aggregation``: why the remote rows carry ``remote`` noise
-    (:func:`fedgraph.methods.gap.privacy.remote_noise`) and what that assumes."""
+    (:func:`fedgraph.methods.gap.privacy.remote_noise`) and what that assumes (GAP's PMA
+    rows and ProGAP's aggregation rows alike)."""
     if cfg.secure_aggregation:
         return (f"secure aggregation (pairwise masking as in SecAgg, Bonawitz et al. 2017, "
                 f"without dropout recovery): each client masks its remote rows, in fixed point "
@@ -217,7 +218,7 @@ class GAPStrategy(PrivateStrategy):
         sigmas = [m["sigma"] for m in clients.values()]
         self._remote = remote_noise(cfg, sigmas)  # (std on remote rows, contributors) or None
         if self._remote is not None:
-            self.report.privacy["aggregation"] = _aggregation_note(cfg, self._remote, sigmas)
+            self.report.privacy["aggregation"] = aggregation_note(cfg, self._remote, sigmas)
         self._keys = None  # secure aggregation: the clients' X25519 public keys, by index
         if cfg.secure_aggregation and self._remote is not None:
             with self.report.phase("secure aggregation: key exchange (clients)"):

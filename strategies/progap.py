@@ -35,6 +35,7 @@ from fedgraph.methods.progap.client import build_model
 from fedgraph.methods.progap.privacy import plan_events, remote_noise
 from .base import PrivateStrategy, register_strategy
 from .fedavg import StrictFedAvg, StrictFedSGD, client_sampling_note, round_strategy
+from .gap import aggregation_note
 
 
 @register_strategy("progap")
@@ -72,7 +73,8 @@ class ProGAPStrategy(PrivateStrategy):
             "model": f"{cfg.level}-level DP per client ({cfg.level} unit"
                      + (f": {cfg.edge_unit} edge" if cfg.level == "edge" else
                         f": a node of the graph with out-degrees bounded by {cfg.max_degree}")
-                     + f"); {cfg.depth} private aggregations (Gaussian, sensitivity "
+                     + f"); {cfg.depth} private aggregation{'s' if cfg.depth != 1 else ''} "
+                     "(Gaussian, sensitivity "
                      f"{next(iter(self._plans.values()))['sensitivity']:.4g} each)"
                      + ("; every stage trained with DP-SGD" if cfg.level == "node" else ""),
             "unit": "epsilon per client for the whole run, at the client's delta",
@@ -81,10 +83,7 @@ class ProGAPStrategy(PrivateStrategy):
         if client_sampling_note(cfg):
             self.report.privacy["client_sampling"] = client_sampling_note(cfg)
         if self._remote is not None:
-            self.report.privacy["aggregation"] = (
-                f"remote rows carry noise std {self._remote[0]:.4g} from each of "
-                f"{self._remote[1]} contributor(s)" + (" (secure aggregation: the server "
-                "sees only the masked rows' sums)" if cfg.secure_aggregation else ""))
+            self.report.privacy["aggregation"] = aggregation_note(cfg, self._remote, sigmas)
         self._keys = None
         if cfg.secure_aggregation and self._remote is not None:
             with self.report.phase("secure aggregation: key exchange (clients)"):

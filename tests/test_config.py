@@ -31,6 +31,8 @@ def test_defaults_and_flat_keys():
     ("level-shares", "0.5,0.4,0.4", "sum to 1"),
     ("method", "nope", "method"),
     ("no-such-key", 1, "unknown key"),
+    ("num-client", 5, "unknown key (did you mean 'num-clients'?)"),
+    ("client-epsilons", "nan", "inf (no noise) is allowed, nan is not"),
 ])
 def test_bad_values_name_the_key(key, value, expect):
     with pytest.raises(ConfigError) as err:

@@ -85,6 +85,7 @@ def test_client_sampling_expects_the_sampled_clients_only(identity):
     ({"round-strategy": "fedprox", "server-optimizer": "fedadam"}, "not both"),
     ({"round-strategy": "fedprox", "schedule": "fedsgd"}, "round-strategy drives FedAvg"),
     ({"round-strategy": "no.such.module:Strategy"}, "round-strategy"),
+    ({"round-strategy": "FedXgbBagging"}, "aggregates XGBoost trees"),
     ({"round-strategy": "fedgraph.strategies.gap:GAPStrategy"},
      "not a subclass of flwr.serverapp.strategy.Strategy"),
 ])

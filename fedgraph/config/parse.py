@@ -8,6 +8,7 @@ name the key and the allowed values.
 """
 from __future__ import annotations
 
+import difflib
 import math
 from typing import Any
 
@@ -45,7 +46,9 @@ def parse_run_config(run_config: dict[str, Any]) -> _Base:
            or isinstance(v, str) and v.strip().lower() in ("nan", "inf", "-inf", "+inf")]
     if bad and not all(k == "client_epsilons" and str(cfg[k]).strip().lower() == "inf" for k in bad):
         raise ConfigError("invalid run config:\n  " + "\n  ".join(
-            f"{k.replace('_', '-')}: must be a finite number (got {cfg[k]!r})" for k in bad))
+            f"{k.replace('_', '-')}: must be a finite number (got {cfg[k]!r})"
+            + ("; inf (no noise) is allowed, nan is not" if k == "client_epsilons" else "")
+            for k in bad))
     method = cfg["method"]
     if method not in METHOD_CONFIGS:
         raise ConfigError(f"method: unknown {method!r}; allowed: {', '.join(METHOD_CONFIGS)}")
@@ -65,8 +68,10 @@ def parse_run_config(run_config: dict[str, Any]) -> _Base:
                 if field_.replace("-", "_") in model.model_fields:
                     key = field_
             if e["type"] == "extra_forbidden":
-                allowed = ", ".join(["strategy"] + [k.replace("_", "-") for k in model.model_fields])
-                lines.append(f"{key}: unknown key; allowed keys: {allowed}")
+                known = ["strategy"] + [k.replace("_", "-") for k in model.model_fields]
+                near = difflib.get_close_matches(key, known, n=1)
+                hint = f" (did you mean {near[0]!r}?)" if near else ""
+                lines.append(f"{key}: unknown key{hint}; allowed keys: {', '.join(known)}")
             else:
                 got = e.get("input")
                 msg = e["msg"].removeprefix("Value error, ")
