@@ -96,3 +96,20 @@ def test_a_user_loader_that_raises_is_a_dataset_error_before_any_client(tmp_path
         run_local({"method": "gap", "dataset": "boomgraph:load", "num-clients": 2,
                    "output-dir": str(tmp_path / "out")})
     assert not (tmp_path / "out").exists() or not list((tmp_path / "out").glob("*.json"))
+
+
+def test_a_missing_fedgraph_data_folder_is_named_before_anything_starts(tmp_path, monkeypatch):
+    """An empty data-root with $FEDGRAPH_DATA naming no folder, for a dataset with files to
+    read: refused by the cheap check (before Ray), naming both; an existing folder passes, and
+    the bundled Cora runs from anywhere."""
+    from fedgraph.config import parse_run_config
+    from fedgraph.config.checks import check_data_root
+
+    cfg = parse_run_config({"method": "ppgnn", "dataset": "citeseer"})
+    monkeypatch.setenv("FEDGRAPH_DATA", str(tmp_path / "nope"))
+    with pytest.raises(ConfigError, match=r"data-root: empty, and \$FEDGRAPH_DATA = .*nope is "
+                                          r"not a folder"):
+        check_data_root(cfg)
+    check_data_root(parse_run_config({"method": "ppgnn", "dataset": "cora"}))  # bundled
+    monkeypatch.setenv("FEDGRAPH_DATA", str(tmp_path))
+    check_data_root(cfg)

@@ -30,12 +30,23 @@ def check_data_root(cfg) -> None:
     no torch; called before anything starts and again by the preflight).
 
     Raises:
-        ConfigError: ``data-root`` is not an existing folder.
+        ConfigError: ``data-root`` is not an existing folder, or it is empty,
+            ``$FEDGRAPH_DATA`` names one that does not exist and the dataset is neither the
+            bundled Cora nor synthetic.
     """
+    import os
     from pathlib import Path
 
+    ENV_DATA = "FEDGRAPH_DATA"  # fedgraph.data.paths.ENV_DATA (not imported: it loads torch)
     root = getattr(cfg, "data_root", "")
     if root and not Path(root).expanduser().is_dir():
         raise ConfigError(f"data-root: {root} is not a folder (give an existing data root, or "
                           "leave data-root empty for $FEDGRAPH_DATA, the user cache and the "
                           "bundled Cora)")
+    env = os.environ.get(ENV_DATA, "")
+    dataset = str(getattr(cfg, "dataset", "")).lower()
+    needs_files = dataset != "cora" and not dataset.startswith("synthetic")  # Cora is bundled
+    if not root and env and needs_files and not Path(env).expanduser().is_dir():
+        raise ConfigError(f"data-root: empty, and ${ENV_DATA} = {env} is not a folder (set "
+                          f"${ENV_DATA} to an existing data root or unset it for the user "
+                          "cache and the bundled Cora, or set data-root)")
