@@ -243,7 +243,9 @@ _PPGNN = (
                 Field("labels", "int64", "their labels (randomized response with "
                       "`label-epsilon > 0`)", "[l]"),
                 Field("is_train", "bool", "which of them are training users", "[l]"),
-                Field("edge_index", "int64", "its local and boundary edges", "[2, E]"))),
+                Field("edge_index", "int32 | int64", "its local and boundary edges, global ids "
+                      "(int32 when every id fits: `fedgraph.methods.ppgnn.client.report_edges`)",
+                      "[2, E]"))),
             Record("meta", "ConfigRecord", "public facts", (SCHEMA, WORKER))))),
     MessageType(
         "evaluate.ppgnn", "ppgnn",
