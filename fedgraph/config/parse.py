@@ -69,7 +69,7 @@ def parse_run_config(run_config: dict[str, Any]) -> _Base:
                     key = field_
             if e["type"] == "extra_forbidden":
                 known = ["strategy"] + [k.replace("_", "-") for k in model.model_fields]
-                near = difflib.get_close_matches(key, known, n=1)
+                near = difflib.get_close_matches(key, known, n=1, cutoff=0.8)
                 hint = f" (did you mean {near[0]!r}?)" if near else ""
                 lines.append(f"{key}: unknown key{hint}; allowed keys: {', '.join(known)}")
             else:
