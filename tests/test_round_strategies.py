@@ -1,8 +1,8 @@
-"""Any Flower strategy drives GAP's training rounds (issue 30): ``round-strategy`` and
-``round-strategy-args``, made strict (strategies/fedavg.py), with the privacy kept by the
-method: every training reply is in the ledger, a client trains only the rounds its plan
-covers, FedProx's proximal term reads no example. The examples in examples/round_strategies/
-run from any folder."""
+"""Any Flower strategy drives GAP's training rounds and ProGAP's node-level stage rounds (issue
+30): ``round-strategy`` and ``round-strategy-args``, made strict (strategies/fedavg.py), with
+the privacy kept by the method: every training reply is in the ledger, a client trains only
+the rounds its plan covers, FedProx's proximal term reads no example. The examples in
+examples/round_strategies/ run from any folder."""
 from __future__ import annotations
 
 import json
