@@ -47,10 +47,9 @@ def progap_train(msg: Message, context: Context) -> Message:
 
     c = msg.content["config"]
     stage, rnd = int(c["stage"]), int(c["server-round"])
-    cfg, pid, view, gen = setup(msg, context)
+    cfg, pid, view, gen, model, x = _stage(msg, context, stage)  # reads, releases nothing
     last = dict(context.state["progap.rounds"]) if "progap.rounds" in context.state else {}
     context.state["progap.rounds"] = ConfigRecord(admit_round(cfg, stage, rnd, last))
-    cfg, pid, view, gen, model, x = _stage(msg, context, stage)
     arrays, metrics = train_round(cfg, pid, view, model, x, gen(f"progap:train:{stage}:{rnd}"),
                                   validate=bool(c.get("evaluate", False)),
                                   proximal_mu=float(c.get("proximal-mu", 0.0)))
