@@ -324,3 +324,12 @@ def test_a_progap_client_trains_only_the_rounds_its_plan_covers():
 def test_progap_edge_level_refuses_a_round_strategy():
     with pytest.raises(ConfigError, match="round-strategy: edge level trains FedSGD"):
         validate_run_config({**PROGAP_NODE, "level": "edge", "round-strategy": "fedprox"})
+
+
+def test_a_progap_client_refuses_to_validate_at_node_level():
+    """``evaluate.progap_stage`` reads validation labels, private at node level."""
+    from fedgraph.methods.progap.client import validation
+
+    cfg = parse_run_config(PROGAP_NODE)
+    with pytest.raises(ValueError, match="refused at node level"):
+        validation(cfg, None, None, None)
