@@ -122,22 +122,19 @@ class NotCached(LookupError):
     without loading the dataset."""
 
 
-def _cached_views(cfg: DataConfig, pid: int, budgets, shares, data=None,
-                  compute: bool = True) -> dict[int, ClientView]:
-    """Client ``pid``'s view from the partition cache (:mod:`fedgraph.partition_cache`);
-    on a miss every client's, computed (from ``data``, the loaded graph, if given) and
-    stored. Without a cache folder: all computed. ``compute=False``: raise
-    :class:`NotCached` instead of loading or computing anything."""
+def _cached_payloads(cfg: DataConfig, pid: int, settings: dict, fill, data=None,
+                     compute: bool = True) -> dict[int, dict]:
+    """Client ``pid``'s payload from the partition cache (:mod:`fedgraph.partition_cache`),
+    keyed by the graph's content, ``cfg``'s data settings and the extra ``settings``; on a
+    miss ``fill(graph)`` computes every client's payload from the loaded graph (``data`` if
+    given, else :func:`load_graph`) and the entry is stored. Without a cache folder, or with a
+    user's partitioner: all computed. ``compute=False``: raise :class:`NotCached` instead of
+    loading or computing anything. Returns partition id -> payload."""
     from . import partition_cache as pc
     from .data import PARTITIONERS
 
     root = pc.cache_dir()
     partitioner = PARTITIONERS.resolve(cfg.partitioner)
-    if root is None or getattr(partitioner, "__module__", "") != "fedgraph.data.partition":
-        # a user's partitioner may depend on more than its inputs: computed here, every time
-        if not compute:
-            raise NotCached(cfg.dataset)
-        return dict(enumerate(_compute_views(cfg, budgets, shares, data)))
     loaded = [] if data is None else [data]  # the graph, once loaded here
 
     def graph():
@@ -147,22 +144,74 @@ def _cached_views(cfg: DataConfig, pid: int, budgets, shares, data=None,
             loaded.append(load_graph(cfg))
         return loaded[0]
 
+    if root is None or getattr(partitioner, "__module__", "") != "fedgraph.data.partition":
+        # a user's partitioner may depend on more than its inputs: computed here, every time
+        if not compute:
+            raise NotCached(cfg.dataset)
+        return dict(enumerate(fill(graph())))
     source = pc.source_key(cfg.dataset, cfg.data_root, cfg.min_class_size)
     digest = pc.known_graph_digest(root, source)
     if digest is None:
         digest = pc.graph_digest(graph())
         pc.remember_graph_digest(root, source, digest)
-    settings = {k: getattr(cfg, k) for k in ("dataset", "split", "partitioner", "num_clients",
-                                            "alpha", "min_class_size", "seed")}
-    settings.update(budgets=budgets, shares=shares)
-    key = pc.entry_digest(settings, digest, pc.code_digest())
-    def fill():
+    key_settings = {k: getattr(cfg, k) for k in ("dataset", "split", "partitioner",
+                                                "num_clients", "alpha", "min_class_size",
+                                                "seed")}
+    key_settings.update(settings)
+    key = pc.entry_digest(key_settings, digest, pc.code_digest())
+
+    def fill_entry():
         if not compute:
             raise NotCached(cfg.dataset)
-        return [_view_payload(v) for v in _compute_views(cfg, budgets, shares, graph())]
+        return fill(graph())
 
-    payloads = pc.load_part(root, key, pid, fill)
+    return pc.load_part(root, key, pid, fill_entry)
+
+
+def _cached_views(cfg: DataConfig, pid: int, budgets, shares, data=None,
+                  compute: bool = True) -> dict[int, ClientView]:
+    """Client ``pid``'s view from the partition cache (:func:`_cached_payloads`); on a miss
+    every client's, computed (from ``data``, the loaded graph, if given) and stored."""
+    payloads = _cached_payloads(
+        cfg, pid, {"budgets": budgets, "shares": shares},
+        lambda graph: [_view_payload(v) for v in _compute_views(cfg, budgets, shares, graph)],
+        data, compute)
     return {i: _view_from_payload(p) for i, p in payloads.items()}
+
+
+def privgnn_client_graph(cfg, partition_id: int, data=None):
+    """PrivGNN client ``partition_id``'s private graph and the dataset statistics,
+    ``(ClientGraph, stats)`` as :func:`fedgraph.methods.privgnn.client_graph` returns them,
+    read from the partition cache (every client's part is split and partitioned once, by the
+    preflight or the first client to ask; a client process then reads only its own part, not
+    the whole dataset); kept within a process. ``data``: the dataset, already loaded, for a
+    miss.
+
+    Raises:
+        ValueError: ``partition_id`` outside ``[0, num_clients)``.
+    """
+    from .data import ClientGraph
+    from .methods.privgnn import graphs as pg
+
+    if not 0 <= partition_id < cfg.num_clients:
+        raise ValueError(f"partition-id {partition_id} outside [0, {cfg.num_clients}): the "
+                         "federation's num-supernodes must equal the run config's num-clients")
+    parts = _client_views(pg.data_key(cfg), None, None)
+    if partition_id not in parts:
+        def fill(graph):
+            _, clients, stats = pg.federation(cfg, graph)
+            return [{"graph": {k: getattr(c, k) for k in _GRAPH_FIELDS},
+                     "meta": json.dumps({"client_id": c.client_id, "statistics": stats})}
+                    for c in clients]
+
+        payloads = _cached_payloads(cfg, partition_id, {
+            "method": "privgnn", "public_fraction": cfg.public_fraction,
+            "public_test_fraction": cfg.public_test_fraction}, fill, data)
+        for i, p in payloads.items():
+            meta = json.loads(p["meta"])
+            parts[i] = (ClientGraph(client_id=meta["client_id"], **p["graph"]),
+                        meta["statistics"])
+    return parts[partition_id]
 
 
 @lru_cache(maxsize=4)
@@ -290,7 +339,10 @@ def preflight(cfg) -> dict:
     if getattr(cfg, "method", None) == "privgnn":  # K within every client's expected sample
         from .methods.privgnn import check_config_neighbours
 
-        check_config_neighbours(cfg)
+        check_config_neighbours(cfg, data)
+        # every client's private part into the partition cache, from the graph loaded here:
+        # the client processes read their part instead of loading the whole dataset
+        privgnn_client_graph(cfg, 0, data)
     return stats
 
 

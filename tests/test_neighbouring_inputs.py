@@ -419,9 +419,8 @@ def _clear_caches():
     import fedgraph.federation as fed
     from fedgraph.methods.privgnn import graphs as pf
 
-    for cached in (getattr(fed, "_client_views", None), getattr(pf, "_federation", None)):
-        if cached is not None:
-            cached.cache_clear()
+    fed._client_views.cache_clear()
+    pf._FEDERATIONS.clear()
 
 
 @dataclass

@@ -306,3 +306,48 @@ def test_preflight_loads_the_dataset_once_on_a_miss_and_not_at_all_on_a_hit(cach
     with pytest.raises(federation.NotCached):  # another seed: not in the cache
         federation.client_view(parse_run_config({**GAP, "seed": 4}), 0, compute=False)
     assert len(loads) == 1
+
+
+PRIVGNN = {"method": "privgnn", "dataset": "synthetic-sbm:400:6:1", "partitioner": "random",
+           "num-clients": 3, "num-neighbours": 5, "num-queries": 8, "seed": 2}
+
+
+def test_privgnn_preflight_loads_once_and_clients_read_their_part(cache, monkeypatch,
+                                                                  tmp_path):
+    """PrivGNN: the preflight loads the dataset once (its neighbour check and the cache fill
+    share it) and writes every client's private part; a client process (memos cleared) then
+    reads its part without loading the dataset, equal to the in-process split's."""
+    from fedgraph import data as fdata
+    from fedgraph.data import datasets
+    from fedgraph.methods.privgnn import client_graph
+    from fedgraph.methods.privgnn import graphs as pg
+
+    loads = []
+    original = datasets.load_dataset
+
+    def counted(*a, **k):
+        loads.append(1)
+        return original(*a, **k)
+
+    for module in (fdata, datasets):
+        monkeypatch.setattr(module, "load_dataset", counted)
+    pg._FEDERATIONS.clear()
+    cfg = parse_run_config({**PRIVGNN, "output-dir": str(tmp_path / "out")})
+    federation.preflight(cfg)
+    assert len(loads) == 1
+    assert len(list(cache.glob("*/part-*.pt"))) == cfg.num_clients
+    expected = [client_graph(cfg, pid) for pid in range(cfg.num_clients)]  # the memo: no load
+    assert len(loads) == 1
+    federation._client_views.cache_clear()  # as a new process
+    pg._FEDERATIONS.clear()
+    for pid in range(cfg.num_clients):
+        graph, stats = federation.privgnn_client_graph(cfg, pid)
+        want, want_stats = expected[pid]
+        assert stats == want_stats
+        for field in ("node_ids", "x", "y", "train_mask", "edge_index", "boundary_edge_index"):
+            assert torch.equal(getattr(graph, field), getattr(want, field)), field
+    assert len(loads) == 1
+    other = parse_run_config({**PRIVGNN, "public-fraction": 0.4})  # another split: a miss
+    federation.privgnn_client_graph(other, 0)
+    assert len(loads) == 2
+    pg._FEDERATIONS.clear()

@@ -7,6 +7,7 @@ import json
 from flwr.app import ArrayRecord, ConfigRecord, Context, Message
 
 from fedgraph.config import parse_run_config
+from fedgraph.federation import privgnn_client_graph
 from fedgraph.messaging import tensors
 from fedgraph.randomness import client_generator
 
@@ -22,7 +23,8 @@ def privgnn_query(msg: Message, context: Context) -> Message:
         cfg, pid, tensors(c["queries"]), dict(s["privgnn"]) if "privgnn" in s else None,
         lambda purpose, data: client_generator(cfg, context, pid, purpose, data=data),
         s["privgnn.secagg"]["private-key"] if "privgnn.secagg" in s else None,
-        dict(c["secagg"]) if "secagg" in c else None, context.run_id)
+        dict(c["secagg"]) if "secagg" in c else None, context.run_id,
+        privgnn_client_graph(cfg, pid))
     s["privgnn"] = ConfigRecord(state)
     return reply(msg, answers=ArrayRecord({"answers": answer.answers}),
                  meta=ConfigRecord(answer.meta))

@@ -94,7 +94,7 @@ class ClientReply:
 
 def client_answer(cfg: PrivGNNConfig, partition_id: int, arrays: dict[str, Tensor],
                   answered_before: int, generator: torch.Generator | None = None,
-                  secagg: SecAggKeys | None = None) -> ClientReply:
+                  secagg: SecAggKeys | None = None, data: tuple | None = None) -> ClientReply:
     """Client side of a query round (paper Alg. 1 lines 3-7, within a budget).
 
     Args:
@@ -104,6 +104,10 @@ def client_answer(cfg: PrivGNNConfig, partition_id: int, arrays: dict[str, Tenso
         answered_before: answers this client released in earlier rounds of the run.
         generator: randomness of sampling, teachers and noise (deployed clients: fresh); a
             CPU generator whatever the device, so a seed gives the same draws everywhere.
+        data: ``(ClientGraph, stats)``, this client's private graph and the dataset
+            statistics (the ClientApp reads them from the partition cache,
+            :func:`fedgraph.federation.privgnn_client_graph`); ``None``:
+            :func:`~.graphs.client_graph` (the dataset loaded and split in this process).
 
     The teachers run on ``resolve_device(cfg.device)`` (the GPU Ray assigned this client,
     else the CPU; :mod:`fedgraph.device`).
@@ -128,7 +132,7 @@ def client_answer(cfg: PrivGNNConfig, partition_id: int, arrays: dict[str, Tenso
         raise ValueError("secure-aggregation = true but the server sent no public keys: "
                          "refusing to release unmasked histograms")
     device = resolve_device(cfg.device)  # before any work: a bad device fails every round
-    graph, stats = client_graph(cfg, partition_id)
+    graph, stats = client_graph(cfg, partition_id) if data is None else data
     hoods, proj = decode_queries(arrays)
     asked = int(hoods.center.numel())
     target = cfg.client_epsilon(partition_id)
@@ -165,7 +169,7 @@ def client_answer(cfg: PrivGNNConfig, partition_id: int, arrays: dict[str, Tenso
 def query_round(cfg: PrivGNNConfig, partition_id: int, arrays: dict[str, Tensor],
                 state: dict | None, generator: Callable[[str, object], object],
                 private_key: bytes | None = None, secagg: dict | None = None,
-                run_id: int = 0) -> tuple[ClientReply, dict]:
+                run_id: int = 0, data: tuple | None = None) -> tuple[ClientReply, dict]:
     """One ``query.privgnn`` round on a client, with its state explicit: the ClientApp's
     handler decodes the message, calls this, stores the new state and encodes the reply.
 
@@ -184,6 +188,8 @@ def query_round(cfg: PrivGNNConfig, partition_id: int, arrays: dict[str, Tensor]
             (:class:`SecAggKeys`, context ``fedgraph privgnn ensemble run=<run_id>
             round=<round>``: a fresh mask every round).
         run_id: the run's id (the masks' context).
+        data: ``(ClientGraph, stats)`` as :func:`client_answer` takes it (``None``:
+            :func:`~.graphs.client_graph`).
 
     Returns:
         ``(reply, new state)``: :func:`client_answer`'s :class:`ClientReply`, and
@@ -194,12 +200,13 @@ def query_round(cfg: PrivGNNConfig, partition_id: int, arrays: dict[str, Tensor]
     """
     state = state or {"answered": 0, "rounds": 0}
     before, rnd = int(state["answered"]), int(state["rounds"])
-    gen = generator(f"privgnn:{rnd}", client_graph(cfg, partition_id)[0])
+    data = client_graph(cfg, partition_id) if data is None else data
+    gen = generator(f"privgnn:{rnd}", data[0])
     keys = None
     if secagg is not None and private_key is not None:
         keys = SecAggKeys(bytes(private_key), list(secagg["public-keys"]), int(secagg["index"]),
                           f"fedgraph privgnn ensemble run={run_id} round={rnd}")
-    reply = client_answer(cfg, partition_id, arrays, before, gen, keys)
+    reply = client_answer(cfg, partition_id, arrays, before, gen, keys, data)
     return reply, {"answered": reply.meta["answered_total"], "rounds": rnd + 1}
 
 

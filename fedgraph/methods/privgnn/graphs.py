@@ -10,25 +10,45 @@ starts.
 from __future__ import annotations
 
 import json
-from functools import lru_cache
+from collections import OrderedDict
 
 from ...config import DataConfig, PrivGNNConfig
 from .split import check_neighbours, privgnn_split
 
 
-def _data_key(cfg: PrivGNNConfig) -> str:
+def data_key(cfg: PrivGNNConfig) -> str:
+    """What decides the PrivGNN federation of ``cfg``: its data config and the public
+    fractions (JSON)."""
     keys = list(DataConfig.model_fields) + ["public_fraction", "public_test_fraction"]
     return json.dumps({k: getattr(cfg, k) for k in keys}, sort_keys=True)
 
 
-@lru_cache(maxsize=2)
-def _federation(key: str):
+#: data key -> ``(public, clients, stats)``, the two most recent (a process's memo)
+_FEDERATIONS: "OrderedDict[str, tuple]" = OrderedDict()
+
+
+def federation(cfg: PrivGNNConfig, data=None) -> tuple:
+    """``(public Data, client graphs, stats)`` of ``cfg``: the dataset (``data`` if it is
+    already loaded, else :func:`~fedgraph.data.load_graph_locked`) split by
+    :func:`~.split.privgnn_split` and its private half partitioned; kept per data config
+    within a process (the two most recent), so a process loads and splits the dataset once."""
+    key = data_key(cfg)
+    if key not in _FEDERATIONS:
+        _FEDERATIONS[key] = _split(key, data)
+        while len(_FEDERATIONS) > 2:
+            _FEDERATIONS.popitem(last=False)
+    _FEDERATIONS.move_to_end(key)
+    return _FEDERATIONS[key]
+
+
+def _split(key: str, data=None) -> tuple:
     from ...data import dataset_statistics, partition
     from ...data import load_graph_locked as load_graph
 
     d = json.loads(key)
     cfg = DataConfig(**{k: v for k, v in d.items() if k in DataConfig.model_fields})
-    data = load_graph(cfg)
+    if data is None:
+        data = load_graph(cfg)
     private, public = privgnn_split(data, public_fraction=d["public_fraction"],
                                     public_test_fraction=d["public_test_fraction"],
                                     seed=cfg.seed)
@@ -48,7 +68,7 @@ def _federation(key: str):
 def public_graph(cfg: PrivGNNConfig):
     """Server side: ``(public Data, dataset statistics)``; ``public.train_mask`` is the query
     pool (labels unused except for diagnostics), ``public.test_mask`` the test nodes."""
-    public, _, stats = _federation(_data_key(cfg))
+    public, _, stats = federation(cfg)
     return public, stats
 
 
@@ -62,11 +82,11 @@ def client_graph(cfg: PrivGNNConfig, partition_id: int):
     if not 0 <= partition_id < cfg.num_clients:
         raise ValueError(f"partition-id {partition_id} outside [0, {cfg.num_clients}): the "
                          "federation's num-supernodes must equal the run config's num-clients")
-    _, clients, stats = _federation(_data_key(cfg))
+    _, clients, stats = federation(cfg)
     return clients[partition_id], stats
 
 
-def check_config_neighbours(cfg: PrivGNNConfig) -> None:
+def check_config_neighbours(cfg: PrivGNNConfig, data=None) -> None:
     """Before any client starts: ``num-neighbours`` fits every client's expected Poisson sample
     (:func:`~.split.check_neighbours`: ``K <= floor(gamma * n_c)`` for the ``n_c`` private
     nodes of client ``c``; the partition is computed from the public run config); in the
@@ -79,7 +99,7 @@ def check_config_neighbours(cfg: PrivGNNConfig) -> None:
     """
     from ...config import ConfigError
 
-    _, clients, stats = _federation(_data_key(cfg))
+    _, clients, stats = federation(cfg, data)
     pool = int(stats["public_query_pool"])
     if cfg.num_queries > pool:
         raise ConfigError(f"num-queries = {cfg.num_queries} exceeds the public query pool "
