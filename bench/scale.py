@@ -43,7 +43,9 @@ Phases (``--phases``):
   training budgets of :data:`RUN_SETTINGS` (the data size dominates). ``phase_s`` is the wall
   time of the ``fedgraph`` process from start to exit (interpreter, imports, Ray start and
   stop, every client's data loading: each client reads its part from the partition cache,
-  filled by the preflight on a miss); ``setup_s`` the report's client setup phase (GAP:
+  filled by the preflight on a miss; the cache is a fresh empty folder per cell, so every
+  federated run pays the preflight's split and partition, as a user's first run does:
+  ``--warm-cache`` keeps the user's cache, where a repeated run reads the parts); ``setup_s`` the report's client setup phase (GAP:
   ``setup + calibration (clients)``: the Ray worker's start, the part's load, calibration)
   and ``setup_share`` its share of ``phase_s``.
 * ``run-plain:<method>``: the same method and hyperparameters in one plain process without
@@ -158,6 +160,8 @@ def _sync(dev) -> None:
 #: alike (e.g. FedAvg's default training budgets: ``--set encoder-rounds=10 classifier-rounds=10
 #: local-epochs=10``).
 RUN_OVERRIDES: dict[str, str] = {}
+#: ``--warm-cache``: the federated runs use the user's partition cache (else a fresh one each)
+WARM_CACHE = False
 
 
 def _settings(method: str, nodes: int, degree: float, clients: int, device: str,
@@ -446,6 +450,8 @@ def _whole_run(phase: str, nodes: int, degree: float, clients: int, device: str,
     work = Path(tempfile.mkdtemp(prefix=f"fedgraph-scale-{method}-"))
     env = dict(os.environ)
     env.pop("RAY_ADDRESS", None)  # a fresh local Ray cluster, never someone else's
+    if kind == "run" and not WARM_CACHE:  # cold: the preflight splits and partitions
+        env["FEDGRAPH_PARTITION_CACHE"] = str(work / "partitions")
     if kind == "run":  # the clients' handler times, out of band (fedgraph.simulations.handler_times)
         env["FEDGRAPH_HANDLER_TIMES"] = str(work / "handlers.jsonl")
         cmd = [str(Path(sys.executable).with_name("fedgraph")), "run", "--num-cpus",
@@ -489,7 +495,8 @@ def _whole_run(phase: str, nodes: int, degree: float, clients: int, device: str,
             "largest_proc_gib": st["largest_proc_gib"], "samples": st["samples"],
             "leftover_terminated": st.get("leftover_terminated"), "device": device,
             "threads": res.get("threads"), "clients": clients,
-            **({"ray_cpus": run_cpus} if kind == "run" else {}),
+            **({"ray_cpus": run_cpus, "partition_cache": "warm" if WARM_CACHE else "cold"}
+               if kind == "run" else {}),
             "test_acc": None if res.get("test_acc") is None else round(res["test_acc"], 4),
             "timings": res.get("timings"), "split_s": res.get("split"), "settings": settings}
 
@@ -677,9 +684,14 @@ def main() -> None:
     ap.add_argument("--cache", default="", help="folder to keep generated graphs in (.pt)")
     ap.add_argument("--set", nargs="*", default=[], metavar="KEY=VALUE",
                     help="override run-config keys of the whole runs (both sides of the ratio)")
+    ap.add_argument("--warm-cache", action="store_true",
+                    help="federated runs read the user's partition cache (default: a fresh "
+                         "empty one per cell: the first run's split and partition included)")
     ap.add_argument("--one", action="store_true", help=argparse.SUPPRESS)
     ap.add_argument("--plain-child", action="store_true", help=argparse.SUPPRESS)
     a = ap.parse_args()
+    global WARM_CACHE
+    WARM_CACHE = a.warm_cache
     for item in a.set:
         key, sep, value = item.partition("=")
         if not sep or not key:
@@ -710,7 +722,8 @@ def main() -> None:
                    str(a.sigma), "--device", a.device, "--cache", a.cache, "--queries",
                    str(a.queries), "--run-cpus", str(a.run_cpus), "--mem-limit",
                    str(a.mem_limit), "--min-avail", str(a.min_avail), "--timeout",
-                   str(a.timeout)] + (["--set", *a.set] if a.set else [])
+                   str(a.timeout)] + (["--set", *a.set] if a.set else []) + (
+                       ["--warm-cache"] if a.warm_cache else [])
             work = Path(tempfile.mkdtemp(prefix="fedgraph-scale-cell-"))
             st = _measure(cmd, dict(os.environ), a.timeout + 60, a.mem_limit,
                           work / "stdout.log", work / "stderr.log", pss=False,
