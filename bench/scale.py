@@ -5,8 +5,8 @@ Phases (``--phases``):
 * ``gap-pma``: GAP's edge-level aggregation perturbation, federated: ``K`` hops over
   ``--clients`` clients (random partition). Per hop every client runs
   :func:`~fedgraph.methods.gap.client_pma.pma_partial_sums` (its local sums and one noisy row
-  for every node it does not hold, as the real client releases), the server routes the rows
-  to their owners exactly as :class:`fedgraph.strategies.gap.GAPStrategy` does, and every client runs
+  for every node it does not hold, as the real client releases), the server sums the rows per
+  node for their owners exactly as :class:`fedgraph.strategies.gap.GAPStrategy` does, and every client runs
   :func:`~fedgraph.methods.gap.client_pma.pma_finish`. The same code as ``fedgraph run``'s
   clients and server, in one process: Flower's transport (serialization, Ray) is not in it.
 * ``gap-plain``: the same K hops written as a plain single-process PyTorch loop on the whole
@@ -250,7 +250,7 @@ def run_one(phase: str, nodes: int, degree: float, clients: int, hops: int, dim:
 
 
 def _gap_pma(data, num_clients: int, hops: int, dim: int, sigma: float, dev, gen) -> float:
-    """K hops of federated PMA (module docs): clients' partial sums, the server's routing,
+    """K hops of federated PMA (module docs): clients' partial sums, the server's sums per node,
     the owners' finish; every row released for every node a client does not hold. Returns
     the seconds spent partitioning the graph (setup, not part of the phase's time)."""
     import torch
@@ -270,12 +270,12 @@ def _gap_pma(data, num_clients: int, hops: int, dim: int, sigma: float, dev, gen
 def pma_hops(n: int, clients, h: list, hops: int, sigma: float, generator) -> list:
     """The federated PMA loop: per hop, every client's partial sums with
     ``generator(hop, client)``'s noise and a row for every node it does not hold, the server's
-    routing, the owners' finish (``h``: each client's hop-0 rows). Returns the last hop's rows.
+    sums per node, the owners' finish (``h``: each client's hop-0 rows). Returns the last hop's rows.
     Also ``bench/noise_cost.py``'s phase."""
     import torch
 
     from fedgraph.methods.gap.client_pma import pma_finish, pma_partial_sums
-    from fedgraph.methods.gap.server import route_partial_sums
+    from fedgraph.methods.gap.server import sum_partial_sums
 
     owner = torch.empty(n, dtype=torch.long)
     for i, c in enumerate(clients):
@@ -290,10 +290,10 @@ def pma_hops(n: int, clients, h: list, hops: int, sigma: float, generator) -> li
                                              generator(k, i),
                                              remote_ids=others.nonzero().flatten())
             local_sums.append(ls)
-            # What the client sends and the server routes: CPU tensors in a Flower message.
+            # What the client sends and the server sums: CPU tensors in a Flower message.
             released.append((ids.cpu(), sums.cpu()))
             del ids, sums
-        routed = route_partial_sums(released, owner, len(clients))  # the strategy's routing
+        routed = sum_partial_sums(released, owner, len(clients))  # the strategy's step
         del released
         for i, c in enumerate(clients):
             h[i] = pma_finish(local_sums[i], c.node_ids, *routed[i])

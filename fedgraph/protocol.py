@@ -157,9 +157,11 @@ def _owner(when: str) -> Record:
 
 def _incoming(width: str, meaning: str, **kw) -> Record:
     return Record("incoming", "ArrayRecord", meaning, (
-        Field("ids", "int64", "global ids of this client's nodes the rows are for", "[m]"),
-        Field("sums", "float32", "the noisy rows routed to them (summed over the other "
-              "clients under secure aggregation)", f"[m, {width}]")), **kw)
+        Field("ids", "int64", "sorted global ids of this client's nodes that received rows",
+              "[m]"),
+        Field("sums", "float32", "per node, the sum of the noisy rows the other clients "
+              "released for it (`fedgraph.methods.gap.server.sum_partial_sums`; from masked "
+              "rows under secure aggregation)", f"[m, {width}]")), **kw)
 
 
 def _partial_sums(width: str, ledger: str, **kw) -> Record:
@@ -346,8 +348,8 @@ _GAP = (
                       "aggregation; node level or undirected edges with different sigmas)"),
                 Field("remote-contributors", "int", "how many clients' rows are summed per "
                       "remote node", required=False, when="with `remote-sigma`"))),
-            _incoming("e", "the rows other clients released for this client's nodes at hop "
-                      "k-1 (empty at hop 1)"),
+            _incoming("e", "the sums of the rows other clients released for this client's "
+                      "nodes at hop k-1 (empty at hop 1)"),
             _state_dict("encoder", "encoder (`fedgraph.methods.gap.models.build_encoder`)",
                         "the encoder's weights (read at hop 1)"),
             _secagg_keys("secure aggregation"),
@@ -517,7 +519,7 @@ _PROGAP = (
                         "embedding is aggregated)", required=False, when="`release`"),
             _secagg_keys("`release`, secure aggregation"),
             _owner("`release`, secure aggregation"),
-            _incoming("h", "the rows routed to this client's nodes", required=False,
+            _incoming("h", "the summed rows for this client's nodes", required=False,
                       when="`finish`"))),
         Content((
             _partial_sums("h", "aggregation", required=False, when="`release`"),

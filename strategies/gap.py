@@ -3,7 +3,7 @@
 Phases: setup (each client calibrates its noise for its own epsilon target and reports its
 plan) -> encoder rounds (FedAvg; node level: DP-SGD on the clients; edge level: best round by
 validation accuracy) -> PMA hop by hop, with cross-client edges served by noisy partial sums
-routed through the server -> classifier rounds (FedAvg, best round by validation accuracy at
+summed per node by the server and sent to the node's owner -> classifier rounds (FedAvg, best round by validation accuracy at
 edge level) -> evaluation on the clients.
 
 ``inference = "inductive"``: PMA runs on the training graph (edges between train/val nodes),
@@ -39,7 +39,7 @@ from fedgraph.errors import ClientFailure
 from fedgraph.messaging import record_workers, send_to_all, tensors, wait_for_nodes
 from fedgraph.methods.gap.models import build_classifier, build_encoder
 from fedgraph.methods.gap.privacy import plan_events, remote_noise
-from fedgraph.methods.gap.server import route_partial_sums, unmask_partial_sums
+from fedgraph.methods.gap.server import sum_partial_sums, unmask_partial_sums
 from fedgraph.secure_aggregation import FRAC_BITS
 from .base import PrivateStrategy, register_strategy
 from .fedavg import StrictFedSGD, client_sampling_note, round_strategy, strict_strategy
@@ -375,6 +375,6 @@ class GAPStrategy(PrivateStrategy):
                 continue
             released = [(out["ids"], out["sums"]) for out in
                         (tensors(rec["partial_sums"]) for rec in replies.values())]
-            routed = route_partial_sums(released, owner, len(nodes))
+            routed = sum_partial_sums(released, owner, len(nodes))
             incoming = {n: {"ids": ids, "sums": sums} if ids.numel() else empty
                         for n, (ids, sums) in zip(nodes, routed)}

@@ -3,8 +3,8 @@
 Phases: setup (each client calibrates its own noise for its own target and reports its plan)
 -> [secure aggregation: key exchange] -> for stage ``i = 0..K``: if ``i > 0`` the private
 aggregation of stage ``i-1``'s embedding (``query.progap_aggregate``: step ``release``, the
-clients' noisy rows for each other's nodes routed (or unmasked as sums) by the server, then step
-``finish``: each client adds the rows for its nodes and caches the result), then the stage's
+clients' noisy rows for each other's nodes summed per node (or unmasked as sums) by the server,
+then step ``finish``: each client adds the sums for its nodes and caches the result), then the stage's
 training rounds, driven by a Flower strategy (messages ``train.progap_stage`` and
 ``evaluate.progap_stage``) -> evaluation (``query.progap_eval``).
 
@@ -30,7 +30,7 @@ from flwr.app import ArrayRecord, ConfigRecord, RecordDict
 
 from fedgraph.errors import ClientFailure
 from fedgraph.messaging import record_workers, tensors
-from fedgraph.methods.gap.server import route_partial_sums, unmask_partial_sums
+from fedgraph.methods.gap.server import sum_partial_sums, unmask_partial_sums
 from fedgraph.methods.progap.client import build_model
 from fedgraph.methods.progap.privacy import plan_events, remote_noise
 from .base import PrivateStrategy, register_strategy
@@ -167,7 +167,7 @@ class ProGAPStrategy(PrivateStrategy):
 
     # ------------------------------------------------------------------ aggregation
     def _aggregate(self, grid, stage: int, state: dict, owner) -> None:
-        """Stage ``stage``'s input: step ``release`` (ledger ``aggregation``), routing or
+        """Stage ``stage``'s input: step ``release`` (ledger ``aggregation``), summing per node or
         unmasking, step ``finish``."""
         agg = {"stage": stage, "step": "release"}
         if self._remote is not None:
@@ -194,7 +194,7 @@ class ProGAPStrategy(PrivateStrategy):
         else:
             released = [(o["ids"], o["sums"]) for o in
                         (tensors(rec["partial_sums"]) for rec in replies.values())]
-            routed = route_partial_sums(released, owner, len(self.nodes))
+            routed = sum_partial_sums(released, owner, len(self.nodes))
             incoming = {n: {"ids": i, "sums": s} if i.numel() else empty
                         for n, (i, s) in zip(self.nodes, routed)}
         finish = {n: {"agg": ConfigRecord({"stage": stage, "step": "finish"}),

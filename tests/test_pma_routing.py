@@ -1,9 +1,9 @@
-"""The server's routing of federated PMA (route_partial_sums) gives each client exactly the
-rows, in the order, that the per-client loop it replaced gave."""
+"""The server's step of federated PMA (sum_partial_sums) gives each client, per node it holds,
+the sum of the rows the per-client routing loop it replaced gave (what pma_finish added)."""
 import pytest
 import torch
 
-from fedgraph.methods.gap.server import route_partial_sums
+from fedgraph.methods.gap.server import sum_partial_sums
 
 
 def loop_routing(released, owner, num_clients, dim):
@@ -21,7 +21,7 @@ def loop_routing(released, owner, num_clients, dim):
 
 
 @pytest.mark.parametrize("num_nodes,num_clients,seed", [(50, 3, 0), (500, 7, 1), (40, 6, 2)])
-def test_routing_equals_the_per_client_loop(num_nodes, num_clients, seed):
+def test_per_node_sums_equal_the_routed_rows_added_up(num_nodes, num_clients, seed):
     g = torch.Generator().manual_seed(seed)
     dim = 5
     owner = torch.randint(0, num_clients, (num_nodes,), generator=g)
@@ -36,16 +36,37 @@ def test_routing_equals_the_per_client_loop(num_nodes, num_clients, seed):
     # one client gets no row at all
     released = [(i[owner[i] != num_clients - 1], s[owner[i] != num_clients - 1])
                 for i, s in released]
-    got = route_partial_sums(released, owner, num_clients)
+    got = sum_partial_sums(released, owner, num_clients)
     want = loop_routing(released, owner, num_clients, dim)
     assert len(got) == num_clients
-    for (gi, gs), (wi, ws) in zip(got, want):
-        assert gi.dtype == wi.dtype and gs.dtype == ws.dtype
-        assert gi.shape == wi.shape and gs.shape == ws.shape
-        assert torch.equal(gi, wi) and torch.equal(gs, ws)  # same rows, same order
+    for i, ((gi, gs), (wi, ws)) in enumerate(zip(got, want)):
+        assert gi.dtype == torch.long and gs.dtype == torch.float32 and gs.shape == (gi.numel(), dim)
+        assert torch.equal(gi, torch.unique(wi))  # one row per node that received any, sorted
+        assert bool((owner[gi] == i).all())
+        # what pma_finish computed from the routed rows: their sum per node
+        expect = torch.zeros(num_nodes, dim).index_add_(0, wi, ws)[gi]
+        assert torch.allclose(gs, expect, atol=1e-6)
     assert got[-1][0].numel() == 0 and got[-1][1].shape == (0, dim)
-    for i, (ids, _) in enumerate(got):
-        assert bool((owner[ids] == i).all())
+
+
+def test_pma_finish_of_the_sums_equals_finish_of_the_rows():
+    """The owner's hop from the server's sums equals its hop from the routed rows (up to float
+    rounding): the message shrinks, the aggregation does not change."""
+    from fedgraph.methods.gap.client_pma import pma_finish
+
+    g = torch.Generator().manual_seed(3)
+    owner = torch.tensor([0, 1, 2, 0, 1, 2, 0, 1])
+    released = []
+    for c in range(3):
+        ids = (owner != c).nonzero().flatten()
+        released.append((ids, torch.randn(ids.numel(), 4, generator=g)))
+    summed = sum_partial_sums(released, owner, 3)
+    rows = loop_routing(released, owner, 3, 4)
+    for i in range(3):
+        node_ids = (owner == i).nonzero().flatten()
+        local = torch.randn(node_ids.numel(), 4, generator=g)
+        assert torch.allclose(pma_finish(local, node_ids, *summed[i]),
+                              pma_finish(local, node_ids, *rows[i]), atol=1e-6)
 
 
 @pytest.mark.parametrize("seed", [0, 1, 2])
@@ -57,7 +78,9 @@ def test_positions_equal_searchsorted(seed):
     g = torch.Generator().manual_seed(seed)
     ids = torch.randperm(1000, generator=g)[:300].sort().values
     query = ids[torch.randint(0, 300, (5000,), generator=g)]
-    assert torch.equal(_positions(ids, query), torch.searchsorted(ids, query))
+    pos = _positions(ids, query)
+    assert pos.dtype == torch.int32  # positions below 2**31: the int32 gather
+    assert torch.equal(pos.long(), torch.searchsorted(ids, query))
     missing = torch.tensor([int(ids.max()) + 5, *[i for i in range(1000) if i not in set(ids.tolist())][:3]])
     assert bool((_positions(ids, missing) == -1).all())
     assert _positions(ids, query[:0]).numel() == 0

@@ -32,8 +32,9 @@ the federated pieces are imported from their modules):
                        partial sums, their masked release, the finish of a hop
 :mod:`.client`         one function per message a GAP client answers (the ClientApp decodes,
                        calls one of them, encodes), its state between messages explicit
-:mod:`.server`         the server's step of federated PMA: routing released rows to owners,
-                       or summing the masked rows per node (secure aggregation)
+:mod:`.server`         the server's step of federated PMA: the released rows summed per node,
+                       each owner sent its nodes' sums (from masked rows under secure
+                       aggregation)
 :mod:`.baselines`      GraphSAGE without DP and with node-level DP-SGD (paper Sec. 6)
 :mod:`.reference`      :func:`run_gap`: centralized GAP and its baselines end to end (one
                        client), what ``bench/`` and the equivalence tests compare against
