@@ -105,7 +105,8 @@ run:ppgnn,run-plain:privgnn,run:privgnn --device cpu --out bench/results/scale_r
 Output: a table on stdout and, with ``--out``, JSON rows ``{phase, nodes, edges, graph_s,
 graph_peak_gib, setup_s, phase_s, peak_gib, device, threads, ratio}`` (``run`` rows also
 ``tree_rss_gib``, ``tree_pss_gib``, ``largest_proc``, ``mem_ratio``, ``test_acc``,
-``settings``, ``timings``; ``privgnn-answer`` rows ``queries`` and the client's size).
+``settings``, ``timings``; federated ``run`` rows ``phase_peak_mib``, the report's peak RSS of
+the process tree per phase, and ``partition_cache``; ``privgnn-answer`` rows ``queries`` and the client's size).
 """
 from __future__ import annotations
 
@@ -473,7 +474,8 @@ def _whole_run(phase: str, nodes: int, degree: float, clients: int, device: str,
     if kind == "run":
         rep = json.loads((work / "scale.json").read_text())
         res = {"edges": (rep.get("ground_truth") or {}).get("dataset", {}).get("num_edges"), "test_acc": rep["accuracy"].get("test"),
-               "timings": rep.get("timings_s"), "threads": os.environ.get("OMP_NUM_THREADS")}
+               "timings": rep.get("timings_s"), "threads": os.environ.get("OMP_NUM_THREADS"),
+               "phase_peak_mib": rep.get("peak_rss_mib")}
         from fedgraph.simulations import handler_times
 
         res["split"] = run_split(st["wall_s"], rep, handler_times.read(work / "handlers.jsonl"))
@@ -498,6 +500,7 @@ def _whole_run(phase: str, nodes: int, degree: float, clients: int, device: str,
             **({"ray_cpus": run_cpus, "partition_cache": "warm" if WARM_CACHE else "cold"}
                if kind == "run" else {}),
             "test_acc": None if res.get("test_acc") is None else round(res["test_acc"], 4),
+            **({"phase_peak_mib": res.get("phase_peak_mib")} if kind == "run" else {}),
             "timings": res.get("timings"), "split_s": res.get("split"), "settings": settings}
 
 
@@ -636,6 +639,8 @@ def _fmt(row: dict) -> str:
         return f"{'-' if v is None else v:>{width}}"
 
     note = f"  Q={row['queries']}" if "queries" in row else ""
+    if row.get("seed") is not None:
+        note += f"  seed {row['seed']}"
     if row.get("setup_share") is not None:
         note += f"  setup {100 * row['setup_share']:.1f} %"
     if row.get("split_s"):
@@ -652,6 +657,7 @@ def _ratios(rows: list[dict]) -> None:
     whose plain row of the same size is there."""
     for r in rows:
         plain = next((x for x in rows if x["nodes"] == r["nodes"]
+                      and x.get("seed") == r.get("seed")
                       and x["phase"] == PLAIN.get(r["phase"]) and x.get("status", "ok") == "ok"
                       and r.get("status", "ok") == "ok"), None)
         if plain:
@@ -684,6 +690,9 @@ def main() -> None:
     ap.add_argument("--cache", default="", help="folder to keep generated graphs in (.pt)")
     ap.add_argument("--set", nargs="*", default=[], metavar="KEY=VALUE",
                     help="override run-config keys of the whole runs (both sides of the ratio)")
+    ap.add_argument("--seeds", default="",
+                    help="whole runs: run every cell once per seed (comma-separated; the run "
+                         "config's seed, both sides of the ratio) and print mean and std")
     ap.add_argument("--warm-cache", action="store_true",
                     help="federated runs read the user's partition cache (default: a fresh "
                          "empty one per cell: the first run's split and partition included)")
@@ -714,36 +723,68 @@ def main() -> None:
         return
     rows = []
     print(HEADER, flush=True)
-    for nodes in sizes:
-        for phase in phases:
-            cmd = [sys.executable, __file__, "--one", "--sizes", str(nodes), "--phases", phase,
-                   "--degree", str(a.degree), "--clients", str(a.clients), "--hops",
-                   str(a.hops), "--dim", str(a.dim), "--steps", str(a.steps), "--sigma",
-                   str(a.sigma), "--device", a.device, "--cache", a.cache, "--queries",
-                   str(a.queries), "--run-cpus", str(a.run_cpus), "--mem-limit",
-                   str(a.mem_limit), "--min-avail", str(a.min_avail), "--timeout",
-                   str(a.timeout)] + (["--set", *a.set] if a.set else []) + (
-                       ["--warm-cache"] if a.warm_cache else [])
-            work = Path(tempfile.mkdtemp(prefix="fedgraph-scale-cell-"))
-            st = _measure(cmd, dict(os.environ), a.timeout + 60, a.mem_limit,
-                          work / "stdout.log", work / "stderr.log", pss=False,
-                          min_avail=a.min_avail)
-            if st["status"] != "ok" or st["rc"] != 0:
-                err = (work / "stderr.log").read_text().strip().splitlines()
-                why = st["status"] if st["status"] != "ok" else f"failed: {err[-1:]}"
-                row = {"phase": phase, "nodes": nodes, "status": why}
-            else:
-                row = json.loads((work / "stdout.log").read_text().strip().splitlines()[-1])
-            shutil.rmtree(work, ignore_errors=True)
-            rows.append(row)
-            _ratios(rows)
-            print(_fmt(row), flush=True)
-            if a.out:
-                Path(a.out).parent.mkdir(parents=True, exist_ok=True)
-                Path(a.out).write_text(json.dumps(rows, indent=1))
+    seeds = [int(x) for x in a.seeds.split(",") if x.strip()] or [None]
+    # each seed's plain and federated cells side by side (their ratio: one seed, close in time)
+    cells = [(nodes, phase, seed) for nodes in sizes for seed in seeds for phase in phases]
+    for nodes, phase, seed in cells:
+        sets = list(a.set) + ([f"seed={seed}"] if seed is not None else [])
+        cmd = [sys.executable, __file__, "--one", "--sizes", str(nodes), "--phases", phase,
+               "--degree", str(a.degree), "--clients", str(a.clients), "--hops",
+               str(a.hops), "--dim", str(a.dim), "--steps", str(a.steps), "--sigma",
+               str(a.sigma), "--device", a.device, "--cache", a.cache, "--queries",
+               str(a.queries), "--run-cpus", str(a.run_cpus), "--mem-limit",
+               str(a.mem_limit), "--min-avail", str(a.min_avail), "--timeout",
+               str(a.timeout)] + (["--set", *sets] if sets else []) + (
+                   ["--warm-cache"] if a.warm_cache else [])
+        work = Path(tempfile.mkdtemp(prefix="fedgraph-scale-cell-"))
+        st = _measure(cmd, dict(os.environ), a.timeout + 60, a.mem_limit,
+                      work / "stdout.log", work / "stderr.log", pss=False,
+                      min_avail=a.min_avail)
+        if st["status"] != "ok" or st["rc"] != 0:
+            err = (work / "stderr.log").read_text().strip().splitlines()
+            why = st["status"] if st["status"] != "ok" else f"failed: {err[-1:]}"
+            row = {"phase": phase, "nodes": nodes, "status": why}
+        else:
+            row = json.loads((work / "stdout.log").read_text().strip().splitlines()[-1])
+        shutil.rmtree(work, ignore_errors=True)
+        if seed is not None:
+            row["seed"] = seed
+        rows.append(row)
+        _ratios(rows)
+        print(_fmt(row), flush=True)
+        if a.out:
+            out = Path(a.out)
+            out.parent.mkdir(parents=True, exist_ok=True)
+            tmp = out.with_name(out.name + ".tmp")
+            tmp.write_text(json.dumps(rows, indent=1))
+            tmp.replace(out)  # atomic: a reader sees the old rows or the new, never half
     print("\n" + HEADER)
     for row in rows:
         print(_fmt(row))
+    if len(seeds) > 1:
+        print(f"\nover seeds {a.seeds}: mean +- std (n)")
+        for line in seed_summary(rows):
+            print(line)
+
+
+def seed_summary(rows: list[dict]) -> list[str]:
+    """Per (phase, nodes): mean and sample std of ``phase_s``, ``ratio`` and ``test_acc``
+    over the seeds' rows that ran."""
+    import statistics
+
+    def ms(values):
+        values = [v for v in values if v is not None]
+        if not values:
+            return "-"
+        sd = statistics.stdev(values) if len(values) > 1 else 0.0
+        return f"{statistics.mean(values):.4g} +- {sd:.2g} ({len(values)})"
+
+    out = []
+    for key in dict.fromkeys((r["phase"], r["nodes"]) for r in rows):
+        ok = [r for r in rows if (r["phase"], r["nodes"]) == key and r.get("status", "ok") == "ok"]
+        out.append(f"{key[0]:<21}{key[1]:>9}  time {ms([r['phase_s'] for r in ok])} s  "
+                   f"ratio {ms([r.get('ratio') for r in ok])}  test {ms([r.get('test_acc') for r in ok])}")
+    return out
 
 
 if __name__ == "__main__":

@@ -81,6 +81,22 @@ def test_ratios_pair_each_phase_with_its_plain(scale):
     assert rows[3]["ratio"] == 0.25 and "ratio" not in rows[4]
 
 
+def test_ratios_pair_rows_of_the_same_seed_and_the_summary_spans_the_seeds(scale):
+    rows = [{"phase": "run-plain:privgnn", "nodes": 10, "phase_s": 2.0, "seed": 0,
+             "test_acc": 0.5},
+            {"phase": "run:privgnn", "nodes": 10, "phase_s": 3.0, "seed": 0, "test_acc": 0.7},
+            {"phase": "run-plain:privgnn", "nodes": 10, "phase_s": 4.0, "seed": 1,
+             "test_acc": 0.7},
+            {"phase": "run:privgnn", "nodes": 10, "phase_s": 5.0, "seed": 1, "test_acc": 0.9},
+            {"phase": "run:privgnn", "nodes": 10, "status": "aborted", "seed": 2}]
+    scale._ratios(rows)
+    assert rows[1]["ratio"] == 1.5 and rows[3]["ratio"] == 1.25  # seed 1 against seed 1
+    lines = scale.seed_summary(rows)
+    assert len(lines) == 2 and lines[0].startswith("run-plain:privgnn")
+    assert "time 3 +- 1.4 (2) s" in lines[0] and "test 0.6 +- 0.14 (2)" in lines[0]
+    assert "ratio 1.375 +- 0.18 (2)" in lines[1]  # the aborted seed is left out
+
+
 def test_whole_run_time_split_adds_up_and_keeps_setup_apart(scale):
     """run_split: setup phases whole, the clients' handlers outside setup as their compute,
     the server's waits minus those as communication, the rest of the phases as the server's

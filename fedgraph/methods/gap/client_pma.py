@@ -89,9 +89,10 @@ def _positions(ids: Tensor, query: Tensor) -> Tensor:
     """Position of each ``query`` id in ``ids`` (distinct non-negative ids, e.g. sorted
     global node ids), ``-1`` where it is not there: the ``searchsorted`` result for sorted
     ``ids`` by one gather from an inverse table ``[max id + 1]`` (a binary search per query
-    id was half of a client's PMA hop at 1e5 nodes). The table and the result are int32 when
-    the positions fit (a quarter of the int64 gather's time at 1e6 nodes: 0.09 s against
-    0.35 s for a client's 9.4 million boundary edges), else int64. On ``query``'s device."""
+    id was half of a client's PMA hop at 1e5 nodes). The table is int32 when the positions
+    fit (its gather, then the cast to int64, took 0.2 s against 0.3 s for a client's 9.4
+    million boundary edges at 1e6 nodes); the result is int64 (``index_add_`` with an int32
+    index ran 2.5x slower on those edges). On ``query``'s device."""
     if not query.numel():
         return torch.zeros(0, dtype=torch.long, device=query.device)
     if bool((query < 0).any()):
@@ -103,7 +104,7 @@ def _positions(ids: Tensor, query: Tensor) -> Tensor:
     dtype = torch.int32 if ids.numel() < 2 ** 31 else torch.long
     table = torch.full((size,), -1, dtype=dtype, device=query.device)
     table[ids] = torch.arange(ids.numel(), dtype=dtype, device=query.device)
-    return table[query]
+    return table[query].long()
 
 
 def pma_partial_sums(h_prev: Tensor, local: Tensor, boundary: Tensor, sigma: float,
