@@ -256,6 +256,25 @@ def test_random_partitions_are_independent_of_the_split_of_the_same_seed(cora, m
         assert 0.38 < train < 0.62 and 0.14 < test < 0.36, (client.client_id, train, test)
 
 
+@pytest.mark.parametrize('k', [3, 20])
+def test_client_edges_by_masks_equal_client_edges_by_sort(cora, k, monkeypatch):
+    """build_client_graphs finds each client's edges by a mask per client (few clients) or by
+    one stable sort by owner (many): the same parts, edge for edge, either way."""
+    import importlib
+
+    part_module = importlib.import_module('fedgraph.data.partition')  # the module, not the function
+    assign = part_module.random_partition(cora, k, seed=1)
+    monkeypatch.setattr(part_module, 'MASK_CLIENTS', 10 ** 6)
+    by_mask = part_module.build_client_graphs(cora, assign, k)
+    monkeypatch.setattr(part_module, 'MASK_CLIENTS', 0)
+    by_sort = part_module.build_client_graphs(cora, assign, k)
+    _check_partition(cora, by_mask, k)
+    for a, b in zip(by_mask, by_sort):
+        for field in ('node_ids', 'edge_index', 'boundary_edge_index'):
+            x, y = getattr(a, field), getattr(b, field)
+            assert x.dtype == y.dtype == torch.long and torch.equal(x, y), field
+
+
 def test_partition_edge_cases(cora):
     sizes = [c.num_nodes for c in partition(cora, 7, 'users', seed=0)]
     assert max(sizes) - min(sizes) <= 1

@@ -131,6 +131,11 @@ def fix_empty_clients(assign: Tensor, num_clients: int) -> Tensor:
     return assign
 
 
+#: up to this many clients :func:`build_client_graphs` finds each client's edges by one mask
+#: per client (4 clients, 50 M edges: 1.6 s against 3.4 s for the stable sort by owner)
+MASK_CLIENTS = 16
+
+
 def build_client_graphs(data: Data, assign: Tensor,
                         num_clients: int) -> List[ClientGraph]:
     r"""Cuts ``data`` into one :class:`ClientGraph` per client.
@@ -155,13 +160,28 @@ def build_client_graphs(data: Data, assign: Tensor,
     local[order] = torch.arange(n) - starts[assign[order]]
 
     row, col = data.edge_index
-    owner = assign[row]
-    crossing = owner != assign[col]
-    e_order = torch.argsort(owner, stable=True)
-    e_counts = torch.bincount(owner, minlength=num_clients).tolist()
-
+    # int32 tables for the per-edge gathers and the sort: at 50 M edges the int64 ones took
+    # twice the time (the outputs stay int64)
+    small = torch.int32 if max(n, num_clients) < 2 ** 31 else torch.long
+    assign32, local32 = assign.to(small), local.to(small)
+    owner = assign32[row]
+    crossing = owner != assign32[col]
     node_chunks = torch.split(order, counts.tolist())
-    edge_chunks = torch.split(e_order, e_counts)
+    if num_clients <= MASK_CLIENTS:  # C passes over the edges: cheaper than sorting them
+        local_edge = ~crossing
+
+        def edges_of(c: int) -> tuple[Tensor, Tensor]:
+            mine = owner == c
+            return ((mine & local_edge).nonzero().flatten(),
+                    (mine & crossing).nonzero().flatten())
+    else:  # one stable sort of the edges by owner, cut into the clients' runs
+        edge_chunks = torch.split(torch.argsort(owner, stable=True),
+                                  torch.bincount(owner, minlength=num_clients).tolist())
+
+        def edges_of(c: int) -> tuple[Tensor, Tensor]:
+            e = edge_chunks[c]
+            cross = crossing[e]
+            return e[~cross], e[cross]
 
     def pick(key: str, ids: Tensor) -> Optional[Tensor]:
         value = getattr(data, key, None)
@@ -170,9 +190,7 @@ def build_client_graphs(data: Data, assign: Tensor,
     clients = []
     for c in range(num_clients):
         ids = node_chunks[c]
-        e = edge_chunks[c]
-        cross = crossing[e]
-        loc_e, bnd_e = e[~cross], e[cross]
+        loc_e, bnd_e = edges_of(c)  # increasing edge positions either way: the same parts
         clients.append(ClientGraph(
             client_id=c,
             node_ids=ids,
@@ -181,8 +199,8 @@ def build_client_graphs(data: Data, assign: Tensor,
             train_mask=pick('train_mask', ids),
             val_mask=pick('val_mask', ids),
             test_mask=pick('test_mask', ids),
-            edge_index=torch.stack([local[row[loc_e]], local[col[loc_e]]]),
-            boundary_edge_index=torch.stack([local[row[bnd_e]], col[bnd_e]]),
+            edge_index=torch.stack([local32[row[loc_e]], local32[col[loc_e]]]).long(),
+            boundary_edge_index=torch.stack([local32[row[bnd_e]].long(), col[bnd_e]]),
             levels=pick('levels', ids),
         ))
     return clients
