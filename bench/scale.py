@@ -475,7 +475,8 @@ def _whole_run(phase: str, nodes: int, degree: float, clients: int, device: str,
         rep = json.loads((work / "scale.json").read_text())
         res = {"edges": (rep.get("ground_truth") or {}).get("dataset", {}).get("num_edges"), "test_acc": rep["accuracy"].get("test"),
                "timings": rep.get("timings_s"), "threads": os.environ.get("OMP_NUM_THREADS"),
-               "phase_peak_mib": rep.get("peak_rss_mib")}
+               "phase_peak_mib": rep.get("peak_rss_mib"),
+               "pseudo_label": rep["accuracy"].get("pseudo_label")}
         from fedgraph.simulations import handler_times
 
         res["split"] = run_split(st["wall_s"], rep, handler_times.read(work / "handlers.jsonl"))
@@ -501,6 +502,8 @@ def _whole_run(phase: str, nodes: int, degree: float, clients: int, device: str,
                if kind == "run" else {}),
             "test_acc": None if res.get("test_acc") is None else round(res["test_acc"], 4),
             **({"phase_peak_mib": res.get("phase_peak_mib")} if kind == "run" else {}),
+            **({"pseudo_label": round(res["pseudo_label"], 4)}
+               if res.get("pseudo_label") is not None else {}),
             "timings": res.get("timings"), "split_s": res.get("split"), "settings": settings}
 
 
@@ -552,6 +555,7 @@ def _plain_run(method: str, settings: dict) -> dict:
 
     timer = PhaseTimer()
     timings = timer.seconds
+    extra = {}  # PrivGNN: the pseudo-labels' accuracy
     if method == "gap":
         from fedgraph.methods.gap import run_gap
 
@@ -609,8 +613,10 @@ def _plain_run(method: str, settings: dict) -> dict:
                                          teacher=teacher_config(cfg), mode=cfg.answer_mode,
                                          neighbourhoods=hoods, projection=proj, generator=gen,
                                          device=resolve_device(cfg.device)) for p in parts]
+        labels = pg.aggregate_answers(answers)
+        extra["pseudo_label"] = float((labels == public.y[qidx]).float().mean())
         with timer.phase("student"):
-            st = pg.train_student(public, qidx, pg.aggregate_answers(answers),
+            st = pg.train_student(public, qidx, labels,
                                   hidden=cfg.hidden, dropout=cfg.dropout, epochs=cfg.epochs,
                                   lr=cfg.lr, weight_decay=cfg.weight_decay, seed=cfg.seed)
         with timer.phase("epsilon"):
@@ -620,7 +626,7 @@ def _plain_run(method: str, settings: dict) -> dict:
     timings["total"] = timer.elapsed()
     return {"edges": int(data.edge_index.size(1)), "test_acc": float(acc),
             "timings": {k: round(v, 3) for k, v in timings.items()},
-            "threads": torch.get_num_threads()}
+            "threads": torch.get_num_threads(), **extra}
 
 
 # --------------------------------------------------------------------------------------------
@@ -769,7 +775,8 @@ def main() -> None:
 
 def seed_summary(rows: list[dict]) -> list[str]:
     """Per (phase, nodes): mean and sample std of ``phase_s``, ``ratio`` and ``test_acc``
-    over the seeds' rows that ran."""
+    (PrivGNN: and ``pseudo_label``, the pseudo-labels' accuracy) over the seeds' rows that
+    ran."""
     import statistics
 
     def ms(values):
@@ -783,7 +790,9 @@ def seed_summary(rows: list[dict]) -> list[str]:
     for key in dict.fromkeys((r["phase"], r["nodes"]) for r in rows):
         ok = [r for r in rows if (r["phase"], r["nodes"]) == key and r.get("status", "ok") == "ok"]
         out.append(f"{key[0]:<21}{key[1]:>9}  time {ms([r['phase_s'] for r in ok])} s  "
-                   f"ratio {ms([r.get('ratio') for r in ok])}  test {ms([r.get('test_acc') for r in ok])}")
+                   f"ratio {ms([r.get('ratio') for r in ok])}  test {ms([r.get('test_acc') for r in ok])}"
+                   + (f"  pseudo-labels {ms([r.get('pseudo_label') for r in ok])}"
+                      if any("pseudo_label" in r for r in ok) else ""))
     return out
 
 
