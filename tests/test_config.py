@@ -41,6 +41,19 @@ def test_bad_values_name_the_key(key, value, expect):
     assert expect in str(err.value)
 
 
+@pytest.mark.parametrize("config,expect", [
+    ({"method": "gap", "num-clients": 0}, "num-clients: Input should be greater than or equal "
+                                          "to 1 (got 0); allowed: [1, 100000]"),
+    ({"method": "privgnn", "public-fraction": 1.5}, "public-fraction: Input should be less "
+                                                    "than 1 (got 1.5); allowed: (0, 1)"),
+    ({"method": "privgnn", "gamma": 0}, "allowed: (0, 1]"),
+])
+def test_a_value_out_of_its_bounds_names_the_allowed_interval(config, expect):
+    with pytest.raises(ConfigError) as err:
+        parse_run_config(config)
+    assert expect in str(err.value)
+
+
 def test_pyproject_declares_every_key():
     import tomllib
     from pathlib import Path

@@ -78,8 +78,41 @@ def parse_run_config(run_config: dict[str, Any]) -> _Base:
                 msg = msg.removeprefix(f"{key}: ").removeprefix(f"{key.replace('-', '_')}: ")
                 if "got" not in msg and not isinstance(got, dict):
                     msg += f" (got {got!r})"
+                if e["type"] in _BOUND_ERRORS and "allowed" not in msg:
+                    allowed = _allowed_range(model, e["loc"])
+                    msg += f"; allowed: {allowed}" if allowed else ""
                 lines.append(f"{key}: {msg}")
         raise ConfigError("invalid run config:\n  " + "\n  ".join(lines)) from None
+
+
+#: pydantic's error types of a numeric bound (``ge``, ``gt``, ``le``, ``lt``)
+_BOUND_ERRORS = frozenset({"greater_than", "greater_than_equal", "less_than",
+                           "less_than_equal"})
+
+
+def _allowed_range(model, loc: tuple) -> str | None:
+    """The interval a numeric field's bounds allow, e.g. ``[0, 1)`` or ``[1, inf)``, for an
+    error message (``None`` when ``loc`` is not one bounded field of ``model``)."""
+    info = model.model_fields.get(str(loc[0])) if len(loc) == 1 else None
+    if info is None:
+        return None
+    lo = hi = None
+    lo_closed = hi_closed = False
+    for m in info.metadata:
+        for attr, is_low, closed in (("ge", True, True), ("gt", True, False),
+                                     ("le", False, True), ("lt", False, False)):
+            value = getattr(m, attr, None)
+            if value is None:
+                continue
+            if is_low:
+                lo, lo_closed = value, closed
+            else:
+                hi, hi_closed = value, closed
+    if lo is None and hi is None:
+        return None
+    left = "(-inf" if lo is None else f"{'[' if lo_closed else '('}{lo:g}"
+    right = "inf)" if hi is None else f"{hi:g}{']' if hi_closed else ')'}"
+    return f"{left}, {right}"
 
 
 def _method_dependent() -> frozenset[str]:
