@@ -97,24 +97,38 @@ _GRAPH_FIELDS = ("node_ids", "x", "y", "train_mask", "val_mask", "test_mask", "e
                  "boundary_edge_index", "levels")
 
 
+def _graph_payload(g) -> dict:
+    """A :class:`~fedgraph.data.ClientGraph`'s tensors (:data:`_GRAPH_FIELDS`)."""
+    return {k: getattr(g, k) for k in _GRAPH_FIELDS}
+
+
+def _graph_from_payload(payload: dict, meta: dict):
+    from .data import ClientGraph
+
+    return ClientGraph(client_id=meta["client_id"], **payload["graph"])
+
+
 def _view_payload(view: ClientView) -> dict:
     """A :class:`ClientView` as tensors and JSON (what :mod:`fedgraph.partition_cache`
     stores; ``torch.load(weights_only=True)`` reads it back)."""
     g = view.graph
     meta = {"client_id": g.client_id, "feature_domain": view.feature_domain,
             "statistics": view.statistics, "num_clients": view.num_clients}
-    return {"graph": {k: getattr(g, k) for k in _GRAPH_FIELDS}, "test_mask": view.test_mask,
-            "meta": json.dumps(meta)}
+    return {"graph": _graph_payload(g), "test_mask": view.test_mask, "meta": json.dumps(meta)}
 
 
 def _view_from_payload(payload: dict) -> ClientView:
-    from .data import ClientGraph
-
     meta = json.loads(payload["meta"])
     domain = meta["feature_domain"]
-    return ClientView(ClientGraph(client_id=meta["client_id"], **payload["graph"]),
+    return ClientView(_graph_from_payload(payload, meta),
                       None if domain is None else tuple(domain), meta["statistics"],
                       meta["num_clients"], payload["test_mask"])
+
+
+def _check_partition_id(cfg: DataConfig, partition_id: int) -> None:
+    if not 0 <= partition_id < cfg.num_clients:
+        raise ValueError(f"partition-id {partition_id} outside [0, {cfg.num_clients}): the "
+                         "federation's num-supernodes must equal the run config's num-clients")
 
 
 class NotCached(LookupError):
@@ -190,17 +204,14 @@ def privgnn_client_graph(cfg, partition_id: int, data=None):
     Raises:
         ValueError: ``partition_id`` outside ``[0, num_clients)``.
     """
-    from .data import ClientGraph
     from .methods.privgnn import graphs as pg
 
-    if not 0 <= partition_id < cfg.num_clients:
-        raise ValueError(f"partition-id {partition_id} outside [0, {cfg.num_clients}): the "
-                         "federation's num-supernodes must equal the run config's num-clients")
+    _check_partition_id(cfg, partition_id)
     parts = _client_views(pg.data_key(cfg), None, None)
     if partition_id not in parts:
         def fill(graph):
             _, clients, stats = pg.federation(cfg, graph)
-            return [{"graph": {k: getattr(c, k) for k in _GRAPH_FIELDS},
+            return [{"graph": _graph_payload(c),
                      "meta": json.dumps({"client_id": c.client_id, "statistics": stats})}
                     for c in clients]
 
@@ -209,8 +220,7 @@ def privgnn_client_graph(cfg, partition_id: int, data=None):
             "public_test_fraction": cfg.public_test_fraction}, fill, data)
         for i, p in payloads.items():
             meta = json.loads(p["meta"])
-            parts[i] = (ClientGraph(client_id=meta["client_id"], **p["graph"]),
-                        meta["statistics"])
+            parts[i] = (_graph_from_payload(p, meta), meta["statistics"])
     return parts[partition_id]
 
 
@@ -231,9 +241,7 @@ def client_view(cfg: DataConfig, partition_id: int, budgets=None, shares=None, d
     Raises:
         ValueError: if ``partition_id`` is not a valid client index for ``cfg.num_clients``.
     """
-    if not 0 <= partition_id < cfg.num_clients:
-        raise ValueError(f"partition-id {partition_id} outside [0, {cfg.num_clients}): the "
-                         "federation's num-supernodes must equal the run config's num-clients")
+    _check_partition_id(cfg, partition_id)
     budgets = tuple(budgets) if budgets else None
     shares = tuple(shares) if shares else None
     views = _client_views(_data_key(cfg), budgets, shares)
