@@ -13,6 +13,7 @@ from fedgraph.data import (KNOWN_DATASETS, PARTITIONERS, ClientGraph,
                            level_budgets, load_dataset, partition,
                            planetoid_split, ppgnn_split, random_split,
                            register_partitioner)
+from fedgraph.utils.sparse import is_dst_coalesced
 
 
 def _shared_data() -> Path:
@@ -44,7 +45,7 @@ def _check_format(data: Data):
     assert data.y.dtype == torch.long and data.y.shape == (n, )
     assert data.edge_index.dtype == torch.long
     assert data.is_undirected() and not data.has_self_loops()
-    assert data.is_coalesced()
+    assert is_dst_coalesced(data.edge_index, data.num_nodes)  # by target, then source
     assert data.feature_domain == (0.0, 1.0)
     assert float(data.x.min()) >= 0.0 and float(data.x.max()) <= 1.0
 
@@ -273,6 +274,26 @@ def test_client_edges_by_masks_equal_client_edges_by_sort(cora, k, monkeypatch):
         for field in ('node_ids', 'edge_index', 'boundary_edge_index'):
             x, y = getattr(a, field), getattr(b, field)
             assert x.dtype == y.dtype == torch.long and torch.equal(x, y), field
+
+
+@pytest.mark.parametrize('name', ['cora', 'synthetic-sbm:3000:12'])
+@pytest.mark.parametrize('method', ['random', 'louvain', 'label-skew'])
+@pytest.mark.parametrize('k', [4, 20])
+def test_loaded_graphs_and_their_parts_are_sorted_by_target(cora, name, method, k):
+    """Every loaded graph is dst-coalesced (unique edges sorted by target, then source) and a
+    client's local and boundary edges keep that order (both paths of build_client_graphs), so
+    PMA's sums over them take the sparse-matmul path of sum_over_edges."""
+    from fedgraph.data import apply_split
+    from fedgraph.utils.sparse import is_dst_coalesced, is_sorted
+
+    data = cora if name == 'cora' else load_dataset(name)
+    assert is_dst_coalesced(data.edge_index, data.num_nodes)
+    data = apply_split(data, 'random-50-25-25', 0)
+    clients = partition(data, k, method, seed=0)
+    _check_partition(data, clients, k)
+    for c in clients:
+        assert is_dst_coalesced(c.edge_index, c.num_nodes), c.client_id
+        assert is_sorted(c.boundary_edge_index[1]), c.client_id
 
 
 def test_partition_edge_cases(cora):

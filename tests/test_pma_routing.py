@@ -73,17 +73,17 @@ def test_pma_finish_of_the_sums_equals_finish_of_the_rows():
 def test_positions_equal_searchsorted(seed):
     """The inverse-table lookup that replaced searchsorted in pma_partial_sums/pma_finish gives
     the same positions, and -1 for ids that are not there (both callers then raise)."""
-    from fedgraph.methods.gap.client_pma import _positions
+    from fedgraph.utils.sparse import index_in
 
     g = torch.Generator().manual_seed(seed)
     ids = torch.randperm(1000, generator=g)[:300].sort().values
     query = ids[torch.randint(0, 300, (5000,), generator=g)]
-    pos = _positions(ids, query)
+    pos = index_in(ids, query)
     assert pos.dtype == torch.long  # index_add_ is slow with int32 indices
     assert torch.equal(pos, torch.searchsorted(ids, query))
     missing = torch.tensor([int(ids.max()) + 5, *[i for i in range(1000) if i not in set(ids.tolist())][:3]])
-    assert bool((_positions(ids, missing) == -1).all())
-    assert _positions(ids, query[:0]).numel() == 0
+    assert bool((index_in(ids, missing) == -1).all())
+    assert index_in(ids, query[:0]).numel() == 0
 
 
 def test_partial_sums_and_finish_refuse_unknown_ids():

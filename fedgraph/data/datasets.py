@@ -7,7 +7,7 @@ normalised form:
   normalised here: Planetoid features stay binary, one-hot stays one-hot),
 * ``y``: ``long`` tensor of shape ``[N]``,
 * ``edge_index``: ``long`` tensor of shape ``[2, E]``, undirected (every edge
-  stored in both directions), coalesced, without self loops,
+  stored in both directions), dst-coalesced (sorted by target, then source), without self loops,
 * ``feature_domain``: the *public* per-feature range ``(low, high)`` as a tuple
   of floats, e.g. ``(0.0, 1.0)`` for bag-of-words / binary / one-hot features.
   It is known a priori from the data format and never computed from the data
@@ -115,7 +115,7 @@ def load_dataset(name: str, root: Optional[PathLike] = None, *,
 
     Returns:
         Data: ``x [N, F]`` float32, ``y [N]`` long, ``edge_index [2, E]``
-        long (undirected, coalesced, no self loops), ``feature_domain``
+        long (undirected, dst-coalesced: sorted by target then source, no self loops), ``feature_domain``
         (``(low, high)`` or ``None``) and ``name``.
 
     Raises:

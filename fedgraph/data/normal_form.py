@@ -17,15 +17,17 @@ from ..registry import ContractError
 
 def finalize(data: Data, name: str,
               feature_domain: Optional[Tuple[float, float]]) -> Data:
-    r"""Casts to the project's dtypes, makes the graph undirected, coalesced
-    and free of self loops, and sets ``name`` and ``feature_domain``."""
+    r"""Casts to the project's dtypes, makes the graph undirected, dst-coalesced (unique
+    edges sorted by target, then source: the rows of the transposed CSR adjacency as they
+    stand, :mod:`fedgraph.utils.sparse`) and free of self loops, and sets ``name`` and
+    ``feature_domain``."""
     num_nodes = data.num_nodes
     out = Data(x=data.x.to(torch.float32).contiguous(),
                y=data.y.to(torch.long).view(-1))
     edge_index = data.edge_index.to(torch.long)
     edge_index, _ = remove_self_loops(edge_index)
     edge_index = to_undirected(edge_index, num_nodes=num_nodes)
-    out.edge_index = coalesce(edge_index, num_nodes=num_nodes)
+    out.edge_index = coalesce(edge_index, num_nodes=num_nodes, sort_by_row=False)
     for key in ('train_mask', 'val_mask', 'test_mask'):
         if key in data and data[key] is not None:
             mask = data[key].to(torch.bool)

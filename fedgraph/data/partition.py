@@ -72,6 +72,10 @@ class ClientGraph:
             client: row 0 the *local* id of this client's node, row 1 the
             *global* id of the neighbour held by another client. An undirected
             crossing edge appears in both clients' lists.
+
+            Both lists keep the graph's edge order: from a loaded (dst-coalesced) graph
+            they are sorted by target, so PMA's sums over them are sparse matmuls
+            (:func:`fedgraph.utils.sparse.sum_over_edges`; ``tests/test_data.py``).
         levels (LongTensor, optional): privacy levels ``[n]`` of its users.
     """
     client_id: int

@@ -57,7 +57,8 @@ def sbm_graph(num_nodes: int, avg_degree: float, seed: int = 0, *,
 
     Returns:
         Data: ``x [N, F]`` float32 in ``{0, 1}``, ``y [N]`` long, ``edge_index [2, 2M]`` long
-        (both directions, sorted, no self loops or duplicates), ``feature_domain = (0, 1)``,
+        (both directions, sorted by target then source, no self loops or duplicates),
+        ``feature_domain = (0, 1)``,
         ``num_nodes``, ``name``. Memory ``O(M + N F)``: about 56 bytes per undirected edge at
         peak (the sort of int64 keys and the final edge index).
 
@@ -117,7 +118,7 @@ def sbm_graph(num_nodes: int, avg_degree: float, seed: int = 0, *,
     del keys
     edge_index = torch.stack([torch.cat([src, dst]), torch.cat([dst, src])])
     del src, dst
-    perm = (edge_index[0] * n + edge_index[1]).argsort()
+    perm = (edge_index[1] * n + edge_index[0]).argsort()  # dst-coalesced, as finalize
     edge_index = edge_index[:, perm]
     del perm
     block = torch.arange(num_features) * c // num_features

@@ -19,6 +19,7 @@ import torch
 from torch import Tensor
 
 from ...nn.gap import normalize_rows
+from ...utils.sparse import sum_over_edges
 
 __all__ = ["aggregate", "perturb", "normalize_rows", "pma"]
 
@@ -27,24 +28,29 @@ def aggregate(h: Tensor, edge_index: Tensor, num_nodes: int, chunk_size: int = 2
     r"""Sum aggregation over in-neighbours, :math:`A^T H` (paper Eq. 7):
     ``out[v] = sum_{(u, v) in E} h[u]``.
 
+    One sparse matmul when ``edge_index`` is sorted by target (every loaded graph is
+    dst-coalesced), else ``index_add_`` over chunks of edges
+    (:func:`fedgraph.utils.sparse.sum_over_edges`).
+
     Args:
         h: ``[N_src, e]`` rows of the source nodes (indexed by ``edge_index[0]``).
         edge_index: long ``[2, E]``, messages ``edge_index[0] -> edge_index[1]``.
         num_nodes: number of target rows ``N`` (targets are ``edge_index[1]`` in
             ``[0, N)``; sources and targets may be numbered differently, e.g. a client's partial
             sums for remote targets).
-        chunk_size: edges per chunk; memory is ``chunk_size * e`` floats beyond the output.
+        chunk_size: edges per chunk of the unsorted path; its memory is ``chunk_size * e``
+            floats beyond the output.
 
     Returns:
         ``[N, e]`` (zero rows for nodes without in-edges).
+
+    Raises:
+        ValueError: ``edge_index`` not of shape ``[2, E]``.
     """
     if edge_index.dim() != 2 or edge_index.size(0) != 2:
         raise ValueError(f"edge_index must have shape [2, E], got {tuple(edge_index.shape)}")
-    src, dst = edge_index
-    out = h.new_zeros((num_nodes, h.size(1)))
-    for s in range(0, src.numel(), chunk_size):
-        out.index_add_(0, dst[s:s + chunk_size], h[src[s:s + chunk_size]])
-    return out
+    return sum_over_edges(h, edge_index[0], edge_index[1], num_nodes,
+                          max_elements=chunk_size * max(h.size(1), 1))
 
 
 def perturb(sums: Tensor, sigma: float, generator: torch.Generator | None = None) -> Tensor:

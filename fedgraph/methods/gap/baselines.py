@@ -43,7 +43,8 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from ...nn.gap import normalize_rows
-from ...utils.graph import MAX_MESSAGE_ELEMENTS, in_degree, scatter_sum_chunked
+from ...utils.graph import MAX_MESSAGE_ELEMENTS, in_degree
+from ...utils.sparse import sum_over_edges
 from .aggregation import perturb
 from .training import DPSGD, FitResult, _BestEpoch, _indices, dpsgd_schedule
 
@@ -64,9 +65,10 @@ def mean_aggregate(h: Tensor, edge_index: Tensor, num_nodes: int,
     r"""GraphSAGE's mean aggregation over in-neighbours:
     ``out[v] = mean over (u, v) in E of h[u]`` (zero rows for nodes without in-edges).
 
-    The sum by :func:`fedgraph.utils.graph.scatter_sum_chunked` (never an ``N x N`` matrix, and
-    at most ``max_elements`` message elements at a time: raw features are wide, ``[E, F]`` would
-    be 10 GB on Facebook100 Wisconsin87), divided by the in-degree.
+    The sum by :func:`fedgraph.utils.sparse.sum_over_edges` (never an ``N x N`` matrix: a
+    sparse matmul on target-sorted edges, else at most ``max_elements`` message elements at a
+    time: raw features are wide, ``[E, F]`` would be 10 GB on Facebook100 Wisconsin87),
+    divided by the in-degree.
 
     Args:
         h: ``[N_src, e]`` source rows; edge_index: long ``[2, E]``, ``edge_index[0] ->
@@ -77,7 +79,7 @@ def mean_aggregate(h: Tensor, edge_index: Tensor, num_nodes: int,
     """
     if edge_index.dim() != 2 or edge_index.size(0) != 2:
         raise ValueError(f"edge_index must have shape [2, E], got {tuple(edge_index.shape)}")
-    sums = scatter_sum_chunked(h, edge_index[0], edge_index[1], num_nodes, max_elements)
+    sums = sum_over_edges(h, edge_index[0], edge_index[1], num_nodes, max_elements)
     deg = in_degree(edge_index, num_nodes).clamp(min=1).to(sums.dtype)
     return sums / deg.unsqueeze(-1)
 

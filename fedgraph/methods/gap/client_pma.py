@@ -36,7 +36,8 @@ from torch import Tensor
 from ... import randomness as rng
 from ...config import GAPConfig
 from ...nn.gap import normalize_rows
-from ...utils.graph import MAX_MESSAGE_ELEMENTS, bound_out_degree, scatter_sum_chunked
+from ...utils.graph import MAX_MESSAGE_ELEMENTS, bound_out_degree
+from ...utils.sparse import index_in, sum_over_edges, sum_over_edges_at
 
 
 GRAPHS = ("all", "train", "test")  # PMA's edge sets: whole graph, training graph, held-out graph
@@ -85,28 +86,6 @@ def client_edges(client, cfg: GAPConfig, generator: torch.Generator,
     return kept[:, is_local], torch.stack([rem[0], remote_ids[rem[1] - n]])
 
 
-def _positions(ids: Tensor, query: Tensor) -> Tensor:
-    """Position of each ``query`` id in ``ids`` (distinct non-negative ids, e.g. sorted
-    global node ids), ``-1`` where it is not there: the ``searchsorted`` result for sorted
-    ``ids`` by one gather from an inverse table ``[max id + 1]`` (a binary search per query
-    id was half of a client's PMA hop at 1e5 nodes). The table is int32 when the positions
-    fit (its gather, then the cast to int64, took 0.2 s against 0.3 s for a client's 9.4
-    million boundary edges at 1e6 nodes); the result is int64 (``index_add_`` with an int32
-    index ran 2.5x slower on those edges). On ``query``'s device."""
-    if not query.numel():
-        return torch.zeros(0, dtype=torch.long, device=query.device)
-    if bool((query < 0).any()):
-        raise ValueError("node ids must be >= 0")
-    size = int(query.max()) + 1
-    ids = ids.to(query.device)
-    if ids.numel():
-        size = max(size, int(ids.max()) + 1)
-    dtype = torch.int32 if ids.numel() < 2 ** 31 else torch.long
-    table = torch.full((size,), -1, dtype=dtype, device=query.device)
-    table[ids] = torch.arange(ids.numel(), dtype=dtype, device=query.device)
-    return table[query].long()
-
-
 def pma_partial_sums(h_prev: Tensor, local: Tensor, boundary: Tensor, sigma: float,
                      generator: torch.Generator, remote_ids: Tensor | None = None,
                      max_elements: int = MAX_MESSAGE_ELEMENTS,
@@ -122,9 +101,10 @@ def pma_partial_sums(h_prev: Tensor, local: Tensor, boundary: Tensor, sigma: flo
             does not hold: the released ids must not depend on the edges, or their presence
             would reveal which remote nodes are neighbours (an edge leak no noise covers).
             ``None``: the remote targets of ``boundary`` (only for tests and non-private use).
-        max_elements: memory cap of the per-hop aggregation: edges are summed in chunks whose
-            ``[chunk, e]`` message block has at most this many elements
-            (:func:`~fedgraph.utils.graph.scatter_sum_chunked`); no ``[E, e]`` block.
+        max_elements: memory cap of the per-hop aggregation when the edges are not sorted by
+            target: then they are summed in chunks whose ``[chunk, e]`` message block has at
+            most this many elements; sorted (a client's parts are), one sparse matmul
+            (:func:`~fedgraph.utils.sparse.sum_over_edges`); never an ``[E, e]`` block.
         remote_sigma: noise std of the remote rows (``None``: ``sigma``). Secure aggregation
             (:func:`secure_remote_sigma`): the server learns only the sum over the clients of a
             node's remote rows, so each adds a share of the noise. ``> 0`` when ``sigma > 0``.
@@ -148,17 +128,15 @@ def pma_partial_sums(h_prev: Tensor, local: Tensor, boundary: Tensor, sigma: flo
     sigma = check_noise_scale(sigma, "sigma", allow_zero=True)
     remote_sigma = sigma if remote_sigma is None else check_noise_scale(
         remote_sigma, "remote_sigma", allow_zero=sigma == 0)
-    n, e = h_prev.shape
-    dev = h_prev.device
-    local = local.to(dev)
-    local_sums = scatter_sum_chunked(h_prev, local[0], local[1], n, max_elements)
+    n = h_prev.size(0)
+    local_sums = sum_over_edges(h_prev, local[0], local[1], n, max_elements)
     if remote_ids is None:
         remote_ids = torch.unique(boundary[1])
-    pos = _positions(remote_ids, boundary[1])
-    if bool((pos < 0).any()):
-        raise ValueError("remote_ids must contain every boundary target")
-    remote_sums = scatter_sum_chunked(h_prev, boundary[0].to(dev), pos.to(dev),
-                                      remote_ids.numel(), max_elements)
+    try:
+        remote_sums = sum_over_edges_at(h_prev, boundary[0], boundary[1], remote_ids,
+                                        max_elements)
+    except ValueError as err:
+        raise ValueError(f"remote_ids must contain every boundary target ({err})") from None
     if remote_norm is not None:
         if not remote_norm > 0:
             raise ValueError(f"remote_norm must be > 0 (or None), got {remote_norm}")
@@ -207,7 +185,7 @@ def pma_finish(local_sums: Tensor, node_ids: Tensor, incoming_ids: Tensor,
     on ``local_sums``' device (the received sums, CPU tensors from a message, are moved there)."""
     out = local_sums.clone()
     if incoming_ids.numel():
-        pos = _positions(node_ids, incoming_ids)
+        pos = index_in(node_ids, incoming_ids)
         if bool((pos < 0).any()):
             raise ValueError("received partial sums for nodes this client does not hold")
         out.index_add_(0, pos.to(out.device), incoming_sums.to(out.device, out.dtype))
