@@ -75,3 +75,38 @@ def test_sum_over_edges_at_named_rows(sort):
     empty = torch.zeros(0, dtype=torch.long)
     assert torch.equal(sum_over_edges_at(h, empty, empty, row_ids),
                        torch.zeros(45, 5, dtype=h.dtype))
+
+
+@pytest.mark.parametrize('sort', [True, False])
+def test_ids_out_of_range_or_of_the_wrong_type_are_refused_on_both_paths(sort):
+    """The sparse matmul reads h without bounds checks: a source id past h's rows read memory
+    outside h (garbage rows, or a segfault for a large id) before these checks (found by a
+    fresh-user trial). Both paths refuse the same inputs with a ValueError naming the field."""
+    h = torch.ones(4, 2)
+    dst = torch.tensor([0, 1]) if sort else torch.tensor([1, 0])
+    for bad_src, match in ((torch.tensor([0, 9]), 'src ids must lie in'),
+                           (torch.tensor([0, 10 ** 10]), 'src ids must lie in'),
+                           (torch.tensor([0, -1]), 'src ids must lie in'),
+                           (torch.tensor([0.0, 1.0]), 'src must be a 1-D integer'),
+                           (torch.tensor([True, False]), 'src must be a 1-D integer')):
+        with pytest.raises(ValueError, match=match):
+            sum_over_edges(h, bad_src, dst, 4)
+        with pytest.raises(ValueError, match=match):
+            sum_over_edges_at(h, bad_src, dst, torch.arange(4))
+    with pytest.raises(ValueError, match=r'dst ids must lie in \[0, 2\)'):
+        sum_over_edges(h, torch.tensor([0, 1]), dst * 3, 2)
+    with pytest.raises(ValueError, match='dst ids must be >= 0'):
+        sum_over_edges(h, torch.tensor([0, 1]), torch.tensor([-1, 0]), 2)
+    with pytest.raises(ValueError, match='num_rows must be >= 0'):
+        sum_over_edges(h, torch.tensor([0, 1]), dst, -1)
+
+
+@pytest.mark.parametrize('dtype', [torch.float16, torch.bfloat16])
+def test_half_precision_rows_take_the_index_add_path(dtype):
+    src, dst, h = _edges(7)
+    out = sum_over_edges(h.to(dtype), src, dst, 40)
+    assert out.dtype == dtype
+    assert torch.allclose(out.double(), _definition(h.to(dtype).double(), src, dst, 40),
+                          atol=0.1)
+    int32 = sum_over_edges(h, src.int(), dst.int(), 40)  # int32 ids are fine
+    assert torch.allclose(int32, _definition(h, src, dst, 40), atol=1e-12)

@@ -105,6 +105,31 @@ def dst_csr(edge_index: Tensor, num_nodes: int, drop_self_loops: bool = False,
                                        check_invariants=False)
 
 
+#: dtypes of ``h`` the sparse matmul takes on every device (others: the ``index_add_`` path)
+_CSR_DTYPES = (torch.float32, torch.float64)
+
+
+def _check_edges(h: Tensor, src: Tensor, dst: Tensor) -> None:
+    """``src``/``dst`` 1-D integer ids of equal length, ``src`` in ``[0, h.size(0))``, ``dst``
+    ``>= 0``: the sparse matmul reads ``h`` unchecked (``check_invariants=False``), so an id out
+    of range would read memory outside ``h`` instead of failing."""
+    for name, ids in (("src", src), ("dst", dst)):
+        if ids.dtype.is_floating_point or ids.dtype.is_complex or ids.dtype == torch.bool \
+                or ids.dim() != 1:
+            raise ValueError(f"{name} must be a 1-D integer tensor of node ids, got "
+                             f"{ids.dtype} of shape {tuple(ids.shape)}")
+    if src.numel() != dst.numel():
+        raise ValueError(f"src and dst must have the same length, got {src.numel()} and "
+                         f"{dst.numel()}")
+    if src.numel():
+        low, high = (int(v) for v in torch.aminmax(src))
+        if low < 0 or high >= h.size(0):
+            raise ValueError(f"src ids must lie in [0, {h.size(0)}) (rows of h), got "
+                             f"[{low}, {high}]")
+        if int(dst.min()) < 0:
+            raise ValueError(f"dst ids must be >= 0, got {int(dst.min())}")
+
+
 def _csr_sum(h: Tensor, crow: Tensor, src: Tensor) -> Tensor:
     """``out = M @ h`` for the 0/1 CSR matrix ``M`` of rows ``crow`` and columns ``src``."""
     with warnings.catch_warnings():
@@ -139,21 +164,26 @@ def sum_over_edges(h: Tensor, src: Tensor, dst: Tensor, num_rows: int,
 
     Returns:
         ``[num_rows, d]`` of ``h``'s dtype and device (zero rows for rows without edges).
+        float16/bfloat16 ``h`` takes the ``index_add_`` path (no sparse matmul for them on
+        the CPU).
 
     Raises:
-        ValueError: ``src`` and ``dst`` differ in length.
+        ValueError: ``src`` and ``dst`` not 1-D integer ids of equal length, a ``src`` id
+            outside ``[0, n)``, a ``dst`` id outside ``[0, num_rows)``.
     """
     from .graph import MAX_MESSAGE_ELEMENTS, scatter_sum_chunked
 
-    if src.numel() != dst.numel():
-        raise ValueError(f"src and dst must have the same length, got {src.numel()} and "
-                         f"{dst.numel()}")
-    if not dst.numel() or not is_sorted(dst):
+    if num_rows < 0:
+        raise ValueError(f"num_rows must be >= 0, got {num_rows}")
+    _check_edges(h, src, dst)
+    if dst.numel() and int(dst.max()) >= num_rows:
+        raise ValueError(f"dst ids must lie in [0, {num_rows}) (num_rows), got max "
+                         f"{int(dst.max())}")
+    src, dst = src.long(), dst.long()
+    if not dst.numel() or h.dtype not in _CSR_DTYPES or not is_sorted(dst):
         return scatter_sum_chunked(h, src.to(h.device), dst.to(h.device), num_rows,
                                    max_elements or MAX_MESSAGE_ELEMENTS)
     counts = torch.bincount(dst, minlength=num_rows)
-    if counts.numel() > num_rows:
-        raise ValueError(f"dst has ids >= num_rows = {num_rows}")
     crow = torch.cat([counts.new_zeros(1), counts.cumsum(0)])
     return _csr_sum(h, crow, src)
 
@@ -175,22 +205,19 @@ def sum_over_edges_at(h: Tensor, src: Tensor, dst: Tensor, row_ids: Tensor,
         ``[m, d]`` of ``h``'s dtype and device.
 
     Raises:
-        ValueError: an id of ``dst`` not in ``row_ids``, a negative id, or ``row_ids`` not
-            sorted.
+        ValueError: an id of ``dst`` not in ``row_ids``, ``row_ids`` not sorted and distinct,
+            and as :func:`sum_over_edges`.
     """
     from .graph import MAX_MESSAGE_ELEMENTS, scatter_sum_chunked
 
-    if src.numel() != dst.numel():
-        raise ValueError(f"src and dst must have the same length, got {src.numel()} and "
-                         f"{dst.numel()}")
+    _check_edges(h, src, dst)
+    src, dst = src.long(), dst.long()
     if not is_sorted(row_ids) or (row_ids.numel() > 1 and bool((row_ids[1:] == row_ids[:-1]).any())):
         raise ValueError("row_ids must be sorted and distinct")
     m = row_ids.numel()
     if not dst.numel():
         return torch.zeros(m, h.size(1), dtype=h.dtype, device=h.device)
-    if bool((dst < 0).any()):
-        raise ValueError("node ids must be >= 0")
-    if is_sorted(dst):
+    if h.dtype in _CSR_DTYPES and is_sorted(dst):
         size = max(int(dst[-1]), int(row_ids[-1]) if m else 0) + 1
         counts = torch.bincount(dst, minlength=size)[row_ids.to(dst.device)]
         if int(counts.sum()) != dst.numel():

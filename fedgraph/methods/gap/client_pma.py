@@ -136,7 +136,9 @@ def pma_partial_sums(h_prev: Tensor, local: Tensor, boundary: Tensor, sigma: flo
         remote_sums = sum_over_edges_at(h_prev, boundary[0], boundary[1], remote_ids,
                                         max_elements)
     except ValueError as err:
-        raise ValueError(f"remote_ids must contain every boundary target ({err})") from None
+        if "row_ids must contain" not in str(err):
+            raise
+        raise ValueError("remote_ids must contain every boundary target") from None
     if remote_norm is not None:
         if not remote_norm > 0:
             raise ValueError(f"remote_norm must be > 0 (or None), got {remote_norm}")
