@@ -252,17 +252,11 @@ def run_one(phase: str, nodes: int, degree: float, clients: int, hops: int, dim:
 def _plain_adj_t(edge_index, n: int, dev):
     """The plain loops' graph: the transposed adjacency ``adj_t[dst, src] = 1`` as a sparse
     CSR matrix on ``dev`` (``torch.sparse.mm(adj_t, h)`` is ``h``'s sum over in-neighbours),
-    built from the loaded graph's target-sorted edges as they stand."""
-    import warnings
+    the loaded graph's target-sorted edges as they stand
+    (:func:`fedgraph.utils.sparse.dst_csr`)."""
+    from fedgraph.utils.sparse import dst_csr
 
-    import torch
-
-    src, dst = edge_index
-    crow = torch.cat([torch.zeros(1, dtype=torch.long), torch.bincount(dst, minlength=n).cumsum(0)])
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")  # sparse CSR "beta" warning
-        return torch.sparse_csr_tensor(crow.to(dev), src.to(dev), torch.ones(src.numel(), device=dev),
-                                       (n, n), check_invariants=False)
+    return dst_csr(edge_index.to(dev), n)
 
 
 def _gap_pma(data, num_clients: int, hops: int, dim: int, sigma: float, dev, gen) -> float:

@@ -96,23 +96,36 @@ def dst_csr(edge_index: Tensor, num_nodes: int, drop_self_loops: bool = False,
         order = torch.sort(dst, stable=True).indices
         src, dst = src[order], dst[order]
         del order
-    counts = torch.bincount(dst, minlength=num_nodes)
-    crow = torch.cat([counts.new_zeros(1), counts.cumsum(0)]).to(src.dtype)
-    values = torch.ones(src.numel(), dtype=dtype, device=src.device)
+    return _ones_csr(_crow(torch.bincount(dst, minlength=num_nodes)), src, num_nodes, dtype,
+                     src.device)
+
+
+def _crow(counts: Tensor) -> Tensor:
+    """CSR row pointers ``[rows + 1]`` from the entries per row."""
+    return torch.cat([counts.new_zeros(1), counts.cumsum(0)])
+
+
+def _ones_csr(crow: Tensor, col: Tensor, num_cols: int, dtype: torch.dtype,
+              device) -> Tensor:
+    """The 0/1 CSR matrix ``[len(crow) - 1, num_cols]`` of row pointers ``crow`` and column
+    ids ``col`` (entries unchecked: the callers' ids are in range), on ``device``."""
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # sparse CSR "beta" warning
-        return torch.sparse_csr_tensor(crow, src.contiguous(), values, (num_nodes, num_nodes),
-                                       check_invariants=False)
+        return torch.sparse_csr_tensor(
+            crow.to(device, torch.long), col.to(device, torch.long).contiguous(),
+            torch.ones(col.numel(), dtype=dtype, device=device), (crow.numel() - 1, num_cols),
+            check_invariants=False)
 
 
 #: dtypes of ``h`` the sparse matmul takes on every device (others: the ``index_add_`` path)
 _CSR_DTYPES = (torch.float32, torch.float64)
 
 
-def _check_edges(h: Tensor, src: Tensor, dst: Tensor) -> None:
+def _check_edges(h: Tensor, src: Tensor, dst: Tensor, num_rows: int | None = None) -> None:
     """``src``/``dst`` 1-D integer ids of equal length, ``src`` in ``[0, h.size(0))``, ``dst``
-    ``>= 0``: the sparse matmul reads ``h`` unchecked (``check_invariants=False``), so an id out
-    of range would read memory outside ``h`` instead of failing."""
+    in ``[0, num_rows)`` (``None``: ``>= 0``): the sparse matmul reads ``h`` unchecked
+    (``check_invariants=False``), so an id out of range would read memory outside ``h``
+    instead of failing."""
     for name, ids in (("src", src), ("dst", dst)):
         if ids.dtype.is_floating_point or ids.dtype.is_complex or ids.dtype == torch.bool \
                 or ids.dim() != 1:
@@ -121,23 +134,23 @@ def _check_edges(h: Tensor, src: Tensor, dst: Tensor) -> None:
     if src.numel() != dst.numel():
         raise ValueError(f"src and dst must have the same length, got {src.numel()} and "
                          f"{dst.numel()}")
-    if src.numel():
-        low, high = (int(v) for v in torch.aminmax(src))
-        if low < 0 or high >= h.size(0):
-            raise ValueError(f"src ids must lie in [0, {h.size(0)}) (rows of h), got "
-                             f"[{low}, {high}]")
-        if int(dst.min()) < 0:
-            raise ValueError(f"dst ids must be >= 0, got {int(dst.min())}")
+    if num_rows is not None and num_rows < 0:
+        raise ValueError(f"num_rows must be >= 0, got {num_rows}")
+    if not src.numel():
+        return
+    low, high = (int(v) for v in torch.aminmax(src))
+    if low < 0 or high >= h.size(0):
+        raise ValueError(f"src ids must lie in [0, {h.size(0)}) (rows of h), got "
+                         f"[{low}, {high}]")
+    low, high = (int(v) for v in torch.aminmax(dst))
+    if low < 0:
+        raise ValueError(f"dst ids must be >= 0, got {low}")
+    if num_rows is not None and high >= num_rows:
+        raise ValueError(f"dst ids must lie in [0, {num_rows}) (num_rows), got max {high}")
 
 
-def _csr_sum(h: Tensor, crow: Tensor, src: Tensor) -> Tensor:
-    """``out = M @ h`` for the 0/1 CSR matrix ``M`` of rows ``crow`` and columns ``src``."""
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")  # sparse CSR "beta" warning
-        m = torch.sparse_csr_tensor(crow.to(h.device), src.to(h.device, torch.long),
-                                    torch.ones(src.numel(), dtype=h.dtype, device=h.device),
-                                    (crow.numel() - 1, h.size(0)), check_invariants=False)
-        return torch.sparse.mm(m, h)
+class MissingRowError(ValueError):
+    """An edge's target is not among the rows asked for (:func:`sum_over_edges_at`)."""
 
 
 def sum_over_edges(h: Tensor, src: Tensor, dst: Tensor, num_rows: int,
@@ -173,19 +186,13 @@ def sum_over_edges(h: Tensor, src: Tensor, dst: Tensor, num_rows: int,
     """
     from .graph import MAX_MESSAGE_ELEMENTS, scatter_sum_chunked
 
-    if num_rows < 0:
-        raise ValueError(f"num_rows must be >= 0, got {num_rows}")
-    _check_edges(h, src, dst)
-    if dst.numel() and int(dst.max()) >= num_rows:
-        raise ValueError(f"dst ids must lie in [0, {num_rows}) (num_rows), got max "
-                         f"{int(dst.max())}")
+    _check_edges(h, src, dst, num_rows)
     src, dst = src.long(), dst.long()
     if not dst.numel() or h.dtype not in _CSR_DTYPES or not is_sorted(dst):
         return scatter_sum_chunked(h, src.to(h.device), dst.to(h.device), num_rows,
                                    max_elements or MAX_MESSAGE_ELEMENTS)
-    counts = torch.bincount(dst, minlength=num_rows)
-    crow = torch.cat([counts.new_zeros(1), counts.cumsum(0)])
-    return _csr_sum(h, crow, src)
+    crow = _crow(torch.bincount(dst, minlength=num_rows))
+    return torch.sparse.mm(_ones_csr(crow, src, h.size(0), h.dtype, h.device), h)
 
 
 def sum_over_edges_at(h: Tensor, src: Tensor, dst: Tensor, row_ids: Tensor,
@@ -205,8 +212,8 @@ def sum_over_edges_at(h: Tensor, src: Tensor, dst: Tensor, row_ids: Tensor,
         ``[m, d]`` of ``h``'s dtype and device.
 
     Raises:
-        ValueError: an id of ``dst`` not in ``row_ids``, ``row_ids`` not sorted and distinct,
-            and as :func:`sum_over_edges`.
+        MissingRowError: an id of ``dst`` not in ``row_ids`` (a ``ValueError``).
+        ValueError: ``row_ids`` not sorted and distinct, and as :func:`sum_over_edges`.
     """
     from .graph import MAX_MESSAGE_ELEMENTS, scatter_sum_chunked
 
@@ -221,12 +228,12 @@ def sum_over_edges_at(h: Tensor, src: Tensor, dst: Tensor, row_ids: Tensor,
         size = max(int(dst[-1]), int(row_ids[-1]) if m else 0) + 1
         counts = torch.bincount(dst, minlength=size)[row_ids.to(dst.device)]
         if int(counts.sum()) != dst.numel():
-            raise ValueError("row_ids must contain every id of dst")
-        crow = torch.cat([counts.new_zeros(1), counts.cumsum(0)])
-        return _csr_sum(h, crow, src)
+            raise MissingRowError("row_ids must contain every id of dst")
+        crow = _crow(counts)
+        return torch.sparse.mm(_ones_csr(crow, src, h.size(0), h.dtype, h.device), h)
     pos = index_in(row_ids, dst)
     if bool((pos < 0).any()):
-        raise ValueError("row_ids must contain every id of dst")
+        raise MissingRowError("row_ids must contain every id of dst")
     return scatter_sum_chunked(h, src.to(h.device), pos.to(h.device), m,
                                max_elements or MAX_MESSAGE_ELEMENTS)
 
@@ -257,5 +264,5 @@ def index_in(ids: Tensor, query: Tensor) -> Tensor:
     return table[query].long()
 
 
-__all__ = ["CHUNK", "dst_csr", "index_in", "is_dst_coalesced", "is_sorted", "sum_over_edges",
+__all__ = ["CHUNK", "MissingRowError", "dst_csr", "index_in", "is_dst_coalesced", "is_sorted", "sum_over_edges",
            "sum_over_edges_at", "unique_edges"]

@@ -37,7 +37,7 @@ from ... import randomness as rng
 from ...config import GAPConfig
 from ...nn.gap import normalize_rows
 from ...utils.graph import MAX_MESSAGE_ELEMENTS, bound_out_degree
-from ...utils.sparse import index_in, sum_over_edges, sum_over_edges_at
+from ...utils.sparse import MissingRowError, index_in, sum_over_edges, sum_over_edges_at
 
 
 GRAPHS = ("all", "train", "test")  # PMA's edge sets: whole graph, training graph, held-out graph
@@ -135,9 +135,7 @@ def pma_partial_sums(h_prev: Tensor, local: Tensor, boundary: Tensor, sigma: flo
     try:
         remote_sums = sum_over_edges_at(h_prev, boundary[0], boundary[1], remote_ids,
                                         max_elements)
-    except ValueError as err:
-        if "row_ids must contain" not in str(err):
-            raise
+    except MissingRowError:
         raise ValueError("remote_ids must contain every boundary target") from None
     if remote_norm is not None:
         if not remote_norm > 0:
