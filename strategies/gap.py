@@ -36,7 +36,8 @@ import torch
 from flwr.app import ArrayRecord, ConfigRecord, RecordDict
 
 from fedgraph.errors import ClientFailure
-from fedgraph.messaging import record_workers, send_to_all, tensors, wait_for_nodes
+from fedgraph.messaging import (read_only_tensors, record_workers, send_to_all, tensors,
+                                wait_for_nodes)
 from fedgraph.methods.gap.models import build_classifier, build_encoder
 from fedgraph.methods.gap.privacy import plan_events, remote_noise
 from fedgraph.methods.gap.server import sum_partial_sums, unmask_partial_sums
@@ -373,8 +374,9 @@ class GAPStrategy(PrivateStrategy):
                 incoming = {n: {"ids": ids, "sums": sums}
                             for n, (ids, sums) in zip(nodes, unmasked)}
                 continue
+            # views of the replies' bytes: sum_partial_sums only reads them
             released = [(out["ids"], out["sums"]) for out in
-                        (tensors(rec["partial_sums"]) for rec in replies.values())]
+                        map(read_only_tensors, (r["partial_sums"] for r in replies.values()))]
             routed = sum_partial_sums(released, owner, len(nodes))
             incoming = {n: {"ids": ids, "sums": sums} if ids.numel() else empty
                         for n, (ids, sums) in zip(nodes, routed)}

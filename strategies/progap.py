@@ -29,7 +29,7 @@ import torch
 from flwr.app import ArrayRecord, ConfigRecord, RecordDict
 
 from fedgraph.errors import ClientFailure
-from fedgraph.messaging import record_workers, tensors
+from fedgraph.messaging import read_only_tensors, record_workers, tensors
 from fedgraph.methods.gap.server import sum_partial_sums, unmask_partial_sums
 from fedgraph.methods.progap.client import build_model
 from fedgraph.methods.progap.privacy import plan_events, remote_noise
@@ -192,8 +192,8 @@ class ProGAPStrategy(PrivateStrategy):
                 self.config.hidden)
             incoming = {n: {"ids": i, "sums": s} for n, (i, s) in zip(self.nodes, unmasked)}
         else:
-            released = [(o["ids"], o["sums"]) for o in
-                        (tensors(rec["partial_sums"]) for rec in replies.values())]
+            released = [(o["ids"], o["sums"]) for o in  # views: only read
+                        map(read_only_tensors, (r["partial_sums"] for r in replies.values()))]
             routed = sum_partial_sums(released, owner, len(self.nodes))
             incoming = {n: {"ids": i, "sums": s} if i.numel() else empty
                         for n, (i, s) in zip(self.nodes, routed)}

@@ -50,3 +50,47 @@ def test_a_later_hop_without_state_is_refused():
     inc = {"ids": client.node_ids[:1], "sums": torch.ones(1, 4)}
     with pytest.raises(ValueError, match="kept no state of hop 1"):
         pma_step(cfg, 0, view, PMARequest(2, incoming=inc), None, _gen)
+
+
+def test_the_clientapp_keeps_the_pma_state_through_client_state(monkeypatch):
+    """The handler keeps the state between hops with :mod:`fedgraph.simulations.client_state`
+    (under Ray a reference in the Context, not the tensors Flower would ship with every
+    message), and drops it after the last hop, leaving the classifier's inputs."""
+    import json
+
+    from flwr.app import ArrayRecord, ConfigRecord, Context, Message, RecordDict
+    from flwr.supercore.task_identity import TaskIdentity
+
+    from fedgraph.federation import client_view
+    from fedgraph.messaging import tensors
+    from fedgraph.methods.gap.client import hops_key
+    from fedgraph.methods.gap.models import build_encoder
+    from fedgraph.simulations import client_app, client_state
+
+    for attr in ("_run_id", "_task_id", "_node_id"):
+        monkeypatch.setattr(TaskIdentity, attr, 1)
+    monkeypatch.setenv("FEDGRAPH_NOISE_SECRET", "client-state-test-secret-0123")
+    cfg = parse_run_config({"method": "gap", "dataset": "cora", "num-clients": 2, "hops": 2,
+                            "encoder-dim": 8, "noise-source": "secret"})
+    view = client_view(cfg, 0)
+    ctx = Context(run_id=1, node_id=1, node_config={"partition-id": 0}, state=RecordDict(),
+                  run_config={})
+    enc = build_encoder(cfg, view.statistics["num_features"], view.statistics["num_classes"])
+    key, n = pma_state_key("all"), view.graph.num_nodes
+    incoming = {"ids": view.graph.node_ids[:2], "sums": torch.ones(2, 8)}
+    for hop in (1, 2, 3):
+        records = {"config": ConfigRecord({"json": json.dumps(cfg.model_dump())}),
+                   "pma": ConfigRecord({"hop": hop, "graph": "all"}),
+                   "encoder": ArrayRecord(enc.state_dict()),
+                   "incoming": ArrayRecord(incoming)}
+        reply = client_app.gap_pma(Message(content=RecordDict(records), dst_node_id=1,
+                                           message_type="query.gap_pma"), ctx)
+        released = tensors(reply.content["partial_sums"])
+        if hop <= 2:
+            assert released["sums"].shape == (2708 - n, 8)
+            kept = client_state.get_tensors(ctx, key)
+            assert key + ".token" in ctx.state  # client_state's, not a bare ArrayRecord
+            assert set(kept) == {f"hop{j}" for j in range(hop)} | {"local_sums"}
+            assert client_state.get_tensors(ctx, key) is kept  # memoized: no second decode
+    assert key not in ctx.state and key + ".token" not in ctx.state
+    assert client_state.get_tensors(ctx, hops_key("all"))["hops"].shape == (n, 3, 8)

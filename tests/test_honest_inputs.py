@@ -185,6 +185,35 @@ def test_check_finite_reply_accepts_finite_and_integer_fields():
                        "node 1")
 
 
+def test_check_finite_reply_accepts_finite_values_whose_sum_overflows():
+    # the check's one pass is a float64 sum: finite values may overflow it, and are finite
+    big = np.full(4, np.finfo(np.float64).max)
+    check_finite_reply(RecordDict({"partial_sums": ArrayRecord([big]), "meta": _meta(0)}),
+                       "node 1")
+    big[2] = np.nan
+    with pytest.raises(ClientFailure, match="partial_sums"):
+        check_finite_reply(RecordDict({"partial_sums": ArrayRecord([big])}), "node 1")
+    halves = np.array([1.0 + 1j, complex(np.inf, 0)])
+    with pytest.raises(ClientFailure):
+        check_finite_reply(RecordDict({"partial_sums": ArrayRecord([halves])}), "node 1")
+
+
+@pytest.mark.parametrize("array", [
+    np.arange(12, dtype=np.float32).reshape(3, 4), np.arange(5, dtype=np.int64),
+    np.asfortranarray(np.ones((3, 2))),
+    np.zeros((0, 16), dtype=np.float32), np.float64(2.5)])
+def test_read_only_tensors_equal_the_copies_and_share_the_message_bytes(array):
+    from fedgraph.messaging import array_view, read_only_tensors, tensors
+
+    rec = ArrayRecord([np.asarray(array)])
+    (name,) = rec.keys()
+    view, copy = read_only_tensors(rec)[name], tensors(rec)[name]
+    assert view.dtype == copy.dtype and torch.equal(view, copy)
+    a = array_view(rec[name])
+    if not np.isfortran(np.asarray(array)):  # a read-only view of the message's bytes
+        assert not a.flags.writeable and (not a.flags.owndata or not a.size)
+
+
 class _ReplyGrid:
     """A grid answering every message with a fixed reply content (by destination node)."""
 

@@ -41,12 +41,12 @@ def gap_pma(msg: Message, context: Context) -> Message:
     private = bytes(context.state["gap.secagg"]["private-key"]) if "secagg" in c else None
     req = gap.pma_request(c, private, f"fedgraph gap pma run={context.run_id}")
     key = gap.pma_state_key(req.graph)
-    step = gap.pma_step(cfg, pid, view, req,
-                        tensors(context.state[key]) if key in context.state else None, gen)
-    if step.pending is not None:
-        context.state[key] = ArrayRecord(step.pending)
+    kept = client_state.get_tensors(context, key) if key in context.state else None
+    step = gap.pma_step(cfg, pid, view, req, kept, gen)
+    if step.pending is not None:  # kept out of the Context Flower ships with every message
+        client_state.put_tensors(context, key, step.pending)
     else:  # the last hop: the PMA state goes, the classifier's inputs stay
-        del context.state[key]
+        client_state.drop(context, key)
         client_state.put_tensors(context, gap.hops_key(req.graph), {"hops": step.hops})
     return reply(msg, partial_sums=ArrayRecord(step.release))
 
