@@ -13,6 +13,14 @@ Phases (``--phases``):
   graph: ``h = normalize(torch.sparse.mm(adj_t, h) + noise)``, ``adj_t`` the CSR matrix of the
   loaded graph's target-sorted edges (before 2026-12-03: ``index_add`` of ``h[src]``, 5x
   slower).
+* ``gap-release-noise``: only the noise that the federated PMA draws beyond the plain loop's:
+  per hop and client, the run's default noise source (:class:`fedgraph.randomness.SecureRandom`,
+  a fresh key per release, :func:`~fedgraph.randomness.add_gaussian_`) on one ``[N - n_i, e]``
+  block, the rows a client releases for the nodes it does not hold (``(C - 1) N`` rows per
+  hop in all; ``--clients`` clients, random partition). The plain side of the comparison
+  "with the releases' work": a whole run's ``run:gap`` row reports ``pma_ratio`` (its PMA
+  phase against ``run-plain:gap``'s aggregation) and, with this cell in the same invocation,
+  ``pma_ratio_releases`` (against that aggregation plus this noise).
 * ``flexprop``: PPGNN's FlexProp on the server (:func:`fedgraph.nn.weighted_propagation`,
   level weights, ``--steps`` steps) on the graph's 32 binary features.
 * ``flexprop-plain``: the same propagation as a plain loop, per step
@@ -129,8 +137,10 @@ from fedgraph.procstats import (GIB, PhaseTimer, TreeSampler, have_psutil,  # no
                                 peak_rss_gib, terminate_leftovers)
 
 PHASES = ("gap-plain", "gap-pma", "flexprop-plain", "flexprop")
+#: the federated PMA's extra noise (module docs), the plain side "with the releases' work"
+RELEASE_NOISE = "gap-release-noise"
 RUN_METHODS = ("gap", "ppgnn", "privgnn")
-ALL_PHASES = PHASES + ("privgnn-answer-plain", "privgnn-answer") + tuple(
+ALL_PHASES = PHASES + (RELEASE_NOISE, "privgnn-answer-plain", "privgnn-answer") + tuple(
     f"{kind}:{m}" for m in RUN_METHODS for kind in ("run-plain", "run"))
 #: federated phase -> its plain counterpart (the ratio's denominator)
 PLAIN = {"gap-pma": "gap-plain", "flexprop": "flexprop-plain",
@@ -220,6 +230,8 @@ def run_one(phase: str, nodes: int, degree: float, clients: int, hops: int, dim:
             h = normalize_rows(s + sigma * torch.randn(n, dim, generator=gen).to(dev))
     elif phase == "gap-pma":
         setup_s = _gap_pma(data, clients, hops, dim, sigma, dev, gen)
+    elif phase == RELEASE_NOISE:
+        setup_s = _release_noise(data, clients, hops, dim, sigma)
     elif phase == "flexprop":
         from fedgraph.nn import weighted_propagation
 
@@ -274,6 +286,26 @@ def _gap_pma(data, num_clients: int, hops: int, dim: int, sigma: float, dev, gen
     h = [normalize_rows(torch.randn(c.num_nodes, dim, generator=gen).to(dev)) for c in clients]
     pma_hops(data.num_nodes, clients, h, hops, sigma,
              lambda k, i: torch.Generator().manual_seed(k * 1000 + i))
+    return setup_s
+
+
+def _release_noise(data, num_clients: int, hops: int, dim: int, sigma: float) -> float:
+    """``gap-release-noise`` (module docs): per hop and client, the CSPRNG noise of the
+    ``[N - n_i, e]`` rows the client releases, into one preallocated block (its allocation is
+    setup). Returns the setup seconds (partition and block)."""
+    import torch
+
+    from fedgraph import randomness as rng
+    from fedgraph.data import partition
+
+    t0 = time.perf_counter()
+    sizes = [c.num_nodes for c in partition(data, num_clients, "random", 0)]
+    n = data.num_nodes
+    block = torch.zeros(n - min(sizes), dim)
+    setup_s = time.perf_counter() - t0
+    for _ in range(hops):
+        for n_i in sizes:
+            rng.add_gaussian_(block[:n - n_i], sigma, rng.SecureRandom())
     return setup_s
 
 
@@ -658,6 +690,10 @@ def _fmt(row: dict) -> str:
         note += f"  seed {row['seed']}"
     if row.get("setup_share") is not None:
         note += f"  setup {100 * row['setup_share']:.1f} %"
+    if row.get("pma_ratio") is not None:
+        note += f"  PMA/aggregation {row['pma_ratio']}"
+        if row.get("pma_ratio_releases") is not None:
+            note += f" ({row['pma_ratio_releases']} with the releases' noise)"
     if row.get("split_s"):
         sp = row["split_s"]
         note += (f"  [setup {sp['setup']:.1f} / comm {sp['communication']:.1f} / compute "
@@ -679,6 +715,29 @@ def _ratios(rows: list[dict]) -> None:
             r["ratio"] = round(r["phase_s"] / max(plain["phase_s"], 1e-9), 2)
             if r.get("tree_pss_gib") and plain.get("tree_pss_gib"):
                 r["mem_ratio"] = round(r["tree_pss_gib"] / plain["tree_pss_gib"], 2)
+        if plain and r["phase"] == "run:gap":
+            _pma_ratios(r, plain, rows)
+
+
+#: the federated GAP run's PMA phase (its report's timings) and the plain run's counterpart
+PMA_PHASE, PLAIN_AGGREGATION = "PMA (clients, via server)", "aggregation"
+
+
+def _pma_ratios(run: dict, plain: dict, rows: list[dict]) -> None:
+    """A ``run:gap`` row's PMA phase against its plain run's aggregation, both ways (module
+    docs, ``gap-release-noise``): ``pma_ratio`` and, when a ``gap-release-noise`` cell of the
+    same size ran, ``pma_ratio_releases`` (its seconds added to the plain aggregation)."""
+    pma = (run.get("timings") or {}).get(PMA_PHASE)
+    agg = (plain.get("timings") or {}).get(PLAIN_AGGREGATION)
+    if not pma or not agg:
+        return
+    run["pma_ratio"] = round(pma / agg, 2)
+    cells = [x for x in rows if x["phase"] == RELEASE_NOISE and x["nodes"] == run["nodes"]
+             and x.get("status", "ok") == "ok"]  # the run's seed's cell if there is one
+    noise = next((x for x in cells if x.get("seed") == run.get("seed")), cells[0] if cells
+                 else None)
+    if noise is not None:
+        run["pma_ratio_releases"] = round(pma / (agg + noise["phase_s"]), 2)
 
 
 def main() -> None:
@@ -801,7 +860,11 @@ def seed_summary(rows: list[dict]) -> list[str]:
         out.append(f"{key[0]:<21}{key[1]:>9}  time {ms([r['phase_s'] for r in ok])} s  "
                    f"ratio {ms([r.get('ratio') for r in ok])}  test {ms([r.get('test_acc') for r in ok])}"
                    + (f"  pseudo-labels {ms([r.get('pseudo_label') for r in ok])}"
-                      if any("pseudo_label" in r for r in ok) else ""))
+                      if any("pseudo_label" in r for r in ok) else "")
+                   + "".join(f"  {label} {ms([r.get(k) for r in ok])}" for k, label in (
+                       ("pma_ratio", "PMA/aggregation"),
+                       ("pma_ratio_releases", "PMA/(aggregation + releases' noise)"))
+                       if any(k in r for r in ok)))
     return out
 
 

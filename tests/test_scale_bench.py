@@ -97,6 +97,37 @@ def test_ratios_pair_rows_of_the_same_seed_and_the_summary_spans_the_seeds(scale
     assert "ratio 1.375 +- 0.18 (2)" in lines[1]  # the aborted seed is left out
 
 
+def test_the_pma_phase_is_compared_with_the_plain_aggregation_both_ways(scale):
+    pma, agg = scale.PMA_PHASE, scale.PLAIN_AGGREGATION
+    rows = [{"phase": "run-plain:gap", "nodes": 10, "phase_s": 9.0, "seed": 0,
+             "timings": {agg: 2.0}},
+            {"phase": "gap-release-noise", "nodes": 10, "phase_s": 9.9, "seed": 1},
+            {"phase": "gap-release-noise", "nodes": 10, "phase_s": 1.0, "seed": 0},
+            {"phase": "run:gap", "nodes": 10, "phase_s": 12.0, "seed": 0,
+             "timings": {pma: 6.0}, "edges": 40, "device": "cpu"},
+            {"phase": "run:gap", "nodes": 10, "phase_s": 12.0, "seed": 1,
+             "timings": {pma: 6.0}}]
+    scale._ratios(rows)
+    assert rows[3]["pma_ratio"] == 3.0 and rows[3]["pma_ratio_releases"] == 2.0  # seed 0's cell
+    assert "pma_ratio" not in rows[4]  # no plain run of seed 1
+    assert "PMA/aggregation 3.0 (2.0 with the releases' noise)" in scale._fmt(rows[3])
+    assert "PMA/(aggregation + releases' noise) 2 +- 0 (1)" in scale.seed_summary(rows)[-1]
+
+
+def test_the_release_noise_cell_draws_the_rows_the_clients_release(scale, monkeypatch):
+    from fedgraph import randomness
+
+    drawn = []
+    real = randomness.add_gaussian_
+    monkeypatch.setattr(randomness, "add_gaussian_", lambda x, sigma, g: (
+        drawn.append((tuple(x.shape), sigma, type(g).__name__)), real(x, sigma, g))[1])
+    row = scale.run_one("gap-release-noise", 300, 6.0, 3, 2, 4, 2, 0.5, "cpu")
+    assert row["phase_s"] > 0 and len(drawn) == 2 * 3  # hops x clients
+    assert {d[1:] for d in drawn} == {(0.5, "SecureRandom")}
+    assert sum(d[0][0] for d in drawn) == 2 * (3 - 1) * 300  # (C - 1) N rows per hop
+    assert {d[0][1] for d in drawn} == {4}
+
+
 def test_whole_run_time_split_adds_up_and_keeps_setup_apart(scale):
     """run_split: setup phases whole, the clients' handlers outside setup as their compute,
     the server's waits minus those as communication, the rest of the phases as the server's
