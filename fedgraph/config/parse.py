@@ -33,6 +33,34 @@ def method_of(run_config: dict[str, Any]) -> str:
     return strategy if strategy in METHOD_CONFIGS else str(dict(run_config).get("method", "ppgnn"))
 
 
+def _allowed(model, key: str) -> str:
+    """``"; allowed: (0, inf)"``-style range of ``model``'s numeric field ``key`` from its
+    bounds (``gt``/``ge``/``lt``/``le``); a list of levels: each value's; "" if none is known."""
+    field = model.model_fields.get(key) if model is not None else None
+    if field is None:
+        return ""
+    if key in RANGES:
+        return f"; allowed: {RANGES[key]}"
+    lo, hi = "-inf", "inf"
+    left, right = "(", ")"
+    for m in field.metadata:
+        if getattr(m, "gt", None) is not None:
+            lo, left = f"{m.gt:g}", "("
+        if getattr(m, "ge", None) is not None:
+            lo, left = f"{m.ge:g}", "["
+        if getattr(m, "lt", None) is not None:
+            hi, right = f"{m.lt:g}", ")"
+        if getattr(m, "le", None) is not None:
+            hi, right = f"{m.le:g}", "]"
+    return "" if (lo, hi) == ("-inf", "inf") else f"; allowed: {left}{lo}, {hi}{right}"
+
+
+#: the allowed values of keys whose bounds live in validators, for the non-finite check
+RANGES = {"delta": "[1e-12, 1)", "budgets": "comma-separated epsilons in (0, inf), strictly increasing",
+               "level_shares": "comma-separated shares >= 0 summing to 1, one per level",
+               "steps": "comma-separated integers in [0, 256]"}
+
+
 def parse_run_config(run_config: dict[str, Any]) -> _Base:
     """Validate a flat Flower run config (keys with ``-`` or ``_``) into its method's model:
     ``strategy`` if it names a method (``ppgnn``, ``gap``, ``privgnn``), else ``method``.
@@ -42,12 +70,16 @@ def parse_run_config(run_config: dict[str, Any]) -> _Base:
     """
     cfg = {str(k).replace("-", "_"): v for k, v in dict(run_config).items() if k != "strategy"}
     cfg["method"] = method_of(run_config)
+    model = METHOD_CONFIGS.get(cfg["method"])
+    text = {k for k, f in (model.model_fields.items() if model else ()) if f.annotation is str}
     bad = [k for k, v in cfg.items() if isinstance(v, float) and not math.isfinite(v)
-           or isinstance(v, str) and v.strip().lower() in ("nan", "inf", "-inf", "+inf")]
+           or k not in text and isinstance(v, str)
+           and v.strip().lower() in ("nan", "inf", "-inf", "+inf")]
     if bad and not all(k == "client_epsilons" and str(cfg[k]).strip().lower() == "inf" for k in bad):
         raise ConfigError("invalid run config:\n  " + "\n  ".join(
             f"{k.replace('_', '-')}: must be a finite number (got {cfg[k]!r})"
-            + ("; inf (no noise) is allowed, nan is not" if k == "client_epsilons" else "")
+            + ("; inf (no noise) is allowed, nan is not" if k == "client_epsilons"
+               else _allowed(model, k))
             for k in bad))
     method = cfg["method"]
     if method not in METHOD_CONFIGS:
