@@ -25,6 +25,19 @@ if pids=$(pgrep -f flower-superlink); then
     fi
   done
 fi
+# The SuperLink `flwr run` starts for this job is stopped when the job ends (one that was
+# already running, this environment's, is left as it was).
+superlinks() { pgrep -f "flower-superlink.*--control-api-address $CONTROL " || true; }
+already=$(superlinks)
+stop_superlink() {
+  [ -z "$already" ] || return 0
+  for pid in $(superlinks); do
+    tr '\0' ' ' < "/proc/$pid/cmdline" 2>/dev/null | grep -q "$PWD/.venv/" || continue
+    pkill -TERM -P "$pid" 2>/dev/null || true  # its SuperExec processes
+    kill -TERM "$pid" 2>/dev/null || true
+  done
+}
+trap stop_superlink EXIT
 OUT="$PWD/outputs"
 RUN="main-$(date +%Y%m%d-%H%M%S)"
 flwr run . --stream \

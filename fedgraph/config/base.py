@@ -7,7 +7,7 @@ from __future__ import annotations
 import math
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from ..secret import RETIRED_NOISE_SOURCES
 
@@ -35,7 +35,10 @@ def _floats(value: Any) -> list[float]:
 def _client_epsilons(cls, v: Any) -> list[float]:
     """``client-epsilons``: one epsilon target per client (cycled), each in (0, inf]."""
     vals = _floats(v)
-    if not vals or any(not (e > 0) or math.isnan(e) for e in vals):
+    if any(math.isnan(e) for e in vals):
+        raise ValueError(f"an epsilon is NaN; every epsilon must be a number > 0 (allowed: "
+                         f"(0, inf], inf: no noise), got {v!r}")
+    if not vals or any(not (e > 0) for e in vals):
         raise ValueError(f"every epsilon must be > 0 (allowed: (0, inf]), got {v!r}")
     return vals
 
@@ -170,6 +173,15 @@ class DataConfig(_Base):
 
             spec = dataset_spec(v)
         return spec
+
+    @model_validator(mode="after")
+    def _files_need_a_root(self):
+        """``dataset = "files"`` reads the folder (or ``.pt`` file) ``data-root`` names, not
+        ``$FEDGRAPH_DATA``: refused here, before any client or Ray starts."""
+        if self.dataset == "files" and not str(self.data_root).strip():
+            raise ValueError("data-root: dataset 'files' reads the folder (or .pt file) of the "
+                             "graph's files named by data-root; set data-root (got nothing)")
+        return self
 
     @field_validator("partitioner")
     @classmethod

@@ -33,32 +33,11 @@ def method_of(run_config: dict[str, Any]) -> str:
     return strategy if strategy in METHOD_CONFIGS else str(dict(run_config).get("method", "ppgnn"))
 
 
-def _allowed(model, key: str) -> str:
-    """``"; allowed: (0, inf)"``-style range of ``model``'s numeric field ``key`` from its
-    bounds (``gt``/``ge``/``lt``/``le``); a list of levels: each value's; "" if none is known."""
-    field = model.model_fields.get(key) if model is not None else None
-    if field is None:
-        return ""
-    if key in RANGES:
-        return f"; allowed: {RANGES[key]}"
-    lo, hi = "-inf", "inf"
-    left, right = "(", ")"
-    for m in field.metadata:
-        if getattr(m, "gt", None) is not None:
-            lo, left = f"{m.gt:g}", "("
-        if getattr(m, "ge", None) is not None:
-            lo, left = f"{m.ge:g}", "["
-        if getattr(m, "lt", None) is not None:
-            hi, right = f"{m.lt:g}", ")"
-        if getattr(m, "le", None) is not None:
-            hi, right = f"{m.le:g}", "]"
-    return "" if (lo, hi) == ("-inf", "inf") else f"; allowed: {left}{lo}, {hi}{right}"
-
-
 #: the allowed values of keys whose bounds live in validators, for the non-finite check
-RANGES = {"delta": "[1e-12, 1)", "budgets": "comma-separated epsilons in (0, inf), strictly increasing",
-               "level_shares": "comma-separated shares >= 0 summing to 1, one per level",
-               "steps": "comma-separated integers in [0, 256]"}
+RANGES = {"delta": "[1e-12, 1)",
+          "budgets": "comma-separated epsilons in (0, inf), strictly increasing",
+          "level_shares": "comma-separated shares >= 0 summing to 1, one per level",
+          "steps": "comma-separated integers in [0, 256]"}
 
 
 def parse_run_config(run_config: dict[str, Any]) -> _Base:
@@ -79,7 +58,8 @@ def parse_run_config(run_config: dict[str, Any]) -> _Base:
         raise ConfigError("invalid run config:\n  " + "\n  ".join(
             f"{k.replace('_', '-')}: must be a finite number (got {cfg[k]!r})"
             + ("; inf (no noise) is allowed, nan is not" if k == "client_epsilons"
-               else _allowed(model, k))
+               else f"; allowed: {_declared_range(model, k)}" if _declared_range(model, k)
+               else "")
             for k in bad))
     method = cfg["method"]
     if method not in METHOD_CONFIGS:
@@ -110,24 +90,38 @@ def parse_run_config(run_config: dict[str, Any]) -> _Base:
                 msg = msg.removeprefix(f"{key}: ").removeprefix(f"{key.replace('-', '_')}: ")
                 if "got" not in msg and not isinstance(got, dict):
                     msg += f" (got {got!r})"
-                if e["type"] in _BOUND_ERRORS and "allowed" not in msg:
+                if e["type"] in _RANGE_ERRORS and "allowed" not in msg:
                     allowed = _allowed_range(model, e["loc"])
                     msg += f"; allowed: {allowed}" if allowed else ""
                 lines.append(f"{key}: {msg}")
         raise ConfigError("invalid run config:\n  " + "\n  ".join(lines)) from None
 
 
-#: pydantic's error types of a numeric bound (``ge``, ``gt``, ``le``, ``lt``)
-_BOUND_ERRORS = frozenset({"greater_than", "greater_than_equal", "less_than",
-                           "less_than_equal"})
+#: pydantic's error types after which the message adds the field's allowed values: a numeric
+#: bound (``ge``, ``gt``, ``le``, ``lt``) or a value that is not a number of the field's type
+_RANGE_ERRORS = frozenset({"greater_than", "greater_than_equal", "less_than",
+                           "less_than_equal", "int_parsing", "int_from_float", "float_parsing",
+                           "int_type", "float_type"})
+
+
+def _declared_range(model, key: str) -> str | None:
+    """:func:`_allowed_range` of ``key`` in ``model``, else in the first method that declares
+    it (a key of another method: pyproject declares them all)."""
+    for m in [model] * (model is not None) + list(METHOD_CONFIGS.values()):
+        if key in m.model_fields:
+            return _allowed_range(m, (key,))
+    return None
 
 
 def _allowed_range(model, loc: tuple) -> str | None:
     """The interval a numeric field's bounds allow, e.g. ``[0, 1)`` or ``[1, inf)``, for an
-    error message (``None`` when ``loc`` is not one bounded field of ``model``)."""
+    error message (:data:`RANGES` for fields checked by a validator; ``None`` when ``loc`` is
+    not one bounded field of ``model``)."""
     info = model.model_fields.get(str(loc[0])) if len(loc) == 1 else None
     if info is None:
         return None
+    if str(loc[0]) in RANGES:
+        return RANGES[str(loc[0])]
     lo = hi = None
     lo_closed = hi_closed = False
     for m in info.metadata:
