@@ -17,7 +17,7 @@ from pydantic import ValidationError
 from ..errors import ConfigError
 from .base import _Base
 from .gap import GAPConfig
-from .ppgnn import PPGNNConfig
+from .ppgnn import MAX_STEPS, PPGNNConfig
 from .privgnn import PrivGNNConfig
 from .progap import ProGAPConfig
 
@@ -33,11 +33,10 @@ def method_of(run_config: dict[str, Any]) -> str:
     return strategy if strategy in METHOD_CONFIGS else str(dict(run_config).get("method", "ppgnn"))
 
 
-#: the allowed values of keys whose bounds live in validators, for the non-finite check
-RANGES = {"delta": "[1e-12, 1)",
-          "budgets": "comma-separated epsilons in (0, inf), strictly increasing",
+#: the allowed values of list keys (checked by their validators), for the non-finite check
+RANGES = {"budgets": "comma-separated epsilons in (0, inf), strictly increasing",
           "level_shares": "comma-separated shares >= 0 summing to 1, one per level",
-          "steps": "comma-separated integers in [0, 256]"}
+          "steps": f"comma-separated integers in [0, {MAX_STEPS}]"}
 
 
 def parse_run_config(run_config: dict[str, Any]) -> _Base:
@@ -107,21 +106,23 @@ _RANGE_ERRORS = frozenset({"greater_than", "greater_than_equal", "less_than",
 def _declared_range(model, key: str) -> str | None:
     """:func:`_allowed_range` of ``key`` in ``model``, else in the first method that declares
     it (a key of another method: pyproject declares them all)."""
-    for m in [model] * (model is not None) + list(METHOD_CONFIGS.values()):
-        if key in m.model_fields:
-            return _allowed_range(m, (key,))
-    return None
+    declaring = [m for m in (model, *METHOD_CONFIGS.values()) if m and key in m.model_fields]
+    return _allowed_range(declaring[0], (key,)) if declaring else None
 
 
 def _allowed_range(model, loc: tuple) -> str | None:
     """The interval a numeric field's bounds allow, e.g. ``[0, 1)`` or ``[1, inf)``, for an
-    error message (:data:`RANGES` for fields checked by a validator; ``None`` when ``loc`` is
+    error message (:data:`RANGES` for list keys, delta's from the accountants' floor; ``None`` when ``loc`` is
     not one bounded field of ``model``)."""
     info = model.model_fields.get(str(loc[0])) if len(loc) == 1 else None
     if info is None:
         return None
     if str(loc[0]) in RANGES:
         return RANGES[str(loc[0])]
+    if str(loc[0]) == "delta":  # checked by accounting's check_delta, not by field bounds
+        from ..accounting.accountants import DELTA_FLOOR
+
+        return f"[{DELTA_FLOOR:g}, 1)"
     lo = hi = None
     lo_closed = hi_closed = False
     for m in info.metadata:

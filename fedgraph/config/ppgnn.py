@@ -10,6 +10,9 @@ from ..limits import ESW_MAX_EPSILON, ppm_level_scan_limit
 from .base import DataConfig, _check_extension, _delta, _floats
 
 
+#: the most propagation steps a ``steps`` entry may ask for
+MAX_STEPS = 256
+
 class PPGNNConfig(DataConfig):
     """PPGNN (personalized LDP on features, PPGNN paper) and its baselines BASE and LPGNN.
 
@@ -60,8 +63,8 @@ class PPGNNConfig(DataConfig):
     @classmethod
     def _parse_steps(cls, v: Any) -> list[int]:
         vals = _floats(v)
-        if not vals or any(k != int(k) or not 0 <= k <= 256 for k in vals):
-            raise ValueError(f"steps must be integers in [0, 256], got {v!r}")
+        if not vals or any(k != int(k) or not 0 <= k <= MAX_STEPS for k in vals):
+            raise ValueError(f"steps must be integers in [0, {MAX_STEPS}], got {v!r}")
         return [int(k) for k in vals]
 
     @field_validator("budgets", "level_shares", mode="before")
