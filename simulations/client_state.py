@@ -31,12 +31,14 @@ import sys
 import torch
 from flwr.app import ArrayRecord, ConfigRecord, Context
 
-__all__ = ["put_tensors", "get_tensors", "drop", "in_ray_worker"]
+__all__ = ["put_tensors", "get_tensors", "derived", "drop", "in_ray_worker"]
 
 #: (run id, node id, key) -> (token, {name: tensor}): what this process decoded last
 _MEMO: dict[tuple, tuple[str, dict]] = {}
 #: (run id, node id, key) -> ObjectRef this actor put (keeps the object alive with the actor)
 _OWNED: dict[tuple, object] = {}
+#: (run id, node id, key) -> (token, what this process derived for the node) (:func:`derived`)
+_DERIVED: dict[tuple, object] = {}
 
 
 def in_ray_worker() -> bool:
@@ -113,10 +115,36 @@ def get_tensors(context: Context, key: str) -> dict[str, torch.Tensor]:
     return tensors
 
 
+def derived(context: Context, key: str, build):
+    """``build()``, memoized in this process for this node's run under ``key``: what a client
+    derives from its own data and the run and reads in several messages (GAP's sums over its
+    edges, the same at every PMA hop: :func:`fedgraph.methods.gap.client_pma.pma_edge_sums`).
+    Only a token goes into the ``Context`` (under ``key + ".derived"``), nothing into the
+    object store: a process without the token's value (another worker, or a new ``Context``
+    of a run that reuses a run id, as an in-process simulation may) calls ``build`` again, so
+    ``build`` must give the same value for the same ``Context`` (a draw from the client's
+    generator of a fixed purpose does). Other runs' entries are forgotten; :func:`drop`
+    forgets this one."""
+    slot, name = _slot(context, key), key + ".derived"
+    for other in [s for s in _DERIVED if s[0] != slot[0]]:
+        del _DERIVED[other]
+    token = str(context.state[name]["token"]) if name in context.state else None
+    hit = _DERIVED.get(slot)
+    if token is not None and hit is not None and hit[0] == token:
+        return hit[1]
+    token = os.urandom(16).hex()
+    value = build()
+    context.state[name] = ConfigRecord({"token": token})
+    _DERIVED[slot] = (token, value)
+    return value
+
+
 def drop(context: Context, key: str) -> None:
-    """Forget what is kept under ``key`` (no error if nothing is)."""
-    for k in (key, key + ".token"):
+    """Forget what is kept under ``key`` (no error if nothing is), and what was derived under
+    it (:func:`derived`)."""
+    for k in (key, key + ".token", key + ".derived"):
         if k in context.state:
             del context.state[k]
+    _DERIVED.pop(_slot(context, key), None)
     _MEMO.pop(_slot(context, key), None)
     _OWNED.pop(_slot(context, key), None)

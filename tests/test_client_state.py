@@ -116,3 +116,29 @@ def test_under_ray_the_context_carries_a_reference_that_any_actor_resolves():
     assert out["context_bytes"] < 10_000  # the tensors are 3.8 MB
     assert out["on_b"] == out["total"] and out["on_a"] == out["total"]
     assert "lost with the Ray worker" in str(out["owner_gone"]), out["owner_gone"]
+
+
+def test_derived_is_built_once_per_context_and_rebuilt_for_a_new_one():
+    """client_state.derived memoizes what a client derives (GAP's edge sums between PMA hops)
+    for one node's run; a new Context with the same run and node ids (an in-process
+    simulation may reuse them) or a dropped key builds again, so a stale value from another
+    run is never returned."""
+    calls = []
+
+    def build(value):
+        def b():
+            calls.append(value)
+            return value
+        return b
+
+    ctx = _context()
+    assert client_state.derived(ctx, "k", build("a")) == "a"
+    assert client_state.derived(ctx, "k", build("b")) == "a" and calls == ["a"]
+    assert "k.derived" in ctx.state  # a token only
+    assert client_state.derived(_context(), "k", build("c")) == "c"  # same ids, new Context
+    assert client_state.derived(ctx, "k", build("d")) == "d"  # the memo holds one per slot
+    client_state.drop(ctx, "k")
+    assert "k.derived" not in ctx.state
+    assert client_state.derived(ctx, "k", build("e")) == "e"
+    assert client_state.derived(_context(run_id=8), "k", build("f")) == "f"
+    assert all(slot[0] == 8 for slot in client_state._DERIVED)  # other runs forgotten

@@ -45,6 +45,35 @@ def test_pma_step_keeps_the_state_then_the_stacked_hops_as_pma_hop_computes_them
     assert pma_state_key("test") != pma_state_key("all")
 
 
+@pytest.mark.parametrize("level", ["edge", "node"])
+def test_edge_sums_built_once_give_the_hops_built_every_hop(level):
+    """pma_step with a memo (the ClientApp's client_state.derived) builds the client's sums
+    over its edges once, at hop 1, and every hop's release and state are those of building
+    them at every hop (node level: the same degree-bounded edges, one gap:degree draw)."""
+    cfg, view, client = _client()
+    cfg = cfg.model_copy(update={"level": level})
+    memo, builds = {}, []
+
+    def keep(build):
+        if "sums" not in memo:
+            builds.append(1)
+            memo["sums"] = build()
+        return memo["sums"]
+
+    kept = {True: None, False: None}
+    for hop in (1, 2, 3):
+        inc = None if hop == 1 else {"ids": client.node_ids[:3], "sums": torch.ones(3, 4)}
+        steps = {}
+        for memoized in (True, False):
+            torch.manual_seed(0)
+            steps[memoized] = pma_step(cfg, 0, view, PMARequest(hop, incoming=inc),
+                                       kept[memoized], _gen, keep if memoized else None)
+            kept[memoized] = steps[memoized].pending
+        assert torch.equal(steps[True].release["sums"], steps[False].release["sums"])
+        assert torch.equal(steps[True].release["ids"], steps[False].release["ids"])
+    assert torch.equal(steps[True].hops, steps[False].hops) and builds == [1]
+
+
 def test_a_later_hop_without_state_is_refused():
     cfg, view, client = _client()
     inc = {"ids": client.node_ids[:1], "sums": torch.ones(1, 4)}
@@ -92,5 +121,11 @@ def test_the_clientapp_keeps_the_pma_state_through_client_state(monkeypatch):
             assert key + ".token" in ctx.state  # client_state's, not a bare ArrayRecord
             assert set(kept) == {f"hop{j}" for j in range(hop)} | {"local_sums"}
             assert client_state.get_tensors(ctx, key) is kept  # memoized: no second decode
+        if hop == 1:
+            sums = client_state.derived(ctx, key, lambda: None)  # the edge sums of hop 1
+            assert sums is not None and sums[1].row_ids.numel() == 2708 - n
+        if hop == 2:  # not rebuilt at hop 2
+            assert client_state.derived(ctx, key, lambda: None) is sums
     assert key not in ctx.state and key + ".token" not in ctx.state
+    assert key + ".derived" not in ctx.state  # dropped with the state
     assert client_state.get_tensors(ctx, hops_key("all"))["hops"].shape == (n, 3, 8)

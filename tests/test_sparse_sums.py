@@ -110,3 +110,41 @@ def test_half_precision_rows_take_the_index_add_path(dtype):
                           atol=0.1)
     int32 = sum_over_edges(h, src.int(), dst.int(), 40)  # int32 ids are fine
     assert torch.allclose(int32, _definition(h, src, dst, 40), atol=1e-12)
+
+
+@pytest.mark.parametrize('sort', [True, False])
+def test_edge_sum_built_once_is_the_definition_at_every_product(sort):
+    """EdgeSum (PMA's sums over a client's fixed edges, built at the first hop) gives the
+    definition for every h it is applied to, in float32 and float64, with int32 indices on
+    the sorted path, gradients to h, and its named rows (row_ids)."""
+    from fedgraph.utils.sparse import EdgeSum
+
+    src, dst, h = _edges(11, sort=sort)
+    op = EdgeSum(src, dst, 30, num_rows=40, max_elements=7)
+    assert op.num_edges == src.numel() and op.row_ids is None
+    if sort:
+        assert op._col.dtype == torch.int32 and op._crow.dtype == torch.int32
+    for seed in (0, 1):
+        x = torch.randn(30, 5, generator=torch.Generator().manual_seed(seed), dtype=torch.float64)
+        assert torch.allclose(op(x), _definition(x, src, dst, 40), atol=1e-12)
+        assert torch.allclose(op(x.float()), _definition(x, src, dst, 40).float(), atol=1e-5)
+        half = op(x.to(torch.bfloat16))
+        assert half.dtype == torch.bfloat16
+        assert torch.allclose(half.double(), _definition(x.to(torch.bfloat16).double(), src,
+                                                         dst, 40), atol=0.2)
+    x = h.float().requires_grad_()
+    op(x).sum().backward()
+    assert torch.equal(x.grad, torch.bincount(src, minlength=30).float()[:, None].expand(30, 5))
+    named = EdgeSum(src, dst * 2, 30, row_ids=torch.arange(0, 90, 2))
+    assert torch.equal(named.row_ids, torch.arange(0, 90, 2))
+    assert torch.allclose(named(h), _definition(h, src, dst * 2, 90)[::2], atol=1e-12)
+    with pytest.raises(ValueError, match=r'h must be \[30, d\]'):
+        op(torch.randn(29, 5))
+    with pytest.raises(ValueError, match='exactly one of num_rows and row_ids'):
+        EdgeSum(src, dst, 30)
+    with pytest.raises(ValueError, match='every id of dst'):
+        EdgeSum(src, dst * 2 + 1, 30, row_ids=torch.arange(0, 90, 2))
+    with pytest.raises(ValueError, match='every id of dst'):
+        EdgeSum(src, dst, 30, row_ids=torch.zeros(0, dtype=torch.long))
+    with pytest.raises(ValueError, match='src ids must lie in'):
+        EdgeSum(src, dst, 29, num_rows=40)

@@ -121,9 +121,9 @@ def _ones_csr(crow: Tensor, col: Tensor, num_cols: int, dtype: torch.dtype,
 _CSR_DTYPES = (torch.float32, torch.float64)
 
 
-def _check_edges(h: Tensor, src: Tensor, dst: Tensor, num_rows: int | None = None) -> None:
-    """``src``/``dst`` 1-D integer ids of equal length, ``src`` in ``[0, h.size(0))``, ``dst``
-    in ``[0, num_rows)`` (``None``: ``>= 0``): the sparse matmul reads ``h`` unchecked
+def _check_edges(num_cols: int, src: Tensor, dst: Tensor, num_rows: int | None = None) -> None:
+    """``src``/``dst`` 1-D integer ids of equal length, ``src`` in ``[0, num_cols)`` (the rows
+    of ``h``), ``dst`` in ``[0, num_rows)`` (``None``: ``>= 0``): the sparse matmul reads ``h`` unchecked
     (``check_invariants=False``), so an id out of range would read memory outside ``h``
     instead of failing."""
     for name, ids in (("src", src), ("dst", dst)):
@@ -139,8 +139,8 @@ def _check_edges(h: Tensor, src: Tensor, dst: Tensor, num_rows: int | None = Non
     if not src.numel():
         return
     low, high = (int(v) for v in torch.aminmax(src))
-    if low < 0 or high >= h.size(0):
-        raise ValueError(f"src ids must lie in [0, {h.size(0)}) (rows of h), got "
+    if low < 0 or high >= num_cols:
+        raise ValueError(f"src ids must lie in [0, {num_cols}) (rows of h), got "
                          f"[{low}, {high}]")
     low, high = (int(v) for v in torch.aminmax(dst))
     if low < 0:
@@ -153,55 +153,146 @@ class MissingRowError(ValueError):
     """An edge's target is not among the rows asked for (:func:`sum_over_edges_at`)."""
 
 
+class EdgeSum:
+    r"""The sum over a fixed edge list as one matrix, built once and applied to any rows:
+    ``op(h)[j] = sum over edges e with dst[e] = row j of h[src[e]]`` (:math:`A^T H`, GAP paper
+    Eq. 7; PMA's local and remote partial sums, which reuse one client's edges at every hop).
+
+    When ``dst`` is sorted (:func:`is_sorted`; every graph :func:`fedgraph.data.load_dataset`
+    returns is dst-coalesced, and a client's parts keep that order) the edges are the rows of a
+    CSR matrix as they stand: ``crow`` from the counts of ``dst``, the columns ``src`` (int32
+    when the ids fit: a fifth faster in ``torch.sparse.mm`` than int64 at a client's 9.4
+    million boundary edges, 4 bytes per edge), and a product is one ``torch.sparse.mm``; the
+    matrix is kept per dtype and device, so a GPU client moves its edges once. Otherwise (and
+    for float16/bfloat16 rows, which the CPU sparse matmul lacks) each product is the chunked
+    ``index_add_`` (:func:`fedgraph.utils.graph.scatter_sum_chunked`). Either way the result is
+    the same up to float summation order, with gradients to ``h``.
+
+    Args:
+        src: ``[E]`` integer row of ``h`` per edge, in ``[0, num_cols)``.
+        dst: ``[E]`` integer target per edge: an output row in ``[0, num_rows)``, or (with
+            ``row_ids``) an id among ``row_ids``.
+        num_cols: the rows ``n`` of every ``h`` this is applied to.
+        num_rows: the output's rows (``dst`` are row numbers); or
+        row_ids: ``[m]`` sorted distinct non-negative ids naming the output rows (e.g. a
+            client's remote nodes by global id), containing every id of ``dst``.
+        max_elements: memory cap of the ``index_add_`` path's message block (``None``: its
+            default).
+
+    Raises:
+        ValueError: ``src``/``dst`` not 1-D integer ids of equal length or out of range (the
+            sparse matmul reads ``h`` unchecked), neither or both of ``num_rows`` and
+            ``row_ids``, ``row_ids`` not sorted and distinct.
+        MissingRowError: an id of ``dst`` not in ``row_ids`` (a ``ValueError``).
+    """
+
+    def __init__(self, src: Tensor, dst: Tensor, num_cols: int, num_rows: int | None = None,
+                 row_ids: Tensor | None = None, max_elements: int | None = None):
+        if (num_rows is None) == (row_ids is None):
+            raise ValueError("pass exactly one of num_rows and row_ids")
+        _check_edges(num_cols, src, dst, num_rows)  # once, not at every product
+        src, dst = src.long(), dst.long()
+        self.row_ids = row_ids  # the output rows' ids (None: row numbers)
+        if row_ids is not None:
+            if not is_sorted(row_ids) or (row_ids.numel() > 1
+                                          and bool((row_ids[1:] == row_ids[:-1]).any())):
+                raise ValueError("row_ids must be sorted and distinct")
+            num_rows = row_ids.numel()
+        self.num_cols, self.num_rows = int(num_cols), int(num_rows)
+        self.max_elements = max_elements
+        self._matrices: dict = {}
+        self._crow = None
+        if not dst.numel():
+            self._src = self._dst = dst
+            return
+        if is_sorted(dst):
+            if row_ids is None:
+                counts = torch.bincount(dst, minlength=self.num_rows)
+            else:
+                size = max(int(dst[-1]), int(row_ids[-1]) if self.num_rows else 0) + 1
+                counts = torch.bincount(dst, minlength=size)[row_ids.to(dst.device)]
+                if int(counts.sum()) != dst.numel():
+                    raise MissingRowError("row_ids must contain every id of dst")
+            small = dst.numel() < 2 ** 31 and self.num_cols < 2 ** 31
+            index = torch.int32 if small else torch.long
+            self._crow = _crow(counts).to(index)
+            self._col = src.to(index)  # int64: src itself (a view); int32: a copy
+            self._src = self._dst = None
+            return
+        if row_ids is not None:
+            dst = index_in(row_ids, dst)
+            if bool((dst < 0).any()):
+                raise MissingRowError("row_ids must contain every id of dst")
+        self._src, self._dst = src, dst
+
+    @property
+    def num_edges(self) -> int:
+        return int(self._col.numel() if self._crow is not None else self._src.numel())
+
+    def _matrix(self, dtype: torch.dtype, device) -> Tensor:
+        key = (dtype, str(device))
+        if key not in self._matrices:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")  # sparse CSR "beta" warning
+                self._matrices[key] = torch.sparse_csr_tensor(
+                    self._crow.to(device), self._col.to(device),
+                    torch.ones(self._col.numel(), dtype=dtype, device=device),
+                    (self.num_rows, self.num_cols), check_invariants=False)
+        return self._matrices[key]
+
+    def __call__(self, h: Tensor) -> Tensor:
+        """``[num_rows, d]`` of ``h``'s dtype and device from ``h`` ``[num_cols, d]`` (zero
+        rows for rows without edges).
+
+        Raises:
+            ValueError: ``h`` not 2-D with ``num_cols`` rows."""
+        from .graph import MAX_MESSAGE_ELEMENTS, scatter_sum_chunked
+
+        if h.dim() != 2 or h.size(0) != self.num_cols:
+            raise ValueError(f"h must be [{self.num_cols}, d] (the rows the edges' src ids "
+                             f"name), got {tuple(h.shape)}")
+        if self._crow is not None and h.dtype in _CSR_DTYPES:
+            return torch.sparse.mm(self._matrix(h.dtype, h.device), h)
+        if self._crow is not None:  # half precision on a sorted list: rebuild its edge ids
+            counts = (self._crow[1:] - self._crow[:-1]).long()
+            src = self._col.long()
+            dst = torch.repeat_interleave(torch.arange(self.num_rows), counts.cpu())
+        else:
+            src, dst = self._src, self._dst
+        if not src.numel():
+            return torch.zeros(self.num_rows, h.size(1), dtype=h.dtype, device=h.device)
+        return scatter_sum_chunked(h, src.to(h.device), dst.to(h.device), self.num_rows,
+                                   self.max_elements or MAX_MESSAGE_ELEMENTS)
+
+
 def sum_over_edges(h: Tensor, src: Tensor, dst: Tensor, num_rows: int,
                    max_elements: int | None = None) -> Tensor:
     r"""``out[i] = sum over edges e with dst[e] = i of h[src[e]]``: :math:`A^T H`, GAP's sum
-    aggregation (GAP paper Eq. 7) and the sums of PMA's partial rows.
-
-    When ``dst`` is sorted (:func:`is_sorted`; every graph :func:`fedgraph.data.load_dataset`
-    returns is dst-coalesced, and a client's parts keep that order) the edges are the rows of
-    a CSR matrix as they stand (``crow`` from the counts of ``dst``, the columns ``src``
-    itself) and the sum is one sparse matmul, ``torch.sparse.mm``: at 1e6 nodes, 50 M edges
-    and 16 columns, 1.3 s on one CPU thread against 7.0 s for ``index_add_`` of the gathered
-    rows (``bench/scale.py``). Otherwise the chunked ``index_add_``
-    (:func:`fedgraph.utils.graph.scatter_sum_chunked`). Either way the result is the same up
-    to float summation order.
+    aggregation (GAP paper Eq. 7), once: :class:`EdgeSum` built and applied (one sparse
+    matmul when ``dst`` is sorted: at 1e6 nodes, 50 M edges and 16 columns, 1.3 s on one CPU
+    thread against 7.0 s for ``index_add_`` of the gathered rows, ``bench/scale.py``).
 
     Args:
         h: ``[n, d]`` float source rows (any device; the edges may be on the CPU).
         src: ``[E]`` row of ``h`` per edge; dst: ``[E]`` output row per edge, in
             ``[0, num_rows)``.
         num_rows: rows of the output.
-        max_elements: memory cap of the unsorted path's message block (``None``: its default);
-            the sorted path's extra memory is one value per edge (``E`` of ``h``'s dtype).
+        max_elements: memory cap of the unsorted path's message block (``None``: its default).
 
     Returns:
         ``[num_rows, d]`` of ``h``'s dtype and device (zero rows for rows without edges).
-        float16/bfloat16 ``h`` takes the ``index_add_`` path (no sparse matmul for them on
-        the CPU).
 
     Raises:
-        ValueError: ``src`` and ``dst`` not 1-D integer ids of equal length, a ``src`` id
-            outside ``[0, n)``, a ``dst`` id outside ``[0, num_rows)``.
+        ValueError: as :class:`EdgeSum`.
     """
-    from .graph import MAX_MESSAGE_ELEMENTS, scatter_sum_chunked
-
-    _check_edges(h, src, dst, num_rows)
-    src, dst = src.long(), dst.long()
-    if not dst.numel() or h.dtype not in _CSR_DTYPES or not is_sorted(dst):
-        return scatter_sum_chunked(h, src.to(h.device), dst.to(h.device), num_rows,
-                                   max_elements or MAX_MESSAGE_ELEMENTS)
-    crow = _crow(torch.bincount(dst, minlength=num_rows))
-    return torch.sparse.mm(_ones_csr(crow, src, h.size(0), h.dtype, h.device), h)
+    return EdgeSum(src, dst, h.size(0), num_rows=num_rows, max_elements=max_elements)(h)
 
 
 def sum_over_edges_at(h: Tensor, src: Tensor, dst: Tensor, row_ids: Tensor,
                       max_elements: int | None = None) -> Tensor:
     r"""``out[j] = sum over edges e with dst[e] = row_ids[j] of h[src[e]]``: the sums into the
     rows named by ``row_ids`` (e.g. a client's partial sums for remote nodes, ``dst`` global
-    ids), without a position per edge when ``dst`` is sorted (one count per id of
-    ``row_ids``, then :func:`sum_over_edges`' sparse matmul); otherwise each edge's position
-    in ``row_ids`` by one inverse table, then the chunked ``index_add_``.
+    ids), once (:class:`EdgeSum` with ``row_ids``).
 
     Args:
         h: ``[n, d]`` source rows; src: ``[E]`` rows of ``h``; dst: ``[E]`` non-negative ids.
@@ -213,29 +304,9 @@ def sum_over_edges_at(h: Tensor, src: Tensor, dst: Tensor, row_ids: Tensor,
 
     Raises:
         MissingRowError: an id of ``dst`` not in ``row_ids`` (a ``ValueError``).
-        ValueError: ``row_ids`` not sorted and distinct, and as :func:`sum_over_edges`.
+        ValueError: ``row_ids`` not sorted and distinct, and as :class:`EdgeSum`.
     """
-    from .graph import MAX_MESSAGE_ELEMENTS, scatter_sum_chunked
-
-    _check_edges(h, src, dst)
-    src, dst = src.long(), dst.long()
-    if not is_sorted(row_ids) or (row_ids.numel() > 1 and bool((row_ids[1:] == row_ids[:-1]).any())):
-        raise ValueError("row_ids must be sorted and distinct")
-    m = row_ids.numel()
-    if not dst.numel():
-        return torch.zeros(m, h.size(1), dtype=h.dtype, device=h.device)
-    if h.dtype in _CSR_DTYPES and is_sorted(dst):
-        size = max(int(dst[-1]), int(row_ids[-1]) if m else 0) + 1
-        counts = torch.bincount(dst, minlength=size)[row_ids.to(dst.device)]
-        if int(counts.sum()) != dst.numel():
-            raise MissingRowError("row_ids must contain every id of dst")
-        crow = _crow(counts)
-        return torch.sparse.mm(_ones_csr(crow, src, h.size(0), h.dtype, h.device), h)
-    pos = index_in(row_ids, dst)
-    if bool((pos < 0).any()):
-        raise MissingRowError("row_ids must contain every id of dst")
-    return scatter_sum_chunked(h, src.to(h.device), pos.to(h.device), m,
-                               max_elements or MAX_MESSAGE_ELEMENTS)
+    return EdgeSum(src, dst, h.size(0), row_ids=row_ids, max_elements=max_elements)(h)
 
 
 def index_in(ids: Tensor, query: Tensor) -> Tensor:
@@ -264,5 +335,5 @@ def index_in(ids: Tensor, query: Tensor) -> Tensor:
     return table[query].long()
 
 
-__all__ = ["CHUNK", "MissingRowError", "dst_csr", "index_in", "is_dst_coalesced", "is_sorted", "sum_over_edges",
+__all__ = ["CHUNK", "EdgeSum", "MissingRowError", "dst_csr", "index_in", "is_dst_coalesced", "is_sorted", "sum_over_edges",
            "sum_over_edges_at", "unique_edges"]

@@ -42,7 +42,10 @@ def gap_pma(msg: Message, context: Context) -> Message:
     req = gap.pma_request(c, private, f"fedgraph gap pma run={context.run_id}")
     key = gap.pma_state_key(req.graph)
     kept = client_state.get_tensors(context, key) if key in context.state else None
-    step = gap.pma_step(cfg, pid, view, req, kept, gen)
+    # the sums over the client's edges, built at the first hop for the rest (dropped with
+    # the state at the last hop)
+    step = gap.pma_step(cfg, pid, view, req, kept, gen,
+                        lambda build: client_state.derived(context, key, build))
     if step.pending is not None:  # kept out of the Context Flower ships with every message
         client_state.put_tensors(context, key, step.pending)
     else:  # the last hop: the PMA state goes, the classifier's inputs stay

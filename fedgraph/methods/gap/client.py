@@ -32,7 +32,8 @@ from torch import Tensor
 
 from ...device import resolve_device, to_cpu
 from ..rounds import admit_round as rounds_admit
-from .client_pma import client_edges, graph_nodes, masked_release, pma_finish, pma_partial_sums
+from .client_pma import (client_edges, graph_nodes, masked_release, pma_edge_sums, pma_finish,
+                         pma_partial_sums)
 from .models import build_classifier, build_encoder
 from .privacy import check_remote_sigma, privacy_plan
 from .training import evaluate, local_gradient, local_train
@@ -291,7 +292,8 @@ class PMAState:
 
 
 def pma_hop(cfg, partition_id: int, view, req: PMARequest, state: PMAState | None,
-            generator: Callable[[str], object]) -> tuple[PMAState, dict[str, Tensor]]:
+            generator: Callable[[str], object],
+            memo: Callable[[Callable], object] | None = None) -> tuple[PMAState, dict[str, Tensor]]:
     """One PMA hop: finish hop k-1 with the rows received, then compute this client's noisy
     partial sums of hop k and release the rows for remote nodes (GAP Alg. 1 lines 3-6).
 
@@ -306,6 +308,10 @@ def pma_hop(cfg, partition_id: int, view, req: PMARequest, state: PMAState | Non
         generator: ``generator(purpose)``, this client's generator of one release
             (``gap:degree``: degree sampling, the same at every hop; ``gap:pma<k>``: hop k's
             noise; ``:test`` for the held-out graph's run).
+        memo: ``memo(build)`` returns ``build()``, built once for the hops of this PMA run
+            (the ClientApp's :func:`~simulations.client_state.derived`): the client's sums over
+            its edges (:func:`~.client_pma.pma_edge_sums`), the same at every hop. ``None``:
+            built at every hop. Nothing in it is sent.
 
     Returns:
         ``(state, release)``: the state for the next hop and the reply's ``partial_sums``
@@ -329,19 +335,23 @@ def pma_hop(cfg, partition_id: int, view, req: PMARequest, state: PMAState | Non
     out = {"ids": torch.zeros(0, dtype=torch.long), "sums": torch.zeros(0, cfg.encoder_dim)}
     if k <= cfg.hops:
         plan = client_plan(cfg, partition_id, view)
-        local, boundary = client_edges(g, cfg, generator(f"gap:degree{tag}"), in_graph)
-        # a row for every node of the graph held elsewhere: ids fixed by the directory
-        others = torch.ones(view.schema["num_nodes"], dtype=torch.bool)
-        others[g.node_ids] = False
-        if in_graph is not None:
-            others &= in_graph
-        remote = (others.nonzero().flatten() if cfg.cross_client_edges
-                  else others.nonzero()[:0].flatten())
+
+        def edge_sums():
+            local, boundary = client_edges(g, cfg, generator(f"gap:degree{tag}"), in_graph)
+            # a row for every node of the graph held elsewhere: ids fixed by the directory
+            others = torch.ones(view.schema["num_nodes"], dtype=torch.bool)
+            others[g.node_ids] = False
+            if in_graph is not None:
+                others &= in_graph
+            remote = (others.nonzero().flatten() if cfg.cross_client_edges
+                      else others.nonzero()[:0].flatten())
+            return pma_edge_sums(local, boundary, g.num_nodes, remote)
+
         if req.remote_sigma is not None:
             check_remote_sigma(req.remote_sigma, plan.sigma, int(req.remote_contributors))
+        local, boundary = edge_sums() if memo is None else memo(edge_sums)
         local_sums, ids, sums = pma_partial_sums(hops[f"hop{k - 1}"].to(dev), local, boundary,
                                                  plan.sigma, generator(f"gap:pma{k}{tag}"),
-                                                 remote_ids=remote,
                                                  remote_sigma=req.remote_sigma,
                                                  remote_norm=plan.remote_norm)
         hops["local_sums"] = local_sums
@@ -375,10 +385,12 @@ class PMAStep:
 
 
 def pma_step(cfg, partition_id: int, view, req: PMARequest, kept: dict[str, Tensor] | None,
-             generator: Callable[[str], object]) -> PMAStep:
+             generator: Callable[[str], object],
+             memo: Callable[[Callable], object] | None = None) -> PMAStep:
     """``query.gap_pma`` with the client's state in and out: ``kept``, the tensors kept under
     :func:`pma_state_key` after the previous hop (read from hop 2 on; ``None``: nothing kept),
-    and what to keep now (:class:`PMAStep`). The hop itself: :func:`pma_hop`.
+    and what to keep now (:class:`PMAStep`). The hop itself: :func:`pma_hop` (``memo``: as
+    there).
 
     Raises:
         ValueError: a hop after the first without the previous hop's state; and as
@@ -387,7 +399,7 @@ def pma_step(cfg, partition_id: int, view, req: PMARequest, kept: dict[str, Tens
     if req.hop > 1 and kept is None:
         raise ValueError(f"PMA hop {req.hop}: this client kept no state of hop {req.hop - 1}")
     state, release = pma_hop(cfg, partition_id, view, req,
-                             PMAState(kept) if req.hop > 1 else None, generator)
+                             PMAState(kept) if req.hop > 1 else None, generator, memo)
     if req.hop <= cfg.hops:
         return PMAStep(state.tensors, None, release)
     return PMAStep(None, state.stacked(cfg.hops), release)

@@ -37,7 +37,7 @@ from ... import randomness as rng
 from ...config import GAPConfig
 from ...nn.gap import normalize_rows
 from ...utils.graph import MAX_MESSAGE_ELEMENTS, bound_out_degree
-from ...utils.sparse import MissingRowError, index_in, sum_over_edges, sum_over_edges_at
+from ...utils.sparse import EdgeSum, MissingRowError, index_in
 
 
 GRAPHS = ("all", "train", "test")  # PMA's edge sets: whole graph, training graph, held-out graph
@@ -86,7 +86,36 @@ def client_edges(client, cfg: GAPConfig, generator: torch.Generator,
     return kept[:, is_local], torch.stack([rem[0], remote_ids[rem[1] - n]])
 
 
-def pma_partial_sums(h_prev: Tensor, local: Tensor, boundary: Tensor, sigma: float,
+def pma_edge_sums(local: Tensor, boundary: Tensor, num_nodes: int,
+                  remote_ids: Tensor | None = None,
+                  max_elements: int = MAX_MESSAGE_ELEMENTS) -> tuple[EdgeSum, EdgeSum]:
+    """A client's two sums over edges of every PMA hop, built once for a run's hops (the edges
+    are the same at every hop, the node level's degree-bounded ones too: one ``gap:degree``
+    draw): ``(local [n] rows from its local edges, remote [m] rows, one per id of remote_ids,
+    from its boundary edges)`` as :class:`~fedgraph.utils.sparse.EdgeSum`.
+
+    Args:
+        local: ``[2, e_l]`` local edges (local ids); boundary: ``[2, e_b]`` (local src, global
+            dst); num_nodes: ``n``, the client's nodes; remote_ids: as :func:`pma_partial_sums`
+            (``None``: the boundary targets); max_elements: as :func:`pma_partial_sums`.
+
+    Raises:
+        ValueError: ``remote_ids`` missing a boundary target, ids out of range.
+    """
+    if remote_ids is None:
+        remote_ids = torch.unique(boundary[1])
+    local_sum = EdgeSum(local[0], local[1], num_nodes, num_rows=num_nodes,
+                        max_elements=max_elements)
+    try:
+        remote_sum = EdgeSum(boundary[0], boundary[1], num_nodes, row_ids=remote_ids,
+                             max_elements=max_elements)
+    except MissingRowError:
+        raise ValueError("remote_ids must contain every boundary target") from None
+    return local_sum, remote_sum
+
+
+def pma_partial_sums(h_prev: Tensor, local: Tensor | EdgeSum, boundary: Tensor | EdgeSum,
+                     sigma: float,
                      generator: torch.Generator, remote_ids: Tensor | None = None,
                      max_elements: int = MAX_MESSAGE_ELEMENTS,
                      remote_sigma: float | None = None, remote_norm: float | None = None,
@@ -95,7 +124,9 @@ def pma_partial_sums(h_prev: Tensor, local: Tensor, boundary: Tensor, sigma: flo
 
     Args:
         h_prev: normalized hop ``k-1`` of this client's nodes ``[n, e]``.
-        local: ``[2, e_l]`` local edges (local ids); boundary: ``[2, e_b]`` (local src, global dst).
+        local: ``[2, e_l]`` local edges (local ids); boundary: ``[2, e_b]`` (local src, global
+            dst); or both as built once for every hop by :func:`pma_edge_sums` (then
+            ``remote_ids`` and ``max_elements`` are theirs).
         sigma: noise std (noise multiplier x sensitivity); 0 only for GAP without noise.
         remote_ids: sorted global ids of the remote rows to release. Pass every node the client
             does not hold: the released ids must not depend on the edges, or their presence
@@ -128,15 +159,10 @@ def pma_partial_sums(h_prev: Tensor, local: Tensor, boundary: Tensor, sigma: flo
     sigma = check_noise_scale(sigma, "sigma", allow_zero=True)
     remote_sigma = sigma if remote_sigma is None else check_noise_scale(
         remote_sigma, "remote_sigma", allow_zero=sigma == 0)
-    n = h_prev.size(0)
-    local_sums = sum_over_edges(h_prev, local[0], local[1], n, max_elements)
-    if remote_ids is None:
-        remote_ids = torch.unique(boundary[1])
-    try:
-        remote_sums = sum_over_edges_at(h_prev, boundary[0], boundary[1], remote_ids,
+    if not isinstance(local, EdgeSum):
+        local, boundary = pma_edge_sums(local, boundary, h_prev.size(0), remote_ids,
                                         max_elements)
-    except MissingRowError:
-        raise ValueError("remote_ids must contain every boundary target") from None
+    local_sums, remote_sums, remote_ids = local(h_prev), boundary(h_prev), boundary.row_ids
     if remote_norm is not None:
         if not remote_norm > 0:
             raise ValueError(f"remote_norm must be > 0 (or None), got {remote_norm}")
