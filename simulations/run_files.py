@@ -42,6 +42,10 @@ def load_run_config(preset: Optional[str], overrides: List[str]) -> dict:
         k, sep, v = item.partition("=")
         if not sep or not k.strip():
             raise typer.BadParameter(f"--set expects key=value, got {item!r}")
+        if not v.strip():  # a forgotten value must not run with the default unannounced
+            raise typer.BadParameter(
+                f"--set {k.strip()}=: no value; give one, or {k.strip()}='\"\"' (an empty "
+                f"string: the method's default), or leave the key out")
         cfg[k.strip()] = _parse_value(v.strip())
     return cfg
 

@@ -78,3 +78,15 @@ def test_impossible_cpu_requests_are_refused(monkeypatch):
                       (["--gpus-per-client", "-1"], "--gpus-per-client")):
         res = CliRunner().invoke(cli, ["run", *args, "--set", "num-clients=1"])
         assert res.exit_code == 2 and key in res.output, (args, res.output)
+
+
+def test_an_empty_set_value_is_refused_naming_the_key():
+    """``--set delta=`` (a forgotten value) used to run silently with the method's default;
+    it is refused before anything starts, naming the key, and ``key=""`` still means the
+    default (the run config's empty string)."""
+    from fedgraph.simulations.run_files import load_run_config
+
+    res = CliRunner().invoke(cli, ["run", "--set", "delta="])
+    assert res.exit_code == 2, res.output
+    assert "--set delta=: no value" in " ".join(res.output.split())
+    assert load_run_config(None, ['delta=""']) == {"delta": ""}
