@@ -36,8 +36,8 @@ import torch
 from flwr.app import ArrayRecord, ConfigRecord, RecordDict
 
 from fedgraph.errors import ClientFailure
-from fedgraph.messaging import (read_only_tensors, record_workers, send_to_all, tensors,
-                                wait_for_nodes)
+from fedgraph.messaging import (array_record, read_only_tensors, record_workers, send_to_all,
+                                tensors, wait_for_nodes)
 from fedgraph.methods.gap.models import build_classifier, build_encoder
 from fedgraph.methods.gap.privacy import plan_events, remote_noise
 from fedgraph.methods.gap.server import sum_partial_sums, unmask_partial_sums
@@ -349,7 +349,7 @@ class GAPStrategy(PrivateStrategy):
             if self._remote is not None:
                 pma["remote-sigma"], pma["remote-contributors"] = float(self._remote[0]), self._remote[1]
             contents = {n: RecordDict({"config": payload, "pma": ConfigRecord(pma),
-                                       "incoming": ArrayRecord(incoming[n]),
+                                       "incoming": array_record(incoming[n]),
                                        "encoder": encoder_arrays}) for n in nodes}
             release = "pma" + (" (held-out graph)" if graph == "test" else "")
             if self._keys is not None:  # every client gets every public key and the owners

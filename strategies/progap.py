@@ -29,7 +29,7 @@ import torch
 from flwr.app import ArrayRecord, ConfigRecord, RecordDict
 
 from fedgraph.errors import ClientFailure
-from fedgraph.messaging import read_only_tensors, record_workers, tensors
+from fedgraph.messaging import array_record, read_only_tensors, record_workers, tensors
 from fedgraph.methods.gap.server import sum_partial_sums, unmask_partial_sums
 from fedgraph.methods.progap.client import build_model
 from fedgraph.methods.progap.privacy import plan_events, remote_noise
@@ -198,7 +198,7 @@ class ProGAPStrategy(PrivateStrategy):
             incoming = {n: {"ids": i, "sums": s} if i.numel() else empty
                         for n, (i, s) in zip(self.nodes, routed)}
         finish = {n: {"agg": ConfigRecord({"stage": stage, "step": "finish"}),
-                      "incoming": ArrayRecord(incoming[n])} for n in self.nodes}
+                      "incoming": array_record(incoming[n])} for n in self.nodes}
         self.ask(grid, "query.progap_aggregate", per_node=finish)
 
     def _contents(self, records: dict) -> dict:

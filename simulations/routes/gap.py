@@ -7,7 +7,7 @@ import json
 from flwr.app import ArrayRecord, ConfigRecord, Context, Message, MetricRecord
 
 from fedgraph._lazy import LazyModule
-from fedgraph.messaging import tensors
+from fedgraph.messaging import array_record, tensors
 from fedgraph.simulations import client_state
 
 from .common import kept, meta, reply, setup
@@ -51,7 +51,7 @@ def gap_pma(msg: Message, context: Context) -> Message:
     else:  # the last hop: the PMA state goes, the classifier's inputs stay
         client_state.drop(context, key)
         client_state.put_tensors(context, gap.hops_key(req.graph), {"hops": step.hops})
-    return reply(msg, partial_sums=ArrayRecord(step.release))
+    return reply(msg, partial_sums=array_record(step.release))
 
 
 def gap_evaluate_round(msg: Message, context: Context) -> Message:

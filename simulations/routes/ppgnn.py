@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from flwr.app import ArrayRecord, Context, Message, MetricRecord
 
-from fedgraph.messaging import tensors
+from fedgraph.messaging import array_record, tensors
 
 from .common import meta, reply, setup
 
@@ -15,7 +15,7 @@ def ppgnn_query(msg: Message, context: Context) -> Message:
     cfg, pid, view, gen = setup(msg, context)
     report = ppgnn.client_query(view.graph, cfg, view.feature_domain,
                                 view.schema["num_classes"], gen)
-    return reply(msg, report=ArrayRecord(report), meta=meta(view, pid))
+    return reply(msg, report=array_record(report), meta=meta(view, pid))
 
 
 def ppgnn_evaluate(msg: Message, context: Context) -> Message:

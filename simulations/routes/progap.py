@@ -13,7 +13,7 @@ import json
 
 from flwr.app import ArrayRecord, ConfigRecord, Context, Message, MetricRecord
 
-from fedgraph.messaging import tensors
+from fedgraph.messaging import array_record, tensors
 from fedgraph.simulations import client_state
 
 from .common import meta, reply, setup
@@ -97,4 +97,4 @@ def progap_aggregate(msg: Message, context: Context) -> Message:
                          contributors=int(agg["remote-contributors"])
                          if "remote-contributors" in agg else None, secagg=secagg, generator=gen)
     client_state.put_tensors(context, "progap.pending", {"sums": local})
-    return reply(msg, partial_sums=ArrayRecord(out))
+    return reply(msg, partial_sums=array_record(out))
