@@ -313,24 +313,28 @@ def pma_hops(n: int, clients, h: list, hops: int, sigma: float, generator) -> li
     """The federated PMA loop: per hop, every client's partial sums with
     ``generator(hop, client)``'s noise and a row for every node it does not hold, the server's
     sums per node, the owners' finish (``h``: each client's hop-0 rows). Returns the last hop's rows.
+    Each client's sums over its edges are built at the first hop for the others, as the
+    ClientApp does (:func:`~fedgraph.methods.gap.client_pma.pma_edge_sums`).
     Also ``bench/noise_cost.py``'s phase."""
     import torch
 
-    from fedgraph.methods.gap.client_pma import pma_finish, pma_partial_sums
+    from fedgraph.methods.gap.client_pma import pma_edge_sums, pma_finish, pma_partial_sums
     from fedgraph.methods.gap.server import sum_partial_sums
 
     owner = torch.empty(n, dtype=torch.long)
     for i, c in enumerate(clients):
         owner[c.node_ids] = i
     h = list(h)
+    edge_sums = {}
     for k in range(1, hops + 1):
         released, local_sums = [], []
         for i, c in enumerate(clients):
-            others = torch.ones(n, dtype=torch.bool)
-            others[c.node_ids] = False
-            ls, ids, sums = pma_partial_sums(h[i], c.edge_index, c.boundary_edge_index, sigma,
-                                             generator(k, i),
-                                             remote_ids=others.nonzero().flatten())
+            if i not in edge_sums:
+                others = torch.ones(n, dtype=torch.bool)
+                others[c.node_ids] = False
+                edge_sums[i] = pma_edge_sums(c.edge_index, c.boundary_edge_index, c.num_nodes,
+                                             others.nonzero().flatten())
+            ls, ids, sums = pma_partial_sums(h[i], *edge_sums[i], sigma, generator(k, i))
             local_sums.append(ls)
             # What the client sends and the server sums: CPU tensors in a Flower message.
             released.append((ids.cpu(), sums.cpu()))
