@@ -46,7 +46,10 @@ def load_run_config(preset: Optional[str], overrides: List[str]) -> dict:
             raise typer.BadParameter(
                 f"--set {k.strip()}=: no value; give one, or {k.strip()}='\"\"' (an empty "
                 f"string: the method's default), or leave the key out")
-        cfg[k.strip()] = _parse_value(v.strip())
+        key = k.strip()
+        for other in [o for o in cfg if o.replace("_", "-") == key.replace("_", "-")]:
+            del cfg[other]  # --set overrides the key however the preset spelled it
+        cfg[key] = _parse_value(v.strip())
     return cfg
 
 

@@ -253,3 +253,21 @@ def test_fedgraph_run_preset_and_flwr_run_name_the_report_alike(tmp_path):
     under_flwr_run = strategy_cls(cfg).report_path().stem
     pattern = r"-\d{8}-\d{6}-\d+$"
     assert re.sub(pattern, "", names[0]) == re.sub(pattern, "", under_flwr_run) == "gap-cora-seed0"
+
+
+def test_one_key_in_both_spellings_is_refused_unless_the_values_agree():
+    """``encoder-rounds=1`` and ``encoder_rounds=2`` in one run config: which one won depended
+    on their order (a fresh-user trial found the underscore silently winning); refused, naming
+    the key. A ``--set`` replaces the preset's key whatever its spelling."""
+    import pytest
+
+    from fedgraph.config import ConfigError, parse_run_config
+    from fedgraph.simulations.run_files import load_run_config
+
+    with pytest.raises(ConfigError, match="encoder-rounds: given twice, as encoder-rounds = 1 "
+                                          "and encoder_rounds = 2"):
+        parse_run_config({"method": "gap", "encoder-rounds": 1, "encoder_rounds": 2})
+    assert parse_run_config({"method": "gap", "encoder-rounds": 2,
+                             "encoder_rounds": 2}).encoder_rounds == 2
+    assert load_run_config(None, ["encoder-rounds=1", "encoder_rounds=3"]) == {
+        "encoder_rounds": 3}

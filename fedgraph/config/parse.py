@@ -39,13 +39,27 @@ RANGES = {"budgets": "comma-separated epsilons in (0, inf), strictly increasing"
           "steps": f"comma-separated integers in [0, {MAX_STEPS}]"}
 
 
+def _refuse_two_spellings(run_config: dict[str, Any]) -> None:
+    seen: dict[str, str] = {}
+    for key in run_config:
+        name = str(key).replace("-", "_")
+        other = seen.setdefault(name, str(key))
+        if other != str(key) and run_config[other] != run_config[key]:
+            raise ConfigError(f"{name.replace('_', '-')}: given twice, as {other} = "
+                              f"{run_config[other]!r} and {key} = {run_config[key]!r}; give it "
+                              f"once (as {name.replace('_', '-')})")
+
+
 def parse_run_config(run_config: dict[str, Any]) -> _Base:
     """Validate a flat Flower run config (keys with ``-`` or ``_``) into its method's model:
     ``strategy`` if it names a method (``ppgnn``, ``gap``, ``privgnn``), else ``method``.
 
     Raises:
-        ConfigError: unknown method or key, or a value out of range; the message names the key.
+        ConfigError: unknown method or key, a value out of range, or one key given in both
+            spellings with different values (``encoder-rounds`` and ``encoder_rounds``: which
+            one won depended on their order); the message names the key.
     """
+    _refuse_two_spellings(run_config)
     cfg = {str(k).replace("-", "_"): v for k, v in dict(run_config).items() if k != "strategy"}
     cfg["method"] = method_of(run_config)
     model = METHOD_CONFIGS.get(cfg["method"])
