@@ -91,6 +91,15 @@ def run_simulation(run_config: dict, num_cpus: Optional[int] = None,
             early.release()
 
 
+class _NotOurDeprecation:
+    """Drops Flower's "`run_simulation` is deprecated ... use `flwr run`" warning: ``fedgraph
+    run`` calls that API itself, and the user, who typed ``fedgraph run`` (or is told that
+    ``flwr run .`` is the other way in), has nothing to change."""
+
+    def filter(self, record) -> bool:
+        return "`run_simulation` function is deprecated" not in record.getMessage()
+
+
 def _run(run_config, cfg, label, backend, flwr_run_simulation, make_server_app, client_app,
          default_run_name, spec_label) -> dict:
     from fedgraph.errors import RunInterrupted
@@ -107,8 +116,16 @@ def _run(run_config, cfg, label, backend, flwr_run_simulation, make_server_app, 
     from fedgraph.simulations.interrupt import REPORT_PATH
 
     REPORT_PATH[:] = [report_path]
-    flwr_run_simulation(server_app=make_server_app(run_config), client_app=client_app,
-                        num_supernodes=cfg.num_clients, backend_config=backend)
+    import logging
+
+    flwr_log = logging.getLogger("flwr")
+    quiet = _NotOurDeprecation()
+    flwr_log.addFilter(quiet)
+    try:
+        flwr_run_simulation(server_app=make_server_app(run_config), client_app=client_app,
+                            num_supernodes=cfg.num_clients, backend_config=backend)
+    finally:
+        flwr_log.removeFilter(quiet)
     if not report_path.exists():
         raise RuntimeError(f"the run wrote no report at {report_path}: it failed before the "
                            "strategy started (see the log above)")

@@ -90,3 +90,19 @@ def test_an_empty_set_value_is_refused_naming_the_key():
     assert res.exit_code == 2, res.output
     assert "--set delta=: no value" in " ".join(res.output.split())
     assert load_run_config(None, ['delta=""']) == {"delta": ""}
+
+
+def test_flowers_run_simulation_deprecation_is_not_shown_to_fedgraph_run_users():
+    """fedgraph run calls Flower's run_simulation itself; its "use `flwr run`" warning told a
+    fresh user to change what they had not written. Only that record is dropped."""
+    import logging
+
+    from fedgraph.simulations.simulate import _NotOurDeprecation
+
+    def record(text):
+        return logging.LogRecord("flwr", logging.WARNING, __file__, 1, text, None, None)
+
+    quiet = _NotOurDeprecation()
+    assert not quiet.filter(record("DEPRECATED FEATURE: The `run_simulation` function is "
+                                   "deprecated and will be removed in a future version"))
+    assert quiet.filter(record("Manually terminating ClientAppActor"))
