@@ -40,6 +40,8 @@ RANGES = {"budgets": "comma-separated epsilons in (0, inf), strictly increasing"
 
 
 def _refuse_two_spellings(run_config: dict[str, Any]) -> None:
+    """A key given as both ``a-b`` and ``a_b`` with different values (which one won depended
+    on their order) raises :class:`ConfigError` naming it."""
     seen: dict[str, str] = {}
     for key in run_config:
         name = str(key).replace("-", "_")

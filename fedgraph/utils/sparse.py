@@ -106,13 +106,14 @@ def _crow(counts: Tensor) -> Tensor:
 
 
 def _ones_csr(crow: Tensor, col: Tensor, num_cols: int, dtype: torch.dtype,
-              device) -> Tensor:
+              device, index_dtype: torch.dtype = torch.long) -> Tensor:
     """The 0/1 CSR matrix ``[len(crow) - 1, num_cols]`` of row pointers ``crow`` and column
-    ids ``col`` (entries unchecked: the callers' ids are in range), on ``device``."""
+    ids ``col`` (entries unchecked: the callers' ids are in range), on ``device``, with
+    ``index_dtype`` indices (int32 where :class:`EdgeSum`'s ids fit)."""
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # sparse CSR "beta" warning
         return torch.sparse_csr_tensor(
-            crow.to(device, torch.long), col.to(device, torch.long).contiguous(),
+            crow.to(device, index_dtype), col.to(device, index_dtype).contiguous(),
             torch.ones(col.numel(), dtype=dtype, device=device), (crow.numel() - 1, num_cols),
             check_invariants=False)
 
@@ -123,9 +124,9 @@ _CSR_DTYPES = (torch.float32, torch.float64)
 
 def _check_edges(num_cols: int, src: Tensor, dst: Tensor, num_rows: int | None = None) -> None:
     """``src``/``dst`` 1-D integer ids of equal length, ``src`` in ``[0, num_cols)`` (the rows
-    of ``h``), ``dst`` in ``[0, num_rows)`` (``None``: ``>= 0``): the sparse matmul reads ``h`` unchecked
-    (``check_invariants=False``), so an id out of range would read memory outside ``h``
-    instead of failing."""
+    of ``h``), ``dst`` in ``[0, num_rows)`` (``None``: ``>= 0``): the sparse matmul reads
+    ``h`` unchecked (``check_invariants=False``), so an id out of range would read memory
+    outside ``h`` instead of failing."""
     for name, ids in (("src", src), ("dst", dst)):
         if ids.dtype.is_floating_point or ids.dtype.is_complex or ids.dtype == torch.bool \
                 or ids.dim() != 1:
@@ -232,12 +233,8 @@ class EdgeSum:
     def _matrix(self, dtype: torch.dtype, device) -> Tensor:
         key = (dtype, str(device))
         if key not in self._matrices:
-            with warnings.catch_warnings():
-                warnings.simplefilter("ignore")  # sparse CSR "beta" warning
-                self._matrices[key] = torch.sparse_csr_tensor(
-                    self._crow.to(device), self._col.to(device),
-                    torch.ones(self._col.numel(), dtype=dtype, device=device),
-                    (self.num_rows, self.num_cols), check_invariants=False)
+            self._matrices[key] = _ones_csr(self._crow, self._col, self.num_cols, dtype, device,
+                                            self._col.dtype)
         return self._matrices[key]
 
     def __call__(self, h: Tensor) -> Tensor:
