@@ -55,7 +55,9 @@ Phases (``--phases``):
   stop, every client's data loading: each client reads its part from the partition cache,
   filled by the preflight on a miss; the cache is a fresh empty folder per cell, so every
   federated run pays the preflight's split and partition, as a user's first run does:
-  ``--warm-cache`` keeps the user's cache, where a repeated run reads the parts); ``setup_s`` the report's client setup phase (GAP:
+  ``--warm-cache`` keeps the user's cache, where a repeated run reads the parts; ``--keep-work``
+  keeps the work folder, its report, logs and the clients' ``handlers.jsonl``, as the row's
+  ``work_dir``); ``setup_s`` the report's client setup phase (GAP:
   ``setup + calibration (clients)``: the Ray worker's start, the part's load, calibration)
   and ``setup_share`` its share of ``phase_s``.
 * ``run-plain:<method>``: the same method and hyperparameters in one plain process without
@@ -175,6 +177,9 @@ def _sync(dev) -> None:
 RUN_OVERRIDES: dict[str, str] = {}
 #: ``--warm-cache``: the federated runs use the user's partition cache (else a fresh one each)
 WARM_CACHE = False
+#: ``--keep-work``: a whole run's work folder (report, logs, the clients' ``handlers.jsonl``)
+#: is kept, and its path recorded in the row as ``work_dir`` (else removed after the cell)
+KEEP_WORK = False
 
 
 def _settings(method: str, nodes: int, degree: float, clients: int, device: str,
@@ -529,7 +534,10 @@ def _whole_run(phase: str, nodes: int, degree: float, clients: int, device: str,
     else:
         res = json.loads((work / "stdout.log").read_text().strip().splitlines()[-1])
         res["split"] = plain_split(st["wall_s"], res["timings"])
-    shutil.rmtree(work, ignore_errors=True)
+    if KEEP_WORK:
+        res["work_dir"] = str(work)
+    else:
+        shutil.rmtree(work, ignore_errors=True)
     # The clients' setup phase of a federated run (GAP: "setup + calibration (clients)"):
     # its seconds and its share of the whole wall time.
     setup = next((v for k, v in (res.get("timings") or {}).items()
@@ -549,7 +557,8 @@ def _whole_run(phase: str, nodes: int, degree: float, clients: int, device: str,
             **({"phase_peak_mib": res.get("phase_peak_mib")} if kind == "run" else {}),
             **({"pseudo_label": round(res["pseudo_label"], 4)}
                if res.get("pseudo_label") is not None else {}),
-            "timings": res.get("timings"), "split_s": res.get("split"), "settings": settings}
+            "timings": res.get("timings"), "split_s": res.get("split"), "settings": settings,
+            **({"work_dir": res["work_dir"]} if "work_dir" in res else {})}
 
 
 #: the handlers of a federated run's setup phase (GAP's ``setup + calibration (clients)``)
@@ -774,11 +783,14 @@ def main() -> None:
     ap.add_argument("--warm-cache", action="store_true",
                     help="federated runs read the user's partition cache (default: a fresh "
                          "empty one per cell: the first run's split and partition included)")
+    ap.add_argument("--keep-work", action="store_true",
+                    help="keep each whole run's work folder (report, logs, the clients' "
+                         "handler times) and record its path in the row as work_dir")
     ap.add_argument("--one", action="store_true", help=argparse.SUPPRESS)
     ap.add_argument("--plain-child", action="store_true", help=argparse.SUPPRESS)
     a = ap.parse_args()
-    global WARM_CACHE
-    WARM_CACHE = a.warm_cache
+    global WARM_CACHE, KEEP_WORK
+    WARM_CACHE, KEEP_WORK = a.warm_cache, a.keep_work
     for item in a.set:
         key, sep, value = item.partition("=")
         if not sep or not key:
@@ -813,7 +825,8 @@ def main() -> None:
                str(a.queries), "--run-cpus", str(a.run_cpus), "--mem-limit",
                str(a.mem_limit), "--min-avail", str(a.min_avail), "--timeout",
                str(a.timeout)] + (["--set", *sets] if sets else []) + (
-                   ["--warm-cache"] if a.warm_cache else [])
+                   ["--warm-cache"] if a.warm_cache else []) + (
+                   ["--keep-work"] if a.keep_work else [])
         work = Path(tempfile.mkdtemp(prefix="fedgraph-scale-cell-"))
         st = _measure(cmd, dict(os.environ), a.timeout + 60, a.mem_limit,
                       work / "stdout.log", work / "stderr.log", pss=False,

@@ -183,3 +183,20 @@ def test_the_report_times_the_servers_waits_on_clients_per_phase(tmp_path):
                "partitioner": "random", "encoder-rounds": 1, "classifier-rounds": 1,
                "output-dir": str(tmp_path), "run-name": "t2"})
     assert len(handler_times.read(log)) == before  # off without the variable
+
+
+@pytest.mark.parametrize("keep", [False, True])
+def test_keep_work_keeps_a_whole_runs_folder_and_records_it(scale, monkeypatch, keep):
+    import shutil
+
+    monkeypatch.setattr(scale, "KEEP_WORK", keep)
+    row = scale._whole_run("run-plain:gap", 300, 6.0, 2, "cpu", 0, 1, 8.0, 300.0, min_avail=0.1)
+    assert row["edges"] == 1800
+    if not keep:
+        assert "work_dir" not in row
+        return
+    work = Path(row["work_dir"])
+    try:
+        assert (work / "stdout.log").read_text().strip()  # the child's row: what was measured
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
