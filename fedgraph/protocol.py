@@ -347,7 +347,11 @@ _GAP = (
                       when="`fedgraph.methods.gap.privacy.remote_noise` sets one (secure "
                       "aggregation; node level or undirected edges with different sigmas)"),
                 Field("remote-contributors", "int", "how many clients' rows are summed per "
-                      "remote node", required=False, when="with `remote-sigma`"))),
+                      "remote node", required=False, when="with `remote-sigma`"),
+                Field("object-store", "bool", "the server reads Ray's object store (a Ray "
+                      "simulation): a client in a Ray worker may send `partial_sums` as a "
+                      "reference into it, and `incoming` may be one "
+                      "(`fedgraph.messaging.bulk_record`); false: ArrayRecords"))),
             _incoming("e", "the sums of the rows other clients released for this client's "
                       "nodes at hop k-1 (empty at hop 1)"),
             _state_dict("encoder", "encoder (`fedgraph.methods.gap.models.build_encoder`)",
@@ -514,7 +518,11 @@ _PROGAP = (
                       required=False, when="`release`, when "
                       "`fedgraph.methods.progap.privacy.remote_noise` sets one"),
                 Field("remote-contributors", "int", "clients summed per remote node",
-                      required=False, when="with `remote-sigma`"))),
+                      required=False, when="with `remote-sigma`"),
+                Field("object-store", "bool", "the server reads Ray's object store: the "
+                      "release may be a reference into it, and the finish's `incoming` may be "
+                      "one (`fedgraph.messaging.bulk_record`)", required=False,
+                      when="`release`"))),
             _state_dict("arrays", _PROGAP_MODEL, "the global weights (whose stage - 1 "
                         "embedding is aggregated)", required=False, when="`release`"),
             _secagg_keys("`release`, secure aggregation"),

@@ -36,8 +36,9 @@ import torch
 from flwr.app import ArrayRecord, ConfigRecord, RecordDict
 
 from fedgraph.errors import ClientFailure
-from fedgraph.messaging import (array_record, read_only_tensors, record_workers, send_to_all,
-                                tensors, wait_for_nodes)
+from fedgraph.messaging import (bulk_record, bulk_tensors, object_store_available,
+                                record_workers, release_bulk, send_to_all, tensors,
+                                wait_for_nodes)
 from fedgraph.methods.gap.models import build_classifier, build_encoder
 from fedgraph.methods.gap.privacy import plan_events, remote_noise
 from fedgraph.methods.gap.server import sum_partial_sums, unmask_partial_sums
@@ -341,15 +342,18 @@ class GAPStrategy(PrivateStrategy):
     def _pma(self, grid, nodes, owner, payload, encoder_arrays, graph: str = "all") -> None:
         """Hops 1..K; message k also carries the partial sums for hop k-1 (k = K+1: finish).
         ``graph``: the edge set (``all``, ``train``: the training graph, ``test``: the
-        held-out graph), decided on the clients."""
+        held-out graph), decided on the clients. In a Ray simulation the rows travel by Ray's
+        object store, both ways (``object-store``; :func:`fedgraph.messaging.bulk_record`)."""
         empty = {"ids": torch.zeros(0, dtype=torch.long), "sums": torch.zeros(0, self.config.encoder_dim)}
         incoming = {n: empty for n in nodes}
+        shared = object_store_available()
+        slots = {n: ("gap.incoming", graph, n) if shared else None for n in nodes}
         for k in range(1, self.config.hops + 2):
-            pma = {"hop": k, "graph": graph}
+            pma = {"hop": k, "graph": graph, "object-store": shared}
             if self._remote is not None:
                 pma["remote-sigma"], pma["remote-contributors"] = float(self._remote[0]), self._remote[1]
             contents = {n: RecordDict({"config": payload, "pma": ConfigRecord(pma),
-                                       "incoming": array_record(incoming[n]),
+                                       "incoming": bulk_record(incoming[n], slots[n]),
                                        "encoder": encoder_arrays}) for n in nodes}
             release = "pma" + (" (held-out graph)" if graph == "test" else "")
             if self._keys is not None:  # every client gets every public key and the owners
@@ -369,14 +373,17 @@ class GAPStrategy(PrivateStrategy):
                                     f"cancel, so the round fails", replies=err.replies) from err
             if self._keys is not None:
                 unmasked = unmask_partial_sums(
-                    [tensors(replies[n]["partial_sums"]) for n in nodes], owner,
+                    [bulk_tensors(replies[n]["partial_sums"]) for n in nodes], owner,
                     self.config.encoder_dim)
                 incoming = {n: {"ids": ids, "sums": sums}
                             for n, (ids, sums) in zip(nodes, unmasked)}
                 continue
             # views of the replies' bytes: sum_partial_sums only reads them
             released = [(out["ids"], out["sums"]) for out in
-                        map(read_only_tensors, (r["partial_sums"] for r in replies.values()))]
+                        map(bulk_tensors, (r["partial_sums"] for r in replies.values()))]
             routed = sum_partial_sums(released, owner, len(nodes))
+            del released  # no view of a reply outlives its hop: the client frees it next hop
             incoming = {n: {"ids": ids, "sums": sums} if ids.numel() else empty
                         for n, (ids, sums) in zip(nodes, routed)}
+        for slot in slots.values():  # (the process's exit frees them if a hop fails)
+            release_bulk(slot)

@@ -29,7 +29,8 @@ import torch
 from flwr.app import ArrayRecord, ConfigRecord, RecordDict
 
 from fedgraph.errors import ClientFailure
-from fedgraph.messaging import array_record, read_only_tensors, record_workers, tensors
+from fedgraph.messaging import (bulk_record, bulk_tensors, object_store_available,
+                                record_workers, release_bulk, tensors)
 from fedgraph.methods.gap.server import sum_partial_sums, unmask_partial_sums
 from fedgraph.methods.progap.client import build_model
 from fedgraph.methods.progap.privacy import plan_events, remote_noise
@@ -169,7 +170,8 @@ class ProGAPStrategy(PrivateStrategy):
     def _aggregate(self, grid, stage: int, state: dict, owner) -> None:
         """Stage ``stage``'s input: step ``release`` (ledger ``aggregation``), summing per node or
         unmasking, step ``finish``."""
-        agg = {"stage": stage, "step": "release"}
+        shared = object_store_available()  # the rows by Ray's object store (messaging)
+        agg = {"stage": stage, "step": "release", "object-store": shared}
         if self._remote is not None:
             agg["remote-sigma"], agg["remote-contributors"] = float(self._remote[0]), self._remote[1]
         contents = self._contents({"arrays": ArrayRecord(state), "agg": ConfigRecord(agg)})
@@ -188,18 +190,22 @@ class ProGAPStrategy(PrivateStrategy):
         empty = {"ids": torch.zeros(0, dtype=torch.long), "sums": torch.zeros(0, self.config.hidden)}
         if self._keys is not None:
             unmasked = unmask_partial_sums(
-                [tensors(replies[n]["partial_sums"]) for n in self.nodes], owner,
+                [bulk_tensors(replies[n]["partial_sums"]) for n in self.nodes], owner,
                 self.config.hidden)
             incoming = {n: {"ids": i, "sums": s} for n, (i, s) in zip(self.nodes, unmasked)}
         else:
             released = [(o["ids"], o["sums"]) for o in  # views: only read
-                        map(read_only_tensors, (r["partial_sums"] for r in replies.values()))]
+                        map(bulk_tensors, (r["partial_sums"] for r in replies.values()))]
             routed = sum_partial_sums(released, owner, len(self.nodes))
+            del released  # no view outlives the step: the client frees its release at finish
             incoming = {n: {"ids": i, "sums": s} if i.numel() else empty
                         for n, (i, s) in zip(self.nodes, routed)}
+        slots = {n: ("progap.incoming", n) if shared else None for n in self.nodes}
         finish = {n: {"agg": ConfigRecord({"stage": stage, "step": "finish"}),
-                      "incoming": array_record(incoming[n])} for n in self.nodes}
+                      "incoming": bulk_record(incoming[n], slots[n])} for n in self.nodes}
         self.ask(grid, "query.progap_aggregate", per_node=finish)
+        for slot in slots.values():
+            release_bulk(slot)
 
     def _contents(self, records: dict) -> dict:
         payload = ConfigRecord({"json": json.dumps(self.config.model_dump())})

@@ -7,7 +7,7 @@ import json
 from flwr.app import ArrayRecord, ConfigRecord, Context, Message, MetricRecord
 
 from fedgraph._lazy import LazyModule
-from fedgraph.messaging import array_record, tensors
+from fedgraph.messaging import array_record, bulk_record, bulk_tensors, release_bulk, tensors
 from fedgraph.simulations import client_state
 
 from .common import kept, meta, reply, setup
@@ -39,18 +39,24 @@ def gap_pma(msg: Message, context: Context) -> Message:
     cfg, pid, view, gen = setup(msg, context)
     c = msg.content
     private = bytes(context.state["gap.secagg"]["private-key"]) if "secagg" in c else None
-    req = gap.pma_request(c, private, f"fedgraph gap pma run={context.run_id}")
+    req = gap.pma_request(c, private, f"fedgraph gap pma run={context.run_id}", bulk_tensors)
     key = gap.pma_state_key(req.graph)
     kept = client_state.get_tensors(context, key) if key in context.state else None
     # the sums over the client's edges, built at the first hop for the rest (dropped with
     # the state at the last hop)
     step = gap.pma_step(cfg, pid, view, req, kept, gen,
                         lambda build: client_state.derived(context, key, build))
+    # the release by Ray's object store when both ends read it (fedgraph.messaging.bulk_record;
+    # the previous hop's, read by the server before it sent this hop, is freed)
+    slot = (int(context.run_id), int(context.node_id), key + ".release")
+    shared = req.object_store and client_state.in_ray_worker()
     if step.pending is not None:  # kept out of the Context Flower ships with every message
         client_state.put_tensors(context, key, step.pending)
-    else:  # the last hop: the PMA state goes, the classifier's inputs stay
-        client_state.drop(context, key)
-        client_state.put_tensors(context, gap.hops_key(req.graph), {"hops": step.hops})
+        return reply(msg, partial_sums=bulk_record(step.release, slot if shared else None))
+    # the last hop: the PMA state and the last release go, the classifier's inputs stay
+    release_bulk(slot)
+    client_state.drop(context, key)
+    client_state.put_tensors(context, gap.hops_key(req.graph), {"hops": step.hops})
     return reply(msg, partial_sums=array_record(step.release))
 
 

@@ -13,7 +13,7 @@ import json
 
 from flwr.app import ArrayRecord, ConfigRecord, Context, Message, MetricRecord
 
-from fedgraph.messaging import array_record, tensors
+from fedgraph.messaging import bulk_record, bulk_tensors, release_bulk, tensors
 from fedgraph.simulations import client_state
 
 from .common import meta, reply, setup
@@ -76,9 +76,13 @@ def progap_aggregate(msg: Message, context: Context) -> Message:
 
     c, agg = msg.content, msg.content["agg"]
     stage = int(agg["stage"])
+    # the release by Ray's object store when both ends read it (fedgraph.messaging.bulk_record),
+    # freed at the finish, which the server sends after it summed the releases
+    slot = (int(context.run_id), int(context.node_id), "progap.release")
     if str(agg["step"]) == "finish":
+        release_bulk(slot)
         _, _, view, _ = setup(msg, context)
-        inc = tensors(c["incoming"])
+        inc = bulk_tensors(c["incoming"])
         cache = dict(client_state.get_tensors(context, "progap.cache")) if stage > 1 else {}
         cache[f"x{stage}"] = finish(client_state.get_tensors(context, "progap.pending")["sums"],
                                     view.graph.node_ids, inc["ids"], inc["sums"])
@@ -97,4 +101,5 @@ def progap_aggregate(msg: Message, context: Context) -> Message:
                          contributors=int(agg["remote-contributors"])
                          if "remote-contributors" in agg else None, secagg=secagg, generator=gen)
     client_state.put_tensors(context, "progap.pending", {"sums": local})
-    return reply(msg, partial_sums=array_record(out))
+    shared = bool(agg.get("object-store", False)) and client_state.in_ray_worker()
+    return reply(msg, partial_sums=bulk_record(out, slot if shared else None))

@@ -244,7 +244,9 @@ class PMARequest:
     sums routed to this client's nodes (``ids [m]``, ``sums [m, e]``; hops >= 2);
     ``remote_sigma``/``remote_contributors``: the common noise std of remote rows and how many
     clients' rows the server sums (:func:`~fedgraph.methods.gap.privacy.remote_noise`);
-    ``secagg``: ``(private key, public keys, index, owner [N], context label)`` for masking."""
+    ``secagg``: ``(private key, public keys, index, owner [N], context label)`` for masking;
+    ``object_store``: the server reads Ray's object store (the reply may be a reference into
+    it, :func:`fedgraph.messaging.bulk_record`)."""
 
     hop: int
     graph: str = "all"
@@ -253,13 +255,17 @@ class PMARequest:
     remote_sigma: float | None = None
     remote_contributors: int | None = None
     secagg: tuple | None = None
+    object_store: bool = False
 
 
-def pma_request(content, private_key: bytes | None, label: str) -> PMARequest:
+def pma_request(content, private_key: bytes | None, label: str,
+                read: Callable | None = None) -> PMARequest:
     """A ``query.gap_pma`` message's records (``pma``: hop, graph, remote sigma and
-    contributors; ``encoder``; ``incoming``; with secure aggregation ``secagg`` and ``owner``)
-    as a :class:`PMARequest`; ``private_key``: this client's secure-aggregation key (``None``
-    without secure aggregation); ``label``: the run's masking context (hop and graph added)."""
+    contributors, object store; ``encoder``; ``incoming``; with secure aggregation ``secagg``
+    and ``owner``) as a :class:`PMARequest`; ``private_key``: this client's secure-aggregation key
+    (``None`` without secure aggregation); ``label``: the run's masking context (hop and graph
+    added); ``read``: how ``incoming`` is decoded (the ClientApp passes
+    :func:`fedgraph.messaging.bulk_tensors`; ``None``: a copy of the ArrayRecord)."""
     def tensors(record) -> dict:
         return dict(record.to_torch_state_dict())
 
@@ -272,10 +278,10 @@ def pma_request(content, private_key: bytes | None, label: str) -> PMARequest:
                   tensors(content["owner"])["owner"], f"{label} graph={graph} hop={hop}")
     return PMARequest(hop, graph,
                       content["encoder"].to_torch_state_dict() if "encoder" in content else None,
-                      tensors(content["incoming"]) if "incoming" in content else None,
+                      (read or tensors)(content["incoming"]) if "incoming" in content else None,
                       float(pma["remote-sigma"]) if "remote-sigma" in pma else None,
                       int(pma["remote-contributors"]) if "remote-contributors" in pma else None,
-                      secagg)
+                      secagg, bool(pma.get("object-store", False)))
 
 
 @dataclass
