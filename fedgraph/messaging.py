@@ -265,17 +265,16 @@ def read_only_tensors(record) -> dict[str, Tensor]:
     instead of copying them: for a consumer that only reads them, such as the server's sum
     of GAP's partial sums (a 54 MB reply per client and hop at 1e6 nodes). Writing to one is
     undefined (the message's bytes are immutable); :func:`tensors` copies."""
-    import warnings
+    return _torch_views({name: array_view(array) for name, array in record.items()})
 
+
+def _torch_views(arrays: dict) -> dict[str, Tensor]:
+    """numpy arrays (read-only views) -> torch tensors over the same memory."""
     import torch
 
-    out = {}
-    for name, array in record.items():
-        a = array_view(array)
-        with warnings.catch_warnings():  # "not writable": the point of a view
-            warnings.simplefilter("ignore", UserWarning)
-            out[name] = torch.from_numpy(a)
-    return out
+    with warnings.catch_warnings():  # "not writable": the point of a view
+        warnings.simplefilter("ignore", UserWarning)
+        return {name: torch.from_numpy(a) for name, a in arrays.items()}
 
 
 #: the ``ConfigRecord`` key of a bulk record: a pickled Ray ``ObjectRef`` (:func:`bulk_record`)
@@ -368,8 +367,4 @@ def bulk_tensors(record) -> dict[str, "Tensor"]:
     """
     if not is_bulk_record(record):
         return read_only_tensors(record)
-    import torch
-
-    with warnings.catch_warnings():  # "not writable": the point of a view
-        warnings.simplefilter("ignore", UserWarning)
-        return {name: torch.from_numpy(a) for name, a in _bulk_arrays(record).items()}
+    return _torch_views(_bulk_arrays(record))
