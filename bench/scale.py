@@ -135,6 +135,10 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))  # this checkout's packages first
 
+# the process settings of every fedgraph process, before torch loads (OpenMP's wait policy,
+# torch's huge-page allocator): the plain side runs under the same ones as the federated run
+import fedgraph.simulations  # noqa: E402,F401
+
 from fedgraph.procstats import (GIB, PhaseTimer, TreeSampler, have_psutil,  # noqa: E402
                                 peak_rss_gib, terminate_leftovers)
 

@@ -303,8 +303,8 @@ def _host() -> dict:
     if torch is not None:
         out["torch_threads"] = torch.get_num_threads()
         out["torch_interop_threads"] = torch.get_num_interop_threads()
-    out["env"] = {k: os.environ[k] for k in ("OMP_NUM_THREADS", "OMP_WAIT_POLICY",
-                                              "MKL_NUM_THREADS") if k in os.environ}
+    out["env"] = {k: os.environ[k] for k in ("OMP_NUM_THREADS", "OMP_WAIT_POLICY", "MKL_NUM_THREADS",
+                                              "THP_MEM_ALLOC_ENABLE") if k in os.environ}
     wakeups = sys.modules.get("fedgraph.simulations.wakeups")
     if wakeups is not None:
         out["flower_wakeups"] = wakeups.installed()

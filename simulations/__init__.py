@@ -9,3 +9,10 @@ import os
 # (``fedgraph run``, ``flwr run``'s ServerApp process, the Ray workers); a user's own value
 # stays.
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+# torch's CPU allocator backs every allocation of >= 2 MiB with transparent huge pages
+# (``madvise``), which the kernel otherwise fills 4 KiB page by page at first touch: each PMA
+# hop allocates its [n, e] sums afresh. A federated GAP run at 1e6 nodes (2 cores, 4 clients)
+# spent half its CPU time in the kernel; with huge pages its PMA phase took 5.6-6.2 s
+# instead of 7.1 s (bench/scale.py; docs/results/performance.md). Same rule: before torch
+# loads, a user's own value (``0``: off) stays; no effect where the kernel's THP is ``never``.
+os.environ.setdefault("THP_MEM_ALLOC_ENABLE", "1")
