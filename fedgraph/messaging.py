@@ -332,8 +332,15 @@ def release_bulk(slot) -> None:
     """Free the object :func:`bulk_record` put under ``slot`` (nothing if none): Ray's
     ``free``, since a reference serialized into a message is pinned for its owner's life."""
     ref = _HELD.pop(slot, None)
-    if ref is None:
-        return
+    if ref is not None:
+        free_object(ref)
+
+
+def free_object(ref) -> None:
+    """Free the Ray object behind ``ref`` in every object store of the cluster, whichever
+    process owns it (Ray's ``free``): a reference serialized into a message or a ``Context``
+    is otherwise pinned for its owner's life. Only for an object nobody reads again: a
+    borrower that resolves it afterwards waits for it (its owner gets ``ObjectFreedError``)."""
     from ray._private import internal_api
 
     with warnings.catch_warnings():  # deprecated, and still the only way to unpin it

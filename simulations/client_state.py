@@ -17,7 +17,13 @@ SuperNode) they stay in ``context.state[key]`` as an ``ArrayRecord``, with the s
 
 Lifetime: the owning actor holds the reference (:data:`_OWNED`), and Ray frees the object
 within seconds of that actor's exit (``tests/test_client_state.py``); Flower's simulation ends
-its actors with the run, so nothing outlives it on an existing cluster. Memory: one copy in
+its actors with the run, so nothing outlives it on an existing cluster. A reference serialized
+into the ``Context`` would otherwise stay pinned until then, so :func:`put_tensors` frees the
+object it replaces under the same key, and :func:`drop` the one it forgets, on whichever actor
+serves the message (GAP's PMA keeps about 80 MB per client at 1e6 nodes between hops). The
+node's previous ``Context`` then names a freed object (an actor resolving it would wait): a
+message that fails after the put leaves no state to retry from, and the strategies end the run
+on a failed client (:mod:`fedgraph.strategies.base`) rather than retry it. Memory: one copy in
 the object store and one decoded copy per process that read it (the memo keeps the current
 run's only). A client's tensors in the object store are visible to the simulation's
 processes, as the ``Context`` that Flower sends through the same store already is: the
@@ -30,6 +36,8 @@ import sys
 
 import torch
 from flwr.app import ArrayRecord, ConfigRecord, Context
+
+from fedgraph.messaging import free_object
 
 __all__ = ["put_tensors", "get_tensors", "derived", "drop", "in_ray_worker"]
 
@@ -72,8 +80,11 @@ def put_tensors(context: Context, key: str, tensors: dict[str, torch.Tensor]) ->
         import ray
 
         ref = ray.put({name: t.numpy() for name, t in tensors.items()})
+        replaced = _stored_ref(context, key)
         _OWNED[slot] = ref
         context.state[key] = ConfigRecord({"ray-ref": ray.cloudpickle.dumps(ref), "token": token})
+        if replaced is not None:  # else pinned until its owner (maybe another actor) exits
+            free_object(replaced)
     else:
         context.state[key] = ArrayRecord(tensors)
         context.state[key + ".token"] = ConfigRecord({"token": token})
@@ -86,7 +97,8 @@ def get_tensors(context: Context, key: str) -> dict[str, torch.Tensor]:
 
     Raises:
         KeyError: nothing kept under ``key``.
-        RuntimeError: under Ray, the tensors were lost with the worker that held them.
+        RuntimeError: under Ray, the tensors were lost with the worker that held them, or
+            freed since (a later :func:`put_tensors` under ``key``, or :func:`drop`).
     """
     if key not in context.state:
         raise KeyError(f"no client state under {key!r}")
@@ -107,8 +119,8 @@ def get_tensors(context: Context, key: str) -> dict[str, torch.Tensor]:
             arrays = ray.get(ray.cloudpickle.loads(bytes(record["ray-ref"])))
         except ray.exceptions.RayError as err:
             raise RuntimeError(f"client state {key!r} of node {context.node_id} was lost with "
-                               f"the Ray worker that held it ({type(err).__name__}); rerun the "
-                               "simulation") from err
+                               "the Ray worker that held it, or replaced since "
+                               f"({type(err).__name__}); rerun the simulation") from err
         tensors = {name: torch.from_numpy(a.copy()) for name, a in arrays.items()}
     if token is not None:
         _remember(slot, token, tensors)
@@ -139,9 +151,22 @@ def derived(context: Context, key: str, build):
     return value
 
 
+def _stored_ref(context: Context, key: str):
+    """The object reference kept under ``key`` in the object store, or None."""
+    record = context.state.get(key)
+    if not isinstance(record, ConfigRecord) or "ray-ref" not in record:
+        return None
+    import ray
+
+    return ray.cloudpickle.loads(bytes(record["ray-ref"]))
+
+
 def drop(context: Context, key: str) -> None:
     """Forget what is kept under ``key`` (no error if nothing is), and what was derived under
-    it (:func:`derived`)."""
+    it (:func:`derived`); under Ray, free its object in the object store."""
+    ref = _stored_ref(context, key) if in_ray_worker() else None
+    if ref is not None:
+        free_object(ref)
     for k in (key, key + ".token", key + ".derived"):
         if k in context.state:
             del context.state[k]

@@ -75,6 +75,10 @@ RAY_SCRIPT = textwrap.dedent("""
             client_state.put_tensors(ctx, "hops", {"hops": torch.randn(20000, 3, 16)})
             return ctx, float(client_state.get_tensors(ctx, "hops")["hops"].sum())
 
+        def drop(self, ctx):
+            client_state.drop(ctx, "hops")
+            return ctx
+
         def get(self, ctx, fresh=False):
             if fresh:  # as an actor that never read them
                 client_state._MEMO.clear()
@@ -90,6 +94,23 @@ RAY_SCRIPT = textwrap.dedent("""
     out = {"total": total, "state_types": sorted(type(v).__name__ for v in ctx.state.values()),
            "context_bytes": len(pickle.dumps(ctx)), "on_b": ray.get(b.get.remote(ctx)),
            "on_a": ray.get(a.get.remote(ctx))}
+    from ray._private import internal_api
+
+    def plasma_objects():  # how many objects the object store holds, after a moment
+        time.sleep(1)
+        summary = internal_api.memory_summary(stats_only=True)
+        return int(summary.split("Plasma memory usage")[1].split(",")[1].split()[0])
+
+    out["objects_1"] = plasma_objects()
+    replaced_on_b, total_b = ray.get(b.put.remote(ctx, 1))  # b replaces what a put
+    out["total_b"], out["new_on_c"] = total_b, ray.get(c.get.remote(replaced_on_b, True))
+    out["objects_replaced"] = plasma_objects()  # a's object, owned by a, is freed by b
+    ray.get(c.drop.remote(replaced_on_b))
+    out["objects_dropped"] = plasma_objects()
+    ctx = Context(run_id=1, node_id=4, node_config={"partition-id": 1}, state=RecordDict(),
+                  run_config={})
+    ctx, out["total_4"] = ray.get(a.put.remote(ctx, 2))
+    out["kept_on_c"] = ray.get(c.get.remote(ctx, True))
     ray.kill(a)
     try:  # wait until the owner is gone
         ray.get(a.get.remote(ctx))
@@ -116,6 +137,11 @@ def test_under_ray_the_context_carries_a_reference_that_any_actor_resolves():
     assert out["context_bytes"] < 10_000  # the tensors are 3.8 MB
     assert out["on_b"] == out["total"] and out["on_a"] == out["total"]
     assert "lost with the Ray worker" in str(out["owner_gone"]), out["owner_gone"]
+    assert out["kept_on_c"] == out["total_4"]  # an object nobody replaced resolves until then
+    # a put under the same key frees the object it replaces (owned by another actor), and a
+    # drop frees the one it forgets: neither stays pinned until its owner exits
+    assert out["new_on_c"] == out["total_b"] != out["total"]
+    assert (out["objects_1"], out["objects_replaced"], out["objects_dropped"]) == (1, 1, 0), out
 
 
 def test_derived_is_built_once_per_context_and_rebuilt_for_a_new_one():
