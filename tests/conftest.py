@@ -7,10 +7,12 @@ failure.
 """
 from __future__ import annotations
 
+import importlib.util
 import os
 import re
 import shutil
 import tempfile
+from pathlib import Path
 
 import pytest
 
@@ -27,6 +29,21 @@ os.environ.setdefault("FEDGRAPH_PARTITION_CACHE", _PARTITIONS)
 
 def pytest_sessionfinish(session, exitstatus):
     shutil.rmtree(_PARTITIONS, ignore_errors=True)
+
+
+@pytest.fixture(scope="session")
+def load_script():
+    """``load_script("bench/scale.py")``: a script of the repository that is not a package
+    (``bench/``), loaded as a module."""
+    root = Path(__file__).resolve().parents[1]
+
+    def load(relative: str):
+        spec = importlib.util.spec_from_file_location(
+            "script_" + Path(relative).stem, root / relative)
+        mod = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(mod)
+        return mod
+    return load
 
 
 #: what Ray prints when its memory monitor kills a task or actor

@@ -1,8 +1,6 @@
 """GAP paper baselines (issue #3 item 4): GraphSAGE without DP and with DP-SGD at node level,
 and the benchmark's config names for them and for MLP-DP."""
-import importlib.util
 import math
-from pathlib import Path
 
 import pytest
 import torch
@@ -14,7 +12,6 @@ from fedgraph.methods.gap import (mean_aggregate, run_gap, sage_dp_events, sage_
 from fedgraph.nn.gap import MLP
 from fedgraph.utils import bound_out_degree, in_degree, out_degree
 
-ROOT = Path(__file__).resolve().parents[1]
 
 
 @pytest.fixture(scope="module")
@@ -152,11 +149,8 @@ def test_sage_bad_combinations_raise(cora):
         sage_dp_sensitivity(0)
 
 
-def test_bench_configs_parse():
-    spec = importlib.util.spec_from_file_location("gap_bench",
-                                                  ROOT / "bench" / "gap_centralized.py")
-    bench = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(bench)
+def test_bench_configs_parse(load_script):
+    bench = load_script("bench/gap_centralized.py")
     assert bench.parse("sage") == {"method": "sage", "level": "edge"}
     assert bench.parse("sage-node:8") == {"method": "sage", "level": "node", "epsilon": 8.0}
     assert bench.parse("mlp-node:4") == {"method": "mlp", "level": "node", "epsilon": 4.0}

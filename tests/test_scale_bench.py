@@ -1,21 +1,16 @@
 """bench/scale.py's new cells on tiny graphs: PrivGNN's client answers (real and plain loop),
 a plain whole run, the process-tree measurement and the ratios (no Ray: the ``run:`` cells
 start a Ray cluster and take half a minute each; bench/results/scale_runs.json has them)."""
-import importlib.util
 import sys
 from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[1]
 
 
 @pytest.fixture(scope="module")
-def scale():
-    spec = importlib.util.spec_from_file_location("bench_scale", ROOT / "bench" / "scale.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+def scale(load_script):
+    return load_script("bench/scale.py")
 
 
 @pytest.mark.parametrize("phase", ["privgnn-answer", "privgnn-answer-plain"])
