@@ -9,6 +9,7 @@ partition, each client takes its part).
 from __future__ import annotations
 
 import json
+import math
 import os
 from dataclasses import dataclass
 from functools import lru_cache
@@ -280,14 +281,15 @@ def preflight(cfg) -> dict:
     every level and passes a dry run on random features
     (:func:`fedgraph.mechanisms.check_mechanism`: no raw features in its report, estimates
     of the right shape), ``num_clients`` fits the graph, PrivGNN's ``num-neighbours`` fits
-    every client's expected Poisson sample.
+    every client's expected Poisson sample, every GAP and ProGAP client's epsilon is reachable
+    (:func:`check_epsilons_reachable`).
 
     Returns:
         the dataset statistics.
     Raises:
         fedgraph.config.ConfigError: naming the key (output-dir, dataset/data-root, mechanism,
-            num-clients, num-neighbours, device: ``cuda`` asked on a machine without a GPU when no Ray cluster
-            is named by ``RAY_ADDRESS``).
+            num-clients, num-neighbours, client-epsilons, device: ``cuda`` asked on a machine
+            without a GPU when no Ray cluster is named by ``RAY_ADDRESS``).
     """
     from .config import ConfigError, check_data_root, check_output_dir
     from .data.paths import user_cache_dir
@@ -344,6 +346,7 @@ def preflight(cfg) -> dict:
         raise ConfigError(f"num-clients: must lie in [1, {stats['num_nodes']}] for dataset "
                           f"{cfg.dataset!r} (one node at least per client), got {cfg.num_clients}")
     check_nonempty(cfg, data)
+    check_epsilons_reachable(cfg, data)
     if getattr(cfg, "method", None) == "privgnn":  # K within every client's expected sample
         from .methods.privgnn import check_config_neighbours
 
@@ -369,6 +372,47 @@ def _views_without_loading(cfg) -> list[ClientView] | None:
         return [client_view(cfg, pid, compute=False) for pid in range(cfg.num_clients)]
     except NotCached:
         return None
+
+
+#: methods whose clients calibrate their noise to their own target epsilon at setup, from the
+#: public config and their public count of training nodes (``<method>.privacy.epsilon_floor``)
+_CALIBRATED = ("gap", "progap")
+
+
+def check_epsilons_reachable(cfg, data=None) -> None:
+    """Every GAP or ProGAP client's target epsilon (``client-epsilons``, per client for the
+    whole run) can be met: it is at least what the client's releases spend at the largest
+    noise multiplier its calibration searches (``<method>.privacy.epsilon_floor``, one
+    accountant evaluation per distinct training-node count; at edge level the same for
+    every client). Otherwise each client would fail at setup. Other methods: nothing to check.
+
+    Raises:
+        fedgraph.config.ConfigError: naming ``client-epsilons``, the client, its target and the
+            smallest epsilon allowed, and what else lowers it.
+    """
+    import importlib
+
+    from .config import ConfigError
+
+    method = getattr(cfg, "method", None)
+    if method not in _CALIBRATED:
+        return
+    floor_of = importlib.import_module(f".methods.{method}.privacy", __package__).epsilon_floor
+    floors: dict[int, float] = {}
+    for pid in range(cfg.num_clients):
+        epsilon = cfg.client_epsilon(pid)
+        if math.isinf(epsilon):
+            continue
+        n = int(client_view(cfg, pid, data=data).graph.train_mask.sum())
+        if n not in floors:
+            floors[n] = floor_of(cfg, n)
+        if epsilon < floors[n]:
+            raise ConfigError(
+                f"client-epsilons: client {pid}'s target epsilon {epsilon:g} cannot be met: "
+                f"even at the largest noise multiplier its calibration searches, its releases "
+                f"spend epsilon {floors[n]:.4g} (delta {cfg.delta:g}, {method} at "
+                f"{cfg.level} level); allowed: epsilon >= {floors[n]:.4g} (or 'inf'), or a "
+                "larger delta, or fewer hops or training rounds")
 
 
 def check_nonempty(cfg, data=None) -> None:

@@ -4,15 +4,17 @@ from . import _absl_log
 from .accountants import (ACCOUNTANTS, DELTA_FLOOR, Accountant, Composition, PldAccountant,
                           PrvAccountant, RdpAccountant, check_delta, compose, compose_epsilon,
                           get_accountant, to_dp_event)
-from .calibrate import CalibrationError, calibrate
+from .calibrate import (MAX_NOISE_MULTIPLIER, CalibrationError, UnreachableTarget, calibrate,
+                        epsilon_floor)
 from .events import (EVENT_TYPES, ApproxDP, Event, Gaussian, Laplace, PureDP,
                      SubsampledGaussian, pure_epsilon)
 from .ledger import PrivacyLedger
 
-__all__ = ["ACCOUNTANTS", "DELTA_FLOOR", "Accountant", "ApproxDP", "CalibrationError",
-           "Composition", "EVENT_TYPES", "Event", "Gaussian", "Laplace", "PldAccountant",
-           "PrivacyLedger", "PrvAccountant", "PureDP", "RdpAccountant", "SubsampledGaussian",
-           "calibrate", "check_delta", "compose", "compose_epsilon", "get_accountant",
-           "pure_epsilon", "to_dp_event"]
+__all__ = ["ACCOUNTANTS", "DELTA_FLOOR", "EVENT_TYPES", "MAX_NOISE_MULTIPLIER", "Accountant",
+           "ApproxDP", "calibrate", "CalibrationError", "check_delta", "compose",
+           "compose_epsilon", "Composition", "epsilon_floor", "Event", "Gaussian",
+           "get_accountant", "Laplace", "PldAccountant", "PrivacyLedger", "PrvAccountant",
+           "pure_epsilon", "PureDP", "RdpAccountant", "SubsampledGaussian", "to_dp_event",
+           "UnreachableTarget"]
 
 _absl_log.install()  # dp-accounting's repeated numerical warnings: once each

@@ -9,8 +9,21 @@ from .accountants import Accountant, check_delta, compose_epsilon
 from .events import Event
 
 
+#: the largest noise multiplier :func:`calibrate` searches by default (its ``upper``)
+MAX_NOISE_MULTIPLIER = 1e3
+
+
 class CalibrationError(ValueError):
     """Calibration ran out of its evaluation or time budget (the message names the target)."""
+
+
+class UnreachableTarget(ValueError):
+    """Even the largest noise multiplier searched does not meet the target: ``epsilon`` is
+    what the events spend there, the smallest target a calibration can reach."""
+
+    def __init__(self, message: str, epsilon: float):
+        super().__init__(message)
+        self.epsilon = epsilon
 
 
 class _Budget:
@@ -38,8 +51,21 @@ class _Budget:
         self.done += 1
 
 
+def epsilon_floor(make_events: Callable[[float], list[Event]] | None, delta: float,
+                  accountant: str | Accountant = "prv",
+                  upper: float = MAX_NOISE_MULTIPLIER) -> float:
+    """The smallest target :func:`calibrate` can reach for these events: their epsilon at the
+    largest noise multiplier it searches, ``upper`` (``make_events`` ``None``: nothing is
+    noised, ``0.0``). One accountant evaluation, so a preflight can check a target before
+    the calibration itself runs."""
+    if make_events is None:
+        return 0.0
+    return float(compose_epsilon(make_events(upper), check_delta(delta), accountant))
+
+
 def calibrate(target_epsilon: float, delta: float, make_events: Callable[[float], list[Event]],
-              accountant: str | Accountant = "prv", lower: float = 0.1, upper: float = 1e3,
+              accountant: str | Accountant = "prv", lower: float = 0.1,
+              upper: float = MAX_NOISE_MULTIPLIER,
               rtol: float = 1e-3, max_evaluations: int = 200,
               time_budget_s: float | None = 600.0, _budget: _Budget | None = None) -> float:
     """The smallest noise multiplier ``sigma`` in ``[lower, upper]`` (up to ``rtol``) with
@@ -64,7 +90,8 @@ def calibrate(target_epsilon: float, delta: float, make_events: Callable[[float]
         ValueError: ``target_epsilon`` not finite and > 0; ``delta`` outside
             ``[DELTA_FLOOR, 1)`` (:func:`~fedgraph.accounting.check_delta`);
             ``lower``/``upper``/``rtol``/``max_evaluations``/``time_budget_s`` invalid;
-            "unreachable target" when even ``sigma = upper`` does not reach ``target_epsilon``.
+            :class:`UnreachableTarget` (a ValueError) when even ``sigma = upper`` does not reach
+            ``target_epsilon``.
         CalibrationError: (a ValueError) the evaluation or time budget ran out; the message
             names ``target_epsilon`` and ``delta``.
     """
@@ -111,9 +138,9 @@ def calibrate(target_epsilon: float, delta: float, make_events: Callable[[float]
             if e <= target_epsilon:
                 hi = x
             elif x >= upper:
-                raise ValueError(
+                raise UnreachableTarget(
                     f"unreachable target: epsilon {e:.6g} > {target_epsilon:g} even at the "
-                    f"largest noise multiplier {upper:g}; raise `upper`")
+                    f"largest noise multiplier {upper:g}; raise `upper`", e)
             else:
                 lo = x
     return _bisect(lo, hi, lambda sigma: eps(sigma) <= target_epsilon, rtol)

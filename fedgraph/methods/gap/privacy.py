@@ -205,26 +205,39 @@ def calibrate_gap(target_epsilon: float, delta: float, *, num_hops: int, level: 
     from ...accounting import calibrate, check_delta
 
     check_delta(delta)
+    make_events = gap_noise_events(num_hops, level, encoder_schedule, classifier_schedule)
+    if math.isinf(target_epsilon) or make_events is None:
+        return 0.0
+    return float(calibrate(target_epsilon, delta, make_events, accountant=accountant))
+
+
+def gap_noise_events(num_hops: int, level: str = "edge",
+                     encoder_schedule: tuple[float, int] | None = None,
+                     classifier_schedule: tuple[float, int] | None = None):
+    """``make_events(noise_multiplier) -> list[Event]`` of what :func:`calibrate_gap`
+    calibrates (arguments as there), or ``None`` when nothing is noised (no hop at edge level;
+    no hop and no DP-SGD step at node level).
+
+    Raises:
+        ValueError: unknown ``level``; schedules at edge level.
+    """
     if level not in LEVELS:
         raise ValueError(f"level: unknown {level!r}; allowed: {', '.join(LEVELS)}")
-    if math.isinf(target_epsilon):
-        return 0.0
     enc = encoder_schedule if encoder_schedule is not None else (1.0, 0)
     cls = classifier_schedule if classifier_schedule is not None else (1.0, 0)
     if level == "edge":
         if encoder_schedule is not None or classifier_schedule is not None:
             raise ValueError("edge-level GAP trains EM and CM without DP-SGD: no schedules")
         if num_hops == 0:
-            return 0.0
+            return None
     elif num_hops == 0 and enc[1] == 0 and cls[1] == 0:
-        return 0.0
+        return None
 
     def make_events(z: float) -> list:
         return gap_events(z, num_hops, node_level=level == "node",
                           encoder_dpsgd=(enc[0], z, enc[1]) if level == "node" else None,
                           classifier_dpsgd=(cls[0], z, cls[1]) if level == "node" else None)
-
-    return float(calibrate(target_epsilon, delta, make_events, accountant=accountant))
+    return make_events
 
 
 def _compose(events: list, delta: float, accountant: str) -> float:
@@ -307,14 +320,39 @@ def has_remote_rows(cfg: GAPConfig) -> bool:
     return cfg.cross_client_edges and cfg.variant != "mlp" and cfg.num_clients > 1
 
 
-def privacy_plan(cfg: GAPConfig, epsilon: float, num_train: int) -> PrivacyPlan:
+def epsilon_floor(cfg: GAPConfig, num_train: int) -> float:
+    """The smallest per-client target epsilon a client with ``num_train`` training nodes can be
+    calibrated for under ``cfg`` (hops, level, rounds, delta, accountant): what its releases
+    spend at :data:`~fedgraph.accounting.MAX_NOISE_MULTIPLIER`, the largest noise multiplier
+    :func:`privacy_plan` searches (``0``: it adds no noise;
+    :func:`fedgraph.accounting.epsilon_floor`). A target below it raises
+    :class:`~fedgraph.accounting.UnreachableTarget` in :func:`privacy_plan`; the preflight
+    checks it first (:func:`fedgraph.federation.check_epsilons_reachable`)."""
+    from ...accounting import MAX_NOISE_MULTIPLIER
+    from ...accounting import epsilon_floor as floor_of
+
+    floor = [0.0]
+
+    def at_largest(epsilon, delta, hops, level, enc, cls, accountant) -> float:
+        floor[0] = floor_of(gap_noise_events(hops, level, enc, cls), delta, accountant)
+        return MAX_NOISE_MULTIPLIER
+    privacy_plan(cfg, 1.0, num_train, calibrator=at_largest)
+    return floor[0]
+
+
+def privacy_plan(cfg: GAPConfig, epsilon: float, num_train: int,
+                 calibrator=None) -> PrivacyPlan:
     """Calibrate a client's noise multiplier for its target ``epsilon`` (per client, for the
     whole run) and ``cfg.delta``. Edge level: PMA only, sensitivity
     :func:`edge_sensitivity` of ``cfg.edge_unit``; node level: PMA and
     the DP-SGD of the encoder and the classifier share one noise multiplier (the paper's
     reference code), PMA's sensitivity is :func:`node_sensitivity` with
     the ``num_clients - 1`` other clients' rows (summed under secure aggregation) and
-    ``remote_norm`` :data:`REMOTE_ROW_NORM` (no clipping without noise: ``gap-inf``, ``inf``)."""
+    ``remote_norm`` :data:`REMOTE_ROW_NORM` (no clipping without noise: ``gap-inf``, ``inf``).
+    ``calibrator``: as the cached ``_calibrate`` (used by :func:`epsilon_floor`).
+
+    Raises:
+        fedgraph.accounting.UnreachableTarget: ``epsilon`` below :func:`epsilon_floor`."""
     hops = 0 if cfg.variant == "mlp" else cfg.hops
     node = cfg.level == "node"
     others = cfg.num_clients - 1 if has_remote_rows(cfg) else 0
@@ -330,7 +368,7 @@ def privacy_plan(cfg: GAPConfig, epsilon: float, num_train: int) -> PrivacyPlan:
         cls = dpsgd_schedule(max(num_train, 1), b, cfg.classifier_rounds * cfg.local_epochs)
     elif hops == 0:  # MLP at edge level touches no edge
         return PrivacyPlan(epsilon, cfg.delta, 0.0, 0.0, None, None, 0)
-    z = _calibrate(epsilon, cfg.delta, hops, cfg.level, enc, cls, cfg.accountant)
+    z = (calibrator or _calibrate)(epsilon, cfg.delta, hops, cfg.level, enc, cls, cfg.accountant)
     return PrivacyPlan(epsilon, cfg.delta, z, sens if hops else 0.0, enc, cls, hops,
                        REMOTE_ROW_NORM if node and others else None)
 

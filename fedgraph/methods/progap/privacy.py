@@ -35,8 +35,8 @@ from functools import lru_cache
 from types import SimpleNamespace
 
 # GAP's pieces this module reuses (one place, to repoint when GAP's modules move)
-from ..gap.privacy import (REMOTE_ROW_NORM, calibrate_gap, edge_sensitivity, node_sensitivity,
-                           secure_remote_sigma)
+from ..gap.privacy import (REMOTE_ROW_NORM, calibrate_gap, edge_sensitivity,  # noqa: F401
+                           gap_noise_events, node_sensitivity, secure_remote_sigma)
 from ..gap.training import DPSGD, dpsgd_schedule
 
 __all__ = ["aggregation_sensitivity", "progap_events", "calibrate_progap", "PrivacyPlan",
@@ -94,18 +94,43 @@ def calibrate_progap(target_epsilon: float, delta: float, *, depth: int, level: 
     from ...accounting import calibrate, check_delta
 
     check_delta(delta)
+    make_events = progap_noise_events(depth, level, stage_schedule)
+    if math.isinf(target_epsilon) or make_events is None:
+        return 0.0
+    return float(calibrate(target_epsilon, delta, make_events, accountant=accountant))
+
+
+def progap_noise_events(depth: int, level: str = "edge",
+                        stage_schedule: tuple[float, int] | None = None):
+    """``make_events(noise_multiplier) -> list[Event]`` of what :func:`calibrate_progap`
+    calibrates (arguments as there; edge level: GAP's
+    :func:`~fedgraph.methods.gap.privacy.gap_noise_events` of ``K`` hops), or ``None`` when
+    nothing is noised.
+
+    Raises:
+        ValueError: unknown level, node level without ``stage_schedule``."""
     if level not in LEVELS:
         raise ValueError(f"level: unknown {level!r}; allowed: {', '.join(LEVELS)}")
-    if math.isinf(target_epsilon):
-        return 0.0
     if level == "edge":
-        return calibrate_gap(target_epsilon, delta, num_hops=depth, level="edge",
-                             accountant=accountant)
+        return gap_noise_events(depth, "edge")
     if stage_schedule is None:
         raise ValueError("node-level ProGAP needs the stages' DP-SGD schedule (q, steps)")
-    return float(calibrate(target_epsilon, delta,
-                           lambda z: progap_events(z, depth, stage_schedule),
-                           accountant=accountant))
+    return lambda z: progap_events(z, depth, stage_schedule)
+
+
+def epsilon_floor(cfg, num_train: int) -> float:
+    """As GAP's :func:`~fedgraph.methods.gap.privacy.epsilon_floor`, for ProGAP's
+    :func:`privacy_plan`: the smallest per-client target epsilon reachable."""
+    from ...accounting import MAX_NOISE_MULTIPLIER
+    from ...accounting import epsilon_floor as floor_of
+
+    floor = [0.0]
+
+    def at_largest(epsilon, delta, depth, level, sched, accountant) -> float:
+        floor[0] = floor_of(progap_noise_events(depth, level, sched), delta, accountant)
+        return MAX_NOISE_MULTIPLIER
+    privacy_plan(cfg, 1.0, num_train, calibrator=at_largest)
+    return floor[0]
 
 
 @dataclass(frozen=True)
@@ -161,10 +186,14 @@ def _calibrate(epsilon, delta, depth, level, sched, accountant) -> float:
                             accountant=accountant)
 
 
-def privacy_plan(cfg, epsilon: float, num_train: int) -> PrivacyPlan:
+def privacy_plan(cfg, epsilon: float, num_train: int, calibrator=None) -> PrivacyPlan:
     """A client's plan for its own ``epsilon`` and ``cfg.delta`` (``cfg``: a
     :class:`~fedgraph.config.ProGAPConfig`); ``num_train``: its public count of training nodes
-    (node level: DP-SGD's rate and steps, ``cfg.epochs`` local epochs per stage round count)."""
+    (node level: DP-SGD's rate and steps, ``cfg.epochs`` local epochs per stage round count).
+    ``calibrator``: as the cached ``_calibrate`` (used by :func:`epsilon_floor`).
+
+    Raises:
+        fedgraph.accounting.UnreachableTarget: ``epsilon`` below :func:`epsilon_floor`."""
     node = cfg.level == "node"
     others = cfg.num_clients - 1 if has_remote_rows(cfg) else 0
     sens = aggregation_sensitivity(cfg.level, edge_unit=cfg.edge_unit,
@@ -174,7 +203,8 @@ def privacy_plan(cfg, epsilon: float, num_train: int) -> PrivacyPlan:
         return PrivacyPlan(math.inf, 0.0, 0.0, sens, cfg.depth)
     sched = dpsgd_schedule(max(num_train, 1), cfg.dpsgd_batch_size,
                            cfg.stage_epochs) if node else None
-    z = _calibrate(epsilon, cfg.delta, cfg.depth, cfg.level, sched, cfg.accountant)
+    z = (calibrator or _calibrate)(epsilon, cfg.delta, cfg.depth, cfg.level, sched,
+                                   cfg.accountant)
     return PrivacyPlan(epsilon, cfg.delta, z, sens, cfg.depth, sched,
                        REMOTE_ROW_NORM if node and others else None)
 
