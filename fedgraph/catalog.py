@@ -186,9 +186,14 @@ def parse_sbm_name(name: str) -> Tuple[int, float, int]:
         seed = int(parts[3]) if len(parts) == 4 else 0
     except ValueError:
         raise ValueError(f"dataset {name!r}: {form}") from None
-    if nodes < 2 * SBM_CLASSES or not (0 < degree <= nodes - 1) or not math.isfinite(degree) \
-            or seed < 0:
-        raise ValueError(f"dataset {name!r}: {form}; avg_degree must lie in (0, nodes - 1]")
+    if nodes < 2 * SBM_CLASSES:
+        raise ValueError(f"dataset {name!r}: {form}; nodes must be >= {2 * SBM_CLASSES}, "
+                         f"got {nodes}")
+    if not (0 < degree <= nodes - 1) or not math.isfinite(degree):
+        raise ValueError(f"dataset {name!r}: {form}; avg_degree must lie in (0, nodes - 1] = "
+                         f"(0, {nodes - 1}], got {parts[2].strip()}")
+    if seed < 0:
+        raise ValueError(f"dataset {name!r}: {form}; seed must be >= 0, got {seed}")
     return nodes, degree, seed
 
 

@@ -21,12 +21,12 @@ def check_resources(num_cpus: Optional[int], cpus_per_client: float,
 
     from fedgraph.config import ConfigError
 
-    for name, value in (("--cpus-per-client", cpus_per_client),
-                        ("--gpus-per-client", gpus_per_client)):
-        if not math.isfinite(value) or value < 0:
-            raise ConfigError(f"{name}: must be a finite number >= 0, got {value}")
-    if cpus_per_client <= 0:
-        raise ConfigError("--cpus-per-client: must be > 0 (each client needs some CPU)")
+    if not math.isfinite(cpus_per_client) or cpus_per_client <= 0:
+        raise ConfigError(f"--cpus-per-client: must be a finite number > 0 (each client needs "
+                          f"some CPU), got {cpus_per_client}")
+    if not math.isfinite(gpus_per_client) or gpus_per_client < 0:
+        raise ConfigError(f"--gpus-per-client: must be a finite number >= 0, got "
+                          f"{gpus_per_client}")
     if num_cpus is not None and num_cpus < 1:
         raise ConfigError(f"--num-cpus: must be >= 1, got {num_cpus}")
     if os.environ.get("RAY_ADDRESS"):

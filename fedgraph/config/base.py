@@ -12,8 +12,9 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 from ..secret import RETIRED_NOISE_SOURCES
 
 
-def _floats(value: Any) -> list[float]:
-    """Parse ``"1,2,4"`` (or a number, or a list) into floats; an empty entry is an error."""
+def _floats(value: Any, allowed: str = "numbers separated by commas, e.g. '1,2,4'") -> list[float]:
+    """Parse ``"1,2,4"`` (or a number, or a list) into floats; an empty entry is an error, and
+    one that is not a number names ``allowed`` (the key's own values)."""
     if isinstance(value, str):
         if not value.strip():
             return []
@@ -27,14 +28,13 @@ def _floats(value: Any) -> list[float]:
         try:
             out.append(float(v))
         except (TypeError, ValueError):
-            raise ValueError(f"{v!r} is not a number (allowed: numbers separated by commas, "
-                             "e.g. '1,2,4'; 'inf' for no limit)") from None
+            raise ValueError(f"{v!r} is not a number (allowed: {allowed})") from None
     return out
 
 
 def _client_epsilons(cls, v: Any) -> list[float]:
     """``client-epsilons``: one epsilon target per client (cycled), each in (0, inf]."""
-    vals = _floats(v)
+    vals = _floats(v, "numbers > 0 separated by commas, e.g. '1,4,8'; 'inf' for no limit")
     if any(math.isnan(e) for e in vals):
         raise ValueError(f"an epsilon is NaN; every epsilon must be a number > 0 (allowed: "
                          f"(0, inf], inf: no noise), got {v!r}")

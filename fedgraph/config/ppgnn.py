@@ -62,15 +62,17 @@ class PPGNNConfig(DataConfig):
     @field_validator("steps", mode="before")
     @classmethod
     def _parse_steps(cls, v: Any) -> list[int]:
-        vals = _floats(v)
+        vals = _floats(v, f"integers in [0, {MAX_STEPS}] separated by commas, e.g. '2,4,8'")
         if not vals or any(k != int(k) or not 0 <= k <= MAX_STEPS for k in vals):
             raise ValueError(f"steps must be integers in [0, {MAX_STEPS}], got {v!r}")
         return [int(k) for k in vals]
 
     @field_validator("budgets", "level_shares", mode="before")
     @classmethod
-    def _parse_list(cls, v: Any) -> list[float]:
-        return _floats(v)
+    def _parse_list(cls, v: Any, info) -> list[float]:
+        return _floats(v, "finite numbers > 0 separated by commas, e.g. '1,2,4'"
+                       if info.field_name == "budgets" else
+                       "one share in [0, 1] per level separated by commas, e.g. '0.5,0.3,0.2'")
 
     @field_validator("budgets")
     @classmethod

@@ -1,0 +1,52 @@
+"""Bad input names the key and its own allowed values (found by a fresh user's session of
+2026-12-06): a list key's "not a number" error offers only what that key accepts, a synthetic
+SBM name names the part that is wrong, and --cpus-per-client has one rule for 0 and -1."""
+import pytest
+
+from fedgraph.catalog import parse_sbm_name
+from fedgraph.config import ConfigError, parse_run_config
+
+
+@pytest.mark.parametrize("key, value, method, allowed, refused", [
+    ("budgets", "abc", "ppgnn", "finite numbers > 0", "inf"),
+    ("steps", "abc", "ppgnn", "integers in [0, 256]", "inf"),
+    ("level-shares", "a,b,c", "ppgnn", "one share in [0, 1]", "inf"),
+    ("client-epsilons", "x", "gap", "'inf' for no limit", None),
+])
+def test_not_a_number_names_the_keys_own_values(key, value, method, allowed, refused):
+    with pytest.raises(ConfigError) as err:
+        parse_run_config({"method": method, key: value})
+    msg = str(err.value)
+    assert key in msg and allowed in msg
+    if refused:
+        assert refused not in msg
+
+
+@pytest.mark.parametrize("name, part", [
+    ("synthetic-sbm:5:2", "nodes must be >= 10, got 5"),
+    ("synthetic-sbm:100:200", "avg_degree must lie in (0, nodes - 1] = (0, 99], got 200"),
+    ("synthetic-sbm:100:0", "avg_degree must lie"),
+    ("synthetic-sbm:100:2:-1", "seed must be >= 0, got -1"),
+])
+def test_a_bad_sbm_name_names_the_wrong_part(name, part):
+    with pytest.raises(ValueError) as err:
+        parse_sbm_name(name)
+    assert part in str(err.value)
+    others = {"nodes must", "avg_degree must", "seed must"} - {part.split(" must")[0] + " must"}
+    assert not any(o in str(err.value) for o in others)
+
+
+@pytest.mark.parametrize("cpus", [0, -1, float("nan"), float("inf")])
+def test_cpus_per_client_has_one_rule(cpus):
+    from fedgraph.simulations.resources import check_resources
+
+    with pytest.raises(ConfigError, match=r"--cpus-per-client: must be a finite number > 0"):
+        check_resources(None, cpus, 0)
+
+
+def test_gpus_per_client_may_be_zero_not_negative():
+    from fedgraph.simulations.resources import check_resources
+
+    with pytest.raises(ConfigError, match=r"--gpus-per-client: must be a finite number >= 0"):
+        check_resources(None, 1, -1)
+    check_resources(None, 1, 0)
