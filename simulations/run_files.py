@@ -50,6 +50,12 @@ def load_run_config(preset: Optional[str], overrides: List[str]) -> dict:
         for other in [o for o in cfg if o.replace("_", "-") == key.replace("_", "-")]:
             del cfg[other]  # --set overrides the key however the preset spelled it
         cfg[key] = _parse_value(v.strip())
+    for key in [k for k in cfg if k.replace("_", "-") == "num-clients"]:
+        if cfg[key] == 0 and not isinstance(cfg[key], bool):  # pyproject's "one per supernode"
+            raise typer.BadParameter(
+                "num-clients: 0 (one client per supernode) applies under `flwr run`, whose "
+                "federation sets the supernodes; `fedgraph run` starts one supernode per "
+                "client, so give the count: allowed: integers in [1, 100000]")
     return cfg
 
 

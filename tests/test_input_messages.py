@@ -50,3 +50,33 @@ def test_gpus_per_client_may_be_zero_not_negative():
     with pytest.raises(ConfigError, match=r"--gpus-per-client: must be a finite number >= 0"):
         check_resources(None, 1, -1)
     check_resources(None, 1, 0)
+
+
+def test_an_unknown_college_lists_the_colleges_present(tmp_path):
+    from fedgraph.data.facebook100 import find_facebook100
+
+    folder = tmp_path / "facebook100"
+    folder.mkdir()
+    with pytest.raises(FileNotFoundError, match="no college file is there"):
+        find_facebook100("Nowhere", tmp_path)
+    for stem in ("Caltech36", "Amherst41"):
+        (folder / f"{stem}.mat").write_bytes(b"")
+    (folder / "notes.txt").write_text("not a college")
+    with pytest.raises(FileNotFoundError) as err:
+        find_facebook100("Nowhere", tmp_path)
+    assert "colleges present there: Amherst41, Caltech36)" in str(err.value)
+    assert find_facebook100("caltech36", tmp_path).name == "Caltech36.mat"
+
+
+@pytest.mark.parametrize("override", ["num-clients=0", "num_clients=0"])
+def test_fedgraph_run_says_what_num_clients_0_means(override):
+    import typer
+
+    from fedgraph.simulations.run_files import load_run_config
+
+    with pytest.raises(typer.BadParameter) as err:
+        load_run_config("gap-edge-cora", [override])
+    msg = str(err.value)
+    assert "num-clients: 0 (one client per supernode) applies under `flwr run`" in msg
+    assert "[1, 100000]" in msg
+    assert load_run_config("gap-edge-cora", ["num-clients=3"])["num-clients"] == 3

@@ -35,13 +35,18 @@ def find_facebook100(college: str, root: Path) -> Path:
     exact = folder / f'{college}.mat'
     if exact.is_file():
         return exact
+    present = []
     if folder.is_dir():
         for p in sorted(folder.iterdir()):
             if p.suffix.lower() == '.mat' and p.stem.lower() == college.lower():
                 return p
+            if p.suffix.lower() == '.mat':
+                present.append(p.stem)
+    there = (f"colleges present there: {', '.join(present)}" if present
+             else "no college file is there")
     raise FileNotFoundError(
         f"Facebook100 file for college '{college}' not found (looked for "
-        f"{exact}, case-insensitive). Place <College>.mat under "
+        f"{exact}, case-insensitive; {there}). Place <College>.mat under "
         f"<root>/facebook100/ and point the {ENV_DATA} environment variable "
         f"or the 'root' argument (run config: data-root) at <root>. Facebook100 has no download.")
 
