@@ -282,7 +282,7 @@ def preflight(cfg) -> dict:
     (:func:`fedgraph.mechanisms.check_mechanism`: no raw features in its report, estimates
     of the right shape), ``num_clients`` fits the graph, PrivGNN's ``num-neighbours`` fits
     every client's expected Poisson sample, every GAP and ProGAP client's epsilon is reachable
-    (:func:`check_epsilons_reachable`).
+    and some PrivGNN client can afford an answer (:func:`check_epsilons_reachable`).
 
     Returns:
         the dataset statistics.
@@ -384,7 +384,8 @@ def check_epsilons_reachable(cfg, data=None) -> None:
     whole run) can be met: it is at least what the client's releases spend at the largest
     noise multiplier its calibration searches (``<method>.privacy.epsilon_floor``, one
     accountant evaluation per distinct training-node count; at edge level the same for
-    every client). Otherwise each client would fail at setup. Other methods: nothing to check.
+    every client). Otherwise each client would fail at setup. PrivGNN: some client's target
+    affords one answer, else no query could be labelled. PPGNN: nothing to check.
 
     Raises:
         fedgraph.config.ConfigError: naming ``client-epsilons``, the client, its target and the
@@ -395,6 +396,8 @@ def check_epsilons_reachable(cfg, data=None) -> None:
     from .config import ConfigError
 
     method = getattr(cfg, "method", None)
+    if method == "privgnn":
+        _check_an_answer_is_affordable(cfg)
     if method not in _CALIBRATED:
         return
     floor_of = importlib.import_module(f".methods.{method}.privacy", __package__).epsilon_floor
@@ -413,6 +416,34 @@ def check_epsilons_reachable(cfg, data=None) -> None:
                 f"spend epsilon {floors[n]:.4g} (delta {cfg.delta:g}, {method} at "
                 f"{cfg.level} level); allowed: epsilon >= {floors[n]:.4g} (or 'inf'), or a "
                 "larger delta, or fewer hops or training rounds")
+
+
+def _check_an_answer_is_affordable(cfg) -> None:
+    """PrivGNN: some client's target epsilon affords its first answer
+    (:func:`fedgraph.methods.privgnn.privacy.client_limit` > 0; with ensemble mode and
+    secure aggregation the strictest target binds every client); otherwise no query is
+    labelled and the run fails after every teacher has trained. Public parameters only. An
+    unset ensemble ``sigma-votes`` is calibrated by the strategy to the strictest target
+    instead (which names ``client-epsilons`` where no std up to 1e6 meets it)."""
+    from .config import ConfigError
+    from .methods.privgnn.privacy import client_limit, one_answer_epsilon
+
+    if cfg.answer_mode == "ensemble" and cfg.sigma_votes is None:
+        return
+    if any(client_limit(cfg, pid, 1) for pid in range(cfg.num_clients)):
+        return
+    cost = one_answer_epsilon(cfg)
+    ensemble = cfg.answer_mode == "ensemble"
+    targets = [cfg.client_epsilon(pid) for pid in range(cfg.num_clients)]
+    binding = min(targets) if ensemble and cfg.secure_aggregation else max(targets)
+    which = ("the strictest target (with secure-aggregation every client answers as many as "
+             "it allows)" if ensemble and cfg.secure_aggregation else "the largest target")
+    knobs = "a larger sigma-votes or sigma-threshold" if ensemble else "a smaller lam"
+    raise ConfigError(
+        f"client-epsilons: no client can answer a single query: {which} is epsilon "
+        f"{binding:g}, and one {'released histogram' if ensemble else 'answer'} spends "
+        f"epsilon {cost:.4g} (delta {cfg.delta:g}); allowed: epsilon >= {cost:.4g} (or 'inf'), "
+        f"or {knobs}, or a larger delta")
 
 
 def check_nonempty(cfg, data=None) -> None:

@@ -85,3 +85,78 @@ def test_reachable_targets_pass(eps):
 
     check_epsilons_reachable(_cfg("gap", **{"client-epsilons": eps}))
     assert math.isfinite(gap_privacy.epsilon_floor(_cfg("gap"), 10))
+
+
+# PrivGNN: a client answers only as many queries as its target affords; where no client can
+# afford one, no query is labelled, so the preflight refuses before any teacher trains.
+
+def _privgnn(**extra):
+    return parse_run_config({"method": "privgnn", "dataset": "cora", "num-clients": 2,
+                             "min-class-size": 1, **extra})
+
+
+def test_one_answer_costs_the_subsampled_laplace_bound():
+    from fedgraph.methods.privgnn import privacy as privgnn_privacy
+
+    cfg = _privgnn(lam=2.0, gamma=0.3, delta=1e-4)
+    cost = privgnn_privacy.one_answer_epsilon(cfg)
+    # independent: a lam-DP Laplace answer (L1 sensitivity 2, scale 2 / lam) under Poisson
+    # subsampling at rate gamma is log(1 + gamma (e^lam - 1))-DP (pure; amplification by
+    # subsampling); at delta > 0 the PLD epsilon may only be smaller
+    bound = math.log1p(0.3 * math.expm1(2.0))
+    assert 0.9 * bound < cost <= bound * (1 + 1e-3)
+
+
+@pytest.mark.parametrize("sigma_threshold", [0.0, 8.0])
+def test_one_histogram_costs_the_analytic_gaussian(sigma_threshold):
+    from scipy.stats import norm
+
+    from fedgraph.methods.privgnn import privacy as privgnn_privacy
+
+    cfg = _privgnn(**{"answer-mode": "ensemble", "sigma-votes": 4.0,
+                      "sigma-threshold": sigma_threshold, "delta": 1e-5})
+    cost = privgnn_privacy.one_answer_epsilon(cfg)
+    # independent: Balle & Wang (2018) Thm. 8 for a Gaussian of L2 sensitivity sqrt 2 per
+    # released copy: delta(eps) = Phi(-eps/mu + mu/2) - e^eps Phi(-eps/mu - mu/2)
+    mu = math.sqrt(sum(2.0 / s ** 2 for s in (4.0, sigma_threshold) if s))
+    delta = norm.cdf(-cost / mu + mu / 2) - math.exp(cost) * norm.cdf(-cost / mu - mu / 2)
+    assert delta == pytest.approx(1e-5, rel=1e-3)
+
+
+@pytest.mark.parametrize("extra", [
+    {"lam": 2.0},
+    {"answer-mode": "vote", "lam": 0.5},
+    {"answer-mode": "ensemble", "sigma-votes": 4.0},
+])
+def test_privgnn_is_refused_exactly_when_no_client_affords_an_answer(extra):
+    from fedgraph.federation import check_epsilons_reachable
+    from fedgraph.methods.privgnn import privacy as privgnn_privacy
+
+    cost = privgnn_privacy.one_answer_epsilon(_privgnn(**extra))
+    below, above = f"{cost * 0.99!r},{cost * 0.5!r}", f"{cost * 0.5!r},{cost * 1.01!r}"
+    with pytest.raises(ConfigError) as err:
+        check_epsilons_reachable(_privgnn(**extra, **{"client-epsilons": below}))
+    msg = str(err.value)
+    assert msg.startswith("client-epsilons: no client can answer a single query")
+    assert float(msg.split("allowed: epsilon >= ")[1].split()[0]) == pytest.approx(cost, rel=1e-3)
+    cfg = _privgnn(**extra, **{"client-epsilons": above})
+    check_epsilons_reachable(cfg)
+    assert [privgnn_privacy.client_limit(cfg, p, 1) for p in (0, 1)] == [0, 1]
+
+
+def test_with_secure_aggregation_the_strictest_target_binds():
+    from fedgraph.federation import check_epsilons_reachable
+
+    ens = {"answer-mode": "ensemble", "sigma-votes": 4.0, "client-epsilons": "100,1e-6"}
+    check_epsilons_reachable(_privgnn(**ens))  # client 0 answers alone
+    with pytest.raises(ConfigError, match="the strictest target .* is epsilon 1e-06"):
+        check_epsilons_reachable(_privgnn(**ens, **{"secure-aggregation": True}))
+
+
+def test_the_preflight_refuses_privgnn_before_anything_is_written(tmp_path):
+    from fedgraph.federation import preflight
+
+    cfg = _privgnn(lam=2.0, **{"client-epsilons": "1e-6", "output-dir": str(tmp_path)})
+    with pytest.raises(ConfigError, match="client-epsilons: no client can answer"):
+        preflight(cfg)
+    assert not list(tmp_path.iterdir())

@@ -43,7 +43,8 @@ from .privacy import (DP_MODES, NOT_DP_REASON, SENSITIVITY, VOTE_SENSITIVITY, Mo
                       BudgetExceededError, QueryBudget, answer_limit, client_limit,
                       ensemble_answer_limit, ensemble_collusion_epsilon, ensemble_epsilon,
                       ensemble_events, ensemble_sigma_for_epsilon, lam_for_epsilon, laplace_noise,
-                      max_queries, noisy_answers, noisy_votes, privgnn_epsilon, privgnn_events)
+                      max_queries, noisy_answers, noisy_votes, one_answer_epsilon,
+                      privgnn_epsilon, privgnn_events)
 from .queries import (SPARSE_DENSITY, FeatureProjection, QueryGraphs, decode_queries,
                       encode_queries, first_queries, make_queries, public_projection,
                       query_neighbourhoods, select_queries)
@@ -73,7 +74,7 @@ __all__ = [
     "noisy_answers", "privgnn_events", "privgnn_epsilon", "lam_for_epsilon", "max_queries",
     "BudgetExceededError", "QueryBudget", "answer_limit", "noisy_votes", "ensemble_events",
     "ensemble_epsilon", "ensemble_collusion_epsilon", "ensemble_sigma_for_epsilon",
-    "ensemble_answer_limit", "client_limit",
+    "ensemble_answer_limit", "client_limit", "one_answer_epsilon",
     # client
     "answer_queries", "SecAggKeys", "ClientReply", "client_answer", "query_round",
     "masked_histograms",

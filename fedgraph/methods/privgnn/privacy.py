@@ -353,6 +353,17 @@ def ensemble_answer_limit(epsilon: float, delta: float, sigma_votes: float,
     return _bisect(fits, 1, int(wanted))
 
 
+def one_answer_epsilon(cfg: PrivGNNConfig) -> float:
+    """Epsilon (at ``cfg.delta``) of a client's first answer: one noisy reply
+    (:func:`privgnn_epsilon` of one query at ``gamma``, ``lam``) or, in ensemble mode, one
+    released histogram (:func:`ensemble_epsilon` at ``sigma-votes``, ``sigma-threshold``). A
+    client whose target is below it answers nothing (:func:`client_limit` is 0); public
+    parameters only."""
+    if cfg.answer_mode == "ensemble":
+        return ensemble_epsilon(1, cfg.sigma_votes, cfg.sigma_threshold or None, cfg.delta)
+    return privgnn_epsilon(1, cfg.gamma, cfg.lam, cfg.delta, "pld")
+
+
 def client_limit(cfg: PrivGNNConfig, partition_id: int, wanted: int) -> int:
     """Answers client ``partition_id`` may give in total (at most ``wanted``) within its
     target: :func:`ensemble_answer_limit` in ensemble mode (with ``secure-aggregation``: the
@@ -375,4 +386,5 @@ __all__ = ["Mode", "DP_MODES", "NOT_DP_REASON", "SENSITIVITY", "laplace_noise", 
            "privgnn_events", "privgnn_epsilon", "lam_for_epsilon", "max_queries",
            "BudgetExceededError", "QueryBudget", "answer_limit", "noisy_votes", "VOTE_SENSITIVITY",
            "ensemble_events", "ensemble_epsilon", "ensemble_collusion_epsilon",
-           "ensemble_sigma_for_epsilon", "ensemble_answer_limit", "client_limit"]
+           "ensemble_sigma_for_epsilon", "ensemble_answer_limit", "client_limit",
+           "one_answer_epsilon"]
