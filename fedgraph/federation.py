@@ -377,6 +377,11 @@ def _views_without_loading(cfg) -> list[ClientView] | None:
 #: methods whose clients calibrate their noise to their own target epsilon at setup, from the
 #: public config and their public count of training nodes (``<method>.privacy.epsilon_floor``)
 _CALIBRATED = ("gap", "progap")
+#: what else lowers a calibrated method's floor, in its own keys
+_FEWER = {("gap", "edge"): "fewer hops",
+          ("gap", "node"): "fewer hops, encoder-rounds, classifier-rounds or local-epochs",
+          ("progap", "edge"): "a smaller depth",
+          ("progap", "node"): "a smaller depth, fewer epochs or local-epochs"}
 
 
 def check_epsilons_reachable(cfg, data=None) -> None:
@@ -415,7 +420,7 @@ def check_epsilons_reachable(cfg, data=None) -> None:
                 f"even at the largest noise multiplier its calibration searches, its releases "
                 f"spend epsilon {floors[n]:.4g} (delta {cfg.delta:g}, {method} at "
                 f"{cfg.level} level); allowed: epsilon >= {floors[n]:.4g} (or 'inf'), or a "
-                "larger delta, or fewer hops or training rounds")
+                f"larger delta, or {_FEWER[method, cfg.level]}")
 
 
 def _check_an_answer_is_affordable(cfg) -> None:

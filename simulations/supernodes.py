@@ -61,8 +61,8 @@ def resolve_num_clients(grid, run_config: dict, settle: float = 1.0,
     from_grid = want in (FROM_GRID, "", None)
     if not from_grid and not _is_simulation(grid):
         return run_config  # a deployment: the connect phase waits for late supernodes
-    if not from_grid and not isinstance(want, int):
-        return run_config  # the config's validation names the bad value
+    if not from_grid and (not isinstance(want, int) or isinstance(want, bool) or want < 1):
+        return run_config  # the config's validation names the bad value and its range
     if not from_grid and len(list(grid.get_node_ids())) == want:
         return run_config  # all there (a simulation registers its supernodes at once)
     have = _settled_count(grid, settle, timeout)

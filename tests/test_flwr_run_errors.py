@@ -102,6 +102,20 @@ def test_explicit_num_clients_other_than_the_supernodes_is_refused_naming_both()
     assert time.time() - start < 2
 
 
+@pytest.mark.parametrize("bad", [-1, -5, True])
+def test_a_num_clients_out_of_range_is_left_to_the_range_check(bad):
+    """``flwr run . --run-config "num-clients=-1"`` gets the config's range error
+    (``allowed: [1, 100000]``), not a hint to run with ``num-supernodes=-1``."""
+    from fedgraph.config import parse_run_config
+    from fedgraph.simulations.supernodes import resolve_num_clients
+
+    assert resolve_num_clients(InMemoryGrid(2), {"num-clients": bad}, settle=0.1) == {
+        "num-clients": bad}
+    if bad is not True:
+        with pytest.raises(ConfigError, match=r"num-clients: .*allowed: \[1, 100000\]"):
+            parse_run_config({"method": "gap", "num-clients": bad})
+
+
 def test_a_deployment_keeps_an_explicit_num_clients():
     from fedgraph.simulations.supernodes import resolve_num_clients
 

@@ -79,6 +79,21 @@ def test_the_preflight_refuses_an_unreachable_client_epsilon_by_name(method, tmp
     assert not list(tmp_path.iterdir())  # nothing written
 
 
+@pytest.mark.parametrize("method, level, knobs", [
+    ("gap", "edge", "or fewer hops"),
+    ("gap", "node", "or fewer hops, encoder-rounds, classifier-rounds or local-epochs"),
+    ("progap", "edge", "or a smaller depth"),
+    ("progap", "node", "or a smaller depth, fewer epochs or local-epochs"),
+])
+def test_the_refusal_names_what_else_lowers_the_floor_in_the_methods_own_keys(method, level,
+                                                                              knobs):
+    from fedgraph.federation import check_epsilons_reachable
+
+    with pytest.raises(ConfigError) as err:
+        check_epsilons_reachable(_cfg(method, level, **{"client-epsilons": "1e-9"}))
+    assert str(err.value).endswith(knobs)
+
+
 @pytest.mark.parametrize("eps", ["8", "inf", "8,inf"])
 def test_reachable_targets_pass(eps):
     from fedgraph.federation import check_epsilons_reachable
