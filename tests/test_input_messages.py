@@ -22,6 +22,16 @@ def test_not_a_number_names_the_keys_own_values(key, value, method, allowed, ref
         assert refused not in msg
 
 
+@pytest.mark.parametrize("key, method, allowed", [
+    ("client-epsilons", "gap", "numbers > 0 separated by commas"),
+    ("budgets", "ppgnn", "finite numbers > 0"),
+])
+def test_an_empty_entry_names_the_keys_own_values(key, method, allowed):
+    with pytest.raises(ConfigError) as err:
+        parse_run_config({"method": method, key: "1,,4"})
+    assert "empty entry in the list '1,,4'" in str(err.value) and allowed in str(err.value)
+
+
 @pytest.mark.parametrize("name, part", [
     ("synthetic-sbm:5:2", "nodes must be >= 10, got 5"),
     ("synthetic-sbm:100:200", "avg_degree must lie in (0, nodes - 1] = (0, 99], got 200"),
@@ -80,3 +90,16 @@ def test_fedgraph_run_says_what_num_clients_0_means(override):
     assert "num-clients: 0 (one client per supernode) applies under `flwr run`" in msg
     assert "[1, 100000]" in msg
     assert load_run_config("gap-edge-cora", ["num-clients=3"])["num-clients"] == 3
+
+
+@pytest.mark.parametrize("method, key, own", [
+    ("gap", "epsilon", "(for method 'gap': client-epsilons"),
+    ("privgnn", "epsilon", "(for method 'privgnn': client-epsilons"),
+    ("ppgnn", "client-epsilons", "(for method 'ppgnn': budgets"),
+])
+def test_another_methods_epsilon_key_points_to_this_methods_own(method, key, own):
+    from fedgraph.config import reject_keys_of_other_methods
+
+    with pytest.raises(ConfigError) as err:
+        reject_keys_of_other_methods({"method": method, key: 4})
+    assert f"{key}: a key of method" in str(err.value) and own in str(err.value)

@@ -13,14 +13,15 @@ from ..secret import RETIRED_NOISE_SOURCES
 
 
 def _floats(value: Any, allowed: str = "numbers separated by commas, e.g. '1,2,4'") -> list[float]:
-    """Parse ``"1,2,4"`` (or a number, or a list) into floats; an empty entry is an error, and
-    one that is not a number names ``allowed`` (the key's own values)."""
+    """Parse ``"1,2,4"`` (or a number, or a list) into floats; an empty entry or one that is
+    not a number is an error naming ``allowed`` (the key's own values)."""
     if isinstance(value, str):
         if not value.strip():
             return []
         value = value.replace(";", ",").split(",")
         if any(not v.strip() for v in value):
-            raise ValueError(f"empty entry in the list {','.join(value)!r}")
+            raise ValueError(f"empty entry in the list {','.join(value)!r} (allowed: "
+                             f"{allowed})")
     if isinstance(value, (int, float)):
         value = [value]
     out = []

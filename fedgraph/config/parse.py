@@ -201,6 +201,12 @@ def keys_of_other_methods(run_config: dict[str, Any]) -> dict[str, list[str]]:
 IGNORED_WITH = {("schedule", "fedsgd"): {"local-epochs": 1}}
 
 
+#: (a key of another method, this method): the key that does the same here
+_OWN_KEY = {**{("epsilon", m): "client-epsilons, each client's epsilon target"
+               for m in ("gap", "progap", "privgnn")},
+            ("client-epsilons", "ppgnn"): "budgets, the privacy levels' epsilons"}
+
+
 def reject_keys_of_other_methods(run_config: dict[str, Any]) -> None:
     """Raise :class:`ConfigError` naming every key of ``run_config`` that belongs only to
     another method (see :func:`keys_of_other_methods`), or that another key's value makes
@@ -210,6 +216,8 @@ def reject_keys_of_other_methods(run_config: dict[str, Any]) -> None:
     method = method_of(run_config)
     problems = [f"{k}: a key of method {' and '.join(repr(m) for m in owners)}, not of this "
                 f"run's method {method!r} (it would be ignored); remove it or set method"
+                + (f" (for method {method!r}: {_OWN_KEY[k, method]})" if (k, method) in _OWN_KEY
+                   else "")
                 for k, owners in found.items()]
     for (key, value), ignored in IGNORED_WITH.items():
         if run_config.get(key) == value:
