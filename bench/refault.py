@@ -17,7 +17,6 @@ and the server run meanwhile), a plain loop reallocates at once; so the cost fal
 from __future__ import annotations
 
 import argparse
-import glob
 import json
 import resource
 import statistics
@@ -29,11 +28,12 @@ import fedgraph.simulations  # noqa: F401  (THP_MEM_ALLOC_ENABLE before torch, a
 import torch
 
 
-def free_page_reporting() -> bool | None:
-    """Whether a virtio balloon here reports free pages to the host (``None``: no balloon)."""
+def free_page_reporting(sysfs: Path = Path("/sys")) -> bool | None:
+    """Whether a virtio balloon here reports free pages to the host (``None``: no balloon);
+    ``sysfs``: where Linux mounts sysfs (a test passes a folder laid out the same way)."""
     found = None
-    for path in glob.glob("/sys/bus/virtio/drivers/virtio_balloon/*/features"):
-        bits = Path(path).read_text().strip()
+    for path in (sysfs / "bus/virtio/drivers/virtio_balloon").glob("*/features"):
+        bits = path.read_text().strip()
         found = bool(found) or (len(bits) > 5 and bits[5] == "1")
     return found
 

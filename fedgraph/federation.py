@@ -433,16 +433,17 @@ def _check_an_answer_is_affordable(cfg) -> None:
     from .config import ConfigError
     from .methods.privgnn.privacy import client_limit, one_answer_epsilon
 
-    if cfg.answer_mode == "ensemble" and cfg.sigma_votes is None:
+    ensemble = cfg.answer_mode == "ensemble"
+    if ensemble and cfg.sigma_votes is None:
         return
     if any(client_limit(cfg, pid, 1) for pid in range(cfg.num_clients)):
         return
     cost = one_answer_epsilon(cfg)
-    ensemble = cfg.answer_mode == "ensemble"
     targets = [cfg.client_epsilon(pid) for pid in range(cfg.num_clients)]
-    binding = min(targets) if ensemble and cfg.secure_aggregation else max(targets)
+    shared = ensemble and cfg.secure_aggregation  # client_limit: the strictest binds everyone
+    binding = min(targets) if shared else max(targets)
     which = ("the strictest target (with secure-aggregation every client answers as many as "
-             "it allows)" if ensemble and cfg.secure_aggregation else "the largest target")
+             "it allows)" if shared else "the largest target")
     knobs = "a larger sigma-votes or sigma-threshold" if ensemble else "a smaller lam"
     raise ConfigError(
         f"client-epsilons: no client can answer a single query: {which} is epsilon "

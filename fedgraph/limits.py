@@ -7,6 +7,8 @@ from __future__ import annotations
 #: the largest ESW epsilon (gamma x budget) accepted: ESW's probabilities use exp(epsilon),
 #: which overflows float64 above 709.78 (fedgraph.mechanisms.esw.esw_probabilities)
 ESW_MAX_EPSILON = 700.0
+#: the most clients a run config accepts (``num-clients``)
+MAX_CLIENTS = 100_000
 #: PPM's level analysis over every feature count scans at most this many feature counts
 PPM_LEVEL_SCAN_MAX = 10_000
 

@@ -52,10 +52,12 @@ def load_run_config(preset: Optional[str], overrides: List[str]) -> dict:
         cfg[key] = _parse_value(v.strip())
     for key in [k for k in cfg if k.replace("_", "-") == "num-clients"]:
         if cfg[key] == 0 and not isinstance(cfg[key], bool):  # pyproject's "one per supernode"
+            from fedgraph.limits import MAX_CLIENTS
+
             raise typer.BadParameter(
                 "num-clients: 0 (one client per supernode) applies under `flwr run`, whose "
                 "federation sets the supernodes; `fedgraph run` starts one supernode per "
-                "client, so give the count: allowed: integers in [1, 100000]")
+                f"client, so give the count: allowed: integers in [1, {MAX_CLIENTS}]")
     return cfg
 
 

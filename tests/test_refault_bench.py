@@ -15,17 +15,15 @@ def refault(load_script):
     ("0110000100000000", False),   # stats and deflate-on-OOM only
     ("0110", False),               # shorter than bit 5
 ])
-def test_free_page_reporting_reads_feature_bit_5(refault, monkeypatch, tmp_path, bits, expected):
-    dev = tmp_path / "virtio0"
-    dev.mkdir()
+def test_free_page_reporting_reads_feature_bit_5(refault, tmp_path, bits, expected):
+    dev = tmp_path / "bus/virtio/drivers/virtio_balloon/virtio0"
+    dev.mkdir(parents=True)
     (dev / "features").write_text(bits + "\n")
-    monkeypatch.setattr(refault.glob, "glob", lambda pattern: [str(dev / "features")])
-    assert refault.free_page_reporting() is expected
+    assert refault.free_page_reporting(tmp_path) is expected
 
 
-def test_no_balloon_is_none(refault, monkeypatch):
-    monkeypatch.setattr(refault.glob, "glob", lambda pattern: [])
-    assert refault.free_page_reporting() is None
+def test_no_balloon_is_none(refault, tmp_path):
+    assert refault.free_page_reporting(tmp_path) is None
 
 
 def test_a_run_writes_every_pause_and_round(refault, tmp_path, capsys):

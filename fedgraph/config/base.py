@@ -9,6 +9,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from ..limits import MAX_CLIENTS
 from ..secret import RETIRED_NOISE_SOURCES
 
 
@@ -141,7 +142,7 @@ class DataConfig(_Base):
     data_root: str = Field("", description="dataset root; empty: $FEDGRAPH_DATA or the cache")
     split: Literal["random-50-25-25", "random-75-10-15", "planetoid"] = "random-50-25-25"
     partitioner: str = Field("users", description="random, louvain, label-skew, users")
-    num_clients: int = Field(10, ge=1, le=100_000)
+    num_clients: int = Field(10, ge=1, le=MAX_CLIENTS)
     alpha: float = Field(0.5, gt=0, description="Dirichlet concentration for label-skew")
     min_class_size: int = Field(1000, ge=1, description="facebook100: smallest class kept")
     seed: int = Field(0, ge=0)
