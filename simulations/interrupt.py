@@ -7,6 +7,15 @@ the same method), so the strategy's ``start`` writes its report with status ``in
 and what was spent so far. :func:`kill_descendants` then ends every process the run started (Ray's
 GCS, raylet, workers and agents), which outlive ``ray.shutdown`` when a run is cut short. A
 second SIGINT ends the command at once.
+
+The signals are acted on by a thread of their own, woken by Python's wakeup fd
+(:func:`signal.set_wakeup_fd`), not by the Python-level handler: that one runs only in the main
+thread, and only once the main thread returns to Python. Flower's simulation keeps the main
+thread in a ``Thread.join`` for the whole run; a signal the kernel delivers to one of the other
+threads (Ray's, gRPC's; Linux picks another thread when the main one already has a signal
+pending) then waited until the run ended, and, with Ray's workers hit by the same Ctrl-C, for
+ever (the teardown watchdog ended it after :data:`StopOnSignal.TEARDOWN_S`, exit 0, the
+interrupt lost).
 """
 from __future__ import annotations
 
@@ -94,14 +103,52 @@ class StopOnSignal:
     #: :meth:`_teardown_watchdog` ends it (Flower's own teardown takes 0.5-4 s)
     TEARDOWN_S = 60.0
 
+    #: the signals this context stops the run on
+    SIGNALS = (signal.SIGINT, signal.SIGTERM)
+
     def __init__(self, echo, grace: float = 3.0, report_wait: float = 30.0) -> None:
         self.echo, self.grace, self.report_wait = echo, grace, report_wait
         self.previous: dict = {}
         self.seen: set[int] = set()
         self.first = None  # monotonic time of the first signal
         self._left = threading.Event()  # the run's context exited
+        self._lock = threading.Lock()  # one signal acted on at a time (watcher or main thread)
+        self._wakeup: tuple[int, int] | None = None  # (read, write) ends of the wakeup pipe
+        self._previous_wakeup = -1
+
+    def _python_handler(self, signum, frame) -> None:
+        """The Python-level handler (main thread): nothing to do while the wakeup fd is ours
+        (:meth:`_watch_signals` has acted on this signal already); if something replaced it,
+        the signal reached that fd instead, so act here."""
+        ours = self._wakeup[1] if self._wakeup else -1
+        current = signal.set_wakeup_fd(ours, warn_on_full_buffer=False)
+        if current != ours or ours == -1:
+            signal.set_wakeup_fd(current)
+            self._handler(signum, frame)
+
+    def _watch_signals(self, read_fd: int) -> None:
+        """Thread: act on every SIGINT/SIGTERM as the C-level handler writes its number to the
+        wakeup pipe, whichever thread the kernel delivered it to and whatever the main thread
+        is blocked in. A 0 byte (no signal has number 0) ends the thread."""
+        try:
+            while True:
+                try:
+                    data = os.read(read_fd, 64)
+                except InterruptedError:
+                    continue
+                for signum in data:
+                    if signum == 0:
+                        return
+                    if signum in self.SIGNALS:
+                        self._handler(signum, None)
+        finally:
+            os.close(read_fd)
 
     def _handler(self, signum, frame) -> None:
+        with self._lock:
+            self._act(signum)
+
+    def _act(self, signum) -> None:
         if STOP.is_set():
             if self.first is not None and time.monotonic() - self.first < self.DEBOUNCE_S:
                 return  # the same interrupt delivered twice (timeout, process group)
@@ -159,8 +206,14 @@ class StopOnSignal:
         _keep_our_sigterm_handler()
         STOP.clear()
         _SERVER_THREAD.clear()
-        for sig in (signal.SIGINT, signal.SIGTERM):
-            self.previous[sig] = signal.signal(sig, self._handler)
+        for sig in self.SIGNALS:
+            self.previous[sig] = signal.signal(sig, self._python_handler)
+        read_fd, write_fd = os.pipe()
+        os.set_blocking(write_fd, False)  # set_wakeup_fd requires it
+        self._wakeup = (read_fd, write_fd)
+        self._previous_wakeup = signal.set_wakeup_fd(write_fd, warn_on_full_buffer=False)
+        threading.Thread(target=self._watch_signals, args=(read_fd,), daemon=True,
+                         name="fedgraph-signal-watcher").start()
         self._left.clear()
         threading.Thread(target=self._teardown_watchdog, daemon=True,
                          name="fedgraph-teardown-watchdog").start()
@@ -170,6 +223,12 @@ class StopOnSignal:
         self._left.set()
         for sig, handler in self.previous.items():
             signal.signal(sig, handler)
+        if self._wakeup is not None:
+            signal.set_wakeup_fd(self._previous_wakeup)
+            read_fd, write_fd = self._wakeup
+            self._wakeup = None
+            os.write(write_fd, b"\0")  # ends the watcher, which closes the read end
+            os.close(write_fd)
         STOP.clear()
         _SERVER_THREAD.clear()
 

@@ -55,7 +55,7 @@ BAD = [  # (args, words the message must hold)
     (["gap-edge-cora", "--cpus-per-client", "0"],
      ["--cpus-per-client: must be a finite number > 0"]),
     (["--set", "data-root=/no/such/folder"], ["data-root: /no/such/folder is not a folder"]),
-    (["--set", "self-loops=maybe"], ["self-loops", "valid boolean"]),
+    (["--set", "self-loops=maybe"], ["self-loops: must be true or false (got 'maybe')"]),
     (["--set", "patience=-1"], ["patience", "greater than or equal to 0"]),
     # under a file (README.md): no folder can be made there
     (["--set", "output-dir=README.md/runs"], ["output-dir: cannot write reports to README.md/runs"]),

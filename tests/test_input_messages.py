@@ -103,3 +103,16 @@ def test_another_methods_epsilon_key_points_to_this_methods_own(method, key, own
     with pytest.raises(ConfigError) as err:
         reject_keys_of_other_methods({"method": method, key: 4})
     assert f"{key}: a key of method" in str(err.value) and own in str(err.value)
+
+
+@pytest.mark.parametrize("key, value, method, expected", [
+    ("client-epsilons", "abc", "gap", "'abc' is not a number"),
+    ("budgets", "abc", "ppgnn", "'abc' is not a number"),
+    ("secure-aggregation", "maybe", "gap", "must be true or false (got 'maybe')"),
+])
+def test_the_message_shows_the_value_once_and_a_boolean_says_true_or_false(key, value, method,
+                                                                             expected):
+    with pytest.raises(ConfigError) as err:
+        parse_run_config({"method": method, key: value})
+    msg = str(err.value)
+    assert expected in msg and msg.count(repr(value)) == 1, msg

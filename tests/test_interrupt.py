@@ -138,7 +138,7 @@ def test_ray_init_cannot_take_sigterm_away():
     try:
         with StopOnSignal(echo=lambda line: None) as stop:
             ray_utils.set_sigterm_handler(lambda signum, frame: None)
-            assert signal.getsignal(signal.SIGTERM) == stop._handler
+            assert signal.getsignal(signal.SIGTERM) == stop._python_handler
     finally:
         ray_utils.set_sigterm_handler = original
 
@@ -182,6 +182,93 @@ def test_one_interrupt_delivered_twice_is_one_graceful_stop(monkeypatch):
         assert exits == [130] and any("interrupted again" in x for x in lines)
     finally:
         STOP.clear()
+
+
+def _quiet_stop(monkeypatch, lines, exits):
+    """A StopOnSignal whose actions are recorded instead of done (no thread interrupted,
+    nothing killed, no exit)."""
+    from fedgraph.simulations import interrupt
+
+    monkeypatch.setattr(interrupt, "_interrupt_server_thread", lambda: None)
+    monkeypatch.setattr(interrupt, "kill_descendants", lambda *a, **k: None)
+    monkeypatch.setattr(interrupt.os, "_exit", exits.append)
+    stop = interrupt.StopOnSignal(echo=lines.append)
+    monkeypatch.setattr(stop, "_watchdog", lambda: None)
+    return stop
+
+
+def test_a_signal_another_thread_receives_stops_the_run_while_the_main_thread_waits(
+        monkeypatch):
+    """Flower keeps the main thread in ``Thread.join`` for the whole run, and the kernel may
+    deliver a Ctrl-C to any other thread (Ray's, gRPC's). Python runs its handler only in the
+    main thread once that returns to Python: the interrupt used to wait for the run's end (and
+    was lost when the run then hung). The wakeup-fd watcher acts on it at once."""
+    import threading
+
+    lines, exits = [], []
+    stop = _quiet_stop(monkeypatch, lines, exits)
+    with stop:
+        parked = threading.Event()
+        other = threading.Thread(target=parked.wait, args=(10,), daemon=True)
+        other.start()
+        blocked = threading.Lock()
+        blocked.acquire()
+        unblock = threading.Thread(target=lambda: STOP.wait(10) and blocked.release(),
+                                   daemon=True)
+        unblock.start()
+        threading.Timer(0.2, signal.pthread_kill, (other.ident, signal.SIGINT)).start()
+        t0 = time.monotonic()
+        acquired = blocked.acquire(timeout=6)  # the main thread, blocked as in Flower's join
+        waited = time.monotonic() - t0
+        stopped = STOP.is_set()
+        deadline = time.monotonic() + 3
+        while not lines and time.monotonic() < deadline:  # the line follows STOP.set()
+            time.sleep(0.01)
+        parked.set()
+    assert acquired and stopped and waited < 3, (acquired, stopped, waited)
+    assert sum("interrupted: stopping the run" in x for x in lines) == 1 and exits == []
+
+
+def test_one_signal_is_acted_on_once_and_the_context_leaves_no_watcher(monkeypatch):
+    """The watcher and the Python-level handler both see a signal; only one acts (with no
+    debounce a second action would be "interrupted again" and an exit). Where something
+    replaced the wakeup fd, the Python-level handler acts instead. On exit the previous wakeup
+    fd is back and the watcher thread has ended."""
+    import threading
+
+    lines, exits = [], []
+    stop = _quiet_stop(monkeypatch, lines, exits)
+    monkeypatch.setattr(stop, "DEBOUNCE_S", 0.0)
+    before = signal.set_wakeup_fd(-1)
+    signal.set_wakeup_fd(before)
+    with stop:
+        signal.raise_signal(signal.SIGINT)
+        deadline = time.monotonic() + 5
+        while not STOP.is_set() and time.monotonic() < deadline:
+            time.sleep(0.01)
+        time.sleep(0.3)  # time for a second action, were there one
+        assert STOP.is_set() and exits == [], (lines, exits)
+        assert sum("interrupted" in x for x in lines) == 1, lines
+    watchers = [t for t in threading.enumerate() if t.name == "fedgraph-signal-watcher"]
+    for t in watchers:
+        t.join(2)
+    assert not any(t.is_alive() for t in watchers)
+    assert signal.set_wakeup_fd(before) == before
+
+    lines.clear()
+    stop = _quiet_stop(monkeypatch, lines, exits)
+    read_fd, write_fd = os.pipe()
+    os.set_blocking(write_fd, False)
+    try:
+        with stop:
+            signal.set_wakeup_fd(write_fd)  # e.g. an asyncio loop's signal handling
+            signal.raise_signal(signal.SIGTERM)
+            assert STOP.is_set() and sum("interrupted" in x for x in lines) == 1, lines
+        assert os.read(read_fd, 8) == bytes([signal.SIGTERM])  # it reached the other fd
+    finally:
+        signal.set_wakeup_fd(before)
+        os.close(read_fd)
+        os.close(write_fd)
 
 
 def test_a_simulation_that_never_returns_after_its_strategy_is_ended(monkeypatch, tmp_path):

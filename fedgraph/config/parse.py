@@ -103,7 +103,9 @@ def parse_run_config(run_config: dict[str, Any]) -> _Base:
                 got = e.get("input")
                 msg = e["msg"].removeprefix("Value error, ")
                 msg = msg.removeprefix(f"{key}: ").removeprefix(f"{key.replace('-', '_')}: ")
-                if "got" not in msg and not isinstance(got, dict):
+                if e["type"] == "bool_parsing":
+                    msg = "must be true or false"
+                if "got" not in msg and repr(got) not in msg and not isinstance(got, dict):
                     msg += f" (got {got!r})"
                 if e["type"] in _RANGE_ERRORS and "allowed" not in msg:
                     allowed = _allowed_range(model, e["loc"])
