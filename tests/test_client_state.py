@@ -98,7 +98,8 @@ RAY_SCRIPT = textwrap.dedent("""
 
     def plasma_objects():  # how many objects the object store holds, after a moment
         time.sleep(1)
-        summary = internal_api.memory_summary(stats_only=True)
+        summary = internal_api.memory_summary(  # this instance's, not any other on the host
+            address=ray.get_runtime_context().gcs_address, stats_only=True)
         return int(summary.split("Plasma memory usage")[1].split(",")[1].split()[0])
 
     out["objects_1"] = plasma_objects()
