@@ -94,7 +94,7 @@ def import_object(spec: str, kind: str = "object") -> Any:
                          "or 'path/to/file.py:attribute'")
     try:
         obj = _import_file(module) if module.endswith(".py") else _import_module(module)
-    except ImportError as err:
+    except (ImportError, SyntaxError) as err:  # a user's file that does not parse, too
         raise ValueError(f"{kind}: cannot import {spec!r}: {type(err).__name__}: {err}") from None
     try:
         for part in attr.split("."):

@@ -317,6 +317,9 @@ def check_mechanism(mech: FeatureMechanism, num_features: int = 8, num_levels: i
         raise ContractError(f"{label}: estimate returned x_hat of shape "
                             f"{tuple(getattr(x_hat, 'shape', ()))}, expected "
                             f"[{num_users}, {num_features}]")
+    if not bool(torch.isfinite(x_hat).all()):
+        raise ContractError(f"{label}: estimate returned a non-finite x_hat (NaN or inf); "
+                            "an estimate must be finite")
     if level_hat is None and mech.hides_level:
         raise ContractError(f"{label}: hides_level is True but estimate returned no level_hat")
     if level_hat is not None and (not isinstance(level_hat, Tensor)

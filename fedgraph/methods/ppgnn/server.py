@@ -40,6 +40,10 @@ def assemble(reports: list[dict[str, Tensor]], mech: FeatureMechanism, num_nodes
              num_features: int):
     """Decode and scatter the clients' reports into global arrays.
 
+    Raises:
+        ValueError: the mechanism's estimate is not finite; two clients report the same user;
+            users are missing.
+
     Returns ``(x_hat [N, d], level_hat [N] | None, y [N], train_mask, val_mask, edge_index)``;
     ``edge_index``: int64 ``[2, E]``, the union of the reported edges without duplicates,
     sorted by target then source (:func:`fedgraph.utils.sparse.unique_edges`: one int64 key
@@ -62,6 +66,10 @@ def assemble(reports: list[dict[str, Tensor]], mech: FeatureMechanism, num_nodes
         seen[ids] = True
         mrep = {k[5:]: v for k, v in rep.items() if k.startswith("mech.")}
         xc, lc = mech.estimate(mrep, num_features)
+        if not bool(torch.isfinite(xc).all()):
+            raise ValueError(f"mechanism: {type(mech).__name__}.estimate returned a non-finite "
+                             f"x_hat (NaN or inf) for {int((~torch.isfinite(xc)).any(1).sum())} "
+                             f"of {len(ids)} users of one client; allowed: finite estimates")
         x_hat[ids] = xc
         if lc is not None:
             level_hat = torch.ones(num_nodes, dtype=torch.long) if level_hat is None else level_hat

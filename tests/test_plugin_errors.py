@@ -1,0 +1,93 @@
+"""A user's plug-in that misbehaves is refused with the key named (found by a fresh user's
+session of 2026-12-06): a mechanism whose estimate is NaN (the run used to end ``ok`` at chance
+accuracy), and a plug-in file that does not parse (it was ``FAILED`` with exit 1, the key
+unnamed, where ``docs/extending.md`` promises a config error)."""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+import torch
+
+from fedgraph.mechanisms.feature import check_mechanism
+from fedgraph.registry import ContractError, import_object
+
+ROOT = Path(__file__).parents[1]
+
+MECHANISM = textwrap.dedent('''
+    import math
+    import torch
+    from fedgraph import randomness as rng
+    from fedgraph.mechanisms import FeatureMechanism
+
+    class SampledSign(FeatureMechanism):
+        name = "sampled-sign"
+
+        def __init__(self, budgets, epsilon=None, **_):
+            self.epsilon = float(epsilon if epsilon is not None else min(budgets))
+
+        def perturb(self, x, levels, generator=None):
+            n, d = x.shape
+            col = rng.randint(0, d, (n,), generator)
+            p = (1 + x[torch.arange(n), col] * math.tanh(self.epsilon / 2)) / 2
+            return {"col": col,
+                    "sign": torch.where(rng.rand(n, generator) < p, 1, -1).to(torch.int8)}
+
+        def estimate(self, report, num_features):
+            n = report["col"].numel()
+            x_hat = torch.zeros(n, num_features)
+            x_hat[torch.arange(n), report["col"]] = (
+                num_features * report["sign"].float() / math.tanh(self.epsilon / 2))
+            return x_hat, None
+
+        def privacy_spent(self, level):
+            return {"sampled-sign": self.epsilon}
+
+    class NaNOnlyBig(SampledSign):  # passes a 32-user dry run, NaN on the real clients
+        def estimate(self, report, num_features):
+            x, level = super().estimate(report, num_features)
+            return (x * float("nan") if x.size(0) > 64 else x), level
+''')
+
+
+def _nan_everywhere(module_globals):
+    class NaNEstimate(module_globals["SampledSign"]):
+        def estimate(self, report, num_features):
+            x, level = super().estimate(report, num_features)
+            return torch.full_like(x, float("nan")), level
+    return NaNEstimate
+
+
+def test_check_mechanism_refuses_a_non_finite_estimate():
+    space: dict = {}
+    exec(MECHANISM, space)
+    with pytest.raises(ContractError, match="non-finite x_hat"):
+        check_mechanism(_nan_everywhere(space)(budgets=[1.0]), num_features=8)
+    check_mechanism(space["SampledSign"](budgets=[1.0]), num_features=8)  # the sound one passes
+
+
+def test_a_mechanism_nan_only_on_the_clients_fails_the_run_naming_the_mechanism(tmp_path):
+    (tmp_path / "nan_mech.py").write_text(MECHANISM)
+    env = {**os.environ, "FLWR_DISABLE_RUNTIME_DEPENDENCY_INSTALLATION": "1"}
+    res = subprocess.run(
+        [sys.executable, "-m", "fedgraph.simulations.cli", "run", "--set",
+         f"mechanism={tmp_path / 'nan_mech.py'}:NaNOnlyBig", "--set", "num-clients=2",
+         "--set", "epochs=2", "--set", "epsilon=1.0", "--set", f"output-dir='{tmp_path / 'o'}'",
+         "--set", "run-name='nan'"],
+        cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+    out = res.stdout + res.stderr
+    assert res.returncode == 1, out[-3000:]
+    assert "mechanism: NaNOnlyBig.estimate returned a non-finite x_hat" in out, out[-3000:]
+
+
+@pytest.mark.parametrize("kind", ["dataset", "mechanism", "strategy"])
+def test_a_plugin_file_that_does_not_parse_is_a_config_error_naming_the_key(tmp_path, kind):
+    bad = tmp_path / "syntax_err.py"
+    bad.write_text("def load(:\n    pass\n")
+    with pytest.raises(ValueError, match=rf"^{kind}: cannot import '.*syntax_err.py:load': "
+                                         r"SyntaxError"):
+        import_object(f"{bad}:load", kind)
