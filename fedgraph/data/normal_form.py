@@ -82,7 +82,8 @@ def check_graph(data: Data, name: str = 'dataset') -> None:
     undirected afterwards). Optional: ``feature_domain`` ``None`` or
     ``(low, high)`` with ``low < high`` and every feature inside (a public
     range: LDP feature mechanisms need it); ``train_mask``/``val_mask``/
-    ``test_mask`` boolean ``[N]`` (the ``planetoid`` split uses them).
+    ``test_mask`` boolean ``[N]`` (the ``planetoid`` split uses them). ``y`` may also be
+    ``[N, 1]`` (as OGB stores labels): it is flattened.
 
     Raises:
         ContractError: naming ``name``, the field and what was wrong.
