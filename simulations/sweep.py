@@ -285,5 +285,30 @@ def load_sweep(path: str | Path, output_dir: Optional[str] = None) -> Sweep:
         raise SweepError(f"{p}: invalid sweep file:\n  " + "\n  ".join(lines)) from None
     out = Path(output_dir or spec.sweep.output_dir or Path("runs") / (spec.sweep.name or p.stem))
     sweep = Sweep(p, spec, out.expanduser().resolve())
-    sweep.cells()  # raises SweepError on an inconsistent grid
+    _check_run_config_keys(sweep.cells())  # cells() raises SweepError on an inconsistent grid
     return sweep
+
+
+def _check_run_config_keys(cells: list[Cell]) -> None:
+    """Refuse a run-config key no method declares (a typo such as ``encoder-round``) before
+    any cell runs: it would fail every cell. Values are checked by each cell's run, which may
+    also find its data missing (a ``no data`` cell)."""
+    import difflib
+
+    from fedgraph.config.parse import METHOD_CONFIGS
+
+    known = {"strategy"} | {k.replace("_", "-") for m in METHOD_CONFIGS.values()
+                            for k in m.model_fields}
+    bad = {}
+    for cell in cells:
+        for key in cell.run_config:
+            if str(key).replace("_", "-") not in known:
+                bad.setdefault(key, cell.method)
+    if bad:
+        lines = []
+        for key, method in bad.items():
+            near = difflib.get_close_matches(str(key).replace("_", "-"), sorted(known), n=1,
+                                             cutoff=0.8)
+            lines.append(f"methods.{method} (or [set]): {key}: unknown run-config key"
+                         + (f" (did you mean {near[0]!r}?)" if near else ""))
+        raise SweepError("invalid sweep file:\n  " + "\n  ".join(lines))

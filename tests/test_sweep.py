@@ -132,6 +132,10 @@ def test_every_cell_of_the_bundled_sweeps_validates(name):
     ('[sweep]\ndatasets=["cora"]\n', "methods"),
     ('[sweep]\ndatasets=["cora"]\nepsilons=[1]\n[methods.a]\nstrategy="m:S"\nepsilon-key="e"\n', "dp-level"),
     ('[sweep\n', "TOML"),
+    # a typo in a cell's run config: refused at load, not in every cell (fresh user, 12-06)
+    ('[sweep]\ndatasets=["cora"]\nepsilons=[1]\n[methods.a]\npreset="gap-edge-cora"\n'
+     'epsilon-key="client-epsilons"\n[methods.a.set]\nencoder-round=5\n',
+     "encoder-round: unknown run-config key"),
 ])
 def test_invalid_sweep_file_exits_2_naming_the_key(tmp_path, text, key):
     f = write(tmp_path / "bad.toml", text)
