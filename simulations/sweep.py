@@ -293,9 +293,7 @@ def _check_run_config_keys(cells: list[Cell]) -> None:
     """Refuse a run-config key no method declares (a typo such as ``encoder-round``) before
     any cell runs: it would fail every cell. Values are checked by each cell's run, which may
     also find its data missing (a ``no data`` cell)."""
-    import difflib
-
-    from fedgraph.config.parse import METHOD_CONFIGS
+    from fedgraph.config.parse import METHOD_CONFIGS, did_you_mean
 
     known = {"strategy"} | {k.replace("_", "-") for m in METHOD_CONFIGS.values()
                             for k in m.model_fields}
@@ -307,8 +305,6 @@ def _check_run_config_keys(cells: list[Cell]) -> None:
     if bad:
         lines = []
         for key, method in bad.items():
-            near = difflib.get_close_matches(str(key).replace("_", "-"), sorted(known), n=1,
-                                             cutoff=0.8)
             lines.append(f"methods.{method} (or [set]): {key}: unknown run-config key"
-                         + (f" (did you mean {near[0]!r}?)" if near else ""))
+                         + did_you_mean(str(key).replace("_", "-"), sorted(known)))
         raise SweepError("invalid sweep file:\n  " + "\n  ".join(lines))

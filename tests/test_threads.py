@@ -10,6 +10,11 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
+#: Linux's transparent-huge-page settings and a process's memory summary (kernel interfaces,
+#: not project paths; overridable for a kernel that puts them elsewhere)
+THP_SETTINGS = Path(os.environ.get("FEDGRAPH_THP_SETTINGS",
+                                   "/sys/kernel/mm/transparent_hugepage"))
+SMAPS_ROLLUP = os.environ.get("FEDGRAPH_SMAPS_ROLLUP", "/proc/self/smaps_rollup")
 SCRIPT = ("import json, os, simulations; from fedgraph.report import _host; "
           "import torch; t = torch.empty(1 << 20); "
           "print(json.dumps([os.environ.get('OMP_WAIT_POLICY'), _host()['env'], "
@@ -40,7 +45,7 @@ def test_torch_allocates_huge_pages_unless_the_user_turned_them_off():
 
 def _kernel_thp(name: str) -> str:
     try:  # e.g. "always [madvise] never": the bracketed one is in force
-        text = Path(f"/sys/kernel/mm/transparent_hugepage/{name}").read_text()
+        text = (THP_SETTINGS / name).read_text()
     except OSError:
         return "unknown"
     return text.split("[", 1)[-1].split("]", 1)[0]
@@ -52,7 +57,7 @@ def _kernel_thp(name: str) -> str:
 def test_a_large_tensor_is_backed_by_huge_pages():
     script = ("import re, simulations, torch; t = torch.ones(1 << 24); "  # 64 MiB, touched
               "print(re.search(r'AnonHugePages:\\s+(\\d+) kB', "
-              "open('/proc/self/smaps_rollup').read()).group(1))")
+              f"open({SMAPS_ROLLUP!r}).read()).group(1))")
     env = {k: v for k, v in os.environ.items() if k != "THP_MEM_ALLOC_ENABLE"}
     proc = subprocess.run([sys.executable, "-c", script], cwd=ROOT, capture_output=True,
                           text=True, timeout=60, env=env)

@@ -96,9 +96,8 @@ def parse_run_config(run_config: dict[str, Any]) -> _Base:
                     key = field_
             if e["type"] == "extra_forbidden":
                 known = ["strategy"] + [k.replace("_", "-") for k in model.model_fields]
-                near = difflib.get_close_matches(key, known, n=1, cutoff=0.8)
-                hint = f" (did you mean {near[0]!r}?)" if near else ""
-                lines.append(f"{key}: unknown key{hint}; allowed keys: {', '.join(known)}")
+                lines.append(f"{key}: unknown key{did_you_mean(key, known)}; allowed keys: "
+                             f"{', '.join(known)}")
             else:
                 got = e.get("input")
                 msg = e["msg"].removeprefix("Value error, ")
@@ -112,6 +111,13 @@ def parse_run_config(run_config: dict[str, Any]) -> _Base:
                     msg += f"; allowed: {allowed}" if allowed else ""
                 lines.append(f"{key}: {msg}")
         raise ConfigError("invalid run config:\n  " + "\n  ".join(lines)) from None
+
+
+def did_you_mean(key: str, known) -> str:
+    """`` (did you mean 'x'?)`` for the one ``known`` key closest to a misspelt ``key``, or
+    ``""``."""
+    near = difflib.get_close_matches(key, list(known), n=1, cutoff=0.8)
+    return f" (did you mean {near[0]!r}?)" if near else ""
 
 
 #: pydantic's error types after which the message adds the field's allowed values: a numeric
