@@ -288,9 +288,21 @@ def preflight(cfg) -> dict:
         the dataset statistics.
     Raises:
         fedgraph.config.ConfigError: naming the key (output-dir, dataset/data-root, mechanism,
-            num-clients, num-neighbours, client-epsilons, device: ``cuda`` asked on a machine
-            without a GPU when no Ray cluster is named by ``RAY_ADDRESS``).
+            partitioner: it raised or returned no valid assignment, num-clients,
+            num-neighbours, client-epsilons, device: ``cuda`` asked on a machine without a GPU
+            when no Ray cluster is named by ``RAY_ADDRESS``).
     """
+    from .config import ConfigError
+    from .data.partition import PartitionerError
+
+    try:
+        return _preflight(cfg)
+    except PartitionerError as err:  # (its cause, if any, is the user's code: kept)
+        raise ConfigError(f"partitioner: {err}") from err.__cause__
+
+
+def _preflight(cfg) -> dict:
+    """:func:`preflight`'s checks."""
     from .config import ConfigError, check_data_root, check_output_dir
     from .data.paths import user_cache_dir
 

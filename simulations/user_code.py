@@ -23,7 +23,8 @@ def user_code(run_config: dict) -> list[str]:
 
 def user_traceback(err: BaseException) -> str:
     """The traceback of the exception under ``err`` (its causes and contexts) that a user's
-    code raised: only its frames outside fedgraph's own packages, or ``""`` where none is."""
+    code raised: only its frames outside fedgraph's own packages, or ``""`` where none is.
+    A context that ``raise ... from`` suppressed is not followed (as Python's own traceback)."""
     import traceback
 
     ours = tuple(str(Path(__file__).resolve().parents[1] / pkg) for pkg in
@@ -40,5 +41,5 @@ def user_traceback(err: BaseException) -> str:
         if frames and e is not err:
             return ("Traceback (the user's code):\n" + "".join(traceback.format_list(frames))
                     + "".join(traceback.format_exception_only(type(e), e)))
-        todo += [e.__cause__, e.__context__]
+        todo += [e.__cause__] if e.__suppress_context__ else [e.__cause__, e.__context__]
     return ""

@@ -1,7 +1,8 @@
 """A user's plug-in that misbehaves is refused with the key named (found by a fresh user's
 session of 2026-12-06): a mechanism whose estimate is NaN (the run used to end ``ok`` at chance
 accuracy), and a plug-in file that does not parse (it was ``FAILED`` with exit 1, the key
-unnamed, where ``docs/extending.md`` promises a config error)."""
+unnamed, where ``docs/extending.md`` promises a config error), and a partitioner that raises,
+lacks ``**options`` or returns a bad assignment (``FAILED``, exit 1, the key unnamed)."""
 from __future__ import annotations
 
 import os
@@ -13,8 +14,10 @@ from pathlib import Path
 import pytest
 import torch
 
+from fedgraph.data import PartitionerError, partition
 from fedgraph.mechanisms.feature import check_mechanism
 from fedgraph.registry import ContractError, import_object
+from fedgraph.simulations.user_code import user_traceback
 
 ROOT = Path(__file__).parents[1]
 
@@ -91,3 +94,62 @@ def test_a_plugin_file_that_does_not_parse_is_a_config_error_naming_the_key(tmp_
     with pytest.raises(ValueError, match=rf"^{kind}: cannot import '.*syntax_err.py:load': "
                                          r"SyntaxError"):
         import_object(f"{bad}:load", kind)
+
+
+PARTITIONERS = textwrap.dedent('''
+    import torch
+
+    def raises(data, num_clients, seed, **options):
+        raise RuntimeError("my partitioner exploded")
+
+    def no_options(data, num_clients, seed):
+        return torch.arange(data.num_nodes) % num_clients
+
+    def short(data, num_clients, seed, **options):
+        return torch.zeros(data.num_nodes - 3, dtype=torch.long)
+''')
+
+
+def _graph():
+    from torch_geometric.data import Data
+
+    return Data(x=torch.rand(6, 2), y=torch.tensor([0, 1] * 3),
+                edge_index=torch.tensor([[0, 1, 2], [1, 2, 3]]))
+
+
+def test_a_partitioner_that_raises_is_named_with_its_traceback(tmp_path):
+    (tmp_path / "split.py").write_text(PARTITIONERS)
+    with pytest.raises(PartitionerError, match=r"partitioner '.*split.py:raises' raised "
+                                               r"RuntimeError: my partitioner exploded") as err:
+        partition(_graph(), 2, f"{tmp_path / 'split.py'}:raises", seed=0)
+    trace = user_traceback(err.value)
+    assert "split.py\", line 5, in raises" in trace and "RuntimeError" in trace, trace
+
+
+def test_a_partitioner_without_options_is_told_the_signature(tmp_path):
+    (tmp_path / "split.py").write_text(PARTITIONERS)
+    with pytest.raises(PartitionerError, match=r"must accept fn\(data, num_clients, seed, "
+                                               r"\*\*options\) \(options passed: alpha, "
+                                               r"users_per_client") as err:
+        partition(_graph(), 2, f"{tmp_path / 'split.py'}:no_options", seed=0)
+    assert user_traceback(err.value) == ""  # not inspect's frames: the message says it all
+
+
+@pytest.mark.parametrize("name, message", [
+    ("raises", r"partitioner: partitioner '.*split.py:raises' raised RuntimeError: my "
+               r"partitioner exploded\nTraceback \(the user's code\):\n.*line 5, in raises"),
+    ("short", r"partitioner: partitioner '.*split.py:short' returned an invalid assignment: "
+              r"2705 client ids for 2708 nodes \(smallest 0\)")])
+def test_a_bad_partitioner_is_a_config_error_before_the_run(tmp_path, name, message):
+    """``fedgraph run``: exit 2 from the preflight, the key named (was ``FAILED``, exit 1)."""
+    import re
+
+    (tmp_path / "split.py").write_text(PARTITIONERS)
+    env = {**os.environ, "FLWR_DISABLE_RUNTIME_DEPENDENCY_INSTALLATION": "1"}
+    res = subprocess.run(
+        [sys.executable, "-m", "fedgraph.simulations.cli", "run", "gap-edge-cora", "--set",
+         f"partitioner={tmp_path / 'split.py'}:{name}", "--set",
+         f"output-dir='{tmp_path / 'o'}'"],
+        cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+    assert res.returncode == 2, res.stderr[-3000:]
+    assert re.search(message, res.stderr, re.S), res.stderr[-3000:]

@@ -6,7 +6,7 @@ from .._lazy import lazy_attributes
 
 from .levels import (assign_privacy_levels, draw_privacy_levels, check_budgets, geometric_budgets,
                      level_budgets)
-from .partition import (PARTITIONERS, ClientGraph, build_client_graphs,
+from .partition import (PARTITIONERS, ClientGraph, PartitionerError, build_client_graphs,
                         fix_empty_clients, partition, register_partitioner)
 from .splits import (SPLITS, apply_split, gap_split, planetoid_split,
                      ppgnn_split, random_split)
@@ -26,7 +26,7 @@ __getattr__, __dir__ = lazy_attributes(__name__, _WHERE, globals())
 
 
 __all__ = [
-    'DATASETS', 'KNOWN_DATASETS', 'check_graph', 'dataset_spec', 'known_datasets', 'load_graph_locked',
+    'DATASETS', 'KNOWN_DATASETS', 'PartitionerError', 'check_graph', 'dataset_spec', 'known_datasets', 'load_graph_locked',
     'read_graph_files', 'register_dataset', 'load_dataset', 'load_facebook100', 'FACEBOOK100_FEATURES', 'dataset_statistics',
     'one_hot_attributes', 'resolve_root', 'user_cache_dir',
     'SPLITS', 'random_split', 'ppgnn_split', 'gap_split', 'planetoid_split',

@@ -16,6 +16,7 @@ or named by import path in the run config (``partitioner =
 from __future__ import annotations
 
 import heapq
+import inspect
 import zlib
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Callable, List, Optional
@@ -29,6 +30,13 @@ if TYPE_CHECKING:
 from ..registry import ContractError, Registry
 
 Partitioner = Callable[..., Tensor]
+
+
+class PartitionerError(ContractError):
+    """A partitioner raised, cannot be called as ``fn(data, num_clients, seed, **options)``,
+    or returned no valid assignment; the message names it. The run-config checks report it
+    under the key ``partitioner`` (``fedgraph run``: exit 2, with the user's traceback)."""
+
 
 def _check_partitioner(fn, name: str) -> None:
     if not callable(fn):
@@ -327,7 +335,9 @@ def partition(data: Data, num_clients: int, method: str, seed: int, *,
     Raises:
         ValueError: on an unknown method (listing :data:`PARTITIONERS`) or a
             ``num_clients`` outside ``[1, N]``.
-        ContractError: the partitioner returned no valid assignment ``[N]``.
+        PartitionerError: the partitioner (a :class:`ContractError`) raised, cannot be
+            called with ``(data, num_clients, seed, alpha=..., users_per_client=...)``, or
+            returned no valid assignment ``[N]``.
     """
     fn = PARTITIONERS.resolve(method)
     n = int(data.num_nodes)
@@ -335,25 +345,40 @@ def partition(data: Data, num_clients: int, method: str, seed: int, *,
         num_clients = _check_num_clients(num_clients, n)
     else:
         num_clients = 1  # replaced below by the partitioner's choice
-    assign = fn(data, num_clients, seed, alpha=alpha,
-                users_per_client=users_per_client)
+    options = dict(alpha=alpha, users_per_client=users_per_client)
+    try:
+        inspect.signature(fn).bind(data, num_clients, seed, **options)
+    except TypeError as err:
+        raise PartitionerError(f"partitioner {method!r} must accept fn(data, num_clients, "
+                               f"seed, **options) (options passed: {', '.join(options)}; "
+                               f"accept **options and ignore what you do not use): "
+                               f"{err}") from None
+    except ValueError:  # no signature to inspect (a builtin): call it
+        pass
+    try:
+        assign = fn(data, num_clients, seed, **options)
+    except Exception as err:  # noqa: BLE001 - the partitioner's own failure, named
+        raise PartitionerError(f"partitioner {method!r} raised {type(err).__name__}: "
+                               f"{err}") from err
     if not isinstance(assign, (Tensor, np.ndarray, list)):
-        raise ContractError(f"Partitioner '{method}' returned "
-                            f"{type(assign).__name__}; expected a LongTensor [N] "
-                            f"of client ids")
+        raise PartitionerError(f"partitioner {method!r} returned "
+                               f"{type(assign).__name__}; expected a LongTensor [N] "
+                               f"of client ids")
     assign = torch.as_tensor(assign)
     if assign.is_floating_point() or assign.dtype == torch.bool:
-        raise ContractError(f"Partitioner '{method}' returned {assign.dtype} "
-                            f"client ids; expected integers")
+        raise PartitionerError(f"partitioner {method!r} returned {assign.dtype} "
+                               f"client ids; expected integers")
     assign = assign.to(torch.long).view(-1)
     if assign.numel() != n or (n > 0 and int(assign.min()) < 0):
-        raise ContractError(f"Partitioner '{method}' returned an invalid "
-                            f"assignment: {assign.numel()} client ids for {n} "
-                            f"nodes, each in [0, num_clients)")
+        raise PartitionerError(f"partitioner {method!r} returned an invalid "
+                               f"assignment: {assign.numel()} client ids for {n} nodes "
+                               f"(smallest {int(assign.min()) if assign.numel() else None});"
+                               f" expected {n}, each in [0, num_clients)")
     if method == 'users' and users_per_client is not None:
         num_clients = int(assign.max()) + 1
     if int(assign.max()) >= num_clients:
-        raise ContractError(f"Partitioner '{method}' returned client ids >= "
-                         f"num_clients={num_clients}")
+        raise PartitionerError(f"partitioner {method!r} returned client ids up to "
+                               f"{int(assign.max())}; expected ids in [0, {num_clients}) "
+                               f"(num_clients = {num_clients})")
     assign = fix_empty_clients(assign, num_clients)
     return build_client_graphs(data, assign, num_clients)
