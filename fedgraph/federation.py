@@ -345,8 +345,8 @@ def _preflight(cfg) -> dict:
             # Dry run on random features: catches a report that carries the raw features and
             # an estimate of the wrong shape before any real data is perturbed.
             check_mechanism(mech, num_levels=len(getattr(cfg, "budgets", [1])))
-        except (ValueError, ContractError) as err:
-            raise ConfigError(f"mechanism: {err}") from None
+        except (ValueError, ContractError) as err:  # (a cause is the user's code: kept)
+            raise ConfigError(f"mechanism: {err}") from err.__cause__
         check_feature_budgets(cfg, mech)
     if getattr(cfg, "device", "auto") == "cuda" and not os.environ.get("RAY_ADDRESS"):
         # One machine: the clients' GPUs are this machine's. (On a cluster, set by RAY_ADDRESS,

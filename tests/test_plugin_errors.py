@@ -73,6 +73,59 @@ def test_check_mechanism_refuses_a_non_finite_estimate():
     check_mechanism(space["SampledSign"](budgets=[1.0]), num_features=8)  # the sound one passes
 
 
+def _torch_rand(module_globals):
+    class TorchRand(module_globals["SampledSign"]):  # torch's draws: a torch.Generator only
+        def perturb(self, x, levels, generator=None):
+            col = torch.randint(0, x.size(1), (x.size(0),), generator=generator)
+            return {"col": col, "sign": torch.ones(x.size(0), dtype=torch.int8)}
+    return TorchRand
+
+
+def _secure_only(module_globals):
+    class SecureOnly(module_globals["SampledSign"]):  # SecureRandom's own method
+        def perturb(self, x, levels, generator=None):
+            report = super().perturb(x, levels, generator)
+            report["noise"] = generator.gaussians(x.size(0))
+            return report
+    return SecureOnly
+
+
+def test_check_mechanism_dry_runs_with_every_kind_of_client_generator():
+    """Found by a fresh user: ``torch.rand(..., generator=generator)`` passed the dry run (a
+    torch.Generator) and failed on every client (the default noise source's SecureRandom)."""
+    space: dict = {}
+    exec(MECHANISM, space)
+    with pytest.raises(ContractError, match=r"mechanism 'sampled-sign': perturb raised "
+                                            r"TypeError with a fedgraph.randomness.SecureRandom "
+                                            r"\(noise-source \"secure\".*fedgraph.randomness's "
+                                            r"rand/randn/randint.*: randint\(\) received an "
+                                            r"invalid combination of arguments[^\n]*$") as err:
+        check_mechanism(_torch_rand(space)(budgets=[1.0]), num_features=8)
+    assert isinstance(err.value.__cause__, TypeError)
+    with pytest.raises(ContractError, match=r"perturb raised AttributeError with a "
+                                            r"torch.Generator \(noise-source \"mt19937\"\)"):
+        check_mechanism(_secure_only(space)(budgets=[1.0]), num_features=8)
+
+
+def test_the_preflight_names_the_mechanism_and_keeps_its_traceback(tmp_path):
+    from fedgraph.config import ConfigError, parse_run_config
+    from fedgraph.federation import preflight
+
+    (tmp_path / "mech.py").write_text(MECHANISM + textwrap.dedent('''
+        class TorchRand(SampledSign):
+            def perturb(self, x, levels, generator=None):
+                n = x.size(0)
+                return {"col": rng.randint(0, x.size(1), (n,), generator),
+                        "sign": (torch.rand(n, generator=generator) < 0.5).to(torch.int8)}
+    '''))
+    cfg = parse_run_config({"method": "ppgnn", "mechanism": f"{tmp_path / 'mech.py'}:TorchRand",
+                            "output-dir": str(tmp_path / "o")})
+    with pytest.raises(ConfigError, match="^mechanism: mechanism 'sampled-sign': perturb "
+                                          "raised TypeError with a fedgraph.randomness") as err:
+        preflight(cfg)
+    assert "mech.py\", line " in user_traceback(err.value), user_traceback(err.value)
+
+
 def test_a_mechanism_nan_only_on_the_clients_fails_the_run_naming_the_mechanism(tmp_path):
     (tmp_path / "nan_mech.py").write_text(MECHANISM)
     env = {**os.environ, "FLWR_DISABLE_RUNTIME_DEPENDENCY_INSTALLATION": "1"}

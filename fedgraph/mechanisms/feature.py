@@ -281,9 +281,14 @@ def check_mechanism(mech: FeatureMechanism, num_features: int = 8, num_levels: i
     """Dry-run ``mech`` on random features and check the contract a strategy relies on.
 
     Checks :func:`check_privacy_declaration`; ``perturb`` returns a non-empty dict of tensors,
-    none of which is the raw feature matrix; ``estimate`` returns ``x_hat [n, d]`` and
-    ``level_hat`` ``None`` or ``[n]`` (required when ``hides_level``). Uses its own seeded
-    generator (no global randomness consumed). Call it from your mechanism's unit test.
+    none of which is the raw feature matrix; ``estimate`` returns a finite ``x_hat [n, d]`` and
+    ``level_hat`` ``None`` or ``[n]`` (required when ``hides_level``). The dry run is done twice,
+    once with each kind of generator a client may pass (:func:`fedgraph.randomness.client_generator`):
+    a seeded :class:`torch.Generator` (``noise-source = "mt19937"``) and a
+    :class:`~fedgraph.randomness.SecureRandom` under a key derived from ``seed`` (``secure``,
+    the default, and ``secret``), so a mechanism that draws with ``torch.rand(...,
+    generator=generator)`` is refused here rather than on every client. No global randomness
+    is consumed. Call it from your mechanism's unit test.
 
     Args:
         num_features: ``d`` of the random features (uniform in ``[-1, 1]``).
@@ -291,16 +296,47 @@ def check_mechanism(mech: FeatureMechanism, num_features: int = 8, num_levels: i
         num_users: ``n``.
 
     Returns:
-        the report of the dry run.
+        the report of the dry run with the :class:`torch.Generator`.
     Raises:
-        ContractError: naming the mechanism and the broken rule.
+        ContractError: naming the mechanism and the broken rule; where ``perturb`` or
+            ``estimate`` raised, the generator kind, with the mechanism's error as its cause.
     """
+    import hashlib
+
+    from ..randomness import SecureRandom
+
     label = f"mechanism {getattr(mech, 'name', type(mech).__name__)!r}"
     check_privacy_declaration(mech, num_levels)
     gen = torch.Generator().manual_seed(seed)
     x = torch.rand(num_users, num_features, generator=gen) * 2 - 1
     levels = torch.arange(num_users) % num_levels + 1
-    report = mech.perturb(x.clone(), levels, gen)
+    key = hashlib.sha256(f"fedgraph check_mechanism {seed}".encode()).digest()
+    reports = [_dry_run(mech, label, x, levels, generator, kind) for generator, kind in (
+        (gen, 'a torch.Generator (noise-source "mt19937")'),
+        (SecureRandom(key), 'a fedgraph.randomness.SecureRandom (noise-source "secure", the '
+                            'default, and "secret")'))]
+    return reports[0]
+
+
+def _first_line(err: BaseException) -> str:
+    """``err``'s message up to its first line break (torch's TypeErrors list every overload;
+    the whole message follows in the traceback)."""
+    return (str(err).splitlines() or [""])[0]
+
+
+def _dry_run(mech: FeatureMechanism, label: str, x: Tensor, levels: Tensor, generator,
+             kind: str) -> Report:
+    """One dry run of :func:`check_mechanism` on ``x [n, d]`` with ``generator`` (described by
+    ``kind``)."""
+    num_users, num_features = x.shape
+    try:
+        report = mech.perturb(x.clone(), levels, generator)
+    except Exception as err:  # noqa: BLE001 - the mechanism's own failure, named
+        hint = (" (draw with fedgraph.randomness's rand/randn/randint/randperm/add_gaussian"
+                "(..., generator), which take either kind)" if isinstance(err, TypeError)
+                else "")
+        raise ContractError(f"{label}: perturb raised {type(err).__name__} with {kind}"
+                            f"{hint}: {_first_line(err)}") from err
     if not isinstance(report, dict) or not report or not all(
             isinstance(k, str) and isinstance(v, Tensor) for k, v in report.items()):
         raise ContractError(f"{label}: perturb must return a non-empty dict of named tensors "
@@ -309,7 +345,11 @@ def check_mechanism(mech: FeatureMechanism, num_features: int = 8, num_levels: i
         if value.shape == x.shape and torch.equal(value.to(x.dtype), x):
             raise ContractError(f"{label}: report[{key!r}] is the raw feature matrix: only "
                                 "perturbed values may leave a client")
-    out = mech.estimate(report, num_features)
+    try:
+        out = mech.estimate(report, num_features)
+    except Exception as err:  # noqa: BLE001 - as perturb's
+        raise ContractError(f"{label}: estimate raised {type(err).__name__} on the report of "
+                            f"a dry run with {kind}: {_first_line(err)}") from err
     if not (isinstance(out, tuple) and len(out) == 2):
         raise ContractError(f"{label}: estimate must return (x_hat, level_hat or None)")
     x_hat, level_hat = out
