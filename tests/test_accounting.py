@@ -204,6 +204,24 @@ def test_prv_numerical_failure_falls_back_to_pld():
 
 # ------------------------------------------------------------------ the ledger
 
+def test_a_pure_cross_check_where_prv_fails_says_why_and_still_checks():
+    """PPGNN's level at budget 2 (MLR 1.8 + ESW 0.2) at delta 1e-5: prv-accountant's
+    discretisation fails ("Discrete mean differs ..."); dp-accounting's PLD cross-checks
+    instead and the row names the error (it was unexplained: a fresh user's session)."""
+    ledger = PrivacyLedger()
+    ledger.record("level-2", "mlr", PureDP(1.8))
+    ledger.record("level-2", "esw", PureDP(0.2))
+    ledger.record("level-3", "mlr", PureDP(3.6))
+    ledger.record("level-3", "esw", PureDP(0.4))
+    rows = ledger.summary(delta=1e-5)
+    check = rows["level-2"]["cross_check"]
+    assert check["accountant"] == "pld (prv-accountant failed)"
+    assert "Discrete mean differs from continuous mean" in check["fallback"]
+    assert check["agrees"] and check["epsilon_lower"] == pytest.approx(2.0, abs=1e-3)
+    assert rows["level-3"]["cross_check"]["accountant"] == "prv-accountant"
+    assert "fallback" not in rows["level-3"]["cross_check"]
+
+
 def test_ledger_composition_equals_direct_accountant_and_summary():
     from fedgraph.report import format_table
 

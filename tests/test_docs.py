@@ -135,14 +135,18 @@ GENERATED = {"reference/config.md", "reference/presets.md", "reference/report.md
 
 @pytest.mark.parametrize("page", ["README.md", "CHANGELOG.md"])
 def test_links_to_docs_pages_exist(page):
+    """Every relative link of the README and the CHANGELOG resolves in a checkout, where the
+    generated reference pages (:data:`GENERATED`, written only when the site is built) are
+    not: a reader following one there found nothing (a fresh user's session, 2026-12-06)."""
     text = (ROOT / page).read_text() if (ROOT / page).exists() else ""
     for target in re.findall(r"\]\(([^)#\s]+)(?:#[^)]*)?\)", text):
         if "://" in target:
             continue
         path = (ROOT / target).resolve()
         rel = path.relative_to(ROOT).as_posix() if path.is_relative_to(ROOT) else target
-        generated = rel.removeprefix("docs/") in GENERATED
-        assert path.exists() or generated, f"{page} links to {target}, which does not exist"
+        assert rel.removeprefix("docs/") not in GENERATED, (
+            f"{page} links to {target}, generated only when the site is built")
+        assert path.exists(), f"{page} links to {target}, which does not exist"
 
 
 def test_readme_run_commands_are_valid_configs():

@@ -271,18 +271,21 @@ class PrivacyLedger:
     def _cross_check_figures(self, subject, eps, main_acc, delta) -> dict:
         events = self.events(subject)
         if all(is_pure(e) for e in events):
-            name = "prv-accountant"
+            name, why = "prv-accountant", {}
             try:
                 lo, est, hi = self.cross_check(subject, delta)
-            except Exception:  # noqa: BLE001 - prv's discretisation fails at some (eps, delta)
+            except Exception as err:  # noqa: BLE001 - prv's discretisation fails at some
+                # (eps, delta): "Discrete mean differs from continuous mean significantly"
+                # (microsoft/prv_accountant issues 36 and 42); dp-accounting's PLD instead
                 name = "pld (prv-accountant failed)"
+                why = {"fallback": f"prv-accountant raised {type(err).__name__}: {err}"[:400]}
                 hi = est = PldAccountant().compose(events, delta).epsilon
                 lo = PldAccountant(pessimistic=False).compose(events, delta).epsilon
             return {"accountant": name, "delta": delta, "epsilon_lower": lo,
                     "epsilon_estimate": est, "epsilon_upper": hi,
                     "test": "lower bound <= basic composition (+1%); the basic figure is "
                             "exact at delta 0, the cross-check's at `delta` may be smaller",
-                    "agrees": bool(lo <= eps * (1 + AGREE_RTOL) + AGREE_ATOL)}
+                    "agrees": bool(lo <= eps * (1 + AGREE_RTOL) + AGREE_ATOL), **why}
         if main_acc == "pld" and not PrvAccountant().supports(events):
             _, rdp, _ = self.cross_check(subject, delta)
             return {"accountant": "rdp", "delta": delta, "epsilon_upper": rdp,
