@@ -25,22 +25,34 @@ if TYPE_CHECKING:
 
 from .errors import ClientFailure
 
-def send_to_all(grid, message_type: str, contents: dict[int, "object"], timeout: float):
+def send_to_all(grid, message_type: str, contents: dict[int, "object"], timeout: float,
+                on_reply=None):
     """Send one message per node (``contents``: node id -> RecordDict) and wait for all replies.
+
+    ``on_reply(node, content)``, if given, is called for every reply in the order of
+    ``contents``, each once it and every earlier node's reply arrived and passed
+    :func:`check_finite_reply`: where the grid streams its replies (fedgraph's
+    :class:`~fedgraph.simulations.grid.InterruptibleGrid`, ``streams_replies``), while later
+    clients still compute; else after all arrived. None is called past a failed reply.
 
     Returns:
         dict node id -> reply content (RecordDict).
     Raises:
         ClientFailure: naming the nodes that failed or timed out and their error reasons, or
             the client and field of a reply with a non-finite value
-            (:func:`check_finite_reply`); its ``replies`` holds the replies that did arrive
-            (a non-finite one included: it left its client too).
+            (:func:`check_finite_reply`), or the client whose reply ``on_reply`` could not use
+            (its error the cause); its ``replies`` holds the replies that did arrive (a
+            non-finite one included: it left its client too).
     """
     from flwr.app import Message
 
     messages = [Message(content=c, dst_node_id=n, message_type=message_type)
                 for n, c in contents.items()]
-    replies = list(grid.send_and_receive(messages, timeout=timeout))
+    stream = _InOrder(list(contents), message_type, on_reply)
+    if on_reply is not None and getattr(grid, "streams_replies", False):
+        replies = list(grid.send_and_receive(messages, timeout=timeout, on_reply=stream.arrived))
+    else:
+        replies = list(grid.send_and_receive(messages, timeout=timeout))
     out, failed = {}, {}
     for r in replies:
         node = r.metadata.src_node_id
@@ -51,10 +63,9 @@ def send_to_all(grid, message_type: str, contents: dict[int, "object"], timeout:
     missing = set(contents) - set(out) - set(failed)
     if not failed and not missing:
         try:
-            for node, content in out.items():
-                check_finite_reply(content, client_label(node, content), message_type)
+            stream.finish(out)  # the finiteness check (and on_reply) of what was not streamed
         except ClientFailure as err:
-            raise ClientFailure(str(err), replies=out) from None
+            raise ClientFailure(str(err), replies=out) from err.__cause__
     if failed or missing:
         causes: dict[str, int] = {}
         for reason in failed.values():
@@ -66,6 +77,56 @@ def send_to_all(grid, message_type: str, contents: dict[int, "object"], timeout:
         raise ClientFailure(f"{message_type} failed on {len(failed) + len(missing)} of "
                             f"{len(contents)} clients: " + "; ".join(lines), replies=out)
     return out
+
+
+class _InOrder:
+    """:func:`send_to_all`'s replies checked (and handed to ``on_reply``) in the nodes' order,
+    as they arrive; a failed check is kept and raised by :meth:`finish`."""
+
+    def __init__(self, order: list[int], message_type: str, on_reply) -> None:
+        self.order, self.message_type, self.on_reply = order, message_type, on_reply
+        self.contents: dict[int, object] = {}
+        self.done, self.failure, self.stopped = 0, None, False
+
+    def arrived(self, reply) -> None:
+        """A grid's ``on_reply``: one pulled reply (a Flower ``Message``)."""
+        if reply.has_error():
+            self.stopped = True  # the exchange reports it; nothing more is handed on
+            return
+        self.contents[reply.metadata.src_node_id] = reply.content
+        self._advance()
+
+    def finish(self, out: dict) -> None:
+        """Every reply arrived without error (``out``): check and hand on the rest.
+
+        Raises:
+            ClientFailure: the first failed check or ``on_reply`` error."""
+        self.contents.update(out)
+        self._advance()
+        if self.failure:
+            raise self.failure
+
+    def _advance(self) -> None:
+        while not self.stopped and self.failure is None and self.done < len(self.order) and \
+                self.order[self.done] in self.contents:
+            node = self.order[self.done]
+            content = self.contents[node]
+            label = client_label(node, content)
+            try:
+                check_finite_reply(content, label, self.message_type)
+            except ClientFailure as err:
+                self.failure = err
+                return
+            if self.on_reply is not None:
+                try:
+                    self.on_reply(node, content)
+                except Exception as err:  # noqa: BLE001 - a reply the server cannot use
+                    self.failure = ClientFailure(
+                        f"{self.message_type}: {label} sent a reply the server cannot use: "
+                        f"{type(err).__name__}: {err}")
+                    self.failure.__cause__ = err
+                    return
+            self.done += 1
 
 
 def client_label(node: int, content) -> str:

@@ -20,6 +20,7 @@ class InterruptibleGrid(Grid):
 
     def __init__(self, grid: Grid, poll: float = 0.2) -> None:
         self._grid, self._poll = grid, poll
+        self._handling = 0.0  # seconds in on_reply during the current send_and_receive
 
     @property
     def wrapped(self) -> Grid:
@@ -49,22 +50,28 @@ class InterruptibleGrid(Grid):
     def pull_messages(self, message_ids):
         return self._grid.pull_messages(message_ids)
 
-    def send_and_receive(self, messages, *, timeout: float | None = None):
+    #: :meth:`send_and_receive` takes ``on_reply`` (:func:`fedgraph.messaging.send_to_all`)
+    streams_replies = True
+
+    def send_and_receive(self, messages, *, timeout: float | None = None, on_reply=None):
         """As Flower's: push, then pull until every reply arrived or ``timeout`` passed (between
         two pulls it waits ``poll`` seconds or until a reply was stored: :data:`REPLIED`).
+        ``on_reply(message)``, if given, is called with every reply as it is pulled, so the
+        server can work on it while the other clients compute; its time is the server's own
+        work, not the exchange's.
 
         Raises:
             RunInterrupted: :data:`STOP` was set (Ctrl-C) before all replies arrived.
         """
         from fedgraph.report import exchanged
 
-        started = time.perf_counter()
+        started, self._handling = time.perf_counter(), 0.0
         try:
-            return self._exchange(list(messages), timeout)
-        finally:
-            exchanged(time.perf_counter() - started)  # the report's exchange_s
+            return self._exchange(list(messages), timeout, on_reply)
+        finally:  # the report's exchange_s
+            exchanged(time.perf_counter() - started - self._handling)
 
-    def _exchange(self, messages: list, timeout: float | None) -> list:
+    def _exchange(self, messages: list, timeout: float | None, on_reply=None) -> list:
         """:meth:`send_and_receive`'s push and pulls."""
         from fedgraph.report import progress, progress_round
 
@@ -78,6 +85,11 @@ class InterruptibleGrid(Grid):
             self._check()
             got = list(self.pull_messages(pending))
             replies.extend(got)
+            if on_reply is not None and got:
+                t = time.perf_counter()
+                for m in got:
+                    on_reply(m)
+                self._handling += time.perf_counter() - t
             pending -= {m.metadata.reply_to_message_id for m in got}
             progress("clients", len(replies), len(messages))
             if pending:

@@ -131,12 +131,15 @@ class PrivateStrategy(ABC):
                                    **((per_node or {}).get(n, {}))}) for n in self.nodes}
         return send_to_all(grid, message_type, contents, self.config.timeout)
 
-    def send_and_record(self, grid, message_type: str, contents: dict, record) -> dict:
+    def send_and_record(self, grid, message_type: str, contents: dict, record,
+                        on_reply=None) -> dict:
         """:func:`fedgraph.messaging.send_to_all`, calling ``record(node, reply)`` for every
         reply that arrived, also when other clients failed (their releases left them: the
         ledger must hold them before the failure propagates). A ``record`` that raises (e.g.
         a malformed reply) does not keep the other replies from being recorded; the first such
-        error is raised after all of them, before a client failure.
+        error is raised after all of them, before a client failure. ``on_reply``: as
+        :func:`~fedgraph.messaging.send_to_all`'s (the server's work on each reply as it
+        arrives).
 
         Returns:
             node id -> reply content.
@@ -148,7 +151,8 @@ class PrivateStrategy(ABC):
 
         failure = None
         try:
-            replies = send_to_all(grid, message_type, contents, self.config.timeout)
+            replies = send_to_all(grid, message_type, contents, self.config.timeout,
+                                  on_reply=on_reply)
         except ClientFailure as err:
             replies, failure = err.replies, err
         errors = []

@@ -41,10 +41,17 @@ from fedgraph.messaging import (bulk_record, bulk_tensors, object_store_availabl
                                 wait_for_nodes)
 from fedgraph.methods.gap.models import build_classifier, build_encoder
 from fedgraph.methods.gap.privacy import plan_events, remote_noise
-from fedgraph.methods.gap.server import sum_partial_sums, unmask_partial_sums
+from fedgraph.methods.gap.server import PartialSums, unmask_partial_sums
 from fedgraph.secure_aggregation import FRAC_BITS
 from .base import PrivateStrategy, register_strategy
 from .fedavg import StrictFedSGD, client_sampling_note, round_strategy, strict_strategy
+
+
+def released_rows(reply) -> tuple:
+    """A PMA (or ProGAP aggregation) reply's released rows ``(ids [m], sums [m, e])``: views
+    of its bytes, to be only read."""
+    out = bulk_tensors(reply["partial_sums"])
+    return out["ids"], out["sums"]
 
 
 def _seeded_init(build, cfg, num_features: int, num_classes: int):
@@ -360,11 +367,17 @@ class GAPStrategy(PrivateStrategy):
                 for i, n in enumerate(nodes):
                     contents[n]["secagg"] = ConfigRecord({"public-keys": self._keys, "index": i})
                     contents[n]["owner"] = ArrayRecord({"owner": owner})
+            # the released rows are summed as each reply arrives, in the clients' order, while
+            # the others compute (views of the replies' bytes: only read; none outlives its
+            # hop, the client frees them next hop)
+            total = PartialSums(owner, len(nodes)) if self._keys is None else None
             try:
                 replies = self.send_and_record(
                     grid, "query.gap_pma", contents,
                     lambda n, r, k=k: self._released(n, release) if k <= self.config.hops
-                    else None)
+                    else None,
+                    on_reply=None if total is None else lambda n, r: total.add(
+                        *released_rows(r)))
             except ClientFailure as err:
                 if self._keys is None:
                     raise
@@ -378,12 +391,7 @@ class GAPStrategy(PrivateStrategy):
                 incoming = {n: {"ids": ids, "sums": sums}
                             for n, (ids, sums) in zip(nodes, unmasked)}
                 continue
-            # views of the replies' bytes: sum_partial_sums only reads them
-            released = [(out["ids"], out["sums"]) for out in
-                        map(bulk_tensors, (r["partial_sums"] for r in replies.values()))]
-            routed = sum_partial_sums(released, owner, len(nodes))
-            del released  # no view of a reply outlives its hop: the client frees it next hop
             incoming = {n: {"ids": ids, "sums": sums} if ids.numel() else empty
-                        for n, (ids, sums) in zip(nodes, routed)}
+                        for n, (ids, sums) in zip(nodes, total.routed())}
         for slot in slots.values():  # (the process's exit frees them if a hop fails)
             release_bulk(slot)

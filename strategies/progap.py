@@ -31,12 +31,12 @@ from flwr.app import ArrayRecord, ConfigRecord, RecordDict
 from fedgraph.errors import ClientFailure
 from fedgraph.messaging import (bulk_record, bulk_tensors, object_store_available,
                                 record_workers, release_bulk, tensors)
-from fedgraph.methods.gap.server import sum_partial_sums, unmask_partial_sums
+from fedgraph.methods.gap.server import PartialSums, unmask_partial_sums
 from fedgraph.methods.progap.client import build_model
 from fedgraph.methods.progap.privacy import plan_events, remote_noise
 from .base import PrivateStrategy, register_strategy
 from .fedavg import StrictFedAvg, StrictFedSGD, client_sampling_note, round_strategy
-from .gap import aggregation_note
+from .gap import aggregation_note, released_rows
 
 
 @register_strategy("progap")
@@ -179,9 +179,13 @@ class ProGAPStrategy(PrivateStrategy):
             for i, n in enumerate(self.nodes):
                 contents[n]["secagg"] = ConfigRecord({"public-keys": self._keys, "index": i})
                 contents[n]["owner"] = ArrayRecord({"owner": owner})
+        # summed as each reply arrives, in the clients' order (strategies.gap's PMA)
+        total = PartialSums(owner, len(self.nodes)) if self._keys is None else None
         try:
-            replies = self.send_and_record(grid, "query.progap_aggregate", contents,
-                                           lambda n, r: self._released(n, "aggregation"))
+            replies = self.send_and_record(
+                grid, "query.progap_aggregate", contents,
+                lambda n, r: self._released(n, "aggregation"),
+                on_reply=None if total is None else lambda n, r: total.add(*released_rows(r)))
         except ClientFailure as err:
             if self._keys is None:
                 raise
@@ -194,12 +198,8 @@ class ProGAPStrategy(PrivateStrategy):
                 self.config.hidden)
             incoming = {n: {"ids": i, "sums": s} for n, (i, s) in zip(self.nodes, unmasked)}
         else:
-            released = [(o["ids"], o["sums"]) for o in  # views: only read
-                        map(bulk_tensors, (r["partial_sums"] for r in replies.values()))]
-            routed = sum_partial_sums(released, owner, len(self.nodes))
-            del released  # no view outlives the step: the client frees its release at finish
             incoming = {n: {"ids": i, "sums": s} if i.numel() else empty
-                        for n, (i, s) in zip(self.nodes, routed)}
+                        for n, (i, s) in zip(self.nodes, total.routed())}
         slots = {n: ("progap.incoming", n) if shared else None for n in self.nodes}
         finish = {n: {"agg": ConfigRecord({"stage": stage, "step": "finish"}),
                       "incoming": bulk_record(incoming[n], slots[n])} for n in self.nodes}

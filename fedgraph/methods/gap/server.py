@@ -38,22 +38,48 @@ def sum_partial_sums(released: list[tuple[Tensor, Tensor]], owner: Tensor,
         nodes that received a row, ``sums`` their summed rows (float32, the rows' dtype);
         empty ``[0]``/``[0, e]`` if none. The sums are added in the order of ``released``.
     """
-    dim = next((s.shape[1] for _, s in released if s.dim() == 2), 0)
-    dtype = next((s.dtype for _, s in released if s.dim() == 2), torch.float32)
-    n = owner.numel()
-    total = torch.zeros(n, dim, dtype=dtype)
-    received = torch.zeros(n, dtype=torch.bool)
+    total = PartialSums(owner, num_clients)
     for ids, sums in released:
+        total.add(ids, sums)
+    return total.routed()
+
+
+class PartialSums:
+    """:func:`sum_partial_sums` one reply at a time, so that the server can add each reply's
+    rows as it arrives, while other clients still compute (:class:`~strategies.gap.GAPStrategy`
+    adds them in the clients' order, so the float sums do not depend on arrival times).
+
+    Args:
+        owner: ``[N]`` index of the client holding each node (negative: rows dropped).
+        num_clients: number of clients.
+    """
+
+    def __init__(self, owner: Tensor, num_clients: int) -> None:
+        self.owner, self.num_clients = owner, num_clients
+        self._total: Tensor | None = None
+        self._received = torch.zeros(owner.numel(), dtype=torch.bool)
+
+    def add(self, ids: Tensor, sums: Tensor) -> None:
+        """Add one reply's rows: ``ids [m]`` distinct global ids, ``sums [m, e]`` (read only:
+        views of a message's bytes will do)."""
+        if self._total is None and sums.dim() == 2:  # the first rows fix width and dtype
+            self._total = torch.zeros(self.owner.numel(), sums.shape[1], dtype=sums.dtype)
         if not ids.numel():
-            continue
-        total.index_add_(0, ids, sums.to(dtype))
-        received[ids] = True
-    received &= owner >= 0
-    out = []
-    for i in range(num_clients):
-        ids = (received & (owner == i)).nonzero().flatten()
-        out.append((ids, total[ids]))
-    return out
+            return
+        self._total.index_add_(0, ids, sums.to(self._total.dtype))
+        self._received[ids] = True
+
+    def routed(self) -> list[tuple[Tensor, Tensor]]:
+        """Per client ``i``: ``(ids [m_i], sums [m_i, e])`` as :func:`sum_partial_sums`."""
+        if self._total is None:
+            empty = (torch.zeros(0, dtype=torch.long), torch.zeros(0, 0))
+            return [empty] * self.num_clients
+        received = self._received & (self.owner >= 0)
+        out = []
+        for i in range(self.num_clients):
+            ids = (received & (self.owner == i)).nonzero().flatten()
+            out.append((ids, self._total[ids]))
+        return out
 
 
 def unmask_partial_sums(released: list[dict[str, Tensor]], owner: Tensor,
