@@ -146,7 +146,16 @@ def test_the_install_names_are_under_fedgraph():
         for init in (ROOT / folder).rglob("__init__.py"):
             parts = init.parent.relative_to(ROOT).parts
             tree.add(".".join(parts if folder == "fedgraph" else ("fedgraph", *parts)))
-    assert set(setup["packages"]) == tree
+    data = {p for p in setup["packages"] if p not in tree}  # folders of data files only
+    assert set(setup["packages"]) - data == tree
+    for package in data:  # a listed data folder exists, holds files, and ships them
+        parts = package.split(".")[1:]
+        folder = ROOT / (parts[0] if parts[0] in ("strategies", "simulations") else "fedgraph")
+        folder = folder.joinpath(*(parts[1:] if parts[0] in ("strategies", "simulations")
+                                   else parts))
+        assert folder.is_dir() and not (folder / "__init__.py").exists(), package
+        assert any(f.is_file() for f in folder.iterdir()), package
+        assert setup["package-data"].get(package), package
     assert {p.split(".")[0] for p in setup["packages"]} == {"fedgraph"}
 
 
