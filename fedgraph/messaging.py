@@ -103,7 +103,7 @@ class _InOrder:
             ClientFailure: the first failed check or ``on_reply`` error."""
         self.contents.update(out)
         self._advance()
-        if self.failure:
+        if self.failure is not None:
             raise self.failure
 
     def _advance(self) -> None:

@@ -47,11 +47,16 @@ from .base import PrivateStrategy, register_strategy
 from .fedavg import StrictFedSGD, client_sampling_note, round_strategy, strict_strategy
 
 
-def released_rows(reply) -> tuple:
-    """A PMA (or ProGAP aggregation) reply's released rows ``(ids [m], sums [m, e])``: views
-    of its bytes, to be only read."""
-    out = bulk_tensors(reply["partial_sums"])
-    return out["ids"], out["sums"]
+def streamed_sums(owner, num_clients: int) -> tuple[PartialSums, object]:
+    """The server's sums of a PMA hop (or a ProGAP aggregation) and the ``on_reply`` of
+    :meth:`~strategies.base.PrivateStrategy.send_and_record` that adds each reply's released
+    rows (views of its bytes, only read) as it arrives."""
+    total = PartialSums(owner, num_clients)
+
+    def add(node, reply) -> None:
+        out = bulk_tensors(reply["partial_sums"])
+        total.add(out["ids"], out["sums"])
+    return total, add
 
 
 def _seeded_init(build, cfg, num_features: int, num_classes: int):
@@ -370,14 +375,12 @@ class GAPStrategy(PrivateStrategy):
             # the released rows are summed as each reply arrives, in the clients' order, while
             # the others compute (views of the replies' bytes: only read; none outlives its
             # hop, the client frees them next hop)
-            total = PartialSums(owner, len(nodes)) if self._keys is None else None
+            total, add = streamed_sums(owner, len(nodes)) if self._keys is None else (None, None)
             try:
                 replies = self.send_and_record(
                     grid, "query.gap_pma", contents,
                     lambda n, r, k=k: self._released(n, release) if k <= self.config.hops
-                    else None,
-                    on_reply=None if total is None else lambda n, r: total.add(
-                        *released_rows(r)))
+                    else None, on_reply=add)
             except ClientFailure as err:
                 if self._keys is None:
                     raise

@@ -31,12 +31,12 @@ from flwr.app import ArrayRecord, ConfigRecord, RecordDict
 from fedgraph.errors import ClientFailure
 from fedgraph.messaging import (bulk_record, bulk_tensors, object_store_available,
                                 record_workers, release_bulk, tensors)
-from fedgraph.methods.gap.server import PartialSums, unmask_partial_sums
+from fedgraph.methods.gap.server import unmask_partial_sums
 from fedgraph.methods.progap.client import build_model
 from fedgraph.methods.progap.privacy import plan_events, remote_noise
 from .base import PrivateStrategy, register_strategy
 from .fedavg import StrictFedAvg, StrictFedSGD, client_sampling_note, round_strategy
-from .gap import aggregation_note, released_rows
+from .gap import aggregation_note, streamed_sums
 
 
 @register_strategy("progap")
@@ -180,12 +180,11 @@ class ProGAPStrategy(PrivateStrategy):
                 contents[n]["secagg"] = ConfigRecord({"public-keys": self._keys, "index": i})
                 contents[n]["owner"] = ArrayRecord({"owner": owner})
         # summed as each reply arrives, in the clients' order (strategies.gap's PMA)
-        total = PartialSums(owner, len(self.nodes)) if self._keys is None else None
+        total, add = streamed_sums(owner, len(self.nodes)) if self._keys is None else (None, None)
         try:
-            replies = self.send_and_record(
-                grid, "query.progap_aggregate", contents,
-                lambda n, r: self._released(n, "aggregation"),
-                on_reply=None if total is None else lambda n, r: total.add(*released_rows(r)))
+            replies = self.send_and_record(grid, "query.progap_aggregate", contents,
+                                           lambda n, r: self._released(n, "aggregation"),
+                                           on_reply=add)
         except ClientFailure as err:
             if self._keys is None:
                 raise
