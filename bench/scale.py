@@ -20,7 +20,9 @@ Phases (``--phases``):
   hop in all; ``--clients`` clients, random partition). The plain side of the comparison
   "with the releases' work": a whole run's ``run:gap`` row reports ``pma_ratio`` (its PMA
   phase against ``run-plain:gap``'s aggregation) and, with this cell in the same invocation,
-  ``pma_ratio_releases`` (against that aggregation plus this noise).
+  ``pma_ratio_releases`` (against that aggregation plus this noise) and ``pma_ratio_same_work``
+  (plus also the plain run's ``embed``: the trained encoder's forward pass on every node, PMA's
+  input, which the federated clients compute inside the PMA phase, at its first hop).
 * ``flexprop``: PPGNN's FlexProp on the server (:func:`fedgraph.nn.weighted_propagation`,
   level weights, ``--steps`` steps) on the graph's 32 binary features.
 * ``flexprop-plain``: the same propagation as a plain loop, per step
@@ -710,7 +712,10 @@ def _fmt(row: dict) -> str:
     if row.get("pma_ratio") is not None:
         note += f"  PMA/aggregation {row['pma_ratio']}"
         if row.get("pma_ratio_releases") is not None:
-            note += f" ({row['pma_ratio_releases']} with the releases' noise)"
+            note += f" ({row['pma_ratio_releases']} with the releases' noise"
+            if row.get("pma_ratio_same_work") is not None:
+                note += f", {row['pma_ratio_same_work']} with the encoder's output too"
+            note += ")"
     if row.get("split_s"):
         sp = row["split_s"]
         note += (f"  [setup {sp['setup']:.1f} / comm {sp['communication']:.1f} / compute "
@@ -736,14 +741,19 @@ def _ratios(rows: list[dict]) -> None:
             _pma_ratios(r, plain, rows)
 
 
-#: the federated GAP run's PMA phase (its report's timings) and the plain run's counterpart
-PMA_PHASE, PLAIN_AGGREGATION = "PMA (clients, via server)", "aggregation"
+#: the federated GAP run's PMA phase (its report's timings), the plain run's counterpart and
+#: the plain run's encoder output on every node (PMA's input, which the federated clients
+#: compute in PMA's first hop)
+PMA_PHASE, PLAIN_AGGREGATION, PLAIN_EMBED = "PMA (clients, via server)", "aggregation", "embed"
 
 
 def _pma_ratios(run: dict, plain: dict, rows: list[dict]) -> None:
-    """A ``run:gap`` row's PMA phase against its plain run's aggregation, both ways (module
-    docs, ``gap-release-noise``): ``pma_ratio`` and, when a ``gap-release-noise`` cell of the
-    same size ran, ``pma_ratio_releases`` (its seconds added to the plain aggregation)."""
+    """A ``run:gap`` row's PMA phase against its plain run's aggregation, three ways (module
+    docs, ``gap-release-noise``): ``pma_ratio`` (the aggregation alone); when a
+    ``gap-release-noise`` cell of the same size ran, ``pma_ratio_releases`` (its seconds added
+    to the plain aggregation) and, where the plain run timed its encoder's output apart,
+    ``pma_ratio_same_work`` (the plain side doing what the federated phase does: the encoder's
+    forward pass on every node, the aggregation and the released rows' noise)."""
     pma = (run.get("timings") or {}).get(PMA_PHASE)
     agg = (plain.get("timings") or {}).get(PLAIN_AGGREGATION)
     if not pma or not agg:
@@ -755,6 +765,9 @@ def _pma_ratios(run: dict, plain: dict, rows: list[dict]) -> None:
                  else None)
     if noise is not None:
         run["pma_ratio_releases"] = round(pma / (agg + noise["phase_s"]), 2)
+        embed = plain["timings"].get(PLAIN_EMBED)
+        if embed is not None:
+            run["pma_ratio_same_work"] = round(pma / (agg + embed + noise["phase_s"]), 2)
 
 
 def main() -> None:
@@ -884,7 +897,8 @@ def seed_summary(rows: list[dict]) -> list[str]:
                       if any("pseudo_label" in r for r in ok) else "")
                    + "".join(f"  {label} {ms([r.get(k) for r in ok])}" for k, label in (
                        ("pma_ratio", "PMA/aggregation"),
-                       ("pma_ratio_releases", "PMA/(aggregation + releases' noise)"))
+                       ("pma_ratio_releases", "PMA/(aggregation + releases' noise)"),
+                       ("pma_ratio_same_work", "PMA/(embed + aggregation + releases' noise)"))
                        if any(k in r for r in ok)))
     return out
 

@@ -95,7 +95,7 @@ def test_ratios_pair_rows_of_the_same_seed_and_the_summary_spans_the_seeds(scale
 def test_the_pma_phase_is_compared_with_the_plain_aggregation_both_ways(scale):
     pma, agg = scale.PMA_PHASE, scale.PLAIN_AGGREGATION
     rows = [{"phase": "run-plain:gap", "nodes": 10, "phase_s": 9.0, "seed": 0,
-             "timings": {agg: 2.0}},
+             "timings": {agg: 2.0, scale.PLAIN_EMBED: 1.0}},
             {"phase": "gap-release-noise", "nodes": 10, "phase_s": 9.9, "seed": 1},
             {"phase": "gap-release-noise", "nodes": 10, "phase_s": 1.0, "seed": 0},
             {"phase": "run:gap", "nodes": 10, "phase_s": 12.0, "seed": 0,
@@ -104,9 +104,27 @@ def test_the_pma_phase_is_compared_with_the_plain_aggregation_both_ways(scale):
              "timings": {pma: 6.0}}]
     scale._ratios(rows)
     assert rows[3]["pma_ratio"] == 3.0 and rows[3]["pma_ratio_releases"] == 2.0  # seed 0's cell
+    assert rows[3]["pma_ratio_same_work"] == 1.5  # 6 / (1 embed + 2 aggregation + 1 noise)
     assert "pma_ratio" not in rows[4]  # no plain run of seed 1
-    assert "PMA/aggregation 3.0 (2.0 with the releases' noise)" in scale._fmt(rows[3])
-    assert "PMA/(aggregation + releases' noise) 2 +- 0 (1)" in scale.seed_summary(rows)[-1]
+    assert ("PMA/aggregation 3.0 (2.0 with the releases' noise, 1.5 with the encoder's output "
+            "too)") in scale._fmt(rows[3])
+    summary = scale.seed_summary(rows)[-1]
+    assert "PMA/(aggregation + releases' noise) 2 +- 0 (1)" in summary
+    assert "PMA/(embed + aggregation + releases' noise) 1.5 +- 0 (1)" in summary
+
+
+def test_the_plain_gap_run_times_its_encoders_output_apart():
+    """``run-plain:gap``'s ``embed``: the trained encoder's forward pass on every node (PMA's
+    input, which the federated clients compute inside their PMA phase), not in ``encoder``."""
+    from fedgraph.data import gap_split, load_dataset
+    from fedgraph.methods.gap import run_gap
+
+    data = gap_split(load_dataset("synthetic-sbm:300:6"), 0)
+    res = run_gap(data, epsilon=4.0, num_hops=1, encoder_epochs=2, classifier_epochs=2, seed=0)
+    assert {"encoder", "embed", "aggregation"} <= set(res["timings"])
+    assert 0 < res["timings"]["embed"] < res["timings"]["total"]
+    mlp = run_gap(data, method="mlp", epsilon=4.0, num_hops=0, classifier_epochs=2, seed=0)
+    assert "embed" not in mlp["timings"]  # no encoder: nothing to embed
 
 
 def test_the_release_noise_cell_draws_the_rows_the_clients_release(scale, monkeypatch):

@@ -186,7 +186,7 @@ def run_gap(data, *, method: str = "gap", level: str = "edge",
     t = time.perf_counter()
     train_kw = dict(batch_size=bsz, lr=lr, weight_decay=weight_decay, dp=dp,
                     select_on_val=select, generator=gen)
-    enc_result = None
+    enc_result, encoder = None, None
     if method == "mlp":
         x0 = x
     elif encoder_output is not None:
@@ -196,10 +196,13 @@ def run_gap(data, *, method: str = "gap", level: str = "edge",
                              dropout, bn)
         enc_result = train_encoder(encoder, x, y, data.train_mask, data.val_mask,
                                    epochs=enc_epochs, **train_kw)
-        x0 = encoder.embed(x)
     else:
         x0 = x  # GAP without encoder: PMA on the raw features
     timings["encoder"] = time.perf_counter() - t
+    if encoder is not None:  # its output on every node, PMA's input (timed apart: a federated
+        t = time.perf_counter()  # client computes it in PMA's first hop)
+        x0 = encoder.embed(x)
+        timings["embed"] = time.perf_counter() - t
 
     # ---- aggregation (AM) -----------------------------------------------------------------
     t = time.perf_counter()
