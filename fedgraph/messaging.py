@@ -25,8 +25,20 @@ if TYPE_CHECKING:
 
 from .errors import ClientFailure
 
+def push_message(grid, message_type: str, node: int, content) -> str:
+    """Send one message now, ahead of the exchange it belongs to: a later :func:`send_to_all`
+    collects its reply (its ``pushed``). For a server that can build one client's next message
+    before the others' (GAP's PMA: :class:`~fedgraph.strategies.gap.GAPStrategy`). Returns the
+    message id."""
+    from flwr.app import Message
+
+    (message_id,) = grid.push_messages([Message(content=content, dst_node_id=node,
+                                                message_type=message_type)])
+    return message_id
+
+
 def send_to_all(grid, message_type: str, contents: dict[int, "object"], timeout: float,
-                on_reply=None):
+                on_reply=None, pushed: dict[int, str] | None = None):
     """Send one message per node (``contents``: node id -> RecordDict) and wait for all replies.
 
     ``on_reply(node, content)``, if given, is called for every reply in the order of
@@ -34,6 +46,9 @@ def send_to_all(grid, message_type: str, contents: dict[int, "object"], timeout:
     :func:`check_finite_reply`: where the grid streams its replies (fedgraph's
     :class:`~fedgraph.simulations.grid.InterruptibleGrid`, ``streams_replies``), while later
     clients still compute; else after all arrived. None is called past a failed reply.
+    ``pushed``: node id -> message id of this exchange's messages already sent
+    (:func:`push_message`; only on a grid that streams its replies); their nodes come first in
+    that order, before those of ``contents``.
 
     Returns:
         dict node id -> reply content (RecordDict).
@@ -46,10 +61,20 @@ def send_to_all(grid, message_type: str, contents: dict[int, "object"], timeout:
     """
     from flwr.app import Message
 
+    pushed = dict(pushed or {})
+    if set(pushed) & set(contents):
+        raise ValueError(f"nodes both pushed and in contents: "
+                         f"{sorted(set(pushed) & set(contents))}")
     messages = [Message(content=c, dst_node_id=n, message_type=message_type)
                 for n, c in contents.items()]
-    stream = _InOrder(list(contents), message_type, on_reply)
-    if on_reply is not None and getattr(grid, "streams_replies", False):
+    nodes = list(pushed) + [n for n in contents if n not in pushed]
+    stream = _InOrder(nodes, message_type, on_reply)
+    if pushed:
+        if not getattr(grid, "streams_replies", False):
+            raise ValueError("pushed: messages sent ahead need a grid that streams its replies")
+        replies = list(grid.send_and_receive(messages, timeout=timeout, on_reply=stream.arrived,
+                                             pushed=list(pushed.values())))
+    elif on_reply is not None and getattr(grid, "streams_replies", False):
         replies = list(grid.send_and_receive(messages, timeout=timeout, on_reply=stream.arrived))
     else:
         replies = list(grid.send_and_receive(messages, timeout=timeout))
@@ -60,7 +85,7 @@ def send_to_all(grid, message_type: str, contents: dict[int, "object"], timeout:
             failed[node] = r.error.reason
         else:
             out[node] = r.content
-    missing = set(contents) - set(out) - set(failed)
+    missing = set(nodes) - set(out) - set(failed)
     if not failed and not missing:
         try:
             stream.finish(out)  # the finiteness check (and on_reply) of what was not streamed
@@ -75,7 +100,7 @@ def send_to_all(grid, message_type: str, contents: dict[int, "object"], timeout:
         if missing:
             lines.append(f"{len(missing)} client(s): no reply within {timeout:.0f} s")
         raise ClientFailure(f"{message_type} failed on {len(failed) + len(missing)} of "
-                            f"{len(contents)} clients: " + "; ".join(lines), replies=out)
+                            f"{len(nodes)} clients: " + "; ".join(lines), replies=out)
     return out
 
 

@@ -53,12 +53,14 @@ class InterruptibleGrid(Grid):
     #: :meth:`send_and_receive` takes ``on_reply`` (:func:`fedgraph.messaging.send_to_all`)
     streams_replies = True
 
-    def send_and_receive(self, messages, *, timeout: float | None = None, on_reply=None):
+    def send_and_receive(self, messages, *, timeout: float | None = None, on_reply=None,
+                         pushed=()):
         """As Flower's: push, then pull until every reply arrived or ``timeout`` passed (between
         two pulls it waits ``poll`` seconds or until a reply was stored: :data:`REPLIED`).
         ``on_reply(message)``, if given, is called with every reply as it is pulled, so the
         server can work on it while the other clients compute; its time is the server's own
-        work, not the exchange's.
+        work, not the exchange's. ``pushed``: ids of messages pushed earlier whose replies
+        belong to this exchange (:func:`fedgraph.messaging.push_message`).
 
         Raises:
             RunInterrupted: :data:`STOP` was set (Ctrl-C) before all replies arrived.
@@ -67,18 +69,20 @@ class InterruptibleGrid(Grid):
 
         started, self._handling = time.perf_counter(), 0.0
         try:
-            return self._exchange(list(messages), timeout, on_reply)
+            return self._exchange(list(messages), timeout, on_reply, list(pushed))
         finally:  # the report's exchange_s
             exchanged(time.perf_counter() - started - self._handling)
 
-    def _exchange(self, messages: list, timeout: float | None, on_reply=None) -> list:
+    def _exchange(self, messages: list, timeout: float | None, on_reply=None,
+                  pushed: list = ()) -> list:
         """:meth:`send_and_receive`'s push and pulls."""
         from fedgraph.report import progress, progress_round
 
         first = getattr(messages[0], "metadata", None) if messages else None
         if getattr(first, "message_type", "").split(".")[0] == "train":
             progress_round()  # a Flower strategy's round: its train messages go out
-        pending = set(self.push_messages(messages))
+        pending = set(pushed) | (set(self.push_messages(messages)) if messages else set())
+        expected = len(pending)
         end = None if timeout is None else time.monotonic() + timeout
         replies = []
         while pending and (end is None or time.monotonic() < end):
@@ -91,7 +95,7 @@ class InterruptibleGrid(Grid):
                     on_reply(m)
                 self._handling += time.perf_counter() - t
             pending -= {m.metadata.reply_to_message_id for m in got}
-            progress("clients", len(replies), len(messages))
+            progress("clients", len(replies), expected)
             if pending:
                 REPLIED.wait(self._poll)
                 REPLIED.clear()

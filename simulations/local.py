@@ -3,8 +3,10 @@
 For unit tests of a custom strategy, mechanism or dataset: seconds instead of the half minute
 a Ray start costs, tracebacks from the client half in the same process, and the same strategy,
 ClientApp handlers, ledger and report as ``fedgraph run``. Clients answer one after another,
-so timeouts and concurrency are not exercised: ``fedgraph run`` / ``flwr run .`` remain the
-real thing.
+in the order the server sent the messages (as one Ray actor does), and the replies reach the
+strategy one by one, as fedgraph's grid streams them (``on_reply``; messages sent ahead of an
+exchange, ``pushed``), so GAP's pipelined PMA runs here as under Ray. Timeouts and
+concurrency are not exercised: ``fedgraph run`` / ``flwr run .`` remain the real thing.
 
     from fedgraph.simulations.local import run_local
     report = run_local({"strategy": "mypkg.mod:MyStrategy", "num-clients": 2, "epochs": 5,
@@ -47,6 +49,9 @@ class LocalGrid:
                          for i in range(num_clients)}
         self.fail, self.tamper, self.record = fail, tamper, record
         self.log: list[tuple[Message, Message]] = []
+        self._queue: list[tuple[str, Message]] = []  # pushed, not yet answered, in push order
+        self._answered: dict[str, Message] = {}  # answered, reply not yet collected
+        self._pushed = 0
 
     def get_node_ids(self) -> list[int]:
         return list(self.contexts)
@@ -56,27 +61,71 @@ class LocalGrid:
         return Message(content=content, dst_node_id=dst_node_id, message_type=message_type,
                        group_id=group_id, ttl=ttl)
 
-    def send_and_receive(self, messages, *, timeout: float | None = None) -> list[Message]:
-        """Every message handled by the ClientApp of its destination, in order; a handler's
-        exception becomes an error reply, as in Flower (the time goes to the report's
-        ``exchange_s``, as with Flower's grid)."""
+    #: :meth:`send_and_receive` takes ``on_reply`` and ``pushed``, as fedgraph's grid over
+    #: Flower's (:class:`fedgraph.simulations.grid.InterruptibleGrid`)
+    streams_replies = True
+
+    def push_messages(self, messages) -> list[str]:
+        """Queue ``messages`` (answered in push order, as one Ray actor answers them, when an
+        exchange waits for them or for a later one); returns their ids."""
+        ids = []
+        for m in messages:
+            self._pushed += 1
+            ids.append(f"local-{self._pushed}")
+            self._queue.append((ids[-1], m))
+        return ids
+
+    def send_and_receive(self, messages, *, timeout: float | None = None, on_reply=None,
+                         pushed=()) -> list[Message]:
+        """Push ``messages``, then answer the queue in push order (each message by the
+        ClientApp of its destination) until the replies of these and of ``pushed`` (ids of
+        messages pushed earlier) are in; ``on_reply(reply)`` is called with each as it is
+        answered (its time is the server's own, not the exchange's). A handler's exception
+        becomes an error reply, as in Flower (the time goes to the report's ``exchange_s``,
+        as with Flower's grid)."""
         import time
 
         from fedgraph.report import exchanged
 
-        started, replies = time.perf_counter(), []
-        for m in messages:
-            if self.fail is not None and self.fail(m):
-                reply = Message(Error(code=1, reason="RuntimeError: dropped out"), reply_to=m)
-            else:
-                reply = self.client_app(m, self.contexts[m.metadata.dst_node_id])
-                if self.tamper is not None:
-                    reply = self.tamper(m, reply)
-            if self.record:
-                self.log.append((m, reply))
+        started, handling, replies = time.perf_counter(), 0.0, []
+        pending = list(pushed) + self.push_messages(messages)
+        waiting = set(pending)
+
+        def collect(reply) -> None:
+            nonlocal handling
             replies.append(reply)
-        exchanged(time.perf_counter() - started)
+            if on_reply is not None:
+                t = time.perf_counter()
+                on_reply(reply)
+                handling += time.perf_counter() - t
+
+        for mid in pending:  # answered while an earlier exchange waited
+            if mid in self._answered:
+                waiting.discard(mid)
+                collect(self._answered.pop(mid))
+        while waiting:
+            if not self._queue:
+                raise ValueError(f"pushed: no message was pushed with id(s) {sorted(waiting)}")
+            mid, m = self._queue.pop(0)
+            reply = self._answer(m)
+            if mid in waiting:
+                waiting.discard(mid)
+                collect(reply)
+            else:  # pushed for a later exchange
+                self._answered[mid] = reply
+        exchanged(time.perf_counter() - started - handling)
         return replies
+
+    def _answer(self, m: Message) -> Message:
+        if self.fail is not None and self.fail(m):
+            reply = Message(Error(code=1, reason="RuntimeError: dropped out"), reply_to=m)
+        else:
+            reply = self.client_app(m, self.contexts[m.metadata.dst_node_id])
+            if self.tamper is not None:
+                reply = self.tamper(m, reply)
+        if self.record:
+            self.log.append((m, reply))
+        return reply
 
 
 def run_local(run_config: dict, grid: LocalGrid | None = None) -> dict:

@@ -132,14 +132,14 @@ class PrivateStrategy(ABC):
         return send_to_all(grid, message_type, contents, self.config.timeout)
 
     def send_and_record(self, grid, message_type: str, contents: dict, record,
-                        on_reply=None) -> dict:
+                        on_reply=None, pushed: dict | None = None) -> dict:
         """:func:`fedgraph.messaging.send_to_all`, calling ``record(node, reply)`` for every
         reply that arrived, also when other clients failed (their releases left them: the
         ledger must hold them before the failure propagates). A ``record`` that raises (e.g.
         a malformed reply) does not keep the other replies from being recorded; the first such
-        error is raised after all of them, before a client failure. ``on_reply``: as
-        :func:`~fedgraph.messaging.send_to_all`'s (the server's work on each reply as it
-        arrives).
+        error is raised after all of them, before a client failure. ``on_reply`` and
+        ``pushed``: as :func:`~fedgraph.messaging.send_to_all`'s (the server's work on each
+        reply as it arrives; messages of this exchange sent ahead).
 
         Returns:
             node id -> reply content.
@@ -152,7 +152,7 @@ class PrivateStrategy(ABC):
         failure = None
         try:
             replies = send_to_all(grid, message_type, contents, self.config.timeout,
-                                  on_reply=on_reply)
+                                  on_reply=on_reply, pushed=pushed)
         except ClientFailure as err:
             replies, failure = err.replies, err
         errors = []

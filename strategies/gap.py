@@ -37,8 +37,8 @@ from flwr.app import ArrayRecord, ConfigRecord, RecordDict
 
 from fedgraph.errors import ClientFailure
 from fedgraph.messaging import (bulk_record, bulk_tensors, object_store_available,
-                                record_workers, release_bulk, send_to_all, tensors,
-                                wait_for_nodes)
+                                push_message, record_workers, release_bulk, send_to_all,
+                                tensors, wait_for_nodes)
 from fedgraph.methods.gap.models import build_classifier, build_encoder
 from fedgraph.methods.gap.privacy import plan_events, remote_noise
 from fedgraph.methods.gap.server import PartialSums, unmask_partial_sums
@@ -355,32 +355,62 @@ class GAPStrategy(PrivateStrategy):
         """Hops 1..K; message k also carries the partial sums for hop k-1 (k = K+1: finish).
         ``graph``: the edge set (``all``, ``train``: the training graph, ``test``: the
         held-out graph), decided on the clients. In a Ray simulation the rows travel by Ray's
-        object store, both ways (``object-store``; :func:`fedgraph.messaging.bulk_record`)."""
-        empty = {"ids": torch.zeros(0, dtype=torch.long), "sums": torch.zeros(0, self.config.encoder_dim)}
+        object store, both ways (``object-store``; :func:`fedgraph.messaging.bulk_record`).
+
+        Pipelined where the grid streams its replies (no secure aggregation): the rows are
+        summed as each reply arrives, in the hop's order of clients; once the last client's
+        reply is summed, every reply of the hop has arrived and passed its checks, and that
+        client's sums for the next hop are complete (the others' rows are in), so its next
+        message goes out at once, ahead of the others' (routed while it computes). The next
+        hop's order starts with it: the order rotates by one client per hop, and the float
+        sums follow the order, never the arrival times."""
+        cfg = self.config
+        empty = {"ids": torch.zeros(0, dtype=torch.long), "sums": torch.zeros(0, cfg.encoder_dim)}
         incoming = {n: empty for n in nodes}
         shared = object_store_available()
         slots = {n: ("gap.incoming", graph, n) if shared else None for n in nodes}
-        for k in range(1, self.config.hops + 2):
+        release = "pma" + (" (held-out graph)" if graph == "test" else "")
+        index = {n: i for i, n in enumerate(nodes)}  # owner[] holds these indices
+
+        def message(k: int, n: int, rows: dict) -> RecordDict:
             pma = {"hop": k, "graph": graph, "object-store": shared}
             if self._remote is not None:
                 pma["remote-sigma"], pma["remote-contributors"] = float(self._remote[0]), self._remote[1]
-            contents = {n: RecordDict({"config": payload, "pma": ConfigRecord(pma),
-                                       "incoming": bulk_record(incoming[n], slots[n]),
-                                       "encoder": encoder_arrays}) for n in nodes}
-            release = "pma" + (" (held-out graph)" if graph == "test" else "")
+            content = RecordDict({"config": payload, "pma": ConfigRecord(pma),
+                                  "incoming": bulk_record(rows, slots[n]),
+                                  "encoder": encoder_arrays})
             if self._keys is not None:  # every client gets every public key and the owners
-                for i, n in enumerate(nodes):
-                    contents[n]["secagg"] = ConfigRecord({"public-keys": self._keys, "index": i})
-                    contents[n]["owner"] = ArrayRecord({"owner": owner})
-            # the released rows are summed as each reply arrives, in the clients' order, while
-            # the others compute (views of the replies' bytes: only read; none outlives its
-            # hop, the client frees them next hop)
-            total, add = streamed_sums(owner, len(nodes)) if self._keys is None else (None, None)
+                content["secagg"] = ConfigRecord({"public-keys": self._keys, "index": index[n]})
+                content["owner"] = ArrayRecord({"owner": owner})
+            return content
+
+        def routed(total, clients) -> dict:
+            return {n: {"ids": ids, "sums": sums} if ids.numel() else empty for n, (ids, sums)
+                    in zip(clients, total.routed([index[n] for n in clients]))}
+
+        order, ahead = list(nodes), {}  # ahead: node -> its message of this hop, already sent
+        pipelined = self._keys is None and getattr(grid, "streams_replies", False)
+        for k in range(1, cfg.hops + 2):
+            contents = {n: message(k, n, incoming[n]) for n in order if n not in ahead}
+            sent_ahead = {}
+            if self._keys is None:
+                # the released rows are summed as each reply arrives, in the hop's order,
+                # while the others compute (views of the replies' bytes: only read; none
+                # outlives its hop, the client frees them next hop)
+                total, add = streamed_sums(owner, len(nodes))
+
+                def on_reply(n, reply, k=k, total=total, add=add):
+                    add(n, reply)
+                    if pipelined and k <= cfg.hops and n == order[-1]:
+                        sent_ahead[n] = push_message(grid, "query.gap_pma", n,
+                                                     message(k + 1, n, routed(total, [n])[n]))
+            else:
+                on_reply = None
             try:
                 replies = self.send_and_record(
                     grid, "query.gap_pma", contents,
-                    lambda n, r, k=k: self._released(n, release) if k <= self.config.hops
-                    else None, on_reply=add)
+                    lambda n, r, k=k: self._released(n, release) if k <= cfg.hops
+                    else None, on_reply=on_reply, pushed=ahead)
             except ClientFailure as err:
                 if self._keys is None:
                     raise
@@ -390,11 +420,14 @@ class GAPStrategy(PrivateStrategy):
             if self._keys is not None:
                 unmasked = unmask_partial_sums(
                     [bulk_tensors(replies[n]["partial_sums"]) for n in nodes], owner,
-                    self.config.encoder_dim)
+                    cfg.encoder_dim)
                 incoming = {n: {"ids": ids, "sums": sums}
                             for n, (ids, sums) in zip(nodes, unmasked)}
                 continue
-            incoming = {n: {"ids": ids, "sums": sums} if ids.numel() else empty
-                        for n, (ids, sums) in zip(nodes, total.routed())}
+            if k <= cfg.hops:  # the next hop's rows for the clients not sent ahead
+                incoming = routed(total, [n for n in order if n not in sent_ahead])
+            if sent_ahead:
+                order = list(sent_ahead) + [n for n in order if n not in sent_ahead]
+            ahead = sent_ahead
         for slot in slots.values():  # (the process's exit frees them if a hop fails)
             release_bulk(slot)

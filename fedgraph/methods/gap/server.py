@@ -69,15 +69,16 @@ class PartialSums:
         self._total.index_add_(0, ids, sums.to(self._total.dtype))
         self._received[ids] = True
 
-    def routed(self) -> list[tuple[Tensor, Tensor]]:
-        """Per client ``i``: ``(ids [m_i], sums [m_i, e])`` as :func:`sum_partial_sums`."""
+    def routed(self, clients=None) -> list[tuple[Tensor, Tensor]]:
+        """Per client ``i`` (of ``clients``, indices; ``None``: every client, in order):
+        ``(ids [m_i], sums [m_i, e])`` as :func:`sum_partial_sums` (of the rows added so
+        far)."""
+        clients = range(self.num_clients) if clients is None else clients
         if self._total is None:
-            empty = (torch.zeros(0, dtype=torch.long), torch.zeros(0, 0))
-            return [empty] * self.num_clients
-        received = self._received & (self.owner >= 0)
+            return [(torch.zeros(0, dtype=torch.long), torch.zeros(0, 0)) for _ in clients]
         out = []
-        for i in range(self.num_clients):
-            ids = (received & (self.owner == i)).nonzero().flatten()
+        for i in clients:
+            ids = (self._received & (self.owner == i)).nonzero().flatten()
             out.append((ids, self._total[ids]))
         return out
 
