@@ -31,7 +31,7 @@ cli = typer.Typer(add_completion=False, no_args_is_help=True,
 def _run_help() -> str:
     # The command's help names PRESET (typer 0.20 with click 8.5 drops arguments' own help).
     names = ", ".join(sorted(f.stem for f in PRESETS.glob("*.toml")))
-    return ("Run one simulation; exit 1 if it fails, 2 if the config is invalid, 130 if interrupted (Ctrl-C: the report is written with status interrupted; Ctrl-C twice quits at once).\n\n"
+    return ("Run one simulation; exit 1 if it fails, 2 if the config is invalid, 130 if interrupted (Ctrl-C: once the run has started, its report is written with status interrupted; Ctrl-C twice quits at once).\n\n"
             f"PRESET: a preset's name ({names}) or the path of a TOML run config; without it, "
             "the main job (the defaults of pyproject.toml's \\[tool.flwr.app.config]: PPGNN on "
             "Cora). Keys set with --set go on top.")
@@ -259,6 +259,11 @@ def datasets(root: Optional[str] = typer.Option(None, help="dataset root (defaul
     if root is not None and not Path(root).expanduser().is_dir():
         typer.echo(f"fedgraph: --root: {root} is not a folder (give an existing data root, or "
                    "leave --root out to use $FEDGRAPH_DATA or the user cache)", err=True)
+        raise typer.Exit(2)
+    env = os.environ.get("FEDGRAPH_DATA", "")
+    if root is None and env and not Path(env).expanduser().is_dir():
+        typer.echo(f"fedgraph: $FEDGRAPH_DATA = {env} is not a folder (set it to an existing "
+                   "data root, unset it for the user cache, or give --root)", err=True)
         raise typer.Exit(2)
     where = ("--root" if root else "$FEDGRAPH_DATA" if os.environ.get("FEDGRAPH_DATA")
              else "the user cache; set $FEDGRAPH_DATA or --root to use another folder")

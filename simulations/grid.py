@@ -81,7 +81,7 @@ class InterruptibleGrid(Grid):
         first = getattr(messages[0], "metadata", None) if messages else None
         if getattr(first, "message_type", "").split(".")[0] == "train":
             progress_round()  # a Flower strategy's round: its train messages go out
-        pending = set(pushed) | (set(self.push_messages(messages)) if messages else set())
+        pending = set(pushed) | set(self.push_messages(messages))
         expected = len(pending)
         end = None if timeout is None else time.monotonic() + timeout
         replies = []

@@ -24,6 +24,7 @@ import sys
 import signal
 import threading
 import time
+from pathlib import Path
 
 from fedgraph.errors import RunInterrupted
 from fedgraph.procstats import alive, become_subreaper, descendants, kill_descendants
@@ -172,8 +173,10 @@ class StopOnSignal:
                                              for t in threading.enumerate()):
             time.sleep(0.1)
         time.sleep(self.grace)
+        written = bool(REPORT_PATH) and Path(REPORT_PATH[0]).is_file()
         self.echo(f"fedgraph: interrupted (Ctrl-C or SIGTERM); report: {REPORT_PATH[0]}"
-                  if REPORT_PATH else "fedgraph: interrupted (Ctrl-C or SIGTERM)")
+                  if written else "fedgraph: interrupted (Ctrl-C or SIGTERM) before the run "
+                  "started (Ray was still starting): no report was written")
         end_all_descendants(self.remember(), within=5.0)
         os._exit(130)
 

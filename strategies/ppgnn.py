@@ -34,11 +34,7 @@ class PPGNNStrategy(PrivateStrategy):
         with self.report.phase("connect"):
             nodes = wait_for_nodes(grid, cfg.num_clients, timeout=min(cfg.timeout, 60.0))
         mech = ppgnn.build_mechanism(cfg)
-        for level, budget in enumerate(cfg.budgets, start=1):
-            self.ledger.set_budget(f"level-{level}", budget)
-        # record_privacy's one subject when every user gets the same guarantee: within budget
-        # only if within the smallest level's
-        self.ledger.set_budget("every-user", min(cfg.budgets))
+        ppgnn.set_budgets(self.ledger, cfg)
         recorded = []
 
         def record(node, reply):

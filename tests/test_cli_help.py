@@ -42,6 +42,9 @@ def test_datasets_with_a_missing_root_fails_naming_it(tmp_path):
     res = CliRunner().invoke(cli, ["datasets", "--root", str(missing)])
     assert res.exit_code == 2
     assert "--root" in res.output and str(missing) in res.output
+    res = CliRunner().invoke(cli, ["datasets"], env={"FEDGRAPH_DATA": str(missing)})
+    assert res.exit_code == 2  # as with --root: not a listing of an empty root
+    assert "$FEDGRAPH_DATA" in res.output and str(missing) in res.output
 
 
 def test_plot_footer_plurals():

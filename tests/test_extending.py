@@ -312,7 +312,44 @@ def test_dataset_registration_and_unknown_name():
         read_graph_files(ROOT / "docs")
 
 
+def test_a_malformed_graph_file_is_named_with_its_layout(tmp_path):
+    """The ``files`` dataset: a header line without ``#``, a ragged feature row and a broken
+    graph.toml each name the file and what it should hold (numpy's and tomllib's own words
+    alone named neither)."""
+    def folder(edges="0,1\n1,2\n", features="1,0\n0,1\n1,1\n", labels="0\n1\n0\n",
+               toml=None):
+        d = tmp_path / f"g{len(list(tmp_path.iterdir()))}"
+        d.mkdir()
+        for name, text in (("edges.csv", edges), ("features.csv", features),
+                           ("labels.csv", labels), ("graph.toml", toml)):
+            if text is not None:
+                (d / name).write_text(text)
+        return d
+
+    assert read_graph_files(folder()).num_nodes == 3
+    bad = folder(edges="source,target\n0,1\n")
+    with pytest.raises(ValueError, match=r"edges.csv: .*'source'.*a header line must start "
+                                         r"with '#'"):
+        read_graph_files(bad)
+    with pytest.raises(ValueError, match=r"features.csv: .*number of columns.*same number"):
+        read_graph_files(folder(features="1,0\n0,1,1\n1,1\n"))
+    with pytest.raises(ValueError, match=r"graph.toml: not valid TOML"):
+        read_graph_files(folder(toml="feature_domain = [0, 1"))
+
+
 # ------------------------------------------------------------------------------ partitioners
+def test_a_partitioner_leaving_clients_empty_is_warned_about():
+    """Empty clients get one node each (fix_empty_clients), not silently: a warning names them."""
+    register_partitioner("all-zero")(lambda data, num_clients, seed, **o:
+                                     torch.zeros(data.num_nodes, dtype=torch.long))
+    try:
+        with pytest.warns(UserWarning, match=r"left client\(s\) 1, 2 of 3 empty"):
+            parts = partition(_graph(), 3, "all-zero", seed=0)
+        assert [p.num_nodes for p in parts] == [4, 1, 1]
+    finally:
+        PARTITIONERS.pop("all-zero")
+
+
 def test_partitioner_contract():
     data = _graph()
     with pytest.raises(ContractError, match="expected a function"):

@@ -184,6 +184,25 @@ def test_one_interrupt_delivered_twice_is_one_graceful_stop(monkeypatch):
         STOP.clear()
 
 
+def test_the_interrupt_line_names_a_report_only_once_it_is_written(monkeypatch, tmp_path):
+    """Ctrl-C while Ray still starts: the run's report path is known but no report is ever
+    written; the last line says so instead of naming a file that does not exist."""
+    from fedgraph.simulations import interrupt
+
+    exits, lines = [], []
+    monkeypatch.setattr(interrupt, "end_all_descendants", lambda *a, **k: None)
+    monkeypatch.setattr(interrupt.os, "_exit", exits.append)
+    report = tmp_path / "run.json"
+    monkeypatch.setattr(interrupt, "REPORT_PATH", [report])
+    stop = interrupt.StopOnSignal(echo=lines.append, grace=0.0, report_wait=0.0)
+    stop._watchdog()
+    assert exits == [130] and "no report was written" in lines[-1]
+    assert str(report) not in lines[-1]
+    report.write_text("{}")
+    stop._watchdog()
+    assert lines[-1].endswith(f"report: {report}")
+
+
 def _quiet_stop(monkeypatch, lines, exits):
     """A StopOnSignal whose actions are recorded instead of done (no thread interrupted,
     nothing killed, no exit)."""

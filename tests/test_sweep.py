@@ -214,6 +214,23 @@ def test_csv_mean_and_std_match_a_hand_computation(tmp_path):
     assert rows[1]["test_std"] == ""  # one seed: no standard deviation
 
 
+def test_a_damaged_cell_or_report_is_named_not_a_traceback(tmp_path, capsys):
+    """``fedgraph report`` over a sweep folder with a damaged ``cell.json`` (left out: the
+    sweep reruns that cell) and a truncated ``report.json`` (that seed counts as failed)."""
+    for seed in range(3):
+        fake_cell(tmp_path, "lpgnn", "cora", 1.0, seed, test=0.8 + seed / 100)
+    cells = sorted(tmp_path.glob("**/cells/*/cell.json"))
+    cells[0].write_text("garbage")
+    report = cells[1].parent / "report.json"
+    report.write_text(report.read_text()[:20])
+    groups = results.aggregate(results.collect([tmp_path]))
+    err = capsys.readouterr().err
+    assert f"left out {cells[0]}: not a cell record (JSONDecodeError" in err
+    assert f"{report}: not a run report (JSONDecodeError" in err
+    assert [(g["seeds"], g["failed"]) for g in groups] == [(1, 1)]
+    assert groups[0]["test_mean"] == pytest.approx(0.82)
+
+
 def test_epsilon_from_report_places_a_noise_axis_at_the_epsilon_spent(tmp_path):
     """PrivGNN's axis is lambda: each group is placed at the mean over seeds of the largest
     epsilon its runs spent; the CSV keeps lambda as axis_value."""

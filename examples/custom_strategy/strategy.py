@@ -28,6 +28,7 @@ class PPGNNWithAPPNP(PrivateStrategy):
         cfg = self.config
         self.connect(grid)
         mech = ppgnn.build_mechanism(cfg)
+        ppgnn.set_budgets(self.ledger, cfg)  # each level's target: the table's "(budget ...)"
         ppgnn.record_privacy(self.ledger, cfg, mech)  # every user's release, before it happens
         with self.report.phase("perturb (clients)"):
             replies = self.ask(grid, "query.ppgnn")

@@ -380,5 +380,12 @@ def partition(data: Data, num_clients: int, method: str, seed: int, *,
         raise PartitionerError(f"partitioner {method!r} returned client ids up to "
                                f"{int(assign.max())}; expected ids in [0, {num_clients}) "
                                f"(num_clients = {num_clients})")
-    assign = fix_empty_clients(assign, num_clients)
+    empty = sorted(set(range(num_clients)) - set(assign.unique().tolist()))
+    if empty:
+        import warnings
+
+        warnings.warn(f"partitioner {method!r} left client(s) {', '.join(map(str, empty))} of "
+                      f"{num_clients} empty: one node was moved to each "
+                      f"(fedgraph.data.partition.fix_empty_clients)", UserWarning, stacklevel=2)
+        assign = fix_empty_clients(assign, num_clients)
     return build_client_graphs(data, assign, num_clients)

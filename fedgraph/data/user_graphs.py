@@ -76,10 +76,17 @@ def read_graph_files(root: PathLike, feature_domain: Optional[Tuple[float, float
     if (root / 'graph.toml').is_file():
         import tomllib
 
-        meta = tomllib.loads((root / 'graph.toml').read_text())
-    edges = np.loadtxt(root / 'edges.csv', delimiter=',', comments='#', dtype=np.int64, ndmin=2)
-    x = np.loadtxt(root / 'features.csv', delimiter=',', comments='#', dtype=np.float32, ndmin=2)
-    y = np.loadtxt(root / 'labels.csv', delimiter=',', comments='#', dtype=np.int64, ndmin=1)
+        try:
+            meta = tomllib.loads((root / 'graph.toml').read_text())
+        except tomllib.TOMLDecodeError as err:
+            raise ValueError(f"dataset 'files': {root / 'graph.toml'}: not valid TOML ({err}); "
+                             "it may hold feature_domain = [low, high] and name = '...'") from None
+    edges = _read_csv(root / 'edges.csv', np.int64, 2, "two integer node ids per line, "
+                      "source,target (0-based); a header line must start with '#'")
+    x = _read_csv(root / 'features.csv', np.float32, 2, "the same number of comma-separated "
+                  "numbers on every line, one line per node")
+    y = _read_csv(root / 'labels.csv', np.int64, 1, "one integer class id per line, one line "
+                  "per node")
     domain = feature_domain if feature_domain is not None else meta.get('feature_domain')
     data = Data(x=torch.from_numpy(x), y=torch.from_numpy(y),
                 edge_index=torch.from_numpy(edges.reshape(-1, 2).T.copy()),
@@ -88,6 +95,15 @@ def read_graph_files(root: PathLike, feature_domain: Optional[Tuple[float, float
     if isinstance(meta.get('name'), str):
         data.name = meta['name']
     return data
+
+
+def _read_csv(path: Path, dtype, ndmin: int, layout: str) -> np.ndarray:
+    """``path``'s comma-separated numbers (``#`` comments), or a ``ValueError`` naming the file
+    and its ``layout`` (numpy's own message says where: its rows count data lines from 0)."""
+    try:
+        return np.loadtxt(path, delimiter=',', comments='#', dtype=dtype, ndmin=ndmin)
+    except ValueError as err:
+        raise ValueError(f"dataset 'files': {path}: {err} (expected {layout})") from None
 
 
 def files_dataset(root: Optional[Path]) -> Data:

@@ -27,6 +27,17 @@ def level_subject(level: int) -> str:
 LEVEL_RELEASE = "whole report: level inference, features fixed"
 
 
+def set_budgets(ledger: PrivacyLedger, cfg: PPGNNConfig) -> None:
+    """Each level's epsilon target (``cfg.budgets``, epsilon per user at that level for the
+    whole run) as the budget of its subject ``level-<tau>``, and the smallest as that of
+    ``every-user`` (:func:`record_privacy`'s one subject when every user gets the same
+    guarantee: within budget only if within the smallest level's). The report then marks a
+    subject above its budget ``OVER BUDGET``."""
+    for level, budget in enumerate(cfg.budgets, start=1):
+        ledger.set_budget(f"level-{level}", budget)
+    ledger.set_budget("every-user", min(cfg.budgets))
+
+
 def record_privacy(ledger: PrivacyLedger, cfg: PPGNNConfig, mech: FeatureMechanism,
                    num_features: int | None = None) -> None:
     """Record in ``ledger`` what each user at each level releases (subject ``level-<tau>``;
