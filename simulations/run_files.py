@@ -33,7 +33,12 @@ def load_run_config(preset: Optional[str], overrides: List[str]) -> dict:
             if preset.endswith(".toml") or "/" in preset or "\\" in preset:
                 raise typer.BadParameter(f"preset file {preset!r} not found (looked at "
                                          f"{Path(preset).resolve()}); bundled presets: {names}")
-            raise typer.BadParameter(f"preset {preset!r} not found; known presets: {names}")
+            import difflib
+
+            close = difflib.get_close_matches(preset, names, n=1)
+            hint = f" (did you mean {close[0]!r}?)" if close else ""
+            raise typer.BadParameter(f"preset {preset!r} not found{hint}; known presets: "
+                                     f"{names}")
         try:
             cfg.update(relative_to_file(tomllib.loads(path.read_text()), path))
         except tomllib.TOMLDecodeError as err:

@@ -37,6 +37,7 @@ BAD = [  # (args, words the message must hold)
     (["gap-edge-cora", "--set", "budgets=-1"], ["budgets", "not of this run's method 'gap'"]),
     (["ppgnn-cora", "--set", "budgets=-1"], ["budgets", "finite and > 0"]),
     (["no-such-preset"], ["preset 'no-such-preset' not found"]),
+    (["gap-edge-cor"], ["preset 'gap-edge-cor' not found (did you mean 'gap-edge-cora'?)"]),
     (["--set", "epsilon=nan"], ["epsilon: must be a finite number"]),
     (["ppgnn-cora", "--set", "budgets=nan"],
      ["budgets: must be a finite number", "allowed: comma-separated epsilons in (0, inf)"]),
