@@ -69,13 +69,13 @@ def send_to_all(grid, message_type: str, contents: dict[int, "object"], timeout:
                 for n, c in contents.items()]
     nodes = list(pushed) + [n for n in contents if n not in pushed]
     stream = _InOrder(nodes, message_type, on_reply)
-    if pushed:
-        if not getattr(grid, "streams_replies", False):
-            raise ValueError("pushed: messages sent ahead need a grid that streams its replies")
+    streams = getattr(grid, "streams_replies", False)
+    if pushed and not streams:
+        raise ValueError("pushed: messages sent ahead need a grid that streams its replies")
+    if streams and (on_reply is not None or pushed):
+        ahead = {"pushed": list(pushed.values())} if pushed else {}
         replies = list(grid.send_and_receive(messages, timeout=timeout, on_reply=stream.arrived,
-                                             pushed=list(pushed.values())))
-    elif on_reply is not None and getattr(grid, "streams_replies", False):
-        replies = list(grid.send_and_receive(messages, timeout=timeout, on_reply=stream.arrived))
+                                             **ahead))
     else:
         replies = list(grid.send_and_receive(messages, timeout=timeout))
     out, failed = {}, {}
