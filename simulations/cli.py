@@ -28,6 +28,34 @@ cli = typer.Typer(add_completion=False, no_args_is_help=True,
                   help="Federated simulations of differentially private graph learning.")
 
 
+def version_line() -> str:
+    """``fedgraph <version>`` and the versions of the libraries a run depends on (for a bug
+    report), from the installed distributions' metadata; a missing one reads ``missing``."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    def of(name: str) -> str:
+        try:
+            return version(name)
+        except PackageNotFoundError:
+            return "missing"
+    deps = ", ".join(f"{name} {of(name)}" for name in
+                     ("flwr", "torch", "torch_geometric", "ray", "prv-accountant", "pydantic"))
+    return f"fedgraph {of('fedgraph')} ({deps}; Python {sys.version.split()[0]})"
+
+
+def _print_version(value: bool) -> None:
+    if value:
+        typer.echo(version_line())
+        raise typer.Exit()
+
+
+@cli.callback()
+def _options(version: bool = typer.Option(  # noqa: ARG001 - handled by its callback
+        False, "--version", callback=_print_version, is_eager=True,
+        help="Print fedgraph's version and its libraries' and exit.")) -> None:
+    """Federated simulations of differentially private graph learning."""
+
+
 def _run_help() -> str:
     # The command's help names PRESET (typer 0.20 with click 8.5 drops arguments' own help).
     names = ", ".join(sorted(f.stem for f in PRESETS.glob("*.toml")))

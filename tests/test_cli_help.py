@@ -37,6 +37,16 @@ def test_every_command_has_help_and_every_option_a_description():
                 assert p.help, f"{name} {p.opts} has no help"
 
 
+def test_version_names_fedgraph_and_the_libraries_it_runs_on():
+    from importlib.metadata import version
+
+    res = CliRunner().invoke(cli, ["--version"])
+    assert res.exit_code == 0, res.output
+    assert res.output.startswith(f"fedgraph {version('fedgraph')} (flwr {version('flwr')}, "
+                                 f"torch {version('torch')}, ")
+    assert f"ray {version('ray')}" in res.output and res.output.count("\n") == 1
+
+
 def test_datasets_with_a_missing_root_fails_naming_it(tmp_path):
     missing = tmp_path / "nope"
     res = CliRunner().invoke(cli, ["datasets", "--root", str(missing)])

@@ -74,6 +74,40 @@ def test_edge_sums_built_once_give_the_hops_built_every_hop(level):
     assert torch.equal(steps[True].hops, steps[False].hops) and builds == [1]
 
 
+@pytest.mark.parametrize("level", ["edge", "node"])
+def test_the_release_block_is_reused_across_hops_with_the_same_rows(monkeypatch, level):
+    """Issue 31: with a memo, a client's remote rows are written into one block kept across
+    the run's hops (client_pma.release_buffer; blocked products, ROW_BLOCK_ELEMENTS small
+    here): hop 2 overwrites hop 1's release in place (the ClientApp encodes a release before
+    the next hop), and every hop's rows are those of a new tensor per hop."""
+    from fedgraph.utils import sparse
+
+    monkeypatch.setattr(sparse, "ROW_BLOCK_ELEMENTS", 8)
+    cfg, view, client = _client()
+    cfg = cfg.model_copy(update={"level": level})
+    memo = {}
+
+    def keep(build):
+        if "sums" not in memo:
+            memo["sums"] = build()
+        return memo["sums"]
+
+    kept, released = {True: None, False: None}, {True: [], False: []}
+    for hop in (1, 2):
+        inc = None if hop == 1 else {"ids": client.node_ids[:3], "sums": torch.ones(3, 4)}
+        for memoized in (True, False):
+            torch.manual_seed(0)
+            step = pma_step(cfg, 0, view, PMARequest(hop, incoming=inc), kept[memoized], _gen,
+                            keep if memoized else None)
+            kept[memoized] = step.pending
+            released[memoized].append((step.release["sums"], step.release["sums"].clone()))
+        assert torch.equal(released[True][-1][1], released[False][-1][1])
+    (first, first_copy), (second, _) = released[True]
+    assert first.data_ptr() == second.data_ptr() and torch.equal(first, second)
+    assert not torch.equal(first_copy, second)  # hop 1's rows were overwritten by hop 2's
+    assert released[False][0][0].data_ptr() != released[False][1][0].data_ptr()
+
+
 def test_a_later_hop_without_state_is_refused():
     cfg, view, client = _client()
     inc = {"ids": client.node_ids[:1], "sums": torch.ones(1, 4)}

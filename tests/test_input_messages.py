@@ -109,6 +109,7 @@ def test_another_methods_epsilon_key_points_to_this_methods_own(method, key, own
     ("client-epsilons", "abc", "gap", "'abc' is not a number"),
     ("budgets", "abc", "ppgnn", "'abc' is not a number"),
     ("secure-aggregation", "maybe", "gap", "must be true or false (got 'maybe')"),
+    ("timeout", "0", "ppgnn", "greater than 0 (got '0')"),
 ])
 def test_the_message_shows_the_value_once_and_a_boolean_says_true_or_false(key, value, method,
                                                                              expected):
@@ -116,3 +117,10 @@ def test_the_message_shows_the_value_once_and_a_boolean_says_true_or_false(key, 
         parse_run_config({"method": method, key: value})
     msg = str(err.value)
     assert expected in msg and msg.count(repr(value)) == 1, msg
+
+
+def test_a_number_that_appears_in_the_bound_is_still_shown():
+    """``timeout=0``: the bound "greater than 0" holds the digit, not the value."""
+    with pytest.raises(ConfigError) as err:
+        parse_run_config({"method": "gap", "timeout": 0})
+    assert "timeout: Input should be greater than 0 (got 0); allowed: (0, inf)" in str(err.value)

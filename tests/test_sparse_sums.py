@@ -148,3 +148,56 @@ def test_edge_sum_built_once_is_the_definition_at_every_product(sort):
         EdgeSum(src, dst, 30, row_ids=torch.zeros(0, dtype=torch.long))
     with pytest.raises(ValueError, match='src ids must lie in'):
         EdgeSum(src, dst, 29, num_rows=40)
+
+
+@pytest.mark.parametrize('block_elements', [5, 12, 10 ** 9])
+def test_blocked_products_and_an_output_kept_across_calls_are_the_definition(
+        monkeypatch, block_elements):
+    """Issue 31: a CPU product larger than ROW_BLOCK_ELEMENTS is computed in blocks of rows
+    (1 and 2 rows per block here, and one block), with blocks of no edges (rows 40..44); into
+    ``out`` when given, whose earlier contents are overwritten and which is returned. The same
+    floats as one sparse matmul: each row's sum is the same computation."""
+    from fedgraph.utils import sparse
+    from fedgraph.utils.sparse import EdgeSum
+
+    src, dst, h = _edges(5, e=400)
+    h32 = h.float()
+    whole = torch.sparse.mm(EdgeSum(src, dst, 30, num_rows=45)._matrix(torch.float32, 'cpu'),
+                            h32)
+    monkeypatch.setattr(sparse, 'ROW_BLOCK_ELEMENTS', block_elements)
+    op = EdgeSum(src, dst, 30, num_rows=45)
+    assert torch.equal(op(h32), whole)
+    assert torch.allclose(op(h), _definition(h, src, dst, 45), atol=1e-12)
+    out = torch.full((45, 5), float('nan'))
+    for x in (h32, 2 * h32):  # the same block reused
+        got = op(x, out=out)
+        assert got is out
+        assert torch.allclose(out, _definition(x.double(), src, dst, 45).float(), atol=1e-5)
+    assert torch.equal(out[40:], torch.zeros(5, 5))
+    named = EdgeSum(src, dst * 2, 30, row_ids=torch.arange(0, 90, 2))
+    assert torch.allclose(named(h, out=torch.empty(45, 5, dtype=torch.float64)),
+                          _definition(h, src, dst * 2, 90)[::2], atol=1e-12)
+    unsorted = EdgeSum(src.flip(0), dst.flip(0), 30, num_rows=45)  # the index_add_ path
+    assert torch.allclose(unsorted(h, out=torch.empty(45, 5, dtype=torch.float64)),
+                          _definition(h, src, dst, 45), atol=1e-12)
+    empty = torch.zeros(0, dtype=torch.long)
+    assert torch.equal(EdgeSum(empty, empty, 30, num_rows=3)(h32, out=torch.ones(3, 5)),
+                       torch.zeros(3, 5))
+
+
+def test_an_output_of_the_wrong_kind_or_with_gradients_is_refused():
+    from fedgraph.utils.sparse import EdgeSum
+
+    src, dst, h = _edges(6)
+    op = EdgeSum(src, dst, 30, num_rows=40)
+    h = h.float()
+    for bad, what in ((torch.empty(39, 5), r'got torch.float32 \(39, 5\)'),
+                      (torch.empty(40, 5).double(), 'got torch.float64'),
+                      (torch.empty(5, 40).t(), 'contiguous')):
+        with pytest.raises(ValueError, match=what):
+            op(h, out=bad)
+    square = EdgeSum(src, dst % 30, 30, num_rows=30)
+    with pytest.raises(ValueError, match='share memory'):
+        square(h, out=h)
+    with pytest.raises(ValueError, match='gradients'):
+        op(h.requires_grad_(), out=torch.empty(40, 5))

@@ -104,7 +104,8 @@ def parse_run_config(run_config: dict[str, Any]) -> _Base:
                 msg = msg.removeprefix(f"{key}: ").removeprefix(f"{key.replace('-', '_')}: ")
                 if e["type"] == "bool_parsing":
                     msg = "must be true or false"
-                if "got" not in msg and repr(got) not in msg and not isinstance(got, dict):
+                quoted = isinstance(got, str) and repr(got) in msg  # a number is never
+                if "got" not in msg and not quoted and not isinstance(got, dict):
                     msg += f" (got {got!r})"
                 if e["type"] in _RANGE_ERRORS and "allowed" not in msg:
                     allowed = _allowed_range(model, e["loc"])

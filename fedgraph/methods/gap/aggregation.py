@@ -19,7 +19,7 @@ import torch
 from torch import Tensor
 
 from ...nn.gap import normalize_rows
-from ...utils.sparse import sum_over_edges
+from ...utils.sparse import EdgeSum, sum_over_edges
 
 __all__ = ["aggregate", "perturb", "normalize_rows", "pma"]
 
@@ -94,9 +94,16 @@ def pma(x0: Tensor, edge_index: Tensor, num_hops: int, sigma: float,
     """
     if num_hops < 0:
         raise ValueError(f"num_hops must be >= 0, got {num_hops}")
+    if edge_index.dim() != 2 or edge_index.size(0) != 2:
+        raise ValueError(f"edge_index must have shape [2, E], got {tuple(edge_index.shape)}")
     n = x0.size(0)
     hops = [normalize_rows(x0)]
+    if not num_hops:
+        return hops
+    # the sum over the edges built once for the K hops, as each federated client builds its
+    # own once per run (Eq. 7 at every hop: the same matrix, a new right-hand side)
+    edge_sum = EdgeSum(edge_index[0], edge_index[1], n, num_rows=n,
+                       max_elements=chunk_size * max(x0.size(1), 1))
     for _ in range(num_hops):
-        sums = aggregate(hops[-1], edge_index, n, chunk_size)
-        hops.append(normalize_rows(perturb(sums, sigma, generator)))
+        hops.append(normalize_rows(perturb(edge_sum(hops[-1]), sigma, generator)))
     return hops

@@ -33,7 +33,7 @@ from torch import Tensor
 from ...device import resolve_device, to_cpu
 from ..rounds import admit_round as rounds_admit
 from .client_pma import (client_edges, graph_nodes, masked_release, pma_edge_sums, pma_finish,
-                         pma_partial_sums)
+                         pma_partial_sums, release_buffer)
 from .models import build_classifier, build_encoder
 from .privacy import check_remote_sigma, privacy_plan
 from .training import evaluate, local_gradient, local_train
@@ -316,8 +316,10 @@ def pma_hop(cfg, partition_id: int, view, req: PMARequest, state: PMAState | Non
             noise; ``:test`` for the held-out graph's run).
         memo: ``memo(build)`` returns ``build()``, built once for the hops of this PMA run
             (the ClientApp's :func:`~simulations.client_state.derived`): the client's sums over
-            its edges (:func:`~.client_pma.pma_edge_sums`), the same at every hop. ``None``:
-            built at every hop. Nothing in it is sent.
+            its edges (:func:`~.client_pma.pma_edge_sums`), the same at every hop, and the
+            block the remote rows are written into (:func:`~.client_pma.release_buffer`; so a
+            CPU release is overwritten by the next hop: encode it before). ``None``: built at
+            every hop. Nothing in it is sent apart from the release.
 
     Returns:
         ``(state, release)``: the state for the next hop and the reply's ``partial_sums``
@@ -351,15 +353,16 @@ def pma_hop(cfg, partition_id: int, view, req: PMARequest, state: PMAState | Non
                 others &= in_graph
             remote = (others.nonzero().flatten() if cfg.cross_client_edges
                       else others.nonzero()[:0].flatten())
-            return pma_edge_sums(local, boundary, g.num_nodes, remote)
+            return (*pma_edge_sums(local, boundary, g.num_nodes, remote), {})
 
         if req.remote_sigma is not None:
             check_remote_sigma(req.remote_sigma, plan.sigma, int(req.remote_contributors))
-        local, boundary = edge_sums() if memo is None else memo(edge_sums)
-        local_sums, ids, sums = pma_partial_sums(hops[f"hop{k - 1}"].to(dev), local, boundary,
-                                                 plan.sigma, generator(f"gap:pma{k}{tag}"),
-                                                 remote_sigma=req.remote_sigma,
-                                                 remote_norm=plan.remote_norm)
+        local, boundary, buffers = edge_sums() if memo is None else memo(edge_sums)
+        h_prev = hops[f"hop{k - 1}"].to(dev)
+        local_sums, ids, sums = pma_partial_sums(
+            h_prev, local, boundary, plan.sigma, generator(f"gap:pma{k}{tag}"),
+            remote_sigma=req.remote_sigma, remote_norm=plan.remote_norm,
+            remote_out=release_buffer(buffers, boundary.num_rows, h_prev))
         hops["local_sums"] = local_sums
         out = {"ids": ids, "sums": sums}
         if cfg.secure_aggregation and ids.numel():  # only masked rows leave

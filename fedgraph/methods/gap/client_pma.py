@@ -119,7 +119,7 @@ def pma_partial_sums(h_prev: Tensor, local: Tensor | EdgeSum, boundary: Tensor |
                      generator: torch.Generator, remote_ids: Tensor | None = None,
                      max_elements: int = MAX_MESSAGE_ELEMENTS,
                      remote_sigma: float | None = None, remote_norm: float | None = None,
-                     ) -> tuple[Tensor, Tensor, Tensor]:
+                     remote_out: Tensor | None = None) -> tuple[Tensor, Tensor, Tensor]:
     """One hop of PMA on a client (Alg. 1 lines 3-4, split across clients).
 
     Args:
@@ -143,6 +143,10 @@ def pma_partial_sums(h_prev: Tensor, local: Tensor | EdgeSum, boundary: Tensor |
             projected onto the L2 ball of this radius before its noise, so that a node's
             in-edges from this client change its row by at most this much; ``None``: no
             clipping (edge level, where one edge changes one row by <= 1 anyway).
+        remote_out: a contiguous ``[m, e]`` tensor of ``h_prev``'s dtype and device the remote
+            rows are written into and returned as ``remote_sums`` (its contents are
+            overwritten): a block kept across hops (:func:`release_buffer`), whose memory is
+            then faulted in once; ``None``: a new tensor.
 
     Raises:
         ValueError: ``sigma`` not finite and >= 0; ``remote_sigma`` not finite and > 0 (>= 0
@@ -162,12 +166,13 @@ def pma_partial_sums(h_prev: Tensor, local: Tensor | EdgeSum, boundary: Tensor |
     if not isinstance(local, EdgeSum):
         local, boundary = pma_edge_sums(local, boundary, h_prev.size(0), remote_ids,
                                         max_elements)
-    local_sums, remote_sums, remote_ids = local(h_prev), boundary(h_prev), boundary.row_ids
+    if remote_norm is not None and not remote_norm > 0:
+        raise ValueError(f"remote_norm must be > 0 (or None), got {remote_norm}")
+    local_sums = local(h_prev)
+    remote_sums, remote_ids = boundary(h_prev, out=remote_out), boundary.row_ids
     if remote_norm is not None:
-        if not remote_norm > 0:
-            raise ValueError(f"remote_norm must be > 0 (or None), got {remote_norm}")
         norms = remote_sums.norm(dim=1, keepdim=True)
-        remote_sums = remote_sums * (remote_norm / norms.clamp_min(remote_norm))
+        remote_sums.mul_(remote_norm / norms.clamp_min(remote_norm))
     # the Gaussian mechanism, in place: under a CSPRNG the noise is added in float64 and
     # rounded once (fedgraph.randomness.add_gaussian_); a torch.Generator: += sigma * randn
     if sigma > 0:
@@ -175,6 +180,18 @@ def pma_partial_sums(h_prev: Tensor, local: Tensor | EdgeSum, boundary: Tensor |
     if remote_sigma > 0:
         rng.add_gaussian_(remote_sums, remote_sigma, generator)
     return local_sums, remote_ids, remote_sums
+
+
+def release_buffer(buffers: dict, rows: int, like: Tensor) -> Tensor:
+    """The ``[rows, e]`` block of ``like``'s dtype and device that a client's remote rows are
+    written into at every hop of a PMA run (``pma_partial_sums``' ``remote_out``), kept in
+    ``buffers`` (a dict that lives as long as the run's edge sums) and made at its first use.
+    What was written in it is overwritten at the next hop: the release must have been encoded
+    by then (a reply's record is a copy). Nothing in it is sent apart from the release."""
+    key = (rows, like.size(1), like.dtype, str(like.device))
+    if key not in buffers:
+        buffers[key] = torch.empty(rows, like.size(1), dtype=like.dtype, device=like.device)
+    return buffers[key]
 
 
 def masked_release(ids: Tensor, sums: Tensor, private_key: bytes, public_keys: list[bytes],
