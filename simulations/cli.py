@@ -307,6 +307,10 @@ def datasets(root: Optional[str] = typer.Option(None, help="dataset root (defaul
         if name.startswith("synthetic-sbm:"):
             typer.echo(f"{name:<27} generated (seeded SBM, no files; e.g. synthetic-sbm:2000:10)")
             continue
+        if name == "files":  # the user's own graph, read from data-root: nothing to list
+            typer.echo(f"{name:<27} your own graph: data-root names a .pt file or a folder with "
+                       "edges.csv, features.csv, labels.csv (docs: tutorials/own-dataset)")
+            continue
         try:
             s = dataset_statistics(load_dataset(name, root))
             typer.echo(f"{name:<27} offline  nodes {s['num_nodes']:>7}  edges {s['num_edges']:>9}  "
@@ -315,8 +319,9 @@ def datasets(root: Optional[str] = typer.Option(None, help="dataset root (defaul
             if name in KNOWN_DATASETS and isinstance(err, FileNotFoundError):
                 typer.echo(f"{name:<27} not under the data root (downloads when online)")
             else:
+                first = str(err).splitlines()[0] if str(err) else type(err).__name__
                 typer.echo(f"{name:<27} registered; not loadable with this root: "
-                           f"{str(err).splitlines()[0][:100]}")
+                           f"{first if len(first) <= 100 else first[:97] + '...'}")
 
 
 def main() -> None:  # console script entry point

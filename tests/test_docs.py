@@ -175,6 +175,10 @@ def test_fedgraph_datasets_runs():
 
     from fedgraph.simulations.cli import cli
 
-    res = CliRunner().invoke(cli, ["datasets"])
+    res = CliRunner().invoke(cli, ["datasets"], env={"COLUMNS": "200"})
     assert res.exit_code == 0, res.output
     assert "cora" in res.output
+    # the user's own graph is described, not shown as a loader error cut at 100 characters
+    files = next(line for line in res.output.splitlines() if line.startswith("files "))
+    assert "your own graph" in files and "edges.csv, features.csv, labels.csv" in files
+    assert "not loadable" not in files

@@ -183,6 +183,9 @@ def test_blocked_products_and_an_output_kept_across_calls_are_the_definition(
     empty = torch.zeros(0, dtype=torch.long)
     assert torch.equal(EdgeSum(empty, empty, 30, num_rows=3)(h32, out=torch.ones(3, 5)),
                        torch.zeros(3, 5))
+    x = h32.clone().requires_grad_()  # gradients: the one product, whatever the block size
+    op(x).sum().backward()
+    assert torch.equal(x.grad, torch.bincount(src, minlength=30).float()[:, None].expand(30, 5))
 
 
 def test_an_output_of_the_wrong_kind_or_with_gradients_is_refused():

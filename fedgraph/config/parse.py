@@ -104,8 +104,11 @@ def parse_run_config(run_config: dict[str, Any]) -> _Base:
                 msg = msg.removeprefix(f"{key}: ").removeprefix(f"{key.replace('-', '_')}: ")
                 if e["type"] == "bool_parsing":
                     msg = "must be true or false"
-                quoted = isinstance(got, str) and repr(got) in msg  # a number is never
-                if "got" not in msg and not quoted and not isinstance(got, dict):
+                # the value already in the message; a bound's digits ("greater than 0") are
+                # not the value, so a number out of a range is always shown
+                shown = repr(got) in msg and (isinstance(got, str)
+                                              or e["type"] not in _RANGE_ERRORS)
+                if "got" not in msg and not shown and not isinstance(got, dict):
                     msg += f" (got {got!r})"
                 if e["type"] in _RANGE_ERRORS and "allowed" not in msg:
                     allowed = _allowed_range(model, e["loc"])

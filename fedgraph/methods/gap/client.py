@@ -386,7 +386,8 @@ class PMAStep:
     ``pending``: the :class:`PMAState` tensors to keep under :func:`pma_state_key` for the next
     hop, ``None`` after the last hop (the state is dropped); ``hops``: after the last hop, the
     private hops ``[n, K + 1, e]`` (CPU) to keep under :func:`hops_key`, the classifier's inputs
-    in every classifier round; ``release``: the reply's ``partial_sums``."""
+    in every classifier round; ``release``: the reply's ``partial_sums`` (with a memo, its rows
+    are the client's release block, overwritten by the next hop: encode or copy them first)."""
 
     pending: dict[str, Tensor] | None
     hops: Tensor | None

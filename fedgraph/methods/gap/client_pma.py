@@ -182,13 +182,17 @@ def pma_partial_sums(h_prev: Tensor, local: Tensor | EdgeSum, boundary: Tensor |
     return local_sums, remote_ids, remote_sums
 
 
-def release_buffer(buffers: dict, rows: int, like: Tensor) -> Tensor:
-    """The ``[rows, e]`` block of ``like``'s dtype and device that a client's remote rows are
-    written into at every hop of a PMA run (``pma_partial_sums``' ``remote_out``), kept in
-    ``buffers`` (a dict that lives as long as the run's edge sums) and made at its first use.
-    What was written in it is overwritten at the next hop: the release must have been encoded
-    by then (a reply's record is a copy). Nothing in it is sent apart from the release."""
-    key = (rows, like.size(1), like.dtype, str(like.device))
+def release_buffer(buffers: dict, rows: int, like: Tensor) -> Tensor | None:
+    """The ``[rows, e]`` block of ``like``'s dtype that a client's remote rows are written into
+    at every hop of a PMA run (``pma_partial_sums``' ``remote_out``), kept in ``buffers`` (a
+    dict that lives as long as the run's edge sums) and made at its first use. What was written
+    in it is overwritten at the next hop: the release must have been encoded by then (a reply's
+    record is a copy). Nothing in it is sent apart from the release. ``None`` (a new tensor per
+    hop) off the CPU: a GPU product allocates its result anyway, and the device's release is
+    copied to the CPU for the message."""
+    if like.device.type != "cpu":
+        return None
+    key = (rows, like.size(1), like.dtype)
     if key not in buffers:
         buffers[key] = torch.empty(rows, like.size(1), dtype=like.dtype, device=like.device)
     return buffers[key]
