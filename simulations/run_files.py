@@ -66,6 +66,20 @@ def load_run_config(preset: Optional[str], overrides: List[str]) -> dict:
     return cfg
 
 
+#: the project file whose ``[tool.flwr.app.config]`` holds every run-config key and its default
+PYPROJECT = Path(__file__).resolve().parent.parent / "pyproject.toml"
+
+
+def pyproject_defaults(path: Path = PYPROJECT) -> dict | None:
+    """``[tool.flwr.app.config]`` of the project file: the run config ``flwr run`` starts from
+    (it fuses ``--run-config`` into it); ``None`` when the file is not there (an installed
+    wheel) or holds no such table."""
+    try:
+        return dict(tomllib.loads(path.read_text())["tool"]["flwr"]["app"]["config"])
+    except (OSError, KeyError, TypeError, tomllib.TOMLDecodeError):
+        return None
+
+
 #: keys whose value is a folder: relative ones in a TOML file are relative to that file
 FOLDER_KEYS = ("data-root", "output-dir")
 #: keys that may name a ``path/to/file.py:attribute`` (:func:`fedgraph.registry.is_file_spec`)

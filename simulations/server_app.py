@@ -76,6 +76,27 @@ def validate_run_config(run_config: dict):
     return strategy, cfg
 
 
+def check_flwr_run_config(run_config: dict, defaults: dict | None = None) -> None:
+    """Under ``flwr run``: refuse a key the user set (its value differs from
+    ``pyproject.toml``'s default, into which Flower fused ``--run-config``) that belongs only to
+    another method, e.g. ``hops=5`` for a PPGNN run, which would be ignored
+    (:func:`~fedgraph.config.reject_keys_of_other_methods`, as ``fedgraph run`` refuses it).
+    ``defaults``: ``None`` reads the project file's; nothing is checked without one.
+
+    Raises:
+        fedgraph.config.ConfigError: naming each such key and the run's method.
+    """
+    from fedgraph.config import reject_keys_of_other_methods
+    from fedgraph.simulations.run_files import pyproject_defaults
+
+    defaults = pyproject_defaults() if defaults is None else defaults
+    if defaults is None:
+        return
+    user_set = {k: v for k, v in run_config.items() if k not in defaults or defaults[k] != v}
+    reject_keys_of_other_methods({"method": run_config.get("method", defaults.get("method")),
+                                  **user_set})
+
+
 def make_server_app(overrides: dict | None = None) -> ServerApp:
     """A ServerApp whose run config is ``context.run_config`` updated with ``overrides``."""
     app = ServerApp()
@@ -86,6 +107,8 @@ def make_server_app(overrides: dict | None = None) -> ServerApp:
         serving()
         write_report_on_flower_exit()
         grid = InterruptibleGrid(grid)
+        if overrides is None:  # flwr run (fedgraph run checked the keys its user set)
+            check_flwr_run_config(dict(context.run_config))
         run_server(grid, resolve_num_clients(grid, {**dict(context.run_config),
                                                    **(overrides or {})}))
 

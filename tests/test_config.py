@@ -32,7 +32,7 @@ def test_defaults_and_flat_keys():
     ("method", "nope", "method"),
     ("no-such-key", 1, "unknown key"),
     ("num-client", 5, "unknown key (did you mean 'num-clients'?)"),
-    ("client-epsilons", "nan", "inf (no noise) is allowed, nan is not"),
+    ("client-epsilons", "nan", "must be numbers > 0 or inf (no noise), not nan (got 'nan')"),
 ])
 def test_bad_values_name_the_key(key, value, expect):
     with pytest.raises(ConfigError) as err:

@@ -123,3 +123,35 @@ def test_a_deployment_keeps_an_explicit_num_clients():
         pass  # supernodes connect one by one: the connect phase waits for them
 
     assert resolve_num_clients(Grid(2), {"num-clients": 5})["num-clients"] == 5
+
+
+
+def test_flwr_run_refuses_a_key_of_another_method_the_user_set(monkeypatch):
+    """Under ``flwr run`` every key of pyproject.toml reaches the ServerApp; one the user set
+    (its value is not the file's default) that belongs only to another method would be
+    ignored, so it is refused before anything starts, as ``fedgraph run`` refuses it."""
+    from fedgraph.simulations import interrupt, run_files, server_app
+
+    defaults = run_files.pyproject_defaults()
+    assert defaults and defaults["method"] == "ppgnn" and "hops" in defaults
+    server_app.check_flwr_run_config(dict(defaults))  # the defaults alone: nothing set
+    server_app.check_flwr_run_config({**defaults, "method": "gap", "hops": 5})  # GAP's own
+    for bad in ({"hops": 5}, {"hops": "two"}):
+        with pytest.raises(ConfigError, match="hops: a key of method 'gap'.*not of this run's "
+                                              "method 'ppgnn'"):
+            server_app.check_flwr_run_config({**defaults, **bad})
+
+    class Context:  # what the ServerApp reads under flwr run
+        run_config = {**defaults, "hops": 5}
+
+    started = []
+    monkeypatch.setattr(server_app, "run_server", lambda *a: started.append(a))
+    monkeypatch.setattr(server_app, "write_report_on_flower_exit", lambda: None)
+    monkeypatch.setattr(interrupt, "_SERVER_THREAD", [])
+    with pytest.raises(ConfigError, match="hops"):
+        server_app.make_server_app()._main(object(), Context())
+    assert not started
+    # an installed wheel has no project file beside it: nothing to compare with, no check
+    assert run_files.pyproject_defaults(run_files.PYPROJECT.parent / "missing.toml") is None
+    monkeypatch.setattr(run_files, "pyproject_defaults", lambda: None)
+    server_app.check_flwr_run_config({**defaults, "hops": 5})

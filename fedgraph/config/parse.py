@@ -71,10 +71,11 @@ def parse_run_config(run_config: dict[str, Any]) -> _Base:
            and v.strip().lower() in ("nan", "inf", "-inf", "+inf")]
     if bad and not all(k == "client_epsilons" and str(cfg[k]).strip().lower() == "inf" for k in bad):
         raise ConfigError("invalid run config:\n  " + "\n  ".join(
-            f"{k.replace('_', '-')}: must be a finite number (got {cfg[k]!r})"
-            + ("; inf (no noise) is allowed, nan is not" if k == "client_epsilons"
-               else f"; allowed: {_declared_range(model, k)}" if _declared_range(model, k)
-               else "")
+            (f"{k.replace('_', '-')}: must be numbers > 0 or inf (no noise), not nan "
+             f"(got {cfg[k]!r})" if k == "client_epsilons" else
+             f"{k.replace('_', '-')}: must be a finite number (got {cfg[k]!r})"
+             + (f"; allowed: {_declared_range(model, k)}" if _declared_range(model, k)
+                else ""))
             for k in bad))
     method = cfg["method"]
     if method not in METHOD_CONFIGS:

@@ -57,7 +57,7 @@ class PPGNNConfig(DataConfig):
     weight_decay: float = Field(0.01, ge=0)
     output_dir: str = Field("outputs", description="folder for the JSON report")
     run_name: str = ""
-    timeout: float = Field(600.0, gt=0, description="seconds to wait for clients per phase")
+    timeout: float = Field(600.0, gt=0, description="seconds to wait for the replies of one message exchange")
 
     @field_validator("steps", mode="before")
     @classmethod

@@ -70,8 +70,9 @@ def read_graph_files(root: PathLike, feature_domain: Optional[Tuple[float, float
         raise FileNotFoundError(
             f"dataset 'files': {', '.join(str(root / f) for f in missing)} not found; "
             "data-root must be a .pt file (torch.save of a Data) or a folder with edges.csv "
-            "(source,target per line), features.csv (one row per node), labels.csv (one "
-            "class id per line) and optionally graph.toml (feature_domain = [low, high])")
+            "(two node ids per line, e.g. 0,1; a header must start with #), features.csv "
+            "(one row per node), labels.csv (one class id per line) and optionally graph.toml "
+            "(feature_domain = [low, high])")
     meta = {}
     if (root / 'graph.toml').is_file():
         import tomllib
