@@ -147,6 +147,7 @@ def test_flwr_run_refuses_a_key_of_another_method_the_user_set(monkeypatch):
     started = []
     monkeypatch.setattr(server_app, "run_server", lambda *a: started.append(a))
     monkeypatch.setattr(server_app, "write_report_on_flower_exit", lambda: None)
+    monkeypatch.setattr(server_app, "_install_log_filter", lambda: None)  # no lasting filter
     monkeypatch.setattr(interrupt, "_SERVER_THREAD", [])
     with pytest.raises(ConfigError, match="hops"):
         server_app.make_server_app()._main(object(), Context())
