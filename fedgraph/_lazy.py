@@ -43,3 +43,23 @@ class LazyModule:
 
     def __repr__(self) -> str:
         return f"<lazy module {self._name!r}{'' if self._module is None else ' (imported)'}>"
+
+
+def import_without_root_logging(name: str):
+    """``import_module(name)`` without letting it configure the root logger. Opacus calls
+    ``logging.basicConfig`` when imported (``opacus.utils.module_utils``); from then on every
+    record that reaches the root logger is printed to stderr, Flower's DEBUG lines among them
+    (``fedgraph run gap-node-cora`` printed 14). ``basicConfig`` does nothing where the root
+    logger has a handler, so a root logger without one gets a ``NullHandler`` for the import
+    only. Returns the module."""
+    import logging
+
+    added = None
+    if not logging.root.handlers:
+        added = logging.NullHandler()
+        logging.root.addHandler(added)
+    try:
+        return import_module(name)
+    finally:
+        if added is not None:
+            logging.root.removeHandler(added)

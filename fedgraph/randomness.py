@@ -541,6 +541,9 @@ def dp_optimizer(optimizer, *, noise_multiplier: float, max_grad_norm: float,
     clipped gradient) comes from ``generator``: a torch generator on ``device``
     (:func:`device_generator`), or a :class:`SecureRandom` (:func:`add_gaussian` with float64
     noise: Opacus's sum of four, added in float64)."""
+    from ._lazy import import_without_root_logging
+
+    import_without_root_logging("opacus")  # before any opacus import (fedgraph._lazy)
     from opacus.optimizers import DPOptimizer
     from opacus.optimizers.optimizer import _check_processed_flag, _mark_as_processed
 

@@ -366,3 +366,27 @@ def test_dp_accountings_numerical_warnings_print_once_and_leave_root_logging_alo
     err = capfd.readouterr().err
     assert err.count("Negative Renyi divergence") == 1 and "(shown once)" in err
     assert logging.root.handlers == root_handlers
+
+
+def test_opacus_does_not_configure_the_root_logger():
+    """Opacus calls logging.basicConfig when imported; through fedgraph it must not, or every
+    record reaching the root logger (Flower's DEBUG lines) is printed (gap-node-cora printed
+    14). A fresh process: the RDP accountant and GAP's DP-SGD pieces leave no root handler."""
+    import subprocess
+    import sys
+
+    code = ("import logging\n"
+            "from fedgraph.accounting.rdp import _subsampled_gaussian_step as step\n"
+            "step(0.1, 1.0, (2.0, 4.0))\n"
+            "from fedgraph import randomness\n"
+            "import torch\n"
+            "opt = torch.optim.SGD([torch.zeros(1, requires_grad=True)], lr=0.1)\n"
+            "randomness.dp_optimizer(opt, noise_multiplier=1.0, max_grad_norm=1.0,\n"
+            "                        expected_batch_size=4, generator=torch.Generator(),\n"
+            "                        device=torch.device('cpu'))\n"
+            "import opacus\n"
+            "print(len(logging.root.handlers))\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip().splitlines()[-1] == "0"

@@ -109,8 +109,9 @@ def _subsampled_gaussian_step(sample_rate: float, noise_multiplier: float,
     Opacus's ``compute_rdp``, whose ``steps`` steps are ``steps`` times this curve exactly),
     kept: the fractional orders cost milliseconds each, and a run composes the same step
     (one client's DP-SGD schedule, its report, its cross-check) many times. Read-only."""
-    from opacus.accountants.analysis.rdp import compute_rdp
+    from .._lazy import import_without_root_logging
 
+    compute_rdp = import_without_root_logging("opacus.accountants.analysis.rdp").compute_rdp
     curve = np.asarray(compute_rdp(q=sample_rate, noise_multiplier=noise_multiplier, steps=1,
                                    orders=list(orders)), dtype=float)
     curve.flags.writeable = False

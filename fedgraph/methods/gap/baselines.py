@@ -184,7 +184,9 @@ def train_sage_dp(model: nn.Module, x: Tensor, y: Tensor, train_mask: Tensor, *,
     Returns:
         a :class:`FitResult` with the last epoch's model (no selection on validation labels).
     """
-    from opacus import GradSampleModule
+    from ..._lazy import import_without_root_logging
+
+    GradSampleModule = import_without_root_logging("opacus").GradSampleModule
     from opacus.optimizers import DPOptimizer
 
     DPSGD(noise_multiplier, max_grad_norm)  # ValueError unless both are finite and > 0

@@ -164,7 +164,9 @@ def local_train(model: nn.Module, x: Tensor, y: Tensor, mask: Tensor | None, epo
                 losses.append(loss.item())
         return n, sum(losses) / len(losses)
 
-    from opacus import GradSampleModule
+    from ..._lazy import import_without_root_logging
+
+    GradSampleModule = import_without_root_logging("opacus").GradSampleModule
 
     if batch_size is None:
         raise ValueError("DP-SGD needs a batch_size (the expected Poisson batch size)")
