@@ -2,6 +2,7 @@
 package does not import what only some of its names need (PyG: about 2 s per process)."""
 from __future__ import annotations
 
+from contextlib import contextmanager
 from importlib import import_module
 from typing import Callable
 
@@ -45,13 +46,13 @@ class LazyModule:
         return f"<lazy module {self._name!r}{'' if self._module is None else ' (imported)'}>"
 
 
-def import_without_root_logging(name: str):
-    """``import_module(name)`` without letting it configure the root logger. Opacus calls
-    ``logging.basicConfig`` when imported (``opacus.utils.module_utils``); from then on every
-    record that reaches the root logger is printed to stderr, Flower's DEBUG lines among them
-    (``fedgraph run gap-node-cora`` printed 14). ``basicConfig`` does nothing where the root
-    logger has a handler, so a root logger without one gets a ``NullHandler`` for the import
-    only. Returns the module."""
+
+@contextmanager
+def no_root_logging_config():
+    """While open, a root logger without handlers has a ``NullHandler`` (removed after), so
+    that a library calling ``logging.basicConfig`` (Opacus when imported; absl at its first
+    warning) does not configure the root logger: once configured, every record reaching it is
+    printed to stderr, Flower's DEBUG lines among them."""
     import logging
 
     added = None
@@ -59,7 +60,15 @@ def import_without_root_logging(name: str):
         added = logging.NullHandler()
         logging.root.addHandler(added)
     try:
-        return import_module(name)
+        yield
     finally:
         if added is not None:
             logging.root.removeHandler(added)
+
+
+def import_without_root_logging(name: str):
+    """``import_module(name)`` inside :func:`no_root_logging_config`: Opacus calls
+    ``logging.basicConfig`` when imported (``opacus.utils.module_utils``; ``fedgraph run
+    gap-node-cora`` printed 14 Flower DEBUG lines). Returns the module."""
+    with no_root_logging_config():
+        return import_module(name)

@@ -44,13 +44,15 @@ def _epsilons_spent(report: dict) -> list[float]:
             report.get("privacy", {}).get("per_subject", {}).values() if "epsilon" in row]
 
 
-def _unreadable(path: Path) -> str | None:
-    """Why ``path`` holds no JSON object (``None``: it does)."""
+def _read_object(path: Path) -> tuple[dict | None, str | None]:
+    """``(the JSON object in path, None)``, or ``(None, why it holds none)``."""
     try:
         value = json.loads(path.read_text())
     except (OSError, UnicodeDecodeError, ValueError) as err:
-        return f"{type(err).__name__}: {err}"
-    return None if isinstance(value, dict) else f"a JSON {type(value).__name__}, not an object"
+        return None, f"{type(err).__name__}: {err}"
+    if not isinstance(value, dict):
+        return None, f"a JSON {type(value).__name__}, not an object"
+    return value, None
 
 
 def collect(dirs: Iterable[str | Path]) -> list[dict]:
@@ -62,21 +64,19 @@ def collect(dirs: Iterable[str | Path]) -> list[dict]:
     rows = []
     for base in dirs:
         for cell_json in sorted(Path(base).glob("**/cells/*/cell.json")):
-            why = _unreadable(cell_json)
-            if why is not None:
+            cell, why = _read_object(cell_json)
+            if cell is None:
                 print(f"fedgraph report: left out {cell_json}: not a cell record ({why}); "
                       f"`fedgraph sweep` runs that cell again", file=sys.stderr)
                 continue
-            cell = json.loads(cell_json.read_text())
             row = {**cell, "dir": str(cell_json.parent)}
             report_path = cell_json.parent / "report.json"
-            why = _unreadable(report_path) if report_path.exists() else None
-            if why is not None:
+            report, why = _read_object(report_path) if report_path.exists() else ({}, None)
+            if report is None:
                 print(f"fedgraph report: {report_path}: not a run report ({why}); its cell "
                       f"counts as failed", file=sys.stderr)
                 row.update(status="failed", error=f"report.json unreadable: {why}")
-            report = json.loads(report_path.read_text()) if report_path.exists() \
-                and why is None else {}
+                report = {}
             if report.get("status") == "ok":  # the report decides (as for the sweep's skip)
                 row["status"] = "ok"
                 acc = report.get("accuracy", {})

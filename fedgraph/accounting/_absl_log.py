@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import logging
 import sys
-from contextlib import contextmanager
+
+from .._lazy import no_root_logging_config
 
 
 class _Once(logging.Filter):
@@ -54,16 +55,6 @@ def install() -> None:
     logger.propagate = False
 
 
-@contextmanager
-def no_root_config():
-    """While it is open, the root logger has a handler (a ``NullHandler``, removed after),
-    so that absl does not call ``logging.basicConfig`` (module docs)."""
-    added = None
-    if not logging.root.handlers:
-        added = logging.NullHandler()
-        logging.root.addHandler(added)
-    try:
-        yield
-    finally:
-        if added is not None:
-            logging.root.removeHandler(added)
+#: while open, absl does not call ``logging.basicConfig`` (module docs; one guard for absl and
+#: Opacus, :func:`fedgraph._lazy.no_root_logging_config`)
+no_root_config = no_root_logging_config
