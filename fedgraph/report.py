@@ -311,6 +311,9 @@ def _host() -> dict:
     early_ray = sys.modules.get("fedgraph.simulations.early_ray")
     if early_ray is not None:
         out["prestarted_actors"] = early_ray.TAKEN["count"]
+        # where the clients' large tensors wait between messages (simulations.client_state)
+        out["client_state"] = ("actor memory" if early_ray.TAKEN.get("sole")
+                               and early_ray.TAKEN["count"] == 1 else "object store")
     return out
 
 

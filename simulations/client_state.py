@@ -15,6 +15,17 @@ them per process under the token, so the actor that computed them, or one that r
 once, decodes nothing again. Outside a Ray worker (:mod:`fedgraph.simulations.local`, a deployed
 SuperNode) they stay in ``context.state[key]`` as an ``ArrayRecord``, with the same token.
 
+The only client actor (:func:`keep_in_this_process`): when ``fedgraph run`` starts Ray itself
+and Flower's pool holds a single ``ClientAppActor`` (``--num-cpus`` / ``--cpus-per-client``
+= 1: the 2-core setting of issue 31), every message of every node runs in that one process, so
+nothing needs to leave it: :func:`put_tensors` keeps the tensors in the memo only, and
+``context.state[key]`` holds the process's name and the token. At 1e6 nodes over 4 clients
+GAP's PMA put about 0.5 GB into the object store per run for nothing (0.26 s of a 6.5 s
+phase in one instrumented run), and held a second copy of each client's state. A message of
+such a node served by another process (a pool that grew after all, a restarted actor) fails
+loudly in :func:`get_tensors` instead of computing on something else.
+``FEDGRAPH_CLIENT_STATE=object-store`` turns this off (the object store, as with several actors).
+
 Lifetime: the owning actor holds the reference (:data:`_OWNED`), and Ray frees the object
 within seconds of that actor's exit (``tests/test_client_state.py``); Flower's simulation ends
 its actors with the run, so nothing outlives it on an existing cluster. A reference serialized
@@ -39,7 +50,8 @@ from flwr.app import ArrayRecord, ConfigRecord, Context
 
 from fedgraph.messaging import free_object
 
-__all__ = ["put_tensors", "get_tensors", "derived", "drop", "in_ray_worker"]
+__all__ = ["put_tensors", "get_tensors", "derived", "drop", "in_ray_worker",
+           "keep_in_this_process"]
 
 #: (run id, node id, key) -> (token, {name: tensor}): what this process decoded last
 _MEMO: dict[tuple, tuple[str, dict]] = {}
@@ -47,6 +59,25 @@ _MEMO: dict[tuple, tuple[str, dict]] = {}
 _OWNED: dict[tuple, object] = {}
 #: (run id, node id, key) -> (token, what this process derived for the node) (:func:`derived`)
 _DERIVED: dict[tuple, object] = {}
+#: the record key that names the process holding a node's tensors (:func:`keep_in_this_process`)
+IN_PROCESS = "in-process"
+#: whether this process is the simulation's only client actor (:func:`keep_in_this_process`)
+_SOLE = {"on": False}
+
+
+def keep_in_this_process(on: bool = True) -> None:
+    """Declare this Ray worker the simulation's only client actor (module docs): from now on
+    :func:`put_tensors` keeps tensors in this process's memory instead of the object store.
+    Called in the actor's ``__init__`` by :func:`fedgraph.simulations.early_ray.prestart_actors`
+    when Flower's pool holds one actor; nothing else may call it, since a message served by
+    another process then fails (:func:`get_tensors`)."""
+    _SOLE["on"] = bool(on)
+
+
+def _process_name() -> str:
+    import socket
+
+    return f"pid {os.getpid()} on {socket.gethostname()}"
 
 
 def in_ray_worker() -> bool:
@@ -77,12 +108,17 @@ def put_tensors(context: Context, key: str, tensors: dict[str, torch.Tensor]) ->
     token = os.urandom(16).hex()
     slot = _slot(context, key)
     if in_ray_worker():
-        import ray
-
-        ref = ray.put({name: t.numpy() for name, t in tensors.items()})
         replaced = _stored_ref(context, key)
-        _OWNED[slot] = ref
-        context.state[key] = ConfigRecord({"ray-ref": ray.cloudpickle.dumps(ref), "token": token})
+        if _SOLE["on"]:  # every message of this node runs here: the memo is the store
+            _OWNED.pop(slot, None)
+            context.state[key] = ConfigRecord({IN_PROCESS: _process_name(), "token": token})
+        else:
+            import ray
+
+            ref = ray.put({name: t.numpy() for name, t in tensors.items()})
+            _OWNED[slot] = ref
+            context.state[key] = ConfigRecord({"ray-ref": ray.cloudpickle.dumps(ref),
+                                               "token": token})
         if replaced is not None:  # else pinned until its owner (maybe another actor) exits
             free_object(replaced)
     else:
@@ -112,6 +148,13 @@ def get_tensors(context: Context, key: str) -> dict[str, torch.Tensor]:
         return hit[1]
     if inline:
         tensors = dict(record.to_torch_state_dict())
+    elif IN_PROCESS in record:
+        where = str(record[IN_PROCESS])
+        why = ("it was replaced or dropped since" if where == _process_name() else
+               f"this message runs in {_process_name()} (the actor was restarted, or Flower's "
+               "pool grew); rerun the simulation, or with FEDGRAPH_CLIENT_STATE=object-store")
+        raise RuntimeError(f"client state {key!r} of node {context.node_id} was kept in the "
+                           f"memory of the simulation's only client actor ({where}), but {why}")
     else:
         import ray
 

@@ -63,8 +63,9 @@ SERVER_WARM_IMPORTS = ("torch._dynamo", "scipy.optimize", "scipy.stats", "dp_acc
 #: prestarted actors not yet taken by Flower's pool: ``(client_resources, actor handle)``
 _PRESTARTED: list = []
 #: how many prestarted actors Flower's pool took in this process (the report's
-#: ``host.prestarted_actors``)
-TAKEN = {"count": 0}
+#: ``host.prestarted_actors``), and whether the one actor was told it is the only one
+#: (``sole``; the report's ``host.client_state``)
+TAKEN = {"count": 0, "sole": False}
 
 
 class EarlyRay:
@@ -135,7 +136,7 @@ def start_early_ray(init_args: dict, client_resources: dict | None = None,
     existing cluster: Flower connects to it itself) or ``FEDGRAPH_EARLY_RAY=0``.
     ``client_resources`` (Flower's backend ``client_resources``): also prestart the client
     actors (:func:`prestart_actors`) for ``method``'s clients."""
-    TAKEN["count"] = 0  # this run's
+    TAKEN["count"], TAKEN["sole"] = 0, False  # this run's
     if os.environ.get("RAY_ADDRESS") or os.environ.get("FEDGRAPH_EARLY_RAY", "1") == "0":
         return None
     return EarlyRay(init_args, client_resources, method).start()
@@ -151,17 +152,25 @@ def import_quietly(*names: str) -> None:
             pass
 
 
-def warm_client(method: str = "") -> None:
+def warm_client(method: str = "", sole: bool = False) -> None:
     """Run in each prestarted actor's ``__init__``: import the ClientApp module and
-    :data:`WARM_IMPORTS` ``[method]`` (:func:`import_quietly`)."""
+    :data:`WARM_IMPORTS` ``[method]`` (:func:`import_quietly`); ``sole``: this actor is the
+    pool's only one, so the clients' state stays in its memory
+    (:func:`fedgraph.simulations.client_state.keep_in_this_process`)."""
     import_quietly("fedgraph.simulations.client_app", *WARM_IMPORTS.get(method, ()))
+    if sole:
+        from fedgraph.simulations import client_state
+
+        client_state.keep_in_this_process()
 
 
 def prestart_actors(client_resources: dict, method: str = "") -> int:
     """Create Flower's ``ClientAppActor`` as many times as Flower's pool will (its
     ``pool_size_from_resources``), with ``client_resources`` and :func:`warm_client` as their
     init function, for :func:`take_prestarted`; returns how many (0 where this Flower's pool
-    cannot take them: Flower then starts its own, as without this)."""
+    cannot take them: Flower then starts its own, as without this). One actor: it is told it
+    is the only one (:func:`warm_client` ``sole``), unless ``FEDGRAPH_CLIENT_STATE=object-store``
+    (the clients' state then goes to Ray's object store, as with several actors)."""
     try:
         from flwr.simulation.ray_transport.ray_actor import (ClientAppActor,
                                                              pool_size_from_resources)
@@ -169,7 +178,9 @@ def prestart_actors(client_resources: dict, method: str = "") -> int:
         if not _install_hand_over():
             return 0
         count = pool_size_from_resources(dict(client_resources))
-        init = functools.partial(warm_client, method)
+        sole = count == 1 and os.environ.get("FEDGRAPH_CLIENT_STATE", "") != "object-store"
+        init = functools.partial(warm_client, method, sole)
+        TAKEN["sole"] = sole
         for _ in range(count):
             actor = ClientAppActor.options(**client_resources).remote(on_actor_init_fn=init)
             _PRESTARTED.append((dict(client_resources), actor))

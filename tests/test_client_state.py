@@ -5,6 +5,7 @@ import subprocess
 import sys
 import textwrap
 
+import pytest
 import torch
 from flwr.app import ArrayRecord, ConfigRecord, Context, RecordDict
 
@@ -57,6 +58,46 @@ def test_missing_and_dropped_state_raise_key_error():
         raise AssertionError("no KeyError")
     except KeyError:
         pass
+
+
+def test_the_only_client_actor_keeps_the_tensors_in_its_memory(monkeypatch):
+    """keep_in_this_process: under Ray, nothing goes to the object store (no ray.put) and the
+    Context names the process; that process reads them back, a put replaces them, a drop
+    forgets them, and any other process (or a Context from before a put) fails loudly."""
+    import ray
+
+    monkeypatch.setattr(client_state, "in_ray_worker", lambda: True)
+    monkeypatch.setitem(client_state._SOLE, "on", False)
+    client_state.keep_in_this_process()
+
+    def no_put(*args, **kwargs):
+        raise AssertionError("ray.put called by the only client actor")
+
+    monkeypatch.setattr(ray, "put", no_put)
+    ctx = _context(run_id=11)
+    hops = torch.randn(40, 3, 4)
+    client_state.put_tensors(ctx, "k", {"hops": hops})
+    record = ctx.state["k"]
+    assert isinstance(record, ConfigRecord) and set(record) == {client_state.IN_PROCESS, "token"}
+    assert str(record[client_state.IN_PROCESS]) == client_state._process_name()
+    assert torch.equal(client_state.get_tensors(ctx, "k")["hops"], hops)
+    old = pickle.loads(pickle.dumps(ctx))
+    client_state.put_tensors(ctx, "k", {"hops": torch.ones(2)})
+    assert torch.equal(client_state.get_tensors(ctx, "k")["hops"], torch.ones(2))
+    with pytest.raises(RuntimeError, match=r"only client actor \(pid .*\), but it was replaced"):
+        client_state.get_tensors(old, "k")  # replaced since: never the new value
+    elsewhere = pickle.loads(pickle.dumps(ctx))
+    elsewhere.state["k"] = ConfigRecord({client_state.IN_PROCESS: "pid 1 on another-host",
+                                         "token": str(ctx.state["k"]["token"])})
+    client_state._MEMO.clear()  # as another process, which never held them
+    with pytest.raises(RuntimeError, match="kept in the memory of the simulation's only client "
+                       "actor \\(pid 1 on another-host\\), but this message runs in pid .* "
+                       "restarted"):
+        client_state.get_tensors(elsewhere, "k")
+    client_state.drop(ctx, "k")
+    with pytest.raises(KeyError):
+        client_state.get_tensors(ctx, "k")
+    client_state.keep_in_this_process(False)
 
 
 RAY_SCRIPT = textwrap.dedent("""

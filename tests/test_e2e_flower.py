@@ -38,6 +38,7 @@ def test_ppgnn_cora_three_clients_well_above_majority(tmp_path):
     # the clients ran in the actors prestarted during the imports (fedgraph.simulations.early_ray),
     # which got the secret too
     assert report["host"]["prestarted_actors"] == 2
+    assert report["host"]["client_state"] == "object store"  # two actors: any may serve a node
     acc = report["accuracy"]
     assert acc["test"] > report["ground_truth"]["majority_class"] + 0.3, acc
     per_level = report["privacy"]["per_subject"]
@@ -48,6 +49,23 @@ def test_ppgnn_cora_three_clients_well_above_majority(tmp_path):
     assert report["levels"]["level-1"]["level_epsilon"] == pytest.approx(2.6832, abs=1e-4)
     assert all(per_level[s]["cross_check"]["agrees"] for s in per_level)
     assert "epsilon" in res.stdout and "test" in res.stdout  # the printed table
+
+
+def test_gap_with_one_client_actor_keeps_the_client_state_in_its_memory(tmp_path):
+    """--num-cpus 1: Flower's pool holds one actor, which keeps every client's PMA state and
+    hops in its memory (fedgraph.simulations.client_state.keep_in_this_process) instead of
+    Ray's object store; the classifier still reads each client's own hops."""
+    out = tmp_path / "runs"
+    res = fedgraph("run", "gap-edge-cora", "--num-cpus", "1", "--set", "num-clients=3",
+                   "--set", "encoder-rounds=20", "--set", "classifier-rounds=20",
+                   "--set", f"output-dir='{out}'", "--set", "run-name='sole'", tmp_path=tmp_path)
+    assert res.returncode == 0, res.stderr[-3000:]
+    report = json.loads((out / "sole.json").read_text())
+    assert report["status"] == "ok"
+    assert report["host"]["prestarted_actors"] == 1
+    assert report["host"]["client_state"] == "actor memory"
+    assert report["accuracy"]["test"] > report["ground_truth"]["majority_class"] + 0.2, (
+        report["accuracy"])
 
 
 def test_invalid_config_exits_2_and_names_key(tmp_path):

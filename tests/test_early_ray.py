@@ -47,8 +47,10 @@ def test_the_console_script_keeps_its_exit_codes_and_messages():
 
 
 class _FakeActorType:
-    """Stands in for Flower's ClientAppActor: ``options(...).remote(...)`` makes a new name."""
+    """Stands in for Flower's ClientAppActor: ``options(...).remote(...)`` makes a new name;
+    ``inits``: each actor's init function (``on_actor_init_fn``), if it was given one."""
     made: list = []
+    inits: list = []
 
     @classmethod
     def options(cls, **resources):
@@ -56,6 +58,8 @@ class _FakeActorType:
             @staticmethod
             def remote(**kwargs):
                 cls.made.append(resources)
+                if "on_actor_init_fn" in kwargs:
+                    cls.inits.append(kwargs["on_actor_init_fn"])
                 return f"flower-made-{len(cls.made)}"
         return _Remote
 
@@ -104,6 +108,41 @@ def test_a_prestart_that_cannot_run_leaves_flower_to_start_its_actors(monkeypatc
     monkeypatch.setattr(early_ray, "_PRESTARTED", [])
     assert early_ray.prestart_actors({"num_cpus": 1}, "gap") == 0
     assert early_ray._PRESTARTED == []
+
+
+@pytest.mark.parametrize("count, sole", [(1, True), (2, False), (3, False)])
+def test_only_a_pool_of_one_actor_keeps_the_clients_state_in_its_process(monkeypatch, count,
+                                                                         sole):
+    """prestart_actors tells its actor it is the only one (client_state.keep_in_this_process)
+    when Flower's pool holds one, never when it holds several (their messages move between
+    processes)."""
+    from flwr.simulation.ray_transport import ray_actor
+
+    from fedgraph.simulations import client_state
+
+    monkeypatch.setattr(ray_actor, "ClientAppActor", _FakeActorType)
+    monkeypatch.setattr(ray_actor, "pool_size_from_resources", lambda resources: count)
+    monkeypatch.setattr(early_ray, "_PRESTARTED", [])
+    monkeypatch.setattr(early_ray.importlib, "import_module", lambda name: None)
+    monkeypatch.setitem(client_state._SOLE, "on", False)
+    monkeypatch.setitem(early_ray.TAKEN, "sole", False)
+    monkeypatch.delenv("FEDGRAPH_CLIENT_STATE", raising=False)
+    _FakeActorType.inits = []
+    assert early_ray.prestart_actors({"num_cpus": 1}, "gap") == count
+    assert len(_FakeActorType.inits) == count
+    for init in _FakeActorType.inits:  # what each actor runs in its __init__
+        client_state._SOLE["on"] = False
+        init()
+        assert client_state._SOLE["on"] is sole
+    assert early_ray.TAKEN["sole"] is sole  # the report's host.client_state
+    monkeypatch.setenv("FEDGRAPH_CLIENT_STATE", "object-store")  # the switch: never alone
+    _FakeActorType.inits = []
+    early_ray.prestart_actors({"num_cpus": 1}, "gap")
+    for init in _FakeActorType.inits:
+        client_state._SOLE["on"] = False
+        init()
+        assert client_state._SOLE["on"] is False
+    assert early_ray.TAKEN["sole"] is False
 
 
 def test_warm_client_imports_the_client_app_and_the_methods_modules(monkeypatch):
