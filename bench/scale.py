@@ -120,7 +120,8 @@ Output: a table on stdout and, with ``--out``, JSON rows ``{phase, nodes, edges,
 graph_peak_gib, setup_s, phase_s, peak_gib, device, threads, ratio}`` (``run`` rows also
 ``tree_rss_gib``, ``tree_pss_gib``, ``largest_proc``, ``mem_ratio``, ``test_acc``,
 ``settings``, ``timings``; federated ``run`` rows ``phase_peak_mib``, the report's peak RSS of
-the process tree per phase, and ``partition_cache``; ``privgnn-answer`` rows ``queries`` and the client's size).
+the process tree per phase, ``partition_cache`` and ``client_state`` (the report's
+``host.client_state``); ``privgnn-answer`` rows ``queries`` and the client's size).
 """
 from __future__ import annotations
 
@@ -537,6 +538,7 @@ def _whole_run(phase: str, nodes: int, degree: float, clients: int, device: str,
 
         res["split"] = run_split(st["wall_s"], rep, handler_times.read(work / "handlers.jsonl"))
         res["ray_cpus"] = run_cpus
+        res["client_state"] = (rep.get("host") or {}).get("client_state")
     else:
         res = json.loads((work / "stdout.log").read_text().strip().splitlines()[-1])
         res["split"] = plain_split(st["wall_s"], res["timings"])
@@ -557,8 +559,8 @@ def _whole_run(phase: str, nodes: int, degree: float, clients: int, device: str,
             "largest_proc_gib": st["largest_proc_gib"], "samples": st["samples"],
             "leftover_terminated": st.get("leftover_terminated"), "device": device,
             "threads": res.get("threads"), "clients": clients,
-            **({"ray_cpus": run_cpus, "partition_cache": "warm" if WARM_CACHE else "cold"}
-               if kind == "run" else {}),
+            **({"ray_cpus": run_cpus, "partition_cache": "warm" if WARM_CACHE else "cold",
+                "client_state": res.get("client_state")} if kind == "run" else {}),
             "test_acc": None if res.get("test_acc") is None else round(res["test_acc"], 4),
             **({"phase_peak_mib": res.get("phase_peak_mib")} if kind == "run" else {}),
             **({"pseudo_label": round(res["pseudo_label"], 4)}
