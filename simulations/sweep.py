@@ -285,8 +285,37 @@ def load_sweep(path: str | Path, output_dir: Optional[str] = None) -> Sweep:
         raise SweepError(f"{p}: invalid sweep file:\n  " + "\n  ".join(lines)) from None
     out = Path(output_dir or spec.sweep.output_dir or Path("runs") / (spec.sweep.name or p.stem))
     sweep = Sweep(p, spec, out.expanduser().resolve())
-    _check_run_config_keys(sweep.cells())  # cells() raises SweepError on an inconsistent grid
+    cells = sweep.cells()  # raises SweepError on an inconsistent grid
+    _check_run_config_keys(cells)
+    _check_run_config_values(cells)
     return sweep
+
+
+def _check_run_config_values(cells: list[Cell]) -> None:
+    """Refuse, before any cell runs, a cell whose run config its run would refuse (an
+    epsilon <= 0, a level out of range):
+    :func:`fedgraph.simulations.server_app.validate_run_config`, the check of ``fedgraph run``.
+    A user's strategy (``strategy`` not a built-in method) is left to its cells' runs, which
+    import it where it runs; a dataset's missing files too."""
+    from fedgraph.config import ConfigError
+    from fedgraph.config.parse import METHOD_CONFIGS
+    from fedgraph.simulations.server_app import validate_run_config
+
+    errors: dict[str, list[str]] = {}
+    for cell in cells:
+        strategy = str(cell.run_config.get("strategy", "") or "")
+        if strategy and strategy not in METHOD_CONFIGS:
+            continue
+        try:
+            validate_run_config(cell.run_config)
+        except ConfigError as err:
+            text = str(err).removeprefix("invalid run config:").strip()
+            errors.setdefault(text, []).append(cell.name)
+    if errors:
+        lines = [f"{names[0]}" + (f" (and {len(names) - 1} more cells)" if len(names) > 1
+                                  else "") + f": {text}" for text, names in errors.items()]
+        raise SweepError("invalid sweep file: a cell's run config is refused by its method "
+                         "(no cell ran):\n  " + "\n  ".join(lines))
 
 
 def _check_run_config_keys(cells: list[Cell]) -> None:

@@ -124,3 +124,11 @@ def test_a_number_that_appears_in_the_bound_is_still_shown():
     with pytest.raises(ConfigError) as err:
         parse_run_config({"method": "gap", "timeout": 0})
     assert "timeout: Input should be greater than 0 (got 0); allowed: (0, inf)" in str(err.value)
+
+
+def test_a_type_error_that_says_got_without_a_value_still_shows_the_value():
+    """``seed=1.5``: pydantic's "got a number with a fractional part" names no value."""
+    with pytest.raises(ConfigError) as err:
+        parse_run_config({"method": "gap", "seed": 1.5})
+    assert "seed: Input should be a valid integer, got a number with a fractional part " \
+           "(got 1.5); allowed: [0, inf)" in str(err.value)

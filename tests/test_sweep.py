@@ -146,6 +146,23 @@ def test_invalid_sweep_file_exits_2_naming_the_key(tmp_path, text, key):
     assert not (tmp_path / "out").exists()
 
 
+def test_a_value_its_method_refuses_stops_the_sweep_before_any_cell_runs(tmp_path):
+    """An epsilon <= 0 on the sweep's axis: refused at load (exit 2) like a typo, naming the
+    first such cell, how many more, the key and the allowed values; no cell ran (fresh user,
+    12-07: every cell failed one after another, exit 1)."""
+    f = write(tmp_path / "bad.toml", '[sweep]\ndatasets=["cora"]\nepsilons=[1, -2]\n'
+              'seeds=[0, 1]\n[methods.a]\npreset="gap-edge-cora"\n'
+              'epsilon-key="client-epsilons"\n')
+    expected = ("a__cora__eps-2__clients10__seed0 (and 1 more cells): client-epsilons: every "
+                "epsilon must be > 0 (allowed: (0, inf]), got -2.0")
+    with pytest.raises(SweepError) as err:
+        load_sweep(f)
+    assert expected in str(err.value) and "eps1" not in str(err.value)
+    res = CliRunner().invoke(cli, ["sweep", str(f), "-o", str(tmp_path / "out")])
+    assert res.exit_code == 2 and expected in res.output
+    assert not (tmp_path / "out").exists()
+
+
 def test_cell_over_its_timeout_is_killed_and_reported(tmp_path):
     f = write(tmp_path / "slow.toml", """
 [sweep]
@@ -288,8 +305,8 @@ def test_report_writes_plots_csv_and_markdown(tmp_path):
 TINY = """
 [sweep]
 name = "tiny"
-datasets = ["cora"]
-epsilons = [1, 0]
+datasets = ["cora", "citeseer"]
+epsilons = [1]
 num-clients = [1]
 seeds = [0, 1]
 timeout = 300
@@ -350,8 +367,9 @@ def test_interrupted_sweep_finishes_only_the_rest_and_failed_cells_do_not_stop_i
         except (OSError, ValueError, KeyError):
             return None
 
-    # Run 1, one cell at a time (cells in the file's order: epsilon 1, then 0): the first cell
-    # completes and the sweep is stopped (SIGTERM) while the second runs.
+    # Run 1, one cell at a time (cells in the file's order: cora, then citeseer, whose files
+    # are not in the empty data root): the first cell completes and the sweep is stopped
+    # (SIGTERM) while the second runs.
     proc = subprocess.Popen(cmd + ["--parallel", "1"], cwd=ROOT, env=env, text=True,
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
     try:
@@ -368,7 +386,7 @@ def test_interrupted_sweep_finishes_only_the_rest_and_failed_cells_do_not_stop_i
     _wait(lambda: cell_pid not in _sessions().values(), 15, "the interrupted cell's processes to end")
     kept = (first / "report.json").stat().st_mtime_ns
 
-    # Run 2: only what is left (the interrupted cell and the epsilon-0 cells, which fail with
+    # Run 2: only what is left (the interrupted cell and the citeseer cells, which fail with
     # their error while the other finishes), this time
     # as Ray tasks: each cell process then starts its own Ray instance for Flower inside a
     # Ray worker's child (the nested case the executor must handle).
@@ -377,8 +395,8 @@ def test_interrupted_sweep_finishes_only_the_rest_and_failed_cells_do_not_stop_i
     assert res.returncode == 1, res.stdout + res.stderr
     assert "4 cells, 1 already done, 3 to run" in res.stdout and "ray executor" in res.stdout
     failed = [ln for ln in res.stdout.splitlines() if ln.startswith("FAILED")]
-    assert len(failed) == 2 and all(ln.startswith("FAILED lpgnn cora eps=0 clients=1 seed=") and
-                                    "epsilon must be finite and > 0" in ln for ln in failed), failed
+    assert len(failed) == 2 and all(ln.startswith("FAILED lpgnn citeseer eps=1 clients=1 seed=")
+                                    and "FEDGRAPH_DATA" in ln for ln in failed), failed
     assert "1 ok, 2 failed, 1 skipped" in res.stdout
     assert (first / "report.json").stat().st_mtime_ns == kept
     reports = [json.loads((d / "report.json").read_text()) for d in (first, second)]
@@ -389,11 +407,12 @@ def test_interrupted_sweep_finishes_only_the_rest_and_failed_cells_do_not_stop_i
     assert res.exit_code == 0, res.output
     import csv
 
-    rows = {r["epsilon"]: r for r in csv.DictReader((out / "results.csv").open())}
+    rows = {r["dataset"]: r for r in csv.DictReader((out / "results.csv").open())}
     a, b = (r["accuracy"]["test"] for r in reports)
-    assert float(rows["1.0"]["test_mean"]) == pytest.approx((a + b) / 2)
-    assert float(rows["1.0"]["test_std"]) == pytest.approx(abs(a - b) / math.sqrt(2))
-    assert (rows["0.0"]["seeds"], rows["0.0"]["failed"]) == ("0", "2")
+    assert rows["cora"]["epsilon"] == rows["citeseer"]["epsilon"] == "1.0"
+    assert float(rows["cora"]["test_mean"]) == pytest.approx((a + b) / 2)
+    assert float(rows["cora"]["test_std"]) == pytest.approx(abs(a - b) / math.sqrt(2))
+    assert (rows["citeseer"]["seeds"], rows["citeseer"]["failed"]) == ("0", "2")
     assert png_size(out / "plots" / "cora-user.png")[0] > 0
 
 

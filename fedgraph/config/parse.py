@@ -109,7 +109,8 @@ def parse_run_config(run_config: dict[str, Any]) -> _Base:
                 # not the value, so a number out of a range is always shown
                 shown = repr(got) in msg and (isinstance(got, str)
                                               or e["type"] not in _RANGE_ERRORS)
-                if "got" not in msg and not shown and not isinstance(got, dict):
+                # ("got a number with a fractional part" names no value: still shown)
+                if "(got " not in msg and not shown and not isinstance(got, dict):
                     msg += f" (got {got!r})"
                 if e["type"] in _RANGE_ERRORS and "allowed" not in msg:
                     allowed = _allowed_range(model, e["loc"])
