@@ -16,15 +16,16 @@ once, decodes nothing again. Outside a Ray worker (:mod:`fedgraph.simulations.lo
 SuperNode) they stay in ``context.state[key]`` as an ``ArrayRecord``, with the same token.
 
 The only client actor (:func:`keep_in_this_process`): when ``fedgraph run`` starts Ray itself
-and Flower's pool holds a single ``ClientAppActor`` (``--num-cpus`` / ``--cpus-per-client``
-= 1: the 2-core setting of issue 31), every message of every node runs in that one process, so
-nothing needs to leave it: :func:`put_tensors` keeps the tensors in the memo only, and
-``context.state[key]`` holds the process's name and the token. At 1e6 nodes over 4 clients
-GAP's PMA put about 0.5 GB into the object store per run for nothing (0.26 s of a 6.5 s
-phase in one instrumented run), and held a second copy of each client's state. A message of
-such a node served by another process (a pool that grew after all, a restarted actor) fails
-loudly in :func:`get_tensors` instead of computing on something else.
-``FEDGRAPH_CLIENT_STATE=object-store`` turns this off (the object store, as with several actors).
+and Flower's pool holds a single ``ClientAppActor`` (``--num-cpus 1``: the 2-core setting of
+issue 31), every message of every node runs in that one process, so nothing needs to leave it:
+:func:`put_tensors` keeps the tensors in the memo only, and ``context.state[key]`` holds the
+process's name and the token. At 1e6 nodes over 4 clients GAP's PMA put about 0.5 GB into the
+object store per run for nothing, a second copy of each client's state (peak PSS of the run
+4.43 +- 0.07 GiB without it against 4.65 +- 0.08 GiB, no difference in time beyond the noise:
+``docs/results/performance.md``). A message of such a node served by another process (a pool
+that grew after all, a restarted actor) fails loudly in :func:`get_tensors` instead of
+computing on something else. ``FEDGRAPH_CLIENT_STATE=object-store`` turns this off (the object
+store, as with several actors; ``auto``, the default, is this).
 
 Lifetime: the owning actor holds the reference (:data:`_OWNED`), and Ray frees the object
 within seconds of that actor's exit (``tests/test_client_state.py``); Flower's simulation ends

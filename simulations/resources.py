@@ -1,5 +1,5 @@
-"""Resource checks before Ray starts: the CPUs and GPUs asked per client
-(:func:`check_resources`) and the Ray cluster named by ``RAY_ADDRESS``
+"""Resource checks before Ray starts: the CPUs and GPUs asked per client and where the
+clients' state waits (:func:`check_resources`) and the Ray cluster named by ``RAY_ADDRESS``
 (:func:`check_ray_address`, :func:`cluster_gpus`)."""
 from __future__ import annotations
 
@@ -29,6 +29,11 @@ def check_resources(num_cpus: Optional[int], cpus_per_client: float,
                           f"{gpus_per_client}")
     if num_cpus is not None and num_cpus < 1:
         raise ConfigError(f"--num-cpus: must be >= 1, got {num_cpus}")
+    state = os.environ.get("FEDGRAPH_CLIENT_STATE", "")
+    if state not in ("", "auto", "object-store"):
+        raise ConfigError(f"$FEDGRAPH_CLIENT_STATE: unknown value {state!r}; allowed: auto (the "
+                          "default: the only client actor keeps its clients' state in its "
+                          "memory) or object-store (always Ray's object store)")
     if os.environ.get("RAY_ADDRESS"):
         check_ray_address(os.environ["RAY_ADDRESS"])
         if gpus_per_client > 0:

@@ -62,6 +62,20 @@ def test_gpus_per_client_may_be_zero_not_negative():
     check_resources(None, 1, 0)
 
 
+def test_an_unknown_client_state_mode_is_refused_naming_the_variable(monkeypatch):
+    """``FEDGRAPH_CLIENT_STATE`` with a typo would silently keep the default: refused."""
+    from fedgraph.simulations.resources import check_resources
+
+    monkeypatch.delenv("RAY_ADDRESS", raising=False)
+    monkeypatch.setenv("FEDGRAPH_CLIENT_STATE", "objectstore")
+    with pytest.raises(ConfigError, match=r"\$FEDGRAPH_CLIENT_STATE: unknown value 'objectstore'; "
+                       r"allowed: auto .* or object-store"):
+        check_resources(None, 1, 0)
+    for ok in ("object-store", "auto", ""):
+        monkeypatch.setenv("FEDGRAPH_CLIENT_STATE", ok)
+        check_resources(None, 1, 0)
+
+
 def test_an_unknown_college_lists_the_colleges_present(tmp_path):
     from fedgraph.data.facebook100 import find_facebook100
 
