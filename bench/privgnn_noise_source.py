@@ -11,8 +11,13 @@ them) are answered by every client's teachers (:func:`fedgraph.methods.privgnn.t
 and :func:`~fedgraph.methods.privgnn.noisy_answers`, as ``answer_queries`` does), once with a
 ``torch.Generator`` shared by the clients and once with a fresh ``SecureRandom`` per client;
 the server's argmax of the summed answers (:func:`~fedgraph.methods.privgnn.aggregate_answers`)
-is scored against the queries' true labels, noisy and noise-free ("clean"). The settings are
-``bench/scale.py``'s (``RUN_SETTINGS["privgnn"]``).
+is scored against the queries' true labels, noisy and noise-free ("clean"). A third variant,
+``client``, runs the federated client's own function on what it receives and holds: the
+server's message (:func:`~fedgraph.methods.privgnn.make_queries`), each client's graph as the
+partition cache serves it (:func:`fedgraph.federation.privgnn_client_graph`),
+:func:`~fedgraph.methods.privgnn.client_answer` with a fresh ``SecureRandom``, and the server's
+:func:`~fedgraph.methods.privgnn.aggregate_partial`. The settings are ``bench/scale.py``'s
+(``RUN_SETTINGS["privgnn"]``). The partition cache goes to ``$XDG_CACHE_HOME``.
 
     OMP_NUM_THREADS=1 python bench/privgnn_noise_source.py --nodes 1000000 --seeds 0,1,2 \\
         --repetitions 8 --cache /tmp/sbm --out bench/results/privgnn_noise_source_1e6.json
@@ -64,8 +69,19 @@ def compare(data, degree: float, clients: int, seed: int, repetitions: int) -> d
     qidx = pg.select_queries(public, cfg.num_queries, "random", generator=gen)
     hoods = pg.query_neighbourhoods(public, qidx, cfg.hops, cfg.neighbourhood_size, gen)
     truth = public.y[qidx]
-    out = {k: [] for k in ("torch", "secure", "torch_clean", "secure_clean")}
+    # the federated clients' own path: the server's message (make_queries, the same queries),
+    # each client's graph from the partition cache, client_answer, the server's aggregate_partial
+    from fedgraph.federation import privgnn_client_graph
+    from fedgraph.methods.privgnn import client as pf
+
+    arrays = pg.make_queries(public, qidx, cfg, torch.Generator().manual_seed(cfg.seed))
+    held = [privgnn_client_graph(cfg, i, data) for i in range(cfg.num_clients)]
+    out = {k: [] for k in ("torch", "secure", "torch_clean", "secure_clean", "client")}
     for r in range(repetitions):
+        replies = [pf.client_answer(cfg, i, arrays, 0, rng.SecureRandom(), data=held[i]).answers
+                   for i in range(cfg.num_clients)]
+        agg = pg.aggregate_partial(replies, int(qidx.numel()), c)
+        out["client"].append(float((agg.labels == truth[agg.kept]).float().mean()))
         shared = torch.Generator().manual_seed(1000 + r)
         for kind in ("torch", "secure"):
             noisy, clean = [], []

@@ -29,20 +29,39 @@ fi
 # already running, this environment's, is left as it was).
 superlinks() { pgrep -f "flower-superlink.*--control-api-address $CONTROL " || true; }
 already=$(superlinks)
+descendants() {  # every process below $1, children first listed after their parent
+  local child
+  for child in $(pgrep -P "$1" 2>/dev/null); do echo "$child"; descendants "$child"; done
+}
 stop_superlink() {
   [ -z "$already" ] || return 0
   for pid in $(superlinks); do
     tr '\0' ' ' < "/proc/$pid/cmdline" 2>/dev/null | grep -q "$PWD/.venv/" || continue
-    pkill -TERM -P "$pid" 2>/dev/null || true  # its SuperExec processes
-    kill -TERM "$pid" 2>/dev/null || true
+    # its SuperExec, the simulation and the simulation's Ray processes, then itself
+    kill -TERM $(descendants "$pid") "$pid" 2>/dev/null || true
   done
 }
 trap stop_superlink EXIT
 OUT="$PWD/outputs"
 RUN="main-$(date +%Y%m%d-%H%M%S)"
+LOG=$(mktemp)
+# Ctrl-C ends only `flwr run`'s log stream: the run goes on in the SuperLink (and wrote its
+# report after this script had said there was none). Stop it, and say so.
+interrupted() {
+  trap - INT TERM
+  local id
+  id=$(grep -oE 'Successfully started run [0-9]+' "$LOG" | grep -oE '[0-9]+$' | head -1)
+  [ -z "$id" ] || flwr stop "$id" >/dev/null 2>&1 || true  # the SuperLink this run is on
+  stop_superlink
+  rm -f "$LOG"
+  echo "interrupted: the run was stopped${id:+ (run $id)}; no report is to be trusted at $OUT/$RUN.json" >&2
+  exit 130
+}
+trap interrupted INT TERM
 flwr run . --stream \
   --federation-config "num-supernodes=10 client-resources-num-cpus=1" \
-  --run-config "output-dir='$OUT' run-name='$RUN'" "$@"
+  --run-config "output-dir='$OUT' run-name='$RUN'" "$@" 2>&1 | tee -i "$LOG"
+rm -f "$LOG"
 python - "$OUT/$RUN.json" <<'PY'
 import json, sys
 path = sys.argv[1]

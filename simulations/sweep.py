@@ -297,7 +297,7 @@ def _check_run_config_values(cells: list[Cell]) -> None:
     :func:`fedgraph.simulations.server_app.validate_run_config`, the check of ``fedgraph run``.
     A user's strategy (``strategy`` not a built-in method) is left to its cells' runs, which
     import it where it runs; a dataset's missing files too."""
-    from fedgraph.config import ConfigError
+    from fedgraph.config import ConfigError, reject_keys_of_other_methods
     from fedgraph.config.parse import METHOD_CONFIGS
     from fedgraph.simulations.server_app import validate_run_config
 
@@ -306,7 +306,8 @@ def _check_run_config_values(cells: list[Cell]) -> None:
         strategy = str(cell.run_config.get("strategy", "") or "")
         if strategy and strategy not in METHOD_CONFIGS:
             continue
-        try:
+        try:  # every key of a cell is the user's (preset, [set], axes): as fedgraph run's
+            reject_keys_of_other_methods(cell.run_config)
             validate_run_config(cell.run_config)
         except ConfigError as err:
             text = str(err).removeprefix("invalid run config:").strip()

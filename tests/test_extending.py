@@ -400,3 +400,26 @@ def test_paths_in_a_toml_are_relative_to_that_file(tmp_path, monkeypatch):
     assert cfg["data-root"] == str(toml.parent / "data")
     assert cfg["output-dir"] == str(toml.parent / "runs")
     assert cfg["mechanism"] == "examples/custom_mechanism/mechanism.py:PiecewiseMechanism"
+
+
+def test_a_pt_file_as_data_root_of_the_files_dataset_passes_the_config_check(tmp_path):
+    """``data-root`` a ``.pt`` file (torch.save of a graph) is what the docs and the loader
+    accept for dataset ``files``; the config check refused every such path as "not a folder"
+    (fresh user, 12-07). A missing one is named as a missing file."""
+    from fedgraph.config import ConfigError, check_data_root, parse_run_config
+
+    graph = read_graph_files(EXAMPLES / "custom_dataset" / "graph")
+    torch.save(graph, tmp_path / "graph.pt")
+    cfg = parse_run_config({"method": "gap", "dataset": "files",
+                            "data-root": str(tmp_path / "graph.pt")})
+    check_data_root(cfg)
+    assert load_dataset("files", str(tmp_path / "graph.pt")).num_nodes == graph.num_nodes
+    missing = parse_run_config({"method": "gap", "dataset": "files",
+                                "data-root": str(tmp_path / "none.pt")})
+    with pytest.raises(ConfigError, match=r"data-root: .*none\.pt is not a file \(dataset "
+                                          r"'files' reads a \.pt file"):
+        check_data_root(missing)
+    other = parse_run_config({"method": "gap", "dataset": "cora",
+                              "data-root": str(tmp_path / "graph.pt")})
+    with pytest.raises(ConfigError, match=r"graph\.pt is not a folder"):
+        check_data_root(other)  # only the files dataset reads a .pt

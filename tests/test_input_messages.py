@@ -145,4 +145,25 @@ def test_a_type_error_that_says_got_without_a_value_still_shows_the_value():
     with pytest.raises(ConfigError) as err:
         parse_run_config({"method": "gap", "seed": 1.5})
     assert "seed: Input should be a valid integer, got a number with a fractional part " \
-           "(got 1.5); allowed: [0, inf)" in str(err.value)
+           "(got 1.5); allowed: [0, 9223372036854775807]" in str(err.value)
+
+
+def test_a_value_in_the_message_is_not_shown_twice():
+    """A validator's own "got <value>" is the value: no second "(got ...)" (a regression of
+    this day's change above, fresh user 12-07)."""
+    with pytest.raises(ConfigError) as err:
+        parse_run_config({"method": "ppgnn", "budgets": "1,nan"})
+    assert "got [1.0, nan]" in str(err.value) and "(got" not in str(err.value)
+
+
+def test_a_seed_beyond_a_signed_64_bit_integer_is_refused_naming_the_key():
+    """2^64 passed the check and failed after Ray started ("Overflow when unpacking long
+    long", exit 1, seed unnamed: fresh user, 12-07); 2^63 - 1 is the largest seed torch takes."""
+    with pytest.raises(ConfigError, match=r"seed: Input should be less than or equal to "
+                                          r"9223372036854775807 \(got 18446744073709551616\); "
+                                          r"allowed: \[0, 9223372036854775807\]"):
+        parse_run_config({"method": "gap", "seed": 2 ** 64})
+    import torch
+
+    assert parse_run_config({"method": "gap", "seed": 2 ** 63 - 1}).seed == 2 ** 63 - 1
+    torch.Generator().manual_seed(2 ** 63 - 1)

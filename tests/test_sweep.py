@@ -163,6 +163,19 @@ def test_a_value_its_method_refuses_stops_the_sweep_before_any_cell_runs(tmp_pat
     assert not (tmp_path / "out").exists()
 
 
+def test_a_key_of_another_method_stops_the_sweep_before_any_cell_runs(tmp_path):
+    """``epsilon-key = "budgets"`` on a GAP method: PPGNN's key, which fedgraph run refuses
+    (exit 2); the sweep failed every cell one by one and --dry-run listed them "to run"
+    (fresh user, 12-07)."""
+    f = write(tmp_path / "other.toml", '[sweep]\ndatasets=["cora"]\nepsilons=[1]\n'
+              '[methods.g]\npreset="gap-edge-cora"\nepsilon-key="budgets"\ndp-level="edge"\n')
+    with pytest.raises(SweepError, match=r"budgets: a key of method 'ppgnn', not of this run's "
+                                         r"method 'gap'"):
+        load_sweep(f)
+    res = CliRunner().invoke(cli, ["sweep", str(f), "--dry-run"])
+    assert res.exit_code == 2 and "budgets: a key of method 'ppgnn'" in res.output
+
+
 def test_cell_over_its_timeout_is_killed_and_reported(tmp_path):
     f = write(tmp_path / "slow.toml", """
 [sweep]

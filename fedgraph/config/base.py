@@ -145,7 +145,7 @@ class DataConfig(_Base):
     num_clients: int = Field(10, ge=1, le=MAX_CLIENTS)
     alpha: float = Field(0.5, gt=0, description="Dirichlet concentration for label-skew")
     min_class_size: int = Field(1000, ge=1, description="facebook100: smallest class kept")
-    seed: int = Field(0, ge=0)
+    seed: int = Field(0, ge=0, le=2 ** 63 - 1)  # torch's generators take a signed 64-bit seed
     device: Literal["auto", "cpu", "cuda"] = Field(
         "auto", description="auto: cuda when the process has a GPU (Ray's share), else cpu")
     noise_source: Literal["secure", "secret", "mt19937"] = Field(

@@ -30,7 +30,8 @@ def check_data_root(cfg) -> None:
     no torch; called before anything starts and again by the preflight).
 
     Raises:
-        ConfigError: ``data-root`` is not an existing folder, or it is empty,
+        ConfigError: ``data-root`` is not an existing folder (nor, for dataset ``files``, an
+            existing ``.pt`` file), or it is empty,
             ``$FEDGRAPH_DATA`` names one that does not exist and the dataset is neither the
             bundled Cora nor synthetic.
     """
@@ -39,10 +40,15 @@ def check_data_root(cfg) -> None:
 
     ENV_DATA = "FEDGRAPH_DATA"  # fedgraph.data.paths.ENV_DATA (not imported: it loads torch)
     root = getattr(cfg, "data_root", "")
-    if root and not Path(root).expanduser().is_dir():
+    path = Path(root).expanduser()
+    pt_file = str(getattr(cfg, "dataset", "")).lower() == "files" and path.suffix == ".pt"
+    if root and pt_file and not path.is_file():  # dataset files: a torch.save'd graph
+        raise ConfigError(f"data-root: {root} is not a file (dataset 'files' reads a .pt file "
+                          "saved with torch.save, or a folder of plain files)")
+    if root and not pt_file and not path.is_dir():
         raise ConfigError(f"data-root: {root} is not a folder (give an existing data root, or "
                           "leave data-root empty for $FEDGRAPH_DATA, the user cache and the "
-                          "bundled Cora)")
+                          "bundled Cora; dataset 'files' also reads a .pt file)")
     env = os.environ.get(ENV_DATA, "")
     dataset = str(getattr(cfg, "dataset", "")).lower()
     needs_files = dataset != "cora" and not dataset.startswith("synthetic")  # Cora is bundled

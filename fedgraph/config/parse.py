@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import difflib
 import math
+import re
 from typing import Any
 
 from pydantic import ValidationError
@@ -109,8 +110,10 @@ def parse_run_config(run_config: dict[str, Any]) -> _Base:
                 # not the value, so a number out of a range is always shown
                 shown = repr(got) in msg and (isinstance(got, str)
                                               or e["type"] not in _RANGE_ERRORS)
-                # ("got a number with a fractional part" names no value: still shown)
-                if "(got " not in msg and not shown and not isinstance(got, dict):
+                # a "got <value>" already in the message is enough; pydantic's "got a number
+                # with a fractional part" names no value, so that one is still shown
+                said = re.search(r"\bgot (?!a |an )", msg) is not None
+                if not said and not shown and not isinstance(got, dict):
                     msg += f" (got {got!r})"
                 if e["type"] in _RANGE_ERRORS and "allowed" not in msg:
                     allowed = _allowed_range(model, e["loc"])
@@ -167,8 +170,11 @@ def _allowed_range(model, loc: tuple) -> str | None:
                 hi, hi_closed = value, closed
     if lo is None and hi is None:
         return None
-    left = "(-inf" if lo is None else f"{'[' if lo_closed else '('}{lo:g}"
-    right = "inf)" if hi is None else f"{hi:g}{']' if hi_closed else ')'}"
+    def num(v) -> str:  # an integer bound in full (a seed's 2^63 - 1), others as %g
+        return str(v) if isinstance(v, int) else f"{v:g}"
+
+    left = "(-inf" if lo is None else f"{'[' if lo_closed else '('}{num(lo)}"
+    right = "inf)" if hi is None else f"{num(hi)}{']' if hi_closed else ')'}"
     return f"{left}, {right}"
 
 

@@ -1,0 +1,59 @@
+"""``scripts/main.sh`` (the README's main command, ``flwr run .``) when interrupted: Ctrl-C ended
+only ``flwr run``'s log stream, the run went on in the SuperLink and wrote an ``ok`` report
+after the script had said there was none (fresh user, 12-07). It now stops the run, says so and
+exits 130."""
+from __future__ import annotations
+
+import os
+import re
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _descendants(pid: int) -> list[int]:
+    out = subprocess.run(["pgrep", "-P", str(pid)], capture_output=True, text=True).stdout
+    kids = [int(x) for x in out.split()]
+    return kids + [d for k in kids for d in _descendants(k)]
+
+
+def test_ctrl_c_on_the_main_script_stops_the_run_and_says_so(tmp_path):
+    env = {**os.environ, "FLWR_HOME": str(tmp_path / "flwr"),  # a SuperLink of its own
+           "FLWR_LOCAL_SUPERLINK_HTTP_API_PORT": "39291", "FLWR_LOCAL_CONTROL_API_PORT": "39293",
+           "XDG_CACHE_HOME": str(tmp_path / "cache")}
+    proc = subprocess.Popen(["bash", "scripts/main.sh", "--run-config", "epochs=400"], cwd=ROOT,
+                            env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                            start_new_session=True)
+    lines, started = [], None
+    try:
+        deadline = time.time() + 240
+        while time.time() < deadline:
+            line = proc.stdout.readline()
+            if not line:
+                break
+            lines.append(line)
+            if "Successfully started run" in line:
+                started = time.time()
+                break
+        assert started, "".join(lines)[-3000:]
+        time.sleep(3)  # the run is on
+        tree = _descendants(proc.pid)
+        os.killpg(proc.pid, signal.SIGINT)  # Ctrl-C in the terminal: the whole group
+        rest, _ = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+    out = "".join(lines) + rest
+    assert proc.returncode == 130, out[-3000:]
+    said = re.search(r"interrupted: the run was stopped \(run \d+\); no report is to be "
+                     r"trusted at (\S+\.json)", out)
+    assert said, out[-3000:]
+    report = Path(said.group(1))
+    time.sleep(10)  # a run left going wrote its report some seconds later
+    assert not report.exists()
+    alive = [p for p in tree if Path(f"/proc/{p}").exists()
+             and "zombie" not in Path(f"/proc/{p}/status").read_text().lower()]
+    assert not alive, alive  # the SuperLink, its SuperExec, the simulation and its Ray
