@@ -29,7 +29,7 @@ fi
 # already running, this environment's, is left as it was).
 superlinks() { pgrep -f "flower-superlink.*--control-api-address $CONTROL " || true; }
 already=$(superlinks)
-descendants() {  # every process below $1, children first listed after their parent
+descendants() {  # every process below $1, each parent before its children
   local child
   for child in $(pgrep -P "$1" 2>/dev/null); do echo "$child"; descendants "$child"; done
 }

@@ -170,6 +170,7 @@ def _allowed_range(model, loc: tuple) -> str | None:
                 hi, hi_closed = value, closed
     if lo is None and hi is None:
         return None
+
     def num(v) -> str:  # an integer bound in full (a seed's 2^63 - 1), others as %g
         return str(v) if isinstance(v, int) else f"{v:g}"
 
