@@ -178,6 +178,9 @@ class Cell:
     dp_level: str
     run_config: dict = field(hash=False, compare=False)
     epsilon_from: str = "axis"
+    #: the keys this cell's method was given for itself (its preset, its ``set``, its
+    #: epsilon key), not the sweep-wide ``[set]`` and ``[dataset-set]`` every method shares
+    own_keys: frozenset = field(default=frozenset(), hash=False, compare=False)
 
     @property
     def name(self) -> str:
@@ -214,6 +217,7 @@ class Sweep:
             base: dict = {}
             if m.preset:
                 base.update(tomllib.loads(preset_path(m.preset).read_text()))
+            own = set(base) | set(m.set) | ({m.epsilon_key} if m.epsilon_key else set())
             base.update(s.set)
             base.update(m.set)
             if m.strategy:
@@ -237,7 +241,7 @@ class Sweep:
                                 raise SweepError(f"methods.{mname}: set dp-level (user, edge "
                                                  "or node): the plots' unit of epsilon")
                             out.append(Cell(mname, m.label or mname, dataset, eps, n, seed,
-                                            level, cfg, m.epsilon_from))
+                                            level, cfg, m.epsilon_from, frozenset(own)))
         names = [c.name for c in out]
         if len(set(names)) != len(names):
             raise SweepError("two cells share a name (duplicate values on an axis?)")
@@ -294,8 +298,9 @@ def load_sweep(path: str | Path, output_dir: Optional[str] = None) -> Sweep:
 def _check_run_config_values(cells: list[Cell]) -> None:
     """Refuse, before any cell runs, a cell whose run config its run would refuse (an
     epsilon <= 0, a level out of range):
-    :func:`fedgraph.simulations.server_app.validate_run_config`, the check of ``fedgraph run``.
-    A user's strategy (``strategy`` not a built-in method) is left to its cells' runs, which
+    :func:`fedgraph.simulations.server_app.validate_run_config`, the check of ``fedgraph run``;
+    and a key of another method given to this method itself (its preset, ``set`` or epsilon
+    key; the sweep-wide ``[set]`` is shared by methods that need different keys). A user's strategy (``strategy`` not a built-in method) is left to its cells' runs, which
     import it where it runs; a dataset's missing files too."""
     from fedgraph.config import ConfigError, reject_keys_of_other_methods
     from fedgraph.config.parse import METHOD_CONFIGS
@@ -306,8 +311,9 @@ def _check_run_config_values(cells: list[Cell]) -> None:
         strategy = str(cell.run_config.get("strategy", "") or "")
         if strategy and strategy not in METHOD_CONFIGS:
             continue
-        try:  # every key of a cell is the user's (preset, [set], axes): as fedgraph run's
-            reject_keys_of_other_methods(cell.run_config)
+        try:  # a key given to this method only (not the shared [set]) that it would ignore
+            reject_keys_of_other_methods({k: v for k, v in cell.run_config.items()
+                                          if k in cell.own_keys or k in ("method", "strategy")})
             validate_run_config(cell.run_config)
         except ConfigError as err:
             text = str(err).removeprefix("invalid run config:").strip()

@@ -26,7 +26,10 @@ def test_ctrl_c_on_the_main_script_stops_the_run_and_says_so(tmp_path):
            "XDG_CACHE_HOME": str(tmp_path / "cache")}
     proc = subprocess.Popen(["bash", "scripts/main.sh", "--run-config", "epochs=400"], cwd=ROOT,
                             env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                            start_new_session=True)
+                            start_new_session=True,
+                            # a terminal's Ctrl-C: SIGINT as the default action, even where
+                            # this test runs with it ignored (a background job of a script)
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     lines, started = [], None
     try:
         deadline = time.time() + 240
