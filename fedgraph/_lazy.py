@@ -46,7 +46,6 @@ class LazyModule:
         return f"<lazy module {self._name!r}{'' if self._module is None else ' (imported)'}>"
 
 
-
 @contextmanager
 def no_root_logging_config():
     """While open, a root logger without handlers has a ``NullHandler`` (removed after), so

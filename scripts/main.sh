@@ -41,10 +41,10 @@ stop_superlink() {
     kill -TERM $(descendants "$pid") "$pid" 2>/dev/null || true
   done
 }
-trap stop_superlink EXIT
 OUT="$PWD/outputs"
 RUN="main-$(date +%Y%m%d-%H%M%S)"
 LOG=$(mktemp)
+trap 'stop_superlink; rm -f "$LOG"' EXIT
 # Ctrl-C ends only `flwr run`'s log stream: the run goes on in the SuperLink (and wrote its
 # report after this script had said there was none). Stop it, and say so.
 interrupted() {
@@ -53,7 +53,6 @@ interrupted() {
   id=$(grep -oE 'Successfully started run [0-9]+' "$LOG" | grep -oE '[0-9]+$' | head -1)
   [ -z "$id" ] || flwr stop "$id" >/dev/null 2>&1 || true  # the SuperLink this run is on
   stop_superlink
-  rm -f "$LOG"
   echo "interrupted: the run was stopped${id:+ (run $id)}; no report is to be trusted at $OUT/$RUN.json" >&2
   exit 130
 }
@@ -61,7 +60,6 @@ trap interrupted INT TERM
 flwr run . --stream \
   --federation-config "num-supernodes=10 client-resources-num-cpus=1" \
   --run-config "output-dir='$OUT' run-name='$RUN'" "$@" 2>&1 | tee -i "$LOG"
-rm -f "$LOG"
 python - "$OUT/$RUN.json" <<'PY'
 import json, sys
 path = sys.argv[1]

@@ -4,16 +4,12 @@ about 100 lines per run; and its first warning, reaching a root logger without h
 Python configure one (``logging.basicConfig``), after which Flower's DEBUG lines were printed
 too (absl calls it whenever the root logger has none). :func:`install` gives the ``absl``
 logger a handler of its own (stderr) that prints each distinct message once, and stops it
-propagating to the root logger; :func:`no_root_config` keeps absl from configuring the root
-logger during a call into dp-accounting."""
+propagating to the root logger; :func:`fedgraph._lazy.no_root_logging_config` keeps absl from
+configuring the root logger during a call into dp-accounting."""
 from __future__ import annotations
 
 import logging
 import sys
-
-from .._lazy import no_root_logging_config
-
-
 class _Once(logging.Filter):
     """Pass the first record of each message template, drop the repeats."""
 
@@ -53,8 +49,3 @@ def install() -> None:
     handler._fedgraph = True
     logger.addHandler(handler)
     logger.propagate = False
-
-
-#: while open, absl does not call ``logging.basicConfig`` (module docs; one guard for absl and
-#: Opacus, :func:`fedgraph._lazy.no_root_logging_config`)
-no_root_config = no_root_logging_config

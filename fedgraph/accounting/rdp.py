@@ -157,9 +157,9 @@ def rdp_to_epsilon(orders: Sequence[float], rdp: Sequence[float], delta: float,
     if conversion == "balle2020":
         from dp_accounting.rdp import compute_epsilon
 
-        from ._absl_log import no_root_config
+        from .._lazy import no_root_logging_config
 
-        with no_root_config():  # its warnings for extreme events: once, and no basicConfig
+        with no_root_logging_config():  # absl's warnings (once each): no basicConfig
             eps, order = compute_epsilon(list(orders), list(rdp), delta)
         return float(eps), float(order)
     if conversion == "mironov2017":
