@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import logging
 import sys
+
+
 class _Once(logging.Filter):
     """Pass the first record of each message template, drop the repeats."""
 
