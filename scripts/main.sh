@@ -33,9 +33,12 @@ descendants() {  # every process below $1, each parent before its children
   local child
   for child in $(pgrep -P "$1" 2>/dev/null); do echo "$child"; descendants "$child"; done
 }
+# The SuperExec and the simulation reach the SuperLink on its --port (the runtime API): found
+# by that address too, since a SuperExec that ends first leaves its simulation to init.
+RUNTIME="127.0.0.1:${FLWR_LOCAL_SUPERLINK_HTTP_API_PORT:-39091}"
 stop_superlink() {
   [ -z "$already" ] || return 0
-  for pid in $(superlinks); do
+  for pid in $(superlinks) $(pgrep -f -- "--runtime-api-address $RUNTIME " || true); do
     tr '\0' ' ' < "/proc/$pid/cmdline" 2>/dev/null | grep -q "$PWD/.venv/" || continue
     # its SuperExec, the simulation and the simulation's Ray processes, then itself
     kill -TERM $(descendants "$pid") "$pid" 2>/dev/null || true
@@ -46,7 +49,8 @@ RUN="main-$(date +%Y%m%d-%H%M%S)"
 LOG=$(mktemp)
 trap 'stop_superlink; rm -f "$LOG"' EXIT
 # Ctrl-C ends only `flwr run`'s log stream: the run goes on in the SuperLink (and wrote its
-# report after this script had said there was none). Stop it, and say so.
+# report after this script had said there was none). Stop it, say so, and exit 128 + the
+# signal's number ($1): 130 for Ctrl-C (INT), 143 for TERM, as `fedgraph run` does.
 interrupted() {
   trap - INT TERM
   local id
@@ -54,9 +58,10 @@ interrupted() {
   [ -z "$id" ] || flwr stop "$id" >/dev/null 2>&1 || true  # the SuperLink this run is on
   stop_superlink
   echo "interrupted: the run was stopped${id:+ (run $id)}; no report is to be trusted at $OUT/$RUN.json" >&2
-  exit 130
+  exit "$1"
 }
-trap interrupted INT TERM
+trap 'interrupted 130' INT
+trap 'interrupted 143' TERM
 flwr run . --stream \
   --federation-config "num-supernodes=10 client-resources-num-cpus=1" \
   --run-config "output-dir='$OUT' run-name='$RUN'" "$@" 2>&1 | tee -i "$LOG"

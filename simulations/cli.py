@@ -59,7 +59,7 @@ def _options(version: bool = typer.Option(  # noqa: ARG001 - handled by its call
 def _run_help() -> str:
     # The command's help names PRESET (typer 0.20 with click 8.5 drops arguments' own help).
     names = ", ".join(sorted(f.stem for f in PRESETS.glob("*.toml")))
-    return ("Run one simulation; exit 1 if it fails, 2 if the config is invalid, 130 if interrupted (Ctrl-C: once the run has started, its report is written with status interrupted; Ctrl-C twice quits at once).\n\n"
+    return ("Run one simulation; exit 1 if it fails, 2 if the config is invalid, 130 if interrupted (Ctrl-C: once the run has started, its report is written with status interrupted; Ctrl-C twice quits at once), 143 if stopped by SIGTERM (the same way).\n\n"
             f"PRESET: a preset's name ({names}) or the path of a TOML run config; without it, "
             "the main job (the defaults of pyproject.toml's \\[tool.flwr.app.config]: PPGNN on "
             "Cora). Keys set with --set go on top.")
@@ -103,7 +103,7 @@ def run(
         raise typer.Exit(2)
     except (RunInterrupted, KeyboardInterrupt) as err:
         typer.echo(f"fedgraph: {err}", err=True)
-        raise typer.Exit(130)
+        raise typer.Exit(stop.exit_code)  # 130 after Ctrl-C, 143 after SIGTERM
     except Exception as err:  # noqa: BLE001 - report every failure and exit non-zero
         typer.echo(f"fedgraph: FAILED: {err}", err=True)
         if user_traceback(err):
@@ -145,8 +145,46 @@ class _Bar:
         self.bar.stop()
 
 
+def _dry_run(sw, console) -> int:
+    """``fedgraph sweep --dry-run``: print every cell's state (done, to run, or no data: its
+    dataset's files are not there, with why) and the counts; returns the exit code: 2 when some
+    cell lacks its data and none is left to run (the sweep could run nothing), else 0."""
+    from fedgraph.simulations.dataset_listing import data_problem
+    from fedgraph.simulations.sweep_runner import cell_is_done
+
+    problems: dict = {}  # (dataset, data-root, min-class-size) -> why it does not load
+    states: dict = {}
+    for c in sw.cells():
+        key = (c.run_config.get("dataset", "cora"), c.run_config.get("data-root") or None,
+               int(c.run_config.get("min-class-size", 1000)))
+        if key not in problems:
+            problems[key] = data_problem(*key)
+        state = ("done" if cell_is_done(sw.cell_dir(c), c.run_config)
+                 else "no data" if problems[key] else "to run")
+        states[state] = states.get(state, 0) + 1
+        console.print(f"{state:<7} {sw.cell_dir(c)}", markup=False)
+    missing = dict.fromkeys((k[0], w) for k, w in problems.items() if w)
+    for name, why in missing:
+        console.print(f"no data: {name}: {why}", markup=False)
+    total = sum(states.values())
+    console.print(f"{total} cell{'s' if total != 1 else ''}: " + ", ".join(
+        f"{states.get(k, 0)} {k}" for k in ("done", "to run", "no data")), markup=False)
+    n = states.get("no data", 0)
+    if not n or states.get("to run"):
+        return 0
+    names = ", ".join(dict.fromkeys(name for name, _ in missing))
+    which = "the only cell not done lacks" if n == 1 else f"none of the {n} cells not done has"
+    typer.echo(f"fedgraph: no cell can run: {which} its data ({names}: the 'no data' lines "
+               "above say why)", err=True)
+    return 2
+
+
+class _Terminated(KeyboardInterrupt):
+    """SIGTERM on ``fedgraph sweep``: stops it as Ctrl-C does, and it exits 143, not 130."""
+
+
 def _raise_interrupt(signum, frame):  # SIGTERM: stop like Ctrl-C (kill the running cells)
-    raise KeyboardInterrupt(f"signal {signum}")
+    raise _Terminated(f"signal {signum}")
 
 
 @cli.command()
@@ -160,12 +198,13 @@ def sweep(
 ) -> None:
     """Run a grid of simulations (methods x datasets x epsilons x clients x seeds), resumable:
     cells whose report is ok are skipped. Exit 0 if every cell is ok, 1 if any failed, 2 for
-    an invalid sweep file, 130 if interrupted."""
+    an invalid sweep file (or, with --dry-run, when no cell left to run has its data), 130 if
+    interrupted (Ctrl-C), 143 if stopped by SIGTERM."""
     from rich.console import Console
 
-    from fedgraph.simulations.dataset_listing import data_problem
+    from fedgraph.simulations.interrupt import signal_exit_code
     from fedgraph.simulations.sweep import SweepError, load_sweep
-    from fedgraph.simulations.sweep_runner import cell_is_done, run_sweep
+    from fedgraph.simulations.sweep_runner import run_sweep
 
     if executor not in (None, "auto", "local", "ray"):
         typer.echo(f"fedgraph: --executor must be local, ray or auto, got {executor!r}", err=True)
@@ -180,32 +219,21 @@ def sweep(
         raise typer.Exit(2)
     console = Console(soft_wrap=True, highlight=False)
     if dry_run:
-        problems: dict = {}  # (dataset, data-root, min-class-size) -> why it does not load
-        states: dict = {}
-        for c in sw.cells():
-            key = (c.run_config.get("dataset", "cora"), c.run_config.get("data-root") or None,
-                   int(c.run_config.get("min-class-size", 1000)))
-            if key not in problems:
-                problems[key] = data_problem(*key)
-            state = ("done" if cell_is_done(sw.cell_dir(c), c.run_config)
-                     else "no data" if problems[key] else "to run")
-            states[state] = states.get(state, 0) + 1
-            console.print(f"{state:<7} {sw.cell_dir(c)}", markup=False)
-        for name, why in dict.fromkeys((k[0], w) for k, w in problems.items() if w):
-            console.print(f"no data: {name}: {why}", markup=False)
-        console.print(f"{sum(states.values())} cells: " + ", ".join(
-            f"{states.get(k, 0)} {k}" for k in ("done", "to run", "no data")), markup=False)
+        code = _dry_run(sw, console)
+        if code:
+            raise typer.Exit(code)
         return
     bar = _Bar(console)
     previous = signal.signal(signal.SIGTERM, _raise_interrupt)
     try:
         summary = run_sweep(sw, parallel, executor,
                             echo=lambda line: console.print(line, markup=False), progress=bar)
-    except KeyboardInterrupt:
+    except KeyboardInterrupt as err:
         bar.stop()
         console.print(f"fedgraph: sweep interrupted; run the same command again to finish the "
                       f"rest ({sw.output_dir})", markup=False)
-        raise typer.Exit(130)
+        raise typer.Exit(signal_exit_code(
+            signal.SIGTERM if isinstance(err, _Terminated) else signal.SIGINT))
     finally:
         bar.stop()
         signal.signal(signal.SIGTERM, previous)

@@ -8,11 +8,25 @@ from typing import Optional
 
 def data_problem(name: str, root: Optional[str], min_class_size: int) -> Optional[str]:
     """Why the dataset ``name`` does not load offline with this root (its first line), or
-    ``None`` when it loads (``sweep --dry-run``; a cell of such a dataset would fail)."""
-    from fedgraph.data import load_dataset
+    ``None`` when it loads (``sweep --dry-run``; a cell of such a dataset would fail): first
+    what ``fedgraph run`` refuses before it starts (a data root or ``$FEDGRAPH_DATA`` that is
+    not a folder, a built-in dataset's missing files), then a load."""
+    from types import SimpleNamespace
+
+    from fedgraph.config import ConfigError, check_data_root
+    from fedgraph.dataset_files import missing_files
 
     if str(name).lower().startswith("synthetic-sbm:"):
         return None
+    try:
+        check_data_root(SimpleNamespace(dataset=str(name), data_root=root or ""))
+    except ConfigError as err:
+        return str(err)
+    missing = missing_files(str(name), root)
+    if missing:
+        return missing.splitlines()[0]
+    from fedgraph.data import load_dataset
+
     try:
         load_dataset(name, root, min_class_size=min_class_size)
     except FileNotFoundError as err:

@@ -30,7 +30,7 @@ from fedgraph.errors import RunInterrupted
 from fedgraph.procstats import alive, become_subreaper, descendants, kill_descendants
 
 # Neither torch nor Flower: ``fedgraph run`` imports this module before it starts Ray.
-__all__ = ["STOP", "RunInterrupted", "StopOnSignal", "end_all_descendants"]
+__all__ = ["STOP", "RunInterrupted", "StopOnSignal", "end_all_descendants", "signal_exit_code"]
 
 #: set by the first Ctrl-C of ``fedgraph run``; every grid call after it raises.
 STOP = threading.Event()
@@ -87,9 +87,17 @@ def end_all_descendants(known: set[int] | None = None, within: float = 10.0) -> 
         pids = {p for p in descendants() if alive(p)}
 
 
+def signal_exit_code(signum: int) -> int:
+    """The shell's exit code of a command ended by signal ``signum``: 128 + its number (130
+    for SIGINT, Ctrl-C; 143 for SIGTERM)."""
+    return 128 + int(signum)
+
+
 class StopOnSignal:
     """Context manager of ``fedgraph run``: the first SIGINT/SIGTERM sets :data:`STOP` and
-    prints one line; a second one kills the run's processes and exits (code 130) at once.
+    prints one line; a second one kills the run's processes and exits at once. Either way the
+    exit code is the signal's (:func:`signal_exit_code`: 130 for Ctrl-C, 143 for SIGTERM;
+    :attr:`exit_code`).
     Ray's processes started meanwhile are remembered so that :func:`kill_descendants` finds
     them even after their parent died. A simulation that does not return within
     :data:`TEARDOWN_S` of its ServerApp's end is ended too (:meth:`_teardown_watchdog`)."""
@@ -112,6 +120,7 @@ class StopOnSignal:
         self.previous: dict = {}
         self.seen: set[int] = set()
         self.first = None  # monotonic time of the first signal
+        self.signum = signal.SIGINT  # the first signal (a KeyboardInterrupt without one: Ctrl-C)
         self._left = threading.Event()  # the run's context exited
         self._lock = threading.Lock()  # one signal acted on at a time (watcher or main thread)
         self._wakeup: tuple[int, int] | None = None  # (read, write) ends of the wakeup pipe
@@ -155,9 +164,9 @@ class StopOnSignal:
                 return  # the same interrupt delivered twice (timeout, process group)
             self.echo("fedgraph: interrupted again: stopping now")
             kill_descendants(self.remember(), grace=0.5)
-            os._exit(130)
+            os._exit(signal_exit_code(signum))
         STOP.set()
-        self.first = time.monotonic()
+        self.first, self.signum = time.monotonic(), signum
         _interrupt_server_thread()
         self.remember()
         self.echo("fedgraph: interrupted: stopping the run and writing its report "
@@ -167,7 +176,7 @@ class StopOnSignal:
     def _watchdog(self) -> None:
         """Once the ServerApp's thread has ended (its report written), give the simulation
         ``grace`` seconds to wind down (Flower may still be starting Ray in the main thread),
-        then end the run's processes and exit 130."""
+        then end the run's processes and exit with the signal's code (:attr:`exit_code`)."""
         end = time.monotonic() + self.report_wait
         while time.monotonic() < end and any(t.ident in _SERVER_THREAD and t.is_alive()
                                              for t in threading.enumerate()):
@@ -178,13 +187,14 @@ class StopOnSignal:
                   if written else "fedgraph: interrupted (Ctrl-C or SIGTERM) before the run "
                   "started (Ray was still starting): no report was written")
         end_all_descendants(self.remember(), within=5.0)
-        os._exit(130)
+        os._exit(self.exit_code)
 
     def _teardown_watchdog(self) -> None:
         """Once the ServerApp's thread has ended (its report written), give the simulation
         :data:`TEARDOWN_S` seconds to return; if it has not (Flower's runtime waits on a Ray
         that is gone, e.g. a cluster that became unreachable), say so, end the run's
-        processes and exit with the report's code (ok 0, interrupted 130, else 1)."""
+        processes and exit with the report's code (ok 0, interrupted :attr:`exit_code`, else
+        1)."""
         while not self._left.is_set() and not (
                 _SERVER_THREAD and not any(t.ident in _SERVER_THREAD and t.is_alive()
                                            for t in threading.enumerate())):
@@ -196,9 +206,15 @@ class StopOnSignal:
                   f"within {self.TEARDOWN_S:g} s of its strategy (report status: {status}"
                   + (f", {REPORT_PATH[0]}" if REPORT_PATH else "") + "); ending its processes")
         end_all_descendants(self.remember(), within=5.0)
-        self._exit({"ok": 0, "interrupted": 130}.get(status, 1))
+        self._exit({"ok": 0, "interrupted": self.exit_code}.get(status, 1))
 
     _exit = staticmethod(os._exit)
+
+    @property
+    def exit_code(self) -> int:
+        """The code ``fedgraph run`` exits with once interrupted: 130 after Ctrl-C (SIGINT),
+        143 after SIGTERM (the first signal's, :func:`signal_exit_code`)."""
+        return signal_exit_code(self.signum)
 
     def remember(self) -> set[int]:
         self.seen |= descendants()

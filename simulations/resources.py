@@ -46,8 +46,9 @@ def check_resources(num_cpus: Optional[int], cpus_per_client: float,
         return
     cpus = num_cpus or os.cpu_count() or 1
     if cpus_per_client > cpus:
-        raise ConfigError(f"--cpus-per-client: {cpus_per_client} is more than the {cpus} CPUs "
-                          "Ray may use here (--num-cpus); no client could start")
+        raise ConfigError(f"--cpus-per-client: {cpus_per_client:g} is more than the {cpus} "
+                          f"CPU{'' if cpus == 1 else 's'} Ray may use here (--num-cpus); no "
+                          "client could start")
     if gpus_per_client > 0:
         import torch
 

@@ -22,14 +22,17 @@ def check_run_config(run_config: dict):
 
     Raises:
         fedgraph.config.ConfigError: naming the key and the allowed values (the same message
-            :func:`run_simulation` gives).
+            :func:`run_simulation` gives), a built-in dataset's missing files among them
+            (:func:`fedgraph.config.check_dataset_files`).
     """
     from fedgraph import catalog
-    from fedgraph.config import ConfigError, check_data_root, check_output_dir, parse_run_config
+    from fedgraph.config import (ConfigError, check_data_root, check_dataset_files,
+                                 check_output_dir, parse_run_config)
 
     cfg = parse_run_config(run_config)
     check_data_root(cfg)
     check_output_dir(cfg)
+    check_dataset_files(cfg)
     if cfg.noise_source == "secret" and not os.environ.get("RAY_ADDRESS"):
         from fedgraph.secret import check_secret  # a local Ray's workers inherit it
 

@@ -275,7 +275,8 @@ def load_sweep(path: str | Path, output_dir: Optional[str] = None) -> Sweep:
     """Parse and validate a sweep file.
 
     Raises:
-        SweepError: the file is missing, not TOML, or a key is unknown or out of range.
+        SweepError: the file is missing, not TOML, a key is unknown or out of range, or the
+            output folder (``output_dir`` or the file's ``output-dir``) is a file.
     """
     p = sweep_path(str(path))
     try:
@@ -289,6 +290,10 @@ def load_sweep(path: str | Path, output_dir: Optional[str] = None) -> Sweep:
         raise SweepError(f"{p}: invalid sweep file:\n  " + "\n  ".join(lines)) from None
     out = Path(output_dir or spec.sweep.output_dir or Path("runs") / (spec.sweep.name or p.stem))
     sweep = Sweep(p, spec, out.expanduser().resolve())
+    if sweep.output_dir.exists() and not sweep.output_dir.is_dir():
+        raise SweepError(f"{'--output-dir' if output_dir else 'output-dir'}: "
+                         f"{sweep.output_dir} is a file, not a folder (the sweep writes its "
+                         "cells under it: name a folder, or one that does not exist yet)")
     cells = sweep.cells()  # raises SweepError on an inconsistent grid
     _check_run_config_keys(cells)
     _check_run_config_values(cells)

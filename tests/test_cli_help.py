@@ -119,3 +119,24 @@ def test_flowers_run_simulation_deprecation_is_not_shown_to_fedgraph_run_users()
     assert not quiet.filter(record("DEPRECATED FEATURE: The `run_simulation` function is "
                                    "deprecated and will be removed in a future version"))
     assert quiet.filter(record("Manually terminating ClientAppActor"))
+
+
+def test_one_cpu_is_not_plural(monkeypatch):
+    """``--num-cpus 1 --cpus-per-client 2`` said "more than the 1 CPUs" (fresh user, 12-07)."""
+    monkeypatch.delenv("RAY_ADDRESS", raising=False)
+    res = CliRunner().invoke(cli, ["run", "--num-cpus", "1", "--cpus-per-client", "2"])
+    assert res.exit_code == 2, res.output
+    assert "--cpus-per-client: 2 is more than the 1 CPU Ray may use here" in res.output
+    res = CliRunner().invoke(cli, ["run", "--num-cpus", "2", "--cpus-per-client", "3"])
+    assert "3 is more than the 2 CPUs" in res.output
+
+
+def test_an_output_dir_that_is_a_file_is_refused_naming_it(tmp_path):
+    """``output-dir`` naming an existing file failed with "[Errno 17] File exists" (fresh
+    user, 12-07): it is refused before anything starts, saying what is wrong."""
+    a_file = tmp_path / "reports"
+    a_file.write_text("not a folder")
+    res = CliRunner().invoke(cli, ["run", "--set", f"output-dir='{a_file}'"])
+    assert res.exit_code == 2, res.output
+    assert f"output-dir: {a_file} is a file, not a folder" in " ".join(res.output.split())
+    assert "Errno" not in res.output and a_file.read_text() == "not a folder"

@@ -23,6 +23,7 @@ def test_ppgnn_cora_three_clients_well_above_majority(tmp_path):
     shows up nowhere in the output or the report."""
     out = tmp_path / "runs"
     secret = "e2e-secret-9b2f61"
+    (tmp_path / "empty").mkdir()  # a root without Cora's files (a missing one is refused)
     res = fedgraph("run", "ppgnn-cora", "--num-cpus", "2", "--set", "num-clients=3",
                    "--set", "epochs=60", "--set", f"output-dir='{out}'", "--set", "run-name='e2e'",
                    "--set", "noise-source='secret'", tmp_path=tmp_path,

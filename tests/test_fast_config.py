@@ -56,6 +56,10 @@ BAD = [  # (args, words the message must hold)
     (["gap-edge-cora", "--cpus-per-client", "0"],
      ["--cpus-per-client: must be a finite number > 0"]),
     (["--set", "data-root=/no/such/folder"], ["data-root: /no/such/folder is not a folder"]),
+    # a folder without the dataset's files (docs/ has none): named before Ray, without torch
+    (["--set", "dataset=citeseer", "--set", "data-root=docs"],
+     ["dataset/data-root: Raw files of dataset 'citeseer' not found (looked for: "
+      "docs/planetoid/CiteSeer/raw/ind.citeseer.x"]),
     (["--set", "self-loops=maybe"], ["self-loops: must be true or false (got 'maybe')"]),
     (["--set", "patience=-1"], ["patience", "greater than or equal to 0"]),
     # under a file (README.md): no folder can be made there

@@ -428,3 +428,53 @@ def test_flwr_stop_leaves_an_interrupted_report_with_the_releases_so_far(tmp_pat
                 os.kill(pid, signal.SIGKILL)
             except ProcessLookupError:
                 pass
+
+
+@pytest.mark.parametrize("signum, code", [(signal.SIGINT, 130), (signal.SIGTERM, 143)])
+def test_fedgraph_run_exits_with_the_signals_code(monkeypatch, tmp_path, signum, code):
+    """SIGTERM on ``fedgraph run`` exited 130, Ctrl-C's code (fresh user, 12-07): the code is
+    128 + the signal's number, 130 for Ctrl-C (SIGINT) and 143 for SIGTERM."""
+    from typer.testing import CliRunner
+
+    from fedgraph.simulations import cli as cli_module
+    from fedgraph.simulations import interrupt
+
+    monkeypatch.setattr(interrupt, "end_all_descendants", lambda *a, **k: None)
+    monkeypatch.setattr(interrupt, "kill_descendants", lambda *a, **k: None)
+    monkeypatch.setattr(interrupt, "_interrupt_server_thread", lambda: None)
+    monkeypatch.setattr(interrupt.StopOnSignal, "_watchdog", lambda self: None)
+
+    def interrupted_run(*args, **kwargs):  # the run, stopped by the signal: its report says so
+        signal.raise_signal(signum)
+        assert STOP.wait(5)
+        raise RunInterrupted("run interrupted; its report, with what was spent: x.json")
+
+    monkeypatch.setattr(cli_module, "run_simulation", interrupted_run)
+    try:
+        res = CliRunner().invoke(cli_module.cli, ["run", "--set", f"output-dir='{tmp_path}'"])
+    finally:
+        STOP.clear()
+    assert res.exit_code == code, res.output
+    assert "run interrupted" in res.output
+
+
+@pytest.mark.parametrize("signum, code", [(signal.SIGINT, 130), (signal.SIGTERM, 143)])
+def test_the_watchdog_and_a_second_signal_exit_with_the_signals_code(monkeypatch, signum, code):
+    """The other two ways an interrupted ``fedgraph run`` ends (its watchdog once the report is
+    written, a second signal at once) exit with the same code as the first: 128 + the
+    signal's number."""
+    from fedgraph.simulations import interrupt
+
+    lines, exits = [], []
+    monkeypatch.setattr(interrupt, "end_all_descendants", lambda *a, **k: None)
+    stop = _quiet_stop(monkeypatch, lines, exits)
+    try:
+        stop._handler(signum, None)
+        assert stop.exit_code == code and exits == []
+        stop.grace = stop.report_wait = 0.0
+        interrupt.StopOnSignal._watchdog(stop)  # the report written: the run's processes end
+        stop.first -= interrupt.StopOnSignal.DEBOUNCE_S + 0.1
+        stop._handler(signum, None)  # "interrupted again"
+        assert exits == [code, code], exits
+    finally:
+        STOP.clear()

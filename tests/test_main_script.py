@@ -1,7 +1,7 @@
 """``scripts/main.sh`` (the README's main command, ``flwr run .``) when interrupted: Ctrl-C ended
 only ``flwr run``'s log stream, the run went on in the SuperLink and wrote an ``ok`` report
 after the script had said there was none (fresh user, 12-07). It now stops the run, says so and
-exits 130."""
+exits 130 (SIGTERM: 143, 128 + the signal's number, as ``fedgraph run``)."""
 from __future__ import annotations
 
 import os
@@ -10,6 +10,8 @@ import signal
 import subprocess
 import time
 from pathlib import Path
+
+import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -20,7 +22,8 @@ def _descendants(pid: int) -> list[int]:
     return kids + [d for k in kids for d in _descendants(k)]
 
 
-def test_ctrl_c_on_the_main_script_stops_the_run_and_says_so(tmp_path):
+@pytest.mark.parametrize("signum, code", [(signal.SIGINT, 130), (signal.SIGTERM, 143)])
+def test_ctrl_c_on_the_main_script_stops_the_run_and_says_so(tmp_path, signum, code):
     env = {**os.environ, "FLWR_HOME": str(tmp_path / "flwr"),  # a SuperLink of its own
            "FLWR_LOCAL_SUPERLINK_HTTP_API_PORT": "39291", "FLWR_LOCAL_CONTROL_API_PORT": "39293",
            "XDG_CACHE_HOME": str(tmp_path / "cache")}
@@ -44,13 +47,13 @@ def test_ctrl_c_on_the_main_script_stops_the_run_and_says_so(tmp_path):
         assert started, "".join(lines)[-3000:]
         time.sleep(3)  # the run is on
         tree = _descendants(proc.pid)
-        os.killpg(proc.pid, signal.SIGINT)  # Ctrl-C in the terminal: the whole group
+        os.killpg(proc.pid, signum)  # Ctrl-C in the terminal (or a kill): the whole group
         rest, _ = proc.communicate(timeout=120)
     finally:
         if proc.poll() is None:
             os.killpg(proc.pid, signal.SIGKILL)
     out = "".join(lines) + rest
-    assert proc.returncode == 130, out[-3000:]
+    assert proc.returncode == code, out[-3000:]
     said = re.search(r"interrupted: the run was stopped \(run \d+\); no report is to be "
                      r"trusted at (\S+\.json)", out)
     assert said, out[-3000:]

@@ -98,18 +98,87 @@ def test_a_user_loader_that_raises_is_a_dataset_error_before_any_client(tmp_path
     assert not (tmp_path / "out").exists() or not list((tmp_path / "out").glob("*.json"))
 
 
-def test_a_missing_fedgraph_data_folder_is_named_before_anything_starts(tmp_path, monkeypatch):
-    """An empty data-root with $FEDGRAPH_DATA naming no folder, for a dataset with files to
-    read: refused by the cheap check (before Ray), naming both; an existing folder passes, and
-    the bundled Cora runs from anywhere."""
+@pytest.mark.parametrize("dataset", ["citeseer", "cora"])
+def test_a_missing_fedgraph_data_folder_is_named_before_anything_starts(tmp_path, monkeypatch,
+                                                                        dataset):
+    """An empty data-root with $FEDGRAPH_DATA naming no folder: refused by the cheap check
+    (before Ray), naming both, even for the bundled Cora, which used to run without a word
+    (fresh user, 12-07: a mistyped folder went unnoticed); an existing folder passes, and a
+    synthetic graph reads no folder."""
     from fedgraph.config import parse_run_config
     from fedgraph.config.checks import check_data_root
 
-    cfg = parse_run_config({"method": "ppgnn", "dataset": "citeseer"})
+    cfg = parse_run_config({"method": "ppgnn", "dataset": dataset})
     monkeypatch.setenv("FEDGRAPH_DATA", str(tmp_path / "nope"))
     with pytest.raises(ConfigError, match=r"data-root: empty, and \$FEDGRAPH_DATA = .*nope is "
                                           r"not a folder"):
         check_data_root(cfg)
-    check_data_root(parse_run_config({"method": "ppgnn", "dataset": "cora"}))  # bundled
+    check_data_root(parse_run_config({"method": "gap", "dataset": "synthetic-sbm:40:3",
+                                      "num-clients": 2}))
     monkeypatch.setenv("FEDGRAPH_DATA", str(tmp_path))
     check_data_root(cfg)
+
+
+def test_fedgraph_run_names_a_missing_fedgraph_data_folder_before_ray_starts(tmp_path,
+                                                                          monkeypatch):
+    """``FEDGRAPH_DATA=/nonexistent fedgraph run`` (the bundled Cora) ran as if it were unset
+    (fresh user, 12-07): exit 2 naming the variable and the folder, before Ray starts."""
+    from typer.testing import CliRunner
+
+    from fedgraph.simulations import cli as cli_module
+
+    def ray_would_start(*args, **kwargs):
+        raise AssertionError("the run started")
+
+    monkeypatch.setattr(cli_module, "run_simulation", ray_would_start)
+    monkeypatch.setenv("FEDGRAPH_DATA", str(tmp_path / "nonexistent"))
+    res = CliRunner().invoke(cli_module.cli, ["run", "--set", f"output-dir='{tmp_path}'"])
+    assert res.exit_code == 2, res.output
+    assert f"$FEDGRAPH_DATA = {tmp_path / 'nonexistent'} is not a folder" in \
+        " ".join(res.output.split())
+
+
+MISSING = ["citeseer", "pubmed", "lastfm-asia", "reddit", "ogbn-products",
+           "facebook100:Nowhere99", "files"]
+
+
+@pytest.mark.parametrize("dataset", MISSING)
+def test_a_missing_dataset_is_refused_before_ray_with_the_preflights_message(tmp_path,
+                                                                           monkeypatch,
+                                                                           dataset):
+    """A dataset whose files are not under the data root was found only by the preflight's
+    load, after Ray had started (13-19 s; fresh user, 12-07). The cheap check that
+    ``fedgraph run`` makes first (no torch) refuses it with the preflight's own message."""
+    from fedgraph.config import check_dataset_files, parse_run_config
+    from fedgraph.federation import preflight
+
+    root = tmp_path / "empty-root"
+    root.mkdir()
+    monkeypatch.setenv("FEDGRAPH_DATA", str(root))
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    cfg = parse_run_config({"method": "gap", "dataset": dataset, "num-clients": 2,
+                            "data-root": str(root) if dataset == "files" else "",
+                            "output-dir": str(tmp_path / "out")})
+    with pytest.raises(ConfigError) as cheap:
+        check_dataset_files(cfg)
+    with pytest.raises(ConfigError) as late:  # the load's own error
+        preflight(cfg)
+    assert str(cheap.value) == str(late.value)
+    assert str(cheap.value).startswith("dataset/data-root: ") and str(root) in str(cheap.value)
+
+
+@pytest.mark.parametrize("dataset", ["cora", "synthetic-sbm:40:3", "files"])
+def test_bundled_generated_and_present_datasets_need_no_file_check(tmp_path, monkeypatch,
+                                                                   dataset):
+    """Cora is bundled, a synthetic graph generated, and a ``files`` folder (or ``.pt``) that
+    holds the graph is there: the cheap check lets them through."""
+    from fedgraph.config import check_dataset_files, parse_run_config
+
+    monkeypatch.setenv("FEDGRAPH_DATA", str(tmp_path))
+    graph = tmp_path / "graph"
+    graph.mkdir()
+    for name in ("edges.csv", "features.csv", "labels.csv"):
+        (graph / name).write_text("0,1\n")
+    check_dataset_files(parse_run_config({
+        "method": "gap", "dataset": dataset, "num-clients": 2,
+        "data-root": str(graph) if dataset == "files" else ""}))

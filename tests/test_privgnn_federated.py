@@ -269,6 +269,7 @@ def test_flower_run_student_beats_majority_at_a_generous_lambda(tmp_path):
     wrong moves it, and a float-rounding change in the teachers redraws that); client 1's tiny
     budget makes it refuse every query and the run still succeeds on client 0's answers."""
     out = tmp_path / "runs"
+    (tmp_path / "empty").mkdir()  # a root without Cora's files (a missing one is refused)
     env = {**os.environ, "XDG_CACHE_HOME": str(tmp_path / "cache"),
            "FEDGRAPH_DATA": str(tmp_path / "empty"), "OMP_NUM_THREADS": "1",
            "FEDGRAPH_NOISE_SECRET": "e2e-privgnn-secret"}  # reproducible draws: an accuracy bar

@@ -193,8 +193,8 @@ epsilon-key = "epsilon"
     assert "FAILED lpgnn cora eps=1 clients=1 seed=0: timed out after 1.5 s" in res.output
     cell = json.loads(next((tmp_path / "out").glob("cells/*/cell.json")).read_text())
     # stopped by the sweep's SIGTERM: killed by it (< 0) before the run installed its handler,
-    # or the run's own graceful stop (130: report written) once it had (faster start-up)
-    assert cell["status"] == "failed" and (cell["returncode"] < 0 or cell["returncode"] == 130)
+    # or the run's own graceful stop (143, SIGTERM's code: report written) once it had
+    assert cell["status"] == "failed" and (cell["returncode"] < 0 or cell["returncode"] == 143)
     assert time.time() - t < 30
 
 
@@ -369,6 +369,7 @@ def _wait(cond, timeout, what):
 def test_interrupted_sweep_finishes_only_the_rest_and_failed_cells_do_not_stop_it(tmp_path):
     sweep_file = write(tmp_path / "tiny.toml", TINY)
     out = tmp_path / "out"
+    (tmp_path / "empty").mkdir()  # a root without the files (a missing one is refused)
     env = {**os.environ, "XDG_CACHE_HOME": str(tmp_path / "cache"), "FEDGRAPH_DATA": str(tmp_path / "empty")}
     cmd = [sys.executable, "-m", "fedgraph.simulations.cli", "sweep", str(sweep_file), "-o", str(out)]
     cells = out / "cells"
@@ -393,7 +394,7 @@ def test_interrupted_sweep_finishes_only_the_rest_and_failed_cells_do_not_stop_i
         log1, _ = proc.communicate(timeout=60)
     finally:
         proc.kill()
-    assert proc.returncode == 130, log1
+    assert proc.returncode == 143, log1  # SIGTERM's code (Ctrl-C's is 130)
     assert "run the same command again" in log1 and "FAILED" not in log1
     assert status(second) == "interrupted" and not (second / "report.json").exists()
     _wait(lambda: cell_pid not in _sessions().values(), 15, "the interrupted cell's processes to end")
@@ -408,8 +409,9 @@ def test_interrupted_sweep_finishes_only_the_rest_and_failed_cells_do_not_stop_i
     assert res.returncode == 1, res.stdout + res.stderr
     assert "4 cells, 1 already done, 3 to run" in res.stdout and "ray executor" in res.stdout
     failed = [ln for ln in res.stdout.splitlines() if ln.startswith("FAILED")]
-    assert len(failed) == 2 and all(ln.startswith("FAILED lpgnn citeseer eps=1 clients=1 seed=")
-                                    and "FEDGRAPH_DATA" in ln for ln in failed), failed
+    assert len(failed) == 2 and all(  # refused before Ray, naming what is missing
+        ln.startswith("FAILED lpgnn citeseer eps=1 clients=1 seed=") and ": dataset/data-root: "
+        "Raw files of dataset 'citeseer' not found" in ln for ln in failed), failed
     assert "1 ok, 2 failed, 1 skipped" in res.stdout
     assert (first / "report.json").stat().st_mtime_ns == kept
     reports = [json.loads((d / "report.json").read_text()) for d in (first, second)]
@@ -429,21 +431,35 @@ def test_interrupted_sweep_finishes_only_the_rest_and_failed_cells_do_not_stop_i
     assert png_size(out / "plots" / "cora-user.png")[0] > 0
 
 
-def test_dry_run_marks_the_cells_whose_data_is_missing(tmp_path, monkeypatch):
-    """``--dry-run`` says which cells would fail for want of their dataset's files (and why),
-    instead of listing them as "to run"; nothing runs."""
-    monkeypatch.setenv("FEDGRAPH_DATA", str(tmp_path / "empty-root"))
-    (tmp_path / "empty-root").mkdir()
-    f = write(tmp_path / "s.toml", """
+def lpgnn_sweep(path: Path, datasets: str, head: str = "") -> Path:
+    """A sweep file of LPGNN cells (epsilon 1, 2 clients) over ``datasets`` (TOML strings);
+    ``head``: more lines of its ``[sweep]``."""
+    return write(path, f"""
 [sweep]
-datasets = ["cora", "citeseer"]
+{head}
+datasets = [{datasets}]
 epsilons = [1]
 num-clients = [2]
 [methods.lpgnn]
 preset = "lpgnn-cora"
 epsilon-key = "epsilon"
 """)
-    res = CliRunner().invoke(cli, ["sweep", str(f), "-o", str(tmp_path / "out"), "--dry-run"])
+
+
+def dry_run(tmp_path: Path, datasets: str, root: str = "empty-root"):
+    """``fedgraph sweep --dry-run`` of :func:`lpgnn_sweep` with ``$FEDGRAPH_DATA`` set to
+    ``tmp_path / root`` (an empty folder, made here, when it is ``empty-root``)."""
+    if root == "empty-root":
+        (tmp_path / root).mkdir(exist_ok=True)
+    f = lpgnn_sweep(tmp_path / "s.toml", datasets)
+    return CliRunner().invoke(cli, ["sweep", str(f), "-o", str(tmp_path / "out"), "--dry-run"],
+                              env={"FEDGRAPH_DATA": str(tmp_path / root)})
+
+
+def test_dry_run_marks_the_cells_whose_data_is_missing(tmp_path):
+    """``--dry-run`` says which cells would fail for want of their dataset's files (and why),
+    instead of listing them as "to run"; nothing runs."""
+    res = dry_run(tmp_path, '"cora", "citeseer"')
     assert res.exit_code == 0, res.output
     lines = res.output.splitlines()
     assert any(line.startswith("to run") and "__cora__" in line for line in lines)  # bundled
@@ -453,3 +469,57 @@ epsilon-key = "epsilon"
     assert lines[-1] == "2 cells: 0 done, 1 to run, 1 no data", lines[-1]
     assert not (tmp_path / "out" / "cells").exists() or not any(
         (tmp_path / "out" / "cells").glob("*/report.json"))
+
+
+@pytest.mark.parametrize("where", ["option", "file"])
+def test_an_output_dir_that_is_a_file_is_refused_before_anything_runs(tmp_path, where):
+    """``--output-dir`` (or the file's ``output-dir``) naming an existing file failed with
+    "[Errno 17] File exists" (fresh user, 12-07): exit 2 naming it, the file untouched."""
+    a_file = tmp_path / "out"
+    a_file.write_text("keep me")
+    f = lpgnn_sweep(tmp_path / "s.toml", '"cora"',
+                    f'output-dir = "{a_file}"' if where == "file" else "")
+    args = ["-o", str(a_file)] if where == "option" else []
+    for dry in ([], ["--dry-run"]):
+        res = CliRunner().invoke(cli, ["sweep", str(f), *args, *dry])
+        assert res.exit_code == 2, res.output
+        said = " ".join(res.output.split())
+        assert f"{'--' if where == 'option' else ''}output-dir: {a_file} is a file, not a folder" \
+            in said, said
+        assert a_file.read_text() == "keep me"
+
+
+@pytest.mark.parametrize("signum, code", [(signal.SIGINT, 130), (signal.SIGTERM, 143)])
+def test_an_interrupted_sweep_exits_with_the_signals_code(tmp_path, monkeypatch, signum, code):
+    """SIGTERM on ``fedgraph sweep`` exited 130, Ctrl-C's code (fresh user, 12-07): 128 + the
+    signal's number, 130 for Ctrl-C and 143 for SIGTERM, and the way to finish the rest."""
+    from fedgraph.simulations import sweep_runner
+
+    def stopped(*args, **kwargs):
+        signal.raise_signal(signum)
+        time.sleep(5)  # the signal's handler raises before this ends
+        raise AssertionError("not interrupted")
+
+    monkeypatch.setattr(sweep_runner, "run_sweep", stopped)
+    f = lpgnn_sweep(tmp_path / "s.toml", '"cora"')
+    res = CliRunner().invoke(cli, ["sweep", str(f), "-o", str(tmp_path / "out")])
+    assert res.exit_code == code, res.output
+    assert "run the same command again to finish the rest" in res.output
+
+
+def test_dry_run_exits_2_when_no_cell_can_run_for_want_of_data(tmp_path):
+    """``--dry-run`` exited 0 when every cell lacked its dataset's files (fresh user, 12-07):
+    it exits 2 and names the datasets, the cells listed as "no data" (with some cell to run,
+    as in the test above, it still exits 0)."""
+    res = dry_run(tmp_path, '"citeseer", "pubmed"')
+    assert res.exit_code == 2, res.output
+    lines = res.output.splitlines()
+    assert sum(line.startswith("no data ") for line in lines) == 2, res.output
+    assert "2 cells: 0 done, 0 to run, 2 no data" in lines
+    assert "fedgraph: no cell can run: none of the 2 cells not done has its data (citeseer, " \
+           "pubmed: " in res.output
+    res = dry_run(tmp_path, '"cora"', root="no-such-root")  # Cora too: the root is named
+    assert res.exit_code == 2, res.output
+    assert "1 cell: 0 done, 0 to run, 1 no data" in res.output
+    assert f"no data: cora: data-root: empty, and $FEDGRAPH_DATA = {tmp_path / 'no-such-root'}" \
+        in res.output

@@ -334,7 +334,8 @@ def cli_page() -> str:
            "<!-- Generated at build time by docs/_gen/refs.py (each command's --help); do not edit. -->",
            "", "`fedgraph` is installed with the package (`fedgraph.simulations.cli:main`). "
            "Exit codes: 0 ok, 1 a failed run, 2 an invalid configuration or input found before "
-           "anything starts, 130 interrupted. See [`flwr run` or `fedgraph run`]"
+           "anything starts, 130 interrupted (Ctrl-C), 143 stopped by SIGTERM. See "
+           "[`flwr run` or `fedgraph run`]"
            "(../how-to/flwr-run-vs-fedgraph-run.md).", ""]
     for name, text in cli_commands().items():
         out += [f"## `fedgraph{' ' + name if name else ''}`", "", "```text",

@@ -1,7 +1,8 @@
-"""Cheap checks of where a run reads and writes (no torch): the output folder and the data
-root, run before anything starts and again by the preflight."""
+"""Cheap checks of where a run reads and writes (no torch): the output folder, the data
+root and the dataset's files, run before anything starts and again by the preflight."""
 from __future__ import annotations
 
+from ..dataset_files import ENV_DATA, missing_files
 from ..errors import ConfigError
 
 
@@ -11,12 +12,16 @@ def check_output_dir(cfg) -> None:
     starts and again by the preflight).
 
     Raises:
-        ConfigError: the folder cannot be created or written to.
+        ConfigError: ``output-dir`` names a file, or the folder cannot be created or written
+            to.
     """
     import tempfile
     from pathlib import Path
 
     out = Path(getattr(cfg, "output_dir", "") or ".").expanduser()
+    if out.exists() and not out.is_dir():
+        raise ConfigError(f"output-dir: {out} is a file, not a folder (name a folder for the "
+                          "reports, or one that does not exist yet)")
     try:
         out.mkdir(parents=True, exist_ok=True)
         with tempfile.NamedTemporaryFile(dir=out):
@@ -26,19 +31,19 @@ def check_output_dir(cfg) -> None:
 
 
 def check_data_root(cfg) -> None:
-    """Raise :class:`ConfigError` naming ``data-root`` when it is set but not a folder (cheap:
-    no torch; called before anything starts and again by the preflight).
+    """Raise :class:`ConfigError` naming ``data-root`` when it is set but not a folder, or
+    ``$FEDGRAPH_DATA`` when it is read and names no folder (cheap: no torch; called before
+    anything starts and again by the preflight).
 
     Raises:
         ConfigError: ``data-root`` is not an existing folder (nor, for dataset ``files``, an
             existing ``.pt`` file), or it is empty,
-            ``$FEDGRAPH_DATA`` names one that does not exist and the dataset is neither the
-            bundled Cora nor synthetic.
+            ``$FEDGRAPH_DATA`` names one that does not exist and the dataset is not synthetic
+            (even Cora, bundled: a mistyped folder is not ignored without a word).
     """
     import os
     from pathlib import Path
 
-    ENV_DATA = "FEDGRAPH_DATA"  # fedgraph.data.paths.ENV_DATA (not imported: it loads torch)
     root = getattr(cfg, "data_root", "")
     path = Path(root).expanduser()
     pt_file = str(getattr(cfg, "dataset", "")).lower() == "files" and path.suffix == ".pt"
@@ -50,9 +55,23 @@ def check_data_root(cfg) -> None:
                           "leave data-root empty for $FEDGRAPH_DATA, the user cache and the "
                           "bundled Cora; dataset 'files' also reads a .pt file)")
     env = os.environ.get(ENV_DATA, "")
-    dataset = str(getattr(cfg, "dataset", "")).lower()
-    needs_files = dataset != "cora" and not dataset.startswith("synthetic")  # Cora is bundled
-    if not root and env and needs_files and not Path(env).expanduser().is_dir():
+    generated = str(getattr(cfg, "dataset", "")).lower().startswith("synthetic")  # no files
+    if not root and env and not generated and not Path(env).expanduser().is_dir():
         raise ConfigError(f"data-root: empty, and ${ENV_DATA} = {env} is not a folder (set "
                           f"${ENV_DATA} to an existing data root or unset it for the user "
                           "cache and the bundled Cora, or set data-root)")
+
+
+def check_dataset_files(cfg) -> None:
+    """Raise :class:`ConfigError` when a built-in dataset's files are not under its data root
+    (:func:`fedgraph.dataset_files.check_files`: cheap, no torch), with the message the
+    preflight gives when its load fails, before Ray starts instead of after. Cora (bundled),
+    ``synthetic-sbm:...`` and a user's loader need no file here.
+
+    Raises:
+        ConfigError: ``dataset/data-root: <the loader's message>`` (the paths looked for).
+    """
+    root = getattr(cfg, "data_root", "") or None
+    problem = missing_files(str(getattr(cfg, "dataset", "")), root)
+    if problem:
+        raise ConfigError(f"dataset/data-root: {problem}")

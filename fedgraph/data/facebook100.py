@@ -11,8 +11,8 @@ import torch
 from torch import Tensor
 from torch_geometric.data import Data
 
+from ..dataset_files import find_facebook100  # noqa: F401 (re-exported)
 from .normal_form import finalize
-from .paths import ENV_DATA
 
 PathLike = Union[str, Path]
 
@@ -28,27 +28,6 @@ _FB100_YEAR = 5
 #: costs accuracy: GAP on Wisconsin87, one client, 5 seeds, 79.5 without noise without it,
 #: 76.9 with it (issue 14; docs/results/accuracy.md, GAP).
 FACEBOOK100_FEATURES: Tuple[str, ...] = ('status', 'gender', 'major', 'second_major', 'dorm')
-
-
-def find_facebook100(college: str, root: Path) -> Path:
-    folder = root / 'facebook100'
-    exact = folder / f'{college}.mat'
-    if exact.is_file():
-        return exact
-    present = []
-    if folder.is_dir():
-        for p in sorted(folder.iterdir()):
-            if p.suffix.lower() == '.mat' and p.stem.lower() == college.lower():
-                return p
-            if p.suffix.lower() == '.mat':
-                present.append(p.stem)
-    there = (f"colleges present there: {', '.join(present)}" if present
-             else "no college file is there")
-    raise FileNotFoundError(
-        f"Facebook100 file for college '{college}' not found (looked for "
-        f"{exact}, case-insensitive; {there}). Place <College>.mat under "
-        f"<root>/facebook100/ and point the {ENV_DATA} environment variable "
-        f"or the 'root' argument (run config: data-root) at <root>. Facebook100 has no download.")
 
 
 def one_hot_attributes(attributes: np.ndarray) -> Tensor:

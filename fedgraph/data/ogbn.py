@@ -14,25 +14,18 @@ import numpy as np
 import torch
 from torch_geometric.data import Data
 
+# OGB's release and layout (without torch: ``fedgraph run`` checks the files before it starts)
+from ..dataset_files import OGBN_DOWNLOAD, OGBN_PRODUCTS_URL  # noqa: F401 (re-exported)
+from ..dataset_files import OGBN_PRODUCTS_DIR as _OGBN_PRODUCTS_DIR
+from ..dataset_files import OGBN_SPLIT as _OGBN_SPLIT
+from ..dataset_files import OGBN_SPLIT_FILES as _OGBN_SPLIT_FILES
+from ..dataset_files import ogbn_files as _ogbn_files
 from .normal_form import finalize
 from .paths import user_cache_dir
 from .raw_folders import is_writable_dir, not_found
 
-
-#: OGB's release of ogbn-products (the zip holds ``products/``; the ``ogb`` package renames it
-#: ``ogbn_products/``, the folder name looked for here).
-OGBN_PRODUCTS_URL = 'http://snap.stanford.edu/ogb/data/nodeproppred/products.zip'
-_OGBN_PRODUCTS_DIR = 'ogbn_products'
-_OGBN_RAW = ('edge.csv.gz', 'node-feat.csv.gz', 'node-label.csv.gz')
-_OGBN_SPLIT = Path('split') / 'sales_ranking'
-_OGBN_SPLIT_FILES = ('train.csv.gz', 'valid.csv.gz', 'test.csv.gz')
 #: Bump when the cached tensors change meaning.
 _OGBN_CACHE_VERSION = 1
-
-
-def _ogbn_files(dataset_dir: Path) -> List[Path]:
-    return ([dataset_dir / 'raw' / f for f in _OGBN_RAW]
-            + [dataset_dir / _OGBN_SPLIT / f for f in _OGBN_SPLIT_FILES])
 
 
 def _read_csv_gz(path: Path, dtype) -> np.ndarray:
@@ -120,8 +113,7 @@ def load_ogbn_products(root: Path, download: bool) -> Data:
     missing = [p for p in files if not p.is_file()]
     if missing:
         if not download:
-            not_found('ogbn-products', missing,
-                       f" ogbn-products downloads from {OGBN_PRODUCTS_URL} (1.4 GB).")
+            not_found('ogbn-products', missing, OGBN_DOWNLOAD)
         if not is_writable_dir(dataset_dir):
             dataset_dir = user_cache_dir() / 'downloads' / _OGBN_PRODUCTS_DIR
             files = _ogbn_files(dataset_dir)

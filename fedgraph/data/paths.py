@@ -1,21 +1,19 @@
 """Where the datasets' files are (data root, user cache, bundled Cora) and which inputs a
 built-in dataset is read from, without importing torch or PyG (the partition cache's keys
-need them in every client process)."""
+need them in every client process). The data root and the user cache are resolved by
+:mod:`fedgraph.dataset_files` (outside this package, whose ``__init__`` imports torch), which
+``fedgraph run`` reads before anything starts."""
 from __future__ import annotations
 
-import os
 from pathlib import Path
 from typing import List, Optional, Union
 
 from ..catalog import SBM_PREFIX
+from ..dataset_files import OGBN_PRODUCTS_DIR, PYG_RAW
+from ..dataset_files import ENV_DATA, resolve_root, user_cache_dir  # noqa: F401 (re-exported)
+from ..dataset_files import PLANETOID_NAMES as _PLANETOID_NAMES
 
 PathLike = Union[str, Path]
-
-
-ENV_DATA = 'FEDGRAPH_DATA'
-
-
-_PLANETOID_NAMES = {'cora': 'Cora', 'citeseer': 'CiteSeer', 'pubmed': 'PubMed'}
 
 
 _BUNDLED_ROOT = Path(__file__).resolve().parent / '_bundled'
@@ -54,36 +52,6 @@ def bundled_root() -> Path:
     return _BUNDLED_ROOT
 
 
-def user_cache_dir() -> Path:
-    r"""Returns the user cache folder of the project.
-
-    ``$XDG_CACHE_HOME/fedgraph`` if ``XDG_CACHE_HOME`` is set, else
-    ``~/.cache/fedgraph``. The folder is not created.
-    """
-    base = os.environ.get('XDG_CACHE_HOME')
-    if not base:
-        base = os.path.join(os.path.expanduser('~'), '.cache')
-    return Path(base) / 'fedgraph'
-
-
-def resolve_root(root: Optional[PathLike] = None) -> Path:
-    r"""Resolves the data root folder.
-
-    Args:
-        root (str or Path, optional): Explicit root. (default: :obj:`None`)
-
-    Returns:
-        Path: ``root`` if given, else ``$FEDGRAPH_DATA`` if set, else
-        :func:`user_cache_dir`.
-    """
-    if root is not None:
-        return Path(root).expanduser()
-    env = os.environ.get(ENV_DATA)
-    if env:
-        return Path(env).expanduser()
-    return user_cache_dir()
-
-
 def dataset_inputs(name: str, root: Optional[PathLike] = None) -> Optional[List[Path]]:
     r"""The folders and files a built-in dataset is read from (for
     :mod:`fedgraph.partition_cache` to notice a changed input without loading
@@ -104,7 +72,6 @@ def dataset_inputs(name: str, root: Optional[PathLike] = None) -> Optional[List[
     if key in _PLANETOID_NAMES:
         rel = Path('planetoid') / _PLANETOID_NAMES[key] / 'raw'
         return [base / rel] + ([bundled_root() / rel] if key == 'cora' else [])
-    folders = {'facebook-pagepage': Path('musae') / 'FacebookPagePage' / 'raw',
-               'lastfm-asia': Path('lastfm') / 'raw', 'reddit': Path('reddit') / 'raw',
-               'ogbn-products': Path('ogbn_products')}
+    folders = {**{k: rel / 'raw' for k, (rel, _) in PYG_RAW.items()},
+               'ogbn-products': Path(OGBN_PRODUCTS_DIR)}
     return [base / folders[key]] if key in folders else None

@@ -9,21 +9,19 @@ from pathlib import Path
 
 from torch_geometric.data import Data
 
+from ..dataset_files import PLANETOID_NAMES, PYG_RAW, planetoid_files
 from .normal_form import finalize
-from .paths import _PLANETOID_NAMES, bundled_root
+from .paths import bundled_root
 from .raw_folders import prepare_pyg_dir
-
-_PLANETOID_FILES = ('x', 'tx', 'allx', 'y', 'ty', 'ally', 'graph', 'test.index')
 
 
 def load_planetoid(key: str, root: Path, download: bool) -> Data:
     from torch_geometric.datasets import Planetoid
 
-    pyg_name = _PLANETOID_NAMES[key]
-    raw_files = [f'ind.{key}.{f}' for f in _PLANETOID_FILES]
+    pyg_name = PLANETOID_NAMES[key]
     rel = Path('planetoid') / pyg_name
     fallback = bundled_root() / rel if key == 'cora' else None
-    dataset_dir = prepare_pyg_dir(key, root / rel, rel, raw_files, download,
+    dataset_dir = prepare_pyg_dir(key, root / rel, rel, planetoid_files(key), download,
                                    fallback_dir=fallback)
     dataset = Planetoid(str(dataset_dir.parent), pyg_name)
     # Planetoid x is binary bag-of-words for Cora/CiteSeer; PubMed is TF-IDF.
@@ -34,9 +32,7 @@ def load_planetoid(key: str, root: Path, download: bool) -> Data:
 def load_facebook_pagepage(root: Path, download: bool) -> Data:
     from torch_geometric.datasets import FacebookPagePage
 
-    rel = Path('musae') / 'FacebookPagePage'
-    dataset_dir = prepare_pyg_dir('facebook-pagepage', root / rel, rel,
-                                   ['facebook.npz'], download)
+    dataset_dir = _pyg_dir('facebook-pagepage', root, download)
     dataset = FacebookPagePage(str(dataset_dir))
     data = dataset[0]
     # The raw MUSAE release has 4,714 binary features; PyG's online copy has
@@ -48,17 +44,18 @@ def load_facebook_pagepage(root: Path, download: bool) -> Data:
 def load_lastfm(root: Path, download: bool) -> Data:
     from torch_geometric.datasets import LastFMAsia
 
-    rel = Path('lastfm')
-    dataset_dir = prepare_pyg_dir('lastfm-asia', root / rel, rel,
-                                   ['lastfm_asia.npz'], download)
+    dataset_dir = _pyg_dir('lastfm-asia', root, download)
     return finalize(LastFMAsia(str(dataset_dir))[0], 'lastfm-asia', None)
 
 
 def load_reddit(root: Path, download: bool) -> Data:
     from torch_geometric.datasets import Reddit
 
-    rel = Path('reddit')
-    dataset_dir = prepare_pyg_dir('reddit', root / rel, rel,
-                                   ['reddit_data.npz', 'reddit_graph.npz'],
-                                   download)
+    dataset_dir = _pyg_dir('reddit', root, download)
     return finalize(Reddit(str(dataset_dir))[0], 'reddit', None)
+
+
+def _pyg_dir(key: str, root: Path, download: bool) -> Path:
+    """:func:`prepare_pyg_dir` for a dataset of :data:`fedgraph.dataset_files.PYG_RAW`."""
+    rel, raw_files = PYG_RAW[key]
+    return prepare_pyg_dir(key, root / rel, rel, raw_files, download)

@@ -15,9 +15,10 @@ import os
 import shutil
 import stat
 from pathlib import Path
-from typing import List, Optional, Sequence
+from typing import Optional, Sequence
 
-from .paths import ENV_DATA, user_cache_dir
+from ..dataset_files import missing_raw_files, raw_files_message
+from .paths import user_cache_dir
 
 
 def is_writable_dir(path: Path) -> bool:
@@ -57,19 +58,11 @@ def writable_copy(src_dataset_dir: Path, rel: Path,
     return dst_dataset_dir
 
 
-def missing_raw_files(dataset_dir: Path, raw_files: Sequence[str]) -> List[Path]:
-    return [dataset_dir / 'raw' / f for f in raw_files
-            if not (dataset_dir / 'raw' / f).is_file()]
-
-
 def not_found(name: str, paths: Sequence[Path], extra: str = '') -> None:
-    listed = ', '.join(str(p) for p in paths)
-    raise FileNotFoundError(
-        f"Raw files of dataset '{name}' not found (looked for: {listed}). "
-        f"Place them there, point the {ENV_DATA} environment variable or the "
-        f"'root' argument (run config: data-root) at a folder with the layout described in "
-        f"fedgraph.data.datasets, or download them once when online with "
-        f"fedgraph.data.load_dataset('{name}', root, download=True).{extra}")
+    """Raise the missing raw files' :class:`FileNotFoundError`
+    (:func:`fedgraph.dataset_files.raw_files_message`: ``fedgraph run`` gives the same before
+    anything starts)."""
+    raise FileNotFoundError(raw_files_message(name, paths, extra))
 
 
 def prepare_pyg_dir(name: str, dataset_dir: Path, rel: Path,

@@ -10,6 +10,7 @@ import numpy as np
 import torch
 from torch_geometric.data import Data
 
+from ..dataset_files import check_graph_files
 from ..registry import spec_label
 from .normal_form import check_graph, finalize
 
@@ -64,15 +65,7 @@ def read_graph_files(root: PathLike, feature_domain: Optional[Tuple[float, float
         if feature_domain is not None and isinstance(data, Data):
             data.feature_domain = feature_domain
         return data
-    need = ['edges.csv', 'features.csv', 'labels.csv']
-    missing = [f for f in need if not (root / f).is_file()]
-    if missing:
-        raise FileNotFoundError(
-            f"dataset 'files': {', '.join(str(root / f) for f in missing)} not found; "
-            "data-root must be a .pt file (torch.save of a Data) or a folder with edges.csv "
-            "(two node ids per line, e.g. 0,1; a header must start with #), features.csv "
-            "(one row per node), labels.csv (one class id per line) and optionally graph.toml "
-            "(feature_domain = [low, high])")
+    check_graph_files(root)  # (fedgraph run checks the same before anything starts)
     meta = {}
     if (root / 'graph.toml').is_file():
         import tomllib
