@@ -98,7 +98,7 @@ def send_to_all(grid, message_type: str, contents: dict[int, "object"], timeout:
             causes[cause] = causes.get(cause, 0) + 1
         lines = [f"{n} client(s): {c}" for c, n in causes.items()]
         if missing:
-            lines.append(f"{len(missing)} client(s): no reply within {timeout:.0f} s")
+            lines.append(f"{len(missing)} client(s): no reply within {timeout:g} s")
         raise ClientFailure(f"{message_type} failed on {len(failed) + len(missing)} of "
                             f"{len(nodes)} clients: " + "; ".join(lines), replies=out)
     return out

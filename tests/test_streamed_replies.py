@@ -110,3 +110,11 @@ def test_time_in_on_reply_is_the_servers_work_not_the_exchange():
     exchange = r.exchange_timings["PMA (clients, via server)"]
     assert exchange < 0.1, exchange  # the 0.4 s in on_reply are not counted as exchange
     assert report._PHASE == []
+
+
+def test_a_missing_reply_names_the_timeout_as_given():
+    """``timeout = 0.01`` is reported as 0.01 s, not rounded to "0 s"."""
+    inner = _Grid(NODES[:3], _fine())  # node 13 never replies
+    grid = InterruptibleGrid(inner, poll=0.0)
+    with pytest.raises(ClientFailure, match=r"1 client\(s\): no reply within 0\.01 s"):
+        send_to_all(grid, "query.test", {n: RecordDict() for n in NODES}, 0.01)
