@@ -54,17 +54,25 @@ trap 'stop_superlink; rm -f "$LOG"' EXIT
 interrupted() {
   trap - INT TERM
   local id
+  [ -z "$pipeline" ] || kill -TERM $(descendants "$pipeline") "$pipeline" 2>/dev/null || true
   id=$(grep -oE 'Successfully started run [0-9]+' "$LOG" | grep -oE '[0-9]+$' | head -1)
   [ -z "$id" ] || flwr stop "$id" >/dev/null 2>&1 || true  # the SuperLink this run is on
   stop_superlink
-  echo "interrupted: the run was stopped${id:+ (run $id)}; no report is to be trusted at $OUT/$RUN.json" >&2
+  echo "interrupted: the run was stopped${id:+ (run $id)}; no complete report at $OUT/$RUN.json (at most one with status interrupted)" >&2
   exit "$1"
 }
+pipeline=""  # the background `flwr run` and its log stream (below)
 trap 'interrupted 130' INT
 trap 'interrupted 143' TERM
-flwr run . --stream \
-  --federation-config "num-supernodes=10 client-resources-num-cpus=1" \
-  --run-config "output-dir='$OUT' run-name='$RUN'" "$@" 2>&1 | tee -i "$LOG"
+# In the background, waited for: bash runs a trap only once its foreground command returns,
+# so a SIGTERM sent to this script alone (kill, a scheduler) would wait for the whole run;
+# `wait` returns at once on a trapped signal. (A background job ignores SIGINT: a terminal's
+# Ctrl-C reaches only this script, whose trap stops the run.)
+( flwr run . --stream \
+    --federation-config "num-supernodes=10 client-resources-num-cpus=1" \
+    --run-config "output-dir='$OUT' run-name='$RUN'" "$@" 2>&1 | tee -i "$LOG" ) &
+pipeline=$!
+wait "$pipeline"
 python - "$OUT/$RUN.json" <<'PY'
 import json, sys
 path = sys.argv[1]

@@ -185,7 +185,8 @@ class StopOnSignal:
         written = bool(REPORT_PATH) and Path(REPORT_PATH[0]).is_file()
         self.echo(f"fedgraph: interrupted (Ctrl-C or SIGTERM); report: {REPORT_PATH[0]}"
                   if written else "fedgraph: interrupted (Ctrl-C or SIGTERM) before the run "
-                  "started (Ray was still starting): no report was written")
+                  "started (Ray was starting, or the dataset was being loaded or generated and "
+                  "partitioned): no report was written")
         end_all_descendants(self.remember(), within=5.0)
         os._exit(self.exit_code)
 

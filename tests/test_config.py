@@ -41,6 +41,17 @@ def test_bad_values_name_the_key(key, value, expect):
     assert expect in str(err.value)
 
 
+@pytest.mark.parametrize("key,value", [("budgets", "1e-30,1"), ("budgets", "1e-300"),
+                                       ("epsilon", 1e-9)])
+def test_a_feature_epsilon_below_the_float32_floor_is_refused_naming_it(key, value):
+    """budgets=1e-30 trained on overflowed estimates and reported majority-class accuracy
+    as a result (fresh user, 12-07); 1e-300 failed after Ray started, naming no key."""
+    with pytest.raises(ConfigError, match=rf"{key}: .*must be at least 1e-06 \(allowed: "
+                                          rf"\[1e-06, inf\).*got 1e-"):
+        parse_run_config({key: value})
+    assert parse_run_config({"budgets": "1e-6,1"}).budgets == [1e-6, 1.0]
+
+
 @pytest.mark.parametrize("config,expect", [
     ({"method": "gap", "num-clients": 0}, "num-clients: Input should be greater than or equal "
                                           "to 1 (got 0); allowed: [1, 100000]"),

@@ -6,12 +6,25 @@ from typing import Any, Literal, Optional
 
 from pydantic import Field, field_validator, model_validator
 
-from ..limits import ESW_MAX_EPSILON, ppm_level_scan_limit
+from ..limits import ESW_MAX_EPSILON, MIN_FEATURE_EPSILON, ppm_level_scan_limit
 from .base import DataConfig, _check_extension, _delta, _floats
 
 
 #: the most propagation steps a ``steps`` entry may ask for
 MAX_STEPS = 256
+
+
+def _check_floor(values: list[float], what: str) -> None:
+    """Refuse a feature epsilon below :data:`~fedgraph.limits.MIN_FEATURE_EPSILON` (its
+    estimates overflow float32 in training; the bound's reason is there)."""
+    low = [b for b in values if b < MIN_FEATURE_EPSILON]
+    if low:
+        raise ValueError(f"{what} must be at least {MIN_FEATURE_EPSILON:g} (allowed: "
+                         f"[{MIN_FEATURE_EPSILON:g}, inf); below it the mechanism's unbiased "
+                         f"estimates, about 2 x features / epsilon, overflow float32 in the "
+                         f"server's training, and the features carry no signal), got "
+                         f"{', '.join(f'{b:g}' for b in low)}")
+
 
 class PPGNNConfig(DataConfig):
     """PPGNN (personalized LDP on features, PPGNN paper) and its baselines BASE and LPGNN.
@@ -79,6 +92,7 @@ class PPGNNConfig(DataConfig):
     def _budgets(cls, v: list[float]) -> list[float]:
         if not v or any(not math.isfinite(b) or b <= 0 for b in v):
             raise ValueError(f"every epsilon must be finite and > 0 (allowed: (0, inf)), got {v}")
+        _check_floor(v, "every epsilon")
         if any(b2 <= b1 for b1, b2 in zip(v, v[1:])):
             raise ValueError(f"levels must be strictly increasing, got {v}")
         return v
@@ -93,6 +107,8 @@ class PPGNNConfig(DataConfig):
     def _epsilon(cls, v: Optional[float], info) -> Optional[float]:
         if v is not None and (not math.isfinite(v) or v <= 0):
             raise ValueError(f"epsilon must be finite and > 0 (allowed: (0, inf)), got {v}")
+        if v is not None:
+            _check_floor([v], "epsilon")
         budgets, mechanism = info.data.get("budgets"), info.data.get("mechanism")
         if v is not None and mechanism == "ppm":
             raise ValueError(
