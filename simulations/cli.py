@@ -28,6 +28,13 @@ cli = typer.Typer(add_completion=False, no_args_is_help=True,
                   help="Federated simulations of differentially private graph learning.")
 
 
+def _command(fn):
+    """``@cli.command()`` with the docstring's paragraphs each on one line as the help: a rich
+    help keeps the docstring's line breaks, which broke sentences mid-line."""
+    paragraphs = (" ".join(p.split()) for p in (fn.__doc__ or "").split("\n\n"))
+    return cli.command(help="\n\n".join(p for p in paragraphs if p))(fn)
+
+
 def version_line() -> str:
     """``fedgraph <version>`` and the versions of the libraries a run depends on (for a bug
     report), from the installed distributions' metadata; a missing one reads ``missing``."""
@@ -187,7 +194,7 @@ def _raise_interrupt(signum, frame):  # SIGTERM: stop like Ctrl-C (kill the runn
     raise _Terminated(f"signal {signum}")
 
 
-@cli.command()
+@_command
 def sweep(
     sweep_file: str = typer.Argument(..., help="sweep TOML file, or a name in simulations/sweeps"),
     output_dir: Optional[str] = typer.Option(None, "--output-dir", "-o",
@@ -241,7 +248,7 @@ def sweep(
         raise typer.Exit(1)
 
 
-@cli.command()
+@_command
 def report(
     dirs: List[str] = typer.Argument(..., help="sweep output folders (each holds cells/)"),
     csv_path: Optional[str] = typer.Option(None, "--csv", help="CSV file (default: DIR/results.csv, "
@@ -304,7 +311,7 @@ def report(
         typer.echo(f"markdown: {md}")
 
 
-@cli.command()
+@_command
 def datasets(root: Optional[str] = typer.Option(None, help="dataset root (default: $FEDGRAPH_DATA or cache)")) -> None:
     """List the known datasets, their statistics and whether each loads offline; Facebook100
     colleges found under the root with their graph size."""

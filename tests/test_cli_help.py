@@ -140,3 +140,15 @@ def test_an_output_dir_that_is_a_file_is_refused_naming_it(tmp_path):
     assert res.exit_code == 2, res.output
     assert f"output-dir: {a_file} is a file, not a folder" in " ".join(res.output.split())
     assert "Errno" not in res.output and a_file.read_text() == "not a folder"
+
+
+def test_a_commands_help_keeps_no_line_break_of_its_docstring():
+    """The docstrings are hard-wrapped; a rich help kept their breaks, mid-sentence ("2 for" /
+    "an invalid sweep file", fresh user 12-07)."""
+    import typer.main
+
+    for name, cmd in typer.main.get_command(cli).commands.items():
+        for paragraph in cmd.help.split("\n\n"):
+            assert "\n" not in paragraph, (name, paragraph)
+    res = CliRunner().invoke(cli, ["--help"], env={"COLUMNS": "200"})
+    assert "resumable: cells whose report is ok are skipped" in res.output
