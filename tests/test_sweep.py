@@ -501,8 +501,14 @@ def test_an_interrupted_sweep_exits_with_the_signals_code(tmp_path, monkeypatch,
         raise AssertionError("not interrupted")
 
     monkeypatch.setattr(sweep_runner, "run_sweep", stopped)
-    f = lpgnn_sweep(tmp_path / "s.toml", '"cora"')
-    res = CliRunner().invoke(cli, ["sweep", str(f), "-o", str(tmp_path / "out")])
+    # a terminal's Ctrl-C raises KeyboardInterrupt; where this test runs as a background job
+    # (CI), Python started with SIGINT ignored: give it its default handler for the test
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        f = lpgnn_sweep(tmp_path / "s.toml", '"cora"')
+        res = CliRunner().invoke(cli, ["sweep", str(f), "-o", str(tmp_path / "out")])
+    finally:
+        signal.signal(signal.SIGINT, previous)
     assert res.exit_code == code, res.output
     assert "run the same command again to finish the rest" in res.output
 
