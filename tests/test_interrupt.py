@@ -453,6 +453,15 @@ def test_fedgraph_run_exits_with_the_signals_code(monkeypatch, tmp_path, signum,
     try:
         res = CliRunner().invoke(cli_module.cli, ["run", "--set", f"output-dir='{tmp_path}'"])
     finally:
+        # The signal watcher acts in its own thread and may still be starting the (patched)
+        # watchdog after STOP was set: wait for it, or the real watchdog would end this
+        # process's descendants and os._exit(130) it once the patches are undone (it killed
+        # the suite at a later test).
+        import threading
+
+        for t in threading.enumerate():
+            if t.name == "fedgraph-signal-watcher":
+                t.join(10)
         STOP.clear()
     assert res.exit_code == code, res.output
     assert "run interrupted" in res.output
