@@ -20,6 +20,8 @@ import warnings
 import torch
 from torch import Tensor
 
+from .scratch import shared_ones
+
 #: edges per chunk of the checks and of the decoding (2**22: 32 MiB of int64 per row)
 CHUNK = 2 ** 22
 
@@ -106,16 +108,19 @@ def _crow(counts: Tensor) -> Tensor:
 
 
 def _ones_csr(crow: Tensor, col: Tensor, num_cols: int, dtype: torch.dtype,
-              device, index_dtype: torch.dtype = torch.long) -> Tensor:
+              device, index_dtype: torch.dtype = torch.long, shared: bool = False) -> Tensor:
     """The 0/1 CSR matrix ``[len(crow) - 1, num_cols]`` of row pointers ``crow`` and column
     ids ``col`` (entries unchecked: the callers' ids are in range), on ``device``, with
-    ``index_dtype`` indices (int32 where :class:`EdgeSum`'s ids fit)."""
+    ``index_dtype`` indices (int32 where :class:`EdgeSum`'s ids fit). ``shared``: the values
+    are a view of the process's ones (:func:`~fedgraph.utils.scratch.shared_ones`), for a
+    matrix that only its owner multiplies by (never written to, never handed out)."""
+    ones = (shared_ones(col.numel(), dtype, device) if shared
+            else torch.ones(col.numel(), dtype=dtype, device=device))
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # sparse CSR "beta" warning
         return torch.sparse_csr_tensor(
-            crow.to(device, index_dtype), col.to(device, index_dtype).contiguous(),
-            torch.ones(col.numel(), dtype=dtype, device=device), (crow.numel() - 1, num_cols),
-            check_invariants=False)
+            crow.to(device, index_dtype), col.to(device, index_dtype).contiguous(), ones,
+            (crow.numel() - 1, num_cols), check_invariants=False)
 
 
 #: dtypes of ``h`` the sparse matmul takes on every device (others: the ``index_add_`` path)
@@ -241,8 +246,10 @@ class EdgeSum:
     def _matrix(self, dtype: torch.dtype, device) -> Tensor:
         key = (dtype, str(device))
         if key not in self._matrices:
+            # the values: the process's ones, shared with the other clients' sums a
+            # simulation's worker holds (faulted in once, not per client; issue 31)
             self._matrices[key] = _ones_csr(self._crow, self._col, self.num_cols, dtype, device,
-                                            self._col.dtype)
+                                            self._col.dtype, shared=True)
         return self._matrices[key]
 
     def _blocks(self, dtype: torch.dtype, rows: int) -> list[tuple[int, int, Tensor]]:

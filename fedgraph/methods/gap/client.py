@@ -317,9 +317,11 @@ def pma_hop(cfg, partition_id: int, view, req: PMARequest, state: PMAState | Non
         memo: ``memo(build)`` returns ``build()``, built once for the hops of this PMA run
             (the ClientApp's :func:`~simulations.client_state.derived`): the client's sums over
             its edges (:func:`~.client_pma.pma_edge_sums`), the same at every hop, and the
-            block the remote rows are written into (:func:`~.client_pma.release_buffer`; so a
-            CPU release is overwritten by the next hop: encode it before). ``None``: built at
-            every hop. Nothing in it is sent apart from the release.
+            block the remote rows are written into (:func:`~.client_pma.release_buffer`,
+            shared with the other clients the process runs: so a CPU release is overwritten by
+            this client's next hop or another client's: encode it before). ``None``: built at
+            every hop, and every release a new tensor. Nothing in it is sent apart from the
+            release.
 
     Returns:
         ``(state, release)``: the state for the next hop and the reply's ``partial_sums``
@@ -362,7 +364,8 @@ def pma_hop(cfg, partition_id: int, view, req: PMARequest, state: PMAState | Non
         local_sums, ids, sums = pma_partial_sums(
             h_prev, local, boundary, plan.sigma, generator(f"gap:pma{k}{tag}"),
             remote_sigma=req.remote_sigma, remote_norm=plan.remote_norm,
-            remote_out=release_buffer(buffers, boundary.num_rows, h_prev))
+            remote_out=None if memo is None else release_buffer(buffers, boundary.num_rows,
+                                                                h_prev))
         hops["local_sums"] = local_sums
         out = {"ids": ids, "sums": sums}
         if cfg.secure_aggregation and ids.numel():  # only masked rows leave
@@ -387,7 +390,8 @@ class PMAStep:
     hop, ``None`` after the last hop (the state is dropped); ``hops``: after the last hop, the
     private hops ``[n, K + 1, e]`` (CPU) to keep under :func:`hops_key`, the classifier's inputs
     in every classifier round; ``release``: the reply's ``partial_sums`` (with a memo, its rows
-    are the client's release block, overwritten by the next hop: encode or copy them first)."""
+    are the process's release block, overwritten by the next hop of any client: encode or copy
+    them first)."""
 
     pending: dict[str, Tensor] | None
     hops: Tensor | None

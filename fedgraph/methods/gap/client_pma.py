@@ -37,6 +37,7 @@ from ... import randomness as rng
 from ...config import GAPConfig
 from ...nn.gap import normalize_rows
 from ...utils.graph import MAX_MESSAGE_ELEMENTS, bound_out_degree
+from ...utils.scratch import shared_block
 from ...utils.sparse import EdgeSum, MissingRowError, index_in
 
 
@@ -185,16 +186,19 @@ def pma_partial_sums(h_prev: Tensor, local: Tensor | EdgeSum, boundary: Tensor |
 def release_buffer(buffers: dict, rows: int, like: Tensor) -> Tensor | None:
     """The ``[rows, e]`` block of ``like``'s dtype that a client's remote rows are written into
     at every hop of a PMA run (``pma_partial_sums``' ``remote_out``), kept in ``buffers`` (a
-    dict that lives as long as the run's edge sums) and made at its first use. What was written
-    in it is overwritten at the next hop: the release must have been encoded by then (a reply's
-    record is a copy). Nothing in it is sent apart from the release. ``None`` (a new tensor per
-    hop) off the CPU: a GPU product allocates its result anyway, and the device's release is
-    copied to the CPU for the message."""
+    dict that lives as long as the run's edge sums) and made at its first use: the first rows
+    of the process's release block (:func:`~fedgraph.utils.scratch.shared_block`), which the
+    other clients a simulation's worker runs in turn share, so that it is faulted in once, not
+    per client. What was written in it is overwritten at this client's next hop or by the next
+    client's: the release must have been encoded before the handler returns (a reply's record
+    is a copy). Nothing in it is sent apart from the release. ``None`` (a new tensor per hop)
+    off the CPU: a GPU product allocates its result anyway, and the device's release is copied
+    to the CPU for the message."""
     if like.device.type != "cpu":
         return None
     key = (rows, like.size(1), like.dtype)
     if key not in buffers:
-        buffers[key] = torch.empty(rows, like.size(1), dtype=like.dtype, device=like.device)
+        buffers[key] = shared_block("gap.release", rows, like.size(1), like.dtype)
     return buffers[key]
 
 
