@@ -7,6 +7,10 @@ cd "$(dirname "$0")/.."
 bash scripts/setup.sh
 export PATH="$PWD/.venv/bin:$PATH"
 export FLWR_DISABLE_RUNTIME_DEPENDENCY_INSTALLATION=1   # offline: no `uv sync` of the app
+FEDERATION="num-supernodes=10 client-resources-num-cpus=1"
+# Flower refuses an unknown --run-config key naming no key, and a bad value fails only after
+# its SuperLink and Ray started: check the run config first, as `fedgraph run` does (exit 2).
+python -m fedgraph.simulations.flwr_precheck --federation-config "$FEDERATION" "$@"
 # `flwr run` reuses the SuperLink whose Control API is on 127.0.0.1:$FLWR_LOCAL_CONTROL_API_PORT
 # (default 39093), with the environment (and code) it was started with. Refuse that one when it
 # was started from another checkout or venv; SuperLinks on other ports are not ours to judge.
@@ -69,7 +73,7 @@ trap 'interrupted 143' TERM
 # `wait` returns at once on a trapped signal. (A background job ignores SIGINT: a terminal's
 # Ctrl-C reaches only this script, whose trap stops the run.)
 ( flwr run . --stream \
-    --federation-config "num-supernodes=10 client-resources-num-cpus=1" \
+    --federation-config "$FEDERATION" \
     --run-config "output-dir='$OUT' run-name='$RUN'" "$@" 2>&1 | tee -i "$LOG" ) &
 pipeline=$!
 wait "$pipeline"
