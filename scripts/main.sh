@@ -77,7 +77,10 @@ trap 'interrupted 143' TERM
     --run-config "output-dir='$OUT' run-name='$RUN'" "$@" 2>&1 | tee -i "$LOG" ) &
 pipeline=$!
 wait "$pipeline"
-python - "$OUT/$RUN.json" <<'PY'
+# The report the run wrote, from its own last line ("report: <path>"): a --run-config of the
+# user's may name another output-dir or run-name than the ones above.
+REPORT=$(sed -n 's/^report: \(.*\.json\)$/\1/p' "$LOG" | tail -1)
+python - "${REPORT:-$OUT/$RUN.json}" <<'PY'
 import json, sys
 path = sys.argv[1]
 try:

@@ -7,7 +7,7 @@ PY=${PYTHON:-python3}
 if [ ! -x .venv/bin/python ]; then
   "$PY" -m venv .venv
 fi
-if ! .venv/bin/python -c "import fedgraph, flwr, torch_geometric, matplotlib" 2>/dev/null; then
+if ! .venv/bin/python -c "import fedgraph, flwr, torch_geometric, matplotlib, xdist" 2>/dev/null; then
   .venv/bin/python -m pip install -q -U pip
   # torch first, pinned: an unpinned torch would pull a multi-GB CUDA build.
   .venv/bin/python -m pip install -q "torch==2.13.0"

@@ -209,6 +209,7 @@ def sweep(
     interrupted (Ctrl-C), 143 if stopped by SIGTERM."""
     from rich.console import Console
 
+    from fedgraph.config import ConfigError, check_output_dir
     from fedgraph.simulations.interrupt import signal_exit_code
     from fedgraph.simulations.sweep import SweepError, load_sweep
     from fedgraph.simulations.sweep_runner import run_sweep
@@ -230,6 +231,11 @@ def sweep(
         if code:
             raise typer.Exit(code)
         return
+    try:  # the cells' folder can be made and written to (as `fedgraph run` checks its own)
+        check_output_dir(sw)
+    except ConfigError as err:
+        typer.echo(f"fedgraph: {err}", err=True)
+        raise typer.Exit(2)
     bar = _Bar(console)
     previous = signal.signal(signal.SIGTERM, _raise_interrupt)
     try:
@@ -265,8 +271,17 @@ def report(
 ) -> None:
     """Aggregate sweep folders: one CSV (mean and std per cell over seeds: accuracy per split,
     epsilon, wall time) and privacy-utility plots (PNG), optionally a markdown page."""
+    import tomllib
+
     from fedgraph.simulations import results
 
+    def refuse(option: str, message: str):
+        typer.echo(f"fedgraph: {option}: {message}", err=True)
+        raise typer.Exit(2)
+
+    missing = [d for d in dirs if not Path(d).is_dir()]
+    if missing:
+        refuse("DIRS", f"no such folder: {', '.join(missing)} (give sweep output folders)")
     rows = results.collect(dirs)
     if not rows:
         typer.echo(f"fedgraph: no sweep cells (cells/*/cell.json) under {', '.join(dirs)}", err=True)
@@ -275,16 +290,33 @@ def report(
     md = Path(markdown_path) if markdown_path else None
     csv_file = Path(csv_path) if csv_path else (md.with_suffix(".csv") if md else first / "results.csv")
     plot_dir = Path(plots) if plots else (md.parent / "img" if md else first / "plots")
-    pub = results.load_published([*[Path(d) / "sweep.toml" for d in dirs
-                                    if (Path(d) / "sweep.toml").exists()], *published])
+    # the option a path came from (the CSV and the plots default to beside --markdown)
+    csv_option = "--csv" if csv_path else ("--markdown" if md else "DIRS")
+    plots_option = "--plots" if plots else ("--markdown" if md else "DIRS")
+    for option, path in ((csv_option, csv_file), ("--markdown", md)):
+        if path is not None and path.is_dir():
+            refuse(option, f"{path} is a folder; name a file")
+    if plot_dir.exists() and not plot_dir.is_dir():
+        refuse(plots_option, f"{plot_dir} is a file; name a folder")
+    try:
+        pub = results.load_published([*[Path(d) / "sweep.toml" for d in dirs
+                                        if (Path(d) / "sweep.toml").exists()], *published])
+    except (OSError, tomllib.TOMLDecodeError) as err:
+        refuse("--published", f"cannot read a sweep file's [[published]] numbers: {err}")
     fmts = [f.strip().lower() for f in formats.split(",") if f.strip()]
     if not fmts or set(fmts) - set(results.FORMATS):
         typer.echo(f"fedgraph: --format: got {formats!r}; allowed: "
                    f"{', '.join(results.FORMATS)} (comma-separated)", err=True)
         raise typer.Exit(2)
     groups = results.aggregate(rows)
-    results.write_csv(groups, csv_file)
-    figures = results.plot(groups, plot_dir, pub, fmts, combined)
+    try:
+        results.write_csv(groups, csv_file)
+    except OSError as err:
+        refuse(csv_option, f"cannot write {csv_file}: {err}")
+    try:
+        figures = results.plot(groups, plot_dir, pub, fmts, combined)
+    except OSError as err:
+        refuse(plots_option, f"cannot write the plots under {plot_dir}: {err}")
     for warning in results.unplaced_published(pub, figures):
         typer.echo(f"fedgraph: warning: {warning}", err=True)
     for g in groups:
@@ -307,7 +339,10 @@ def report(
             (" --combined" if combined else "")
         text = results.markdown(groups, figures, md, pub, command,
                                 results.sweep_summaries(dirs, rows), csv_file)
-        results.write_bytes_atomic(md, text.encode())
+        try:
+            results.write_bytes_atomic(md, text.encode())
+        except OSError as err:
+            refuse("--markdown", f"cannot write {md}: {err}")
         typer.echo(f"markdown: {md}")
 
 

@@ -44,7 +44,15 @@ def check_resources(num_cpus: Optional[int], cpus_per_client: float,
                                   f"{gpus:g} GPU(s); no client could start: use 0 (CPU) or a "
                                   "cluster with GPUs")
         return
-    cpus = num_cpus or os.cpu_count() or 1
+    cores = os.cpu_count() or 1
+    if num_cpus is not None and num_cpus > cores:
+        # Flower's pool starts one client actor (a Python process with torch) per
+        # cpus-per-client of them: 64 on 2 cores filled 30 GiB and no client started
+        raise ConfigError(f"--num-cpus: {num_cpus} is more than the {cores} CPU"
+                          f"{'' if cores == 1 else 's'} of this machine (allowed: 1 to "
+                          f"{cores}; Ray would start a client process per CPU); for a larger "
+                          "pool, set RAY_ADDRESS to a Ray cluster")
+    cpus = num_cpus or cores
     if cpus_per_client > cpus:
         raise ConfigError(f"--cpus-per-client: {cpus_per_client:g} is more than the {cpus} "
                           f"CPU{'' if cpus == 1 else 's'} Ray may use here (--num-cpus); no "

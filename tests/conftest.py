@@ -21,14 +21,19 @@ import pytest
 #: graphs are small, and a busy CI host keeps its memory for the workers
 os.environ.setdefault("RAY_DEFAULT_OBJECT_STORE_MAX_MEMORY_BYTES", str(512 * 2 ** 20))
 
-#: the suite's partition cache (fedgraph.partition_cache) is its own, removed at the end: the
-#: user's cache gets no test graphs, and no entry of an earlier run is read
-_PARTITIONS = tempfile.mkdtemp(prefix="fedgraph-test-partitions-")
-os.environ.setdefault("FEDGRAPH_PARTITION_CACHE", _PARTITIONS)
+#: the suite's partition cache (fedgraph.partition_cache) is its own, removed at the end by
+#: the process that made it: the user's cache gets no test graphs, and no entry of an earlier
+#: run is read. pytest-xdist's workers inherit the variable and share the folder (the cache's
+#: writes are atomic and its misses locked), which the controller removes when they are done.
+_PARTITIONS = None
+if "FEDGRAPH_PARTITION_CACHE" not in os.environ:
+    _PARTITIONS = tempfile.mkdtemp(prefix="fedgraph-test-partitions-")
+    os.environ["FEDGRAPH_PARTITION_CACHE"] = _PARTITIONS
 
 
 def pytest_sessionfinish(session, exitstatus):
-    shutil.rmtree(_PARTITIONS, ignore_errors=True)
+    if _PARTITIONS is not None:
+        shutil.rmtree(_PARTITIONS, ignore_errors=True)
 
 
 @pytest.fixture(scope="session")
@@ -44,6 +49,19 @@ def load_script():
         spec.loader.exec_module(mod)
         return mod
     return load
+
+
+@pytest.fixture(scope="session")
+def free_port():
+    """``free_port()``: a TCP port of 127.0.0.1 free now (for a SuperLink of a test's own, so
+    that tests running side by side do not share one)."""
+    import socket
+
+    def port() -> int:
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            return s.getsockname()[1]
+    return port
 
 
 #: what Ray prints when its memory monitor kills a task or actor

@@ -54,6 +54,22 @@ def test_cpus_per_client_has_one_rule(cpus):
         check_resources(None, cpus, 0)
 
 
+def test_more_cpus_than_the_machine_has_are_refused(monkeypatch):
+    """``--num-cpus 64`` on 2 cores: Flower's pool started a client process per CPU, filled
+    30 GiB and no client started within minutes (fresh user, 12-07)."""
+    import os
+
+    from fedgraph.simulations.resources import check_resources
+
+    monkeypatch.delenv("RAY_ADDRESS", raising=False)
+    monkeypatch.setattr(os, "cpu_count", lambda: 2)
+    with pytest.raises(ConfigError, match=r"--num-cpus: 64 is more than the 2 CPUs of this "
+                       r"machine \(allowed: 1 to 2;"):
+        check_resources(64, 1, 0)
+    check_resources(2, 1, 0)
+    check_resources(None, 1, 0)
+
+
 def test_gpus_per_client_may_be_zero_not_negative():
     from fedgraph.simulations.resources import check_resources
 

@@ -355,17 +355,9 @@ def test_flower_exit_stops_the_server_thread_and_waits_for_its_report():
     assert flower_exit.stop_and_wait(wait=10)  # nothing running: returns at once
 
 
-def _free_port() -> int:
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @pytest.mark.slow
 @pytest.mark.skipif(not (PROC / "self" / "environ").exists(), reason="needs /proc")
-def test_flwr_stop_leaves_an_interrupted_report_with_the_releases_so_far(tmp_path):
+def test_flwr_stop_leaves_an_interrupted_report_with_the_releases_so_far(tmp_path, free_port):
     """``flwr stop <run-id>`` on a GAP run under ``flwr run .`` (Flower's default federation,
     its own SuperLink, Flower home and ports): the report says ``interrupted`` and holds the
     PMA releases made before the stop."""
@@ -374,8 +366,8 @@ def test_flwr_stop_leaves_an_interrupted_report_with_the_releases_so_far(tmp_pat
     env = {**os.environ, "FEDGRAPH_TEST_MARKER": marker, "XDG_CACHE_HOME": str(tmp_path / "c"),
            "FLWR_HOME": str(tmp_path / "flwr"), "PATH": f"{bin_dir}:{os.environ['PATH']}",
            "FLWR_DISABLE_RUNTIME_DEPENDENCY_INSTALLATION": "1",
-           "FLWR_LOCAL_SUPERLINK_HTTP_API_PORT": str(_free_port()),
-           "FLWR_LOCAL_CONTROL_API_PORT": str(_free_port())}
+           "FLWR_LOCAL_SUPERLINK_HTTP_API_PORT": str(free_port()),
+           "FLWR_LOCAL_CONTROL_API_PORT": str(free_port())}
     log_path = tmp_path / "log.txt"
     config = (f"method='gap' classifier-rounds=100000 output-dir='{tmp_path}' "
               "run-name='stopped'")

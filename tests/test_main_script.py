@@ -26,9 +26,10 @@ def _descendants(pid: int) -> list[int]:
 
 
 @pytest.mark.parametrize("signum, code", [(signal.SIGINT, 130), (signal.SIGTERM, 143)])
-def test_ctrl_c_on_the_main_script_stops_the_run_and_says_so(tmp_path, signum, code):
+def test_ctrl_c_on_the_main_script_stops_the_run_and_says_so(tmp_path, free_port, signum, code):
     env = {**os.environ, "FLWR_HOME": str(tmp_path / "flwr"),  # a SuperLink of its own
-           "FLWR_LOCAL_SUPERLINK_HTTP_API_PORT": "39291", "FLWR_LOCAL_CONTROL_API_PORT": "39293",
+           "FLWR_LOCAL_SUPERLINK_HTTP_API_PORT": str(free_port()),
+           "FLWR_LOCAL_CONTROL_API_PORT": str(free_port()),
            "XDG_CACHE_HOME": str(tmp_path / "cache")}
     proc = subprocess.Popen(["bash", "scripts/main.sh", "--run-config", "epochs=400"], cwd=ROOT,
                             env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
@@ -67,9 +68,35 @@ def test_ctrl_c_on_the_main_script_stops_the_run_and_says_so(tmp_path, signum, c
                      r"at (\S+\.json)", out)
     assert said, out[-3000:]
     report = Path(said.group(1))
-    time.sleep(10)  # a run left going wrote an ok report some seconds later
+
+    def alive():
+        return [p for p in tree if Path(f"/proc/{p}").exists()
+                and "zombie" not in Path(f"/proc/{p}/status").read_text().lower()]
+
+    # the SuperLink, its SuperExec, the simulation and its Ray end (a run left going wrote an
+    # ok report some seconds later; with them gone, nothing is left to write one)
+    deadline = time.time() + 30
+    while alive() and time.time() < deadline:
+        time.sleep(0.5)
+    assert not alive(), alive()
     # none, or the stopped run's own (status interrupted, as `fedgraph run` writes on Ctrl-C)
     assert not report.exists() or json.loads(report.read_text())["status"] == "interrupted"
-    alive = [p for p in tree if Path(f"/proc/{p}").exists()
-             and "zombie" not in Path(f"/proc/{p}/status").read_text().lower()]
-    assert not alive, alive  # the SuperLink, its SuperExec, the simulation and its Ray
+
+
+def test_main_script_checks_the_report_the_run_wrote_under_the_users_name(tmp_path, free_port):
+    """The README's main command to the end, with the user's own ``output-dir`` and
+    ``run-name`` (the script's header invites extra ``--run-config``): it checked its own
+    default path and said FAILED for a run that wrote an ``ok`` report (fresh user, 12-07)."""
+    env = {**os.environ, "FLWR_HOME": str(tmp_path / "flwr"),  # a SuperLink of its own
+           "FLWR_LOCAL_SUPERLINK_HTTP_API_PORT": str(free_port()),
+           "FLWR_LOCAL_CONTROL_API_PORT": str(free_port()),
+           "XDG_CACHE_HOME": str(tmp_path / "cache")}
+    out = tmp_path / "mine"
+    res = subprocess.run(["bash", "scripts/main.sh", "--run-config",
+                          f"output-dir='{out}' run-name='users' epochs=5"], cwd=ROOT, env=env,
+                         capture_output=True, text=True, timeout=600)
+    log = res.stdout + res.stderr
+    assert res.returncode == 0, log[-3000:]
+    report = out / "users.json"
+    assert json.loads(report.read_text())["status"] == "ok"
+    assert f"; report {report}" in res.stdout, log[-3000:]

@@ -41,3 +41,23 @@ def test_formats_and_a_warning_for_every_unplaced_published_point(tmp_path):
     assert any("lpgnn on citeseer" in w for w in warnings)
     res = CliRunner().invoke(cli, ["report", str(runs), "--plots", str(plots), "--format", "jpg"])
     assert res.exit_code == 2 and "allowed: png, pdf, svg" in res.output
+
+
+def test_bad_output_and_published_paths_name_the_option_not_a_traceback(tmp_path):
+    """Each ended in a traceback with exit 1 (fresh user, 12-07): exit 2 naming the option."""
+    runs = tmp_path / "runs"
+    fake_cell(runs, "lpgnn", "cora", 1.0, 0, test=0.8, label="LPGNN")
+    a_file = write(tmp_path / "a-file.txt", "keep me")
+    bad_toml = write(tmp_path / "bad.toml", "[[published]\n")
+    cases = [(["--published", str(tmp_path / "none.toml")], "--published"),
+             (["--published", str(bad_toml)], "--published"),
+             (["--csv", str(tmp_path)], "--csv"),
+             (["--csv", str(a_file / "x.csv")], "--csv"),
+             (["--plots", str(a_file)], "--plots"),
+             (["--markdown", str(tmp_path)], "--markdown"),
+             (["--markdown", str(a_file / "x.md")], "--markdown")]
+    for args, option in cases:
+        res = CliRunner().invoke(cli, ["report", str(runs), *args])
+        assert res.exit_code == 2, (args, res.output, res.exception)
+        assert f"fedgraph: {option}: " in res.output, (args, res.output)
+    assert a_file.read_text() == "keep me"

@@ -310,6 +310,9 @@ def test_report_writes_plots_csv_and_markdown(tmp_path):
     assert "fedgraph report" in text and "failed run(s): boom: a client failed" in text
     assert (tmp_path / "docs" / "results.csv").exists()
     res = CliRunner().invoke(cli, ["report", str(tmp_path / "empty")])
+    assert res.exit_code == 2 and "no such folder" in res.output
+    (tmp_path / "empty").mkdir()
+    res = CliRunner().invoke(cli, ["report", str(tmp_path / "empty")])
     assert res.exit_code == 2 and "no sweep cells" in res.output
 
 
@@ -487,6 +490,19 @@ def test_an_output_dir_that_is_a_file_is_refused_before_anything_runs(tmp_path, 
         assert f"{'--' if where == 'option' else ''}output-dir: {a_file} is a file, not a folder" \
             in said, said
         assert a_file.read_text() == "keep me"
+
+
+def test_an_output_dir_that_cannot_be_made_is_refused_naming_it(tmp_path):
+    """An output folder under a file (or a read-only mount) ended the sweep in a traceback
+    (fresh user, 12-07): exit 2 naming ``output-dir``, as ``fedgraph run`` does."""
+    a_file = tmp_path / "file"
+    a_file.write_text("keep me")
+    f = lpgnn_sweep(tmp_path / "s.toml", '"cora"', f'output-dir = "{a_file / "x"}"')
+    res = CliRunner().invoke(cli, ["sweep", str(f)])
+    assert res.exit_code == 2, res.output
+    said = " ".join(res.output.split())
+    assert f"output-dir: cannot write reports to {a_file / 'x'}" in said, said
+    assert "Traceback" not in said and a_file.read_text() == "keep me"
 
 
 @pytest.mark.parametrize("signum, code", [(signal.SIGINT, 130), (signal.SIGTERM, 143)])
