@@ -271,6 +271,19 @@ def _infer_dp_level(cfg: dict, eps: Optional[float]) -> Optional[str]:
     return {"ppgnn": "user", "privgnn": "node"}.get(method)
 
 
+def _allowed_keys(error: dict) -> str:
+    """For an unknown key of a table (pydantic's ``extra_forbidden``), the table's keys."""
+    if error["type"] != "extra_forbidden":
+        return ""
+    loc = error["loc"]
+    model = {1: SweepFile}.get(len(loc)) or {"sweep": SweepAxes, "methods": MethodSpec,
+                                             "published": Published}.get(str(loc[0]))
+    if model is None:
+        return ""
+    keys = sorted(f.alias or name for name, f in model.model_fields.items())
+    return f" (allowed: {', '.join(keys)})"
+
+
 def load_sweep(path: str | Path, output_dir: Optional[str] = None) -> Sweep:
     """Parse and validate a sweep file.
 
@@ -286,7 +299,8 @@ def load_sweep(path: str | Path, output_dir: Optional[str] = None) -> Sweep:
     try:
         spec = SweepFile.model_validate(raw)
     except ValidationError as err:
-        lines = [f"{'.'.join(str(x) for x in e['loc'])}: {e['msg']}" for e in err.errors()]
+        lines = [f"{'.'.join(str(x) for x in e['loc'])}: {e['msg']}" + _allowed_keys(e)
+                 for e in err.errors()]
         raise SweepError(f"{p}: invalid sweep file:\n  " + "\n  ".join(lines)) from None
     out = Path(output_dir or spec.sweep.output_dir or Path("runs") / (spec.sweep.name or p.stem))
     sweep = Sweep(p, spec, out.expanduser().resolve())
@@ -295,7 +309,7 @@ def load_sweep(path: str | Path, output_dir: Optional[str] = None) -> Sweep:
                          f"{sweep.output_dir} is a file, not a folder (the sweep writes its "
                          "cells under it: name a folder, or one that does not exist yet)")
     cells = sweep.cells()  # raises SweepError on an inconsistent grid
-    _check_run_config_keys(cells)
+    _check_run_config_keys(cells, {name: m.epsilon_key for name, m in spec.methods.items()})
     _check_run_config_values(cells)
     return sweep
 
@@ -330,10 +344,11 @@ def _check_run_config_values(cells: list[Cell]) -> None:
                          "(no cell ran):\n  " + "\n  ".join(lines))
 
 
-def _check_run_config_keys(cells: list[Cell]) -> None:
+def _check_run_config_keys(cells: list[Cell], epsilon_keys: dict[str, str]) -> None:
     """Refuse a run-config key no method declares (a typo such as ``encoder-round``) before
     any cell runs: it would fail every cell. Values are checked by each cell's run, which may
-    also find its data missing (a ``no data`` cell)."""
+    also find its data missing (a ``no data`` cell). ``epsilon_keys``: each method's
+    ``epsilon-key``, named as such when it is the unknown key."""
     from fedgraph.config.parse import METHOD_CONFIGS, did_you_mean
 
     known = {"strategy"} | {k.replace("_", "-") for m in METHOD_CONFIGS.values()
@@ -346,6 +361,10 @@ def _check_run_config_keys(cells: list[Cell]) -> None:
     if bad:
         lines = []
         for key, method in bad.items():
-            lines.append(f"methods.{method} (or [set]): {key}: unknown run-config key"
-                         + did_you_mean(str(key).replace("_", "-"), sorted(known)))
+            where = (f"methods.{method}.epsilon-key" if epsilon_keys.get(method) == key
+                     else f"methods.{method} (or [set])")
+            lines.append(f"{where}: {key}: unknown run-config key"
+                         + did_you_mean(str(key).replace("_", "-"), sorted(known))
+                         + "; allowed: the run-config keys of the docs' reference/config "
+                         "page (each method's)")
         raise SweepError("invalid sweep file:\n  " + "\n  ".join(lines))

@@ -136,6 +136,12 @@ def test_every_cell_of_the_bundled_sweeps_validates(name):
     ('[sweep]\ndatasets=["cora"]\nepsilons=[1]\n[methods.a]\npreset="gap-edge-cora"\n'
      'epsilon-key="client-epsilons"\n[methods.a.set]\nencoder-round=5\n',
      "encoder-round: unknown run-config key"),
+    # an unknown epsilon-key is named as such (fresh user, 12-07: "methods.a (or [set])")
+    ('[sweep]\ndatasets=["cora"]\nepsilons=[1]\n[methods.a]\npreset="gap-edge-cora"\n'
+     'epsilon-key="nosuch-key"\n', "methods.a.epsilon-key: nosuch-key: unknown run-config key"),
+    # an unknown key of a table lists the table's keys
+    ('[sweep]\ndatasets=["cora"]\nbogus=1\n[methods.a]\npreset="lpgnn-cora"\n',
+     "allowed: cpus-per-cell, datasets, description, epsilons"),
 ])
 def test_invalid_sweep_file_exits_2_naming_the_key(tmp_path, text, key):
     f = write(tmp_path / "bad.toml", text)
