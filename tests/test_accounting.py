@@ -390,3 +390,22 @@ def test_opacus_does_not_configure_the_root_logger():
                          timeout=120)
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip().splitlines()[-1] == "0"
+
+
+@pytest.mark.parametrize("events", [
+    [Gaussian(2.0), ApproxDP(0.5, 1e-3)],  # a PPGNN mechanism with delta > 0 beside PMA's
+    [ApproxDP(0.3, 1e-4, count=3), Laplace(1.0)],
+])
+def test_the_analytic_accountant_defers_to_prv_at_the_delta_it_reports(events):
+    """The analytic accountant's fallback for non-Gaussian events passed the total delta
+    (requested + the ApproxDP events' deltas) to PRV, which added those deltas again: the
+    epsilon held only at a larger delta than the one reported (1.77 instead of PRV's 2.44 for
+    the first case). It now equals PRV's at the same delta and names PRV as its producer."""
+    from fedgraph.accounting.accountants import AnalyticGaussianAccountant
+
+    got = AnalyticGaussianAccountant().compose(events, 1e-5)
+    prv = PrvAccountant().compose(events, 1e-5)
+    assert got.delta == prv.delta
+    assert got.epsilon == pytest.approx(prv.epsilon, rel=1e-9)
+    assert (got.accountant, got.requested) == ("prv", "analytic")
+    assert got.notes[0] == "analytic: non-Gaussian events, used prv"

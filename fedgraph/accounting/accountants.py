@@ -36,7 +36,7 @@ import warnings
 from abc import ABC, abstractmethod
 from collections import Counter
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from .events import (ApproxDP, Event, Gaussian, Laplace, PureDP, SubsampledGaussian,
                      check_event, event_delta, pure_epsilon)
@@ -405,16 +405,26 @@ def analytic_gaussian_epsilon(noise_multiplier: float, delta: float) -> float:
 
 class AnalyticGaussianAccountant(Accountant):
     """Exact composition for full-batch Gaussian events (closed form, microseconds); any other
-    event makes it defer to :class:`PrvAccountant` (noted)."""
+    event makes it defer to :class:`PrvAccountant` (noted; the composition's ``accountant`` is
+    then ``"prv"``, ``requested`` ``"analytic"``)."""
 
     name = "analytic"
 
-    def _epsilon(self, events, delta):
-        z, rest = _gaussian_equivalent(events)
-        if rest or z is None:
+    def compose(self, events: Sequence[Event], delta: float) -> Composition:
+        events = list(events)
+        for e in events:
+            check_event(e)
+        z, rest = _gaussian_equivalent(events) if events else (None, [])
+        if events and (rest or z is None):
+            # PRV's compose adds the ApproxDP events' deltas to ``delta`` once (this one
+            # passed the total on, and the epsilon held only at a delta larger than reported)
             res = PrvAccountant().compose(events, delta)
-            return res.epsilon, res.bounds, ["analytic: non-Gaussian events, used prv",
-                                             *res.notes]
+            return replace(res, requested=self.name,
+                           notes=("analytic: non-Gaussian events, used prv", *res.notes))
+        return super().compose(events, delta)
+
+    def _epsilon(self, events, delta):
+        z, _ = _gaussian_equivalent(events)
         return analytic_gaussian_epsilon(z, delta), None, ["exact Gaussian composition"]
 
 
