@@ -88,3 +88,32 @@ def test_release_buffers_of_two_clients_share_the_process_block():
     assert first.shape == (7500, 16) and second.shape == (7300, 16)
     assert first.data_ptr() == second.data_ptr()
     assert release_buffer(a, 7500, like) is first  # kept for the client's next hops
+
+
+@pytest.mark.parametrize("sorted_edges", [True, False])
+def test_a_release_in_the_shared_block_holds_nothing_of_the_previous_clients(sorted_edges,
+                                                                               monkeypatch):
+    """The release block is shared by the clients a process runs in turn: every row of a
+    client's release is its own (noisy) sum, zero-edge rows included, never what another
+    client wrote there before (checked with a sentinel, in blocked products too)."""
+    from fedgraph.methods.gap.client_pma import pma_partial_sums
+    from fedgraph.utils import sparse
+
+    monkeypatch.setattr(sparse, "ROW_BLOCK_ELEMENTS", 8)  # several row blocks per product
+    gen = torch.Generator().manual_seed(1)
+    n, num_nodes, d = 6, 40, 4
+    h = torch.randn(n, d, generator=gen)
+    local = torch.randint(0, n, (2, 10), generator=gen)
+    remote_ids = torch.arange(n, num_nodes)  # every node held elsewhere
+    dst = torch.tensor([7, 7, 12, 30]) if sorted_edges else torch.tensor([30, 7, 12, 7])
+    boundary = torch.stack([torch.tensor([0, 1, 2, 3]), dst])
+    previous = release_buffer({}, num_nodes + 5, h)  # another client's, larger
+    previous.fill_(999.0)
+    mine = release_buffer({}, remote_ids.numel(), h)
+    assert mine.data_ptr() == previous.data_ptr()
+    _, ids, sums = pma_partial_sums(h, local, boundary, 0.0, gen, remote_ids=remote_ids,
+                                    remote_out=mine)
+    assert not bool((sums == 999.0).any())
+    expected = torch.zeros(remote_ids.numel(), d)
+    expected.index_add_(0, boundary[1] - n, h[boundary[0]])
+    torch.testing.assert_close(sums, expected)
