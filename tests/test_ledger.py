@@ -120,3 +120,29 @@ def test_summary_composes_each_distinct_event_list_once(monkeypatch):
     assert rows["client-3"]["epsilon"] < rows["client-0"]["epsilon"]
     rows["client-0"]["cross_check"]["agrees"] = "changed"  # rows do not share objects
     assert rows["client-1"]["cross_check"]["agrees"] is True
+
+
+@pytest.mark.parametrize("accountant", ["prv", "pld", "analytic", "rdp"])
+def test_the_cross_check_is_another_accountant_than_the_one_it_checks(accountant):
+    """With ``accountant = "pld"`` the cross-check, labelled prv-accountant, recomputed the
+    default composition (PRV, itself then checked by PLD) and returned PLD's figures: PLD
+    checked by itself, agreeing by construction (fresh user, 12-07). The check's figures are
+    now those of the accountant its label names, computed independently."""
+    from fedgraph.accounting import Gaussian, PldAccountant, PrvAccountant
+
+    ledger = PrivacyLedger()
+    ledger.record("client-0", "pma", Gaussian(1.8356, count=2))
+    delta = 1e-7
+    row = ledger.summary(delta, accountant)["client-0"]
+    check = row["cross_check"]
+    events = ledger.events("client-0")
+    assert check["accountant"] != row["accountant"]
+    if check["accountant"] == "prv-accountant":
+        expected = PrvAccountant().compose(events, delta).bounds
+    else:
+        assert check["accountant"] == "pld"
+        expected = (PldAccountant(pessimistic=False).compose(events, delta).epsilon,
+                    *[PldAccountant().compose(events, delta).epsilon] * 2)
+    got = (check["epsilon_lower"], check["epsilon_estimate"], check["epsilon_upper"])
+    assert got == pytest.approx(expected, rel=1e-9)
+    assert check["agrees"]

@@ -235,15 +235,17 @@ class PrivacyLedger:
             raise ValueError(f"delta must lie in (0, 1), got {delta!r}")
         return RdpAccountant(conversion=conversion).compose(events, delta).epsilon
 
-    def cross_check(self, subject: str, delta: float = 1e-6) -> tuple[float, float, float]:
+    def cross_check(self, subject: str, delta: float = 1e-6,
+                    main_accountant: str | None = None) -> tuple[float, float, float]:
         """``(lower, estimate, upper)`` epsilon of ``subject`` at ``delta`` from an accountant
-        independent of :meth:`epsilon`'s.
+        independent of the main figure's, ``main_accountant`` (the name of the accountant
+        that produced it; ``None``: the default composition's, :meth:`composition`).
 
         Pure subjects: prv-accountant (Gopi et al. 2021), whose figure must not exceed basic
-        composition beyond its error. Others: dp-accounting's PLD, optimistic (lower) and
-        pessimistic (estimate = upper) estimates; when prv is not applicable (subsampled
-        Laplace, whose main figure is then PLD's), prv is replaced by RDP, an upper bound
-        (returned as ``(0, rdp, rdp)``).
+        composition beyond its error. A main figure of PLD: prv-accountant, or where it is
+        not applicable (subsampled Laplace) RDP, an upper bound (returned as
+        ``(0, rdp, rdp)``). Others: dp-accounting's PLD, optimistic (lower) and pessimistic
+        (estimate = upper) estimates.
 
         Raises:
             KeyError: nothing was recorded for ``subject``.
@@ -252,8 +254,9 @@ class PrivacyLedger:
         if all(is_pure(e) for e in events):
             c = PrvAccountant(min_eps_error=1e-3).compose(events, delta)
             return c.bounds
-        main = self.composition(subject, delta)
-        if main.accountant == "pld":
+        if main_accountant is None:
+            main_accountant = self.composition(subject, delta).accountant
+        if main_accountant == "pld":
             if PrvAccountant().supports(events):
                 c = PrvAccountant().compose(events, delta)
                 return c.bounds
@@ -287,11 +290,13 @@ class PrivacyLedger:
                             "exact at delta 0, the cross-check's at `delta` may be smaller",
                     "agrees": bool(lo <= eps * (1 + AGREE_RTOL) + AGREE_ATOL), **why}
         if main_acc == "pld" and not PrvAccountant().supports(events):
-            _, rdp, _ = self.cross_check(subject, delta)
+            _, rdp, _ = self.cross_check(subject, delta, main_acc)
             return {"accountant": "rdp", "delta": delta, "epsilon_upper": rdp,
                     "test": "pld epsilon <= rdp bound (+1%)",
                     "agrees": bool(eps <= rdp * (1 + AGREE_RTOL) + AGREE_ATOL)}
-        lo, est, hi = self.cross_check(subject, delta)
+        # the check's accountant is chosen against the one that gave the main figure (with
+        # accountant = "pld" the default composition's would have been PLD checked by itself)
+        lo, est, hi = self.cross_check(subject, delta, main_acc)
         if main_acc == "rdp":  # the tightest bound that held (compose's RDP cap or fallback)
             return {"accountant": "pld", "delta": delta, "epsilon_lower": lo,
                     "epsilon_estimate": est, "epsilon_upper": hi,
