@@ -80,14 +80,16 @@ wait "$pipeline"
 # The report the run wrote, from its own last line ("report: <path>"): a --run-config of the
 # user's may name another output-dir or run-name than the ones above.
 REPORT=$(sed -n 's/^report: \(.*\.json\)$/\1/p' "$LOG" | tail -1)
-python - "${REPORT:-$OUT/$RUN.json}" <<'PY'
+python - "$REPORT" <<'PY'
 import json, sys
 path = sys.argv[1]
+if not path:  # the run prints "report: <path>" whenever it writes one
+    sys.exit("FAILED: the run wrote no report (see the log above)")
 try:
     report = json.load(open(path))
 except FileNotFoundError:
     sys.exit(f"FAILED: no report at {path} (see the log above)")
 if report["status"] != "ok":
-    sys.exit(f"FAILED: {report['error']}")
+    sys.exit(f"FAILED: {report['error']}; report {path}")
 print(f"ok: test accuracy {report['accuracy']['test']:.4f}; report {path}")
 PY

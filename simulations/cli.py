@@ -227,6 +227,14 @@ def sweep(
         raise typer.Exit(2)
     console = Console(soft_wrap=True, highlight=False)
     if dry_run:
+        # the check of the real run below, without making the folder: the nearest existing
+        # folder above it must be a folder this user can write to
+        near = next(a for a in (sw.output_dir, *sw.output_dir.parents) if a.exists())
+        if not near.is_dir() or not os.access(near, os.W_OK | os.X_OK):
+            what = "is a file, not a folder" if not near.is_dir() else "is not writable"
+            typer.echo(f"fedgraph: output-dir: cannot write reports to {sw.output_dir}: {near} "
+                       f"{what}", err=True)
+            raise typer.Exit(2)
         code = _dry_run(sw, console)
         if code:
             raise typer.Exit(code)
@@ -279,9 +287,11 @@ def report(
         typer.echo(f"fedgraph: {option}: {message}", err=True)
         raise typer.Exit(2)
 
-    missing = [d for d in dirs if not Path(d).is_dir()]
-    if missing:
-        refuse("DIRS", f"no such folder: {', '.join(missing)} (give sweep output folders)")
+    dirs = list(dict.fromkeys(dirs))  # a folder named twice counts once
+    for d in dirs:
+        if not Path(d).is_dir():
+            refuse("DIRS", f"{d} is a file, not a folder (give sweep output folders)"
+                   if Path(d).exists() else f"no such folder: {d} (give sweep output folders)")
     rows = results.collect(dirs)
     if not rows:
         typer.echo(f"fedgraph: no sweep cells (cells/*/cell.json) under {', '.join(dirs)}", err=True)
@@ -293,15 +303,27 @@ def report(
     # the option a path came from (the CSV and the plots default to beside --markdown)
     csv_option = "--csv" if csv_path else ("--markdown" if md else "DIRS")
     plots_option = "--plots" if plots else ("--markdown" if md else "DIRS")
+    # every output's place is checked before anything is written (no CSV left behind by a
+    # run that then cannot write its plots)
     for option, path in ((csv_option, csv_file), ("--markdown", md)):
         if path is not None and path.is_dir():
             refuse(option, f"{path} is a folder; name a file")
-    if plot_dir.exists() and not plot_dir.is_dir():
-        refuse(plots_option, f"{plot_dir} is a file; name a folder")
+    for option, folder in ((csv_option, csv_file.parent), ("--markdown", md and md.parent),
+                           (plots_option, plot_dir)):
+        if folder is None:
+            continue
+        blocking = next((a for a in (folder, *folder.parents) if a.exists() and not a.is_dir()),
+                        None)
+        if blocking is not None:
+            refuse(option, f"{blocking} is a file, not a folder")
+        try:
+            folder.mkdir(parents=True, exist_ok=True)
+        except OSError as err:
+            refuse(option, f"cannot create the folder {folder}: {err.strerror or err}")
     try:
         pub = results.load_published([*[Path(d) / "sweep.toml" for d in dirs
                                         if (Path(d) / "sweep.toml").exists()], *published])
-    except (OSError, tomllib.TOMLDecodeError) as err:
+    except (OSError, ValueError, tomllib.TOMLDecodeError) as err:
         refuse("--published", f"cannot read a sweep file's [[published]] numbers: {err}")
     fmts = [f.strip().lower() for f in formats.split(",") if f.strip()]
     if not fmts or set(fmts) - set(results.FORMATS):
@@ -312,11 +334,11 @@ def report(
     try:
         results.write_csv(groups, csv_file)
     except OSError as err:
-        refuse(csv_option, f"cannot write {csv_file}: {err}")
+        refuse(csv_option, f"cannot write {csv_file}: {err.strerror or err}")
     try:
         figures = results.plot(groups, plot_dir, pub, fmts, combined)
     except OSError as err:
-        refuse(plots_option, f"cannot write the plots under {plot_dir}: {err}")
+        refuse(plots_option, f"cannot write the plots under {plot_dir}: {err.strerror or err}")
     for warning in results.unplaced_published(pub, figures):
         typer.echo(f"fedgraph: warning: {warning}", err=True)
     for g in groups:
@@ -342,7 +364,7 @@ def report(
         try:
             results.write_bytes_atomic(md, text.encode())
         except OSError as err:
-            refuse("--markdown", f"cannot write {md}: {err}")
+            refuse("--markdown", f"cannot write {md}: {err.strerror or err}")
         typer.echo(f"markdown: {md}")
 
 

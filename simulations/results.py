@@ -154,12 +154,32 @@ class Published:
 
 
 def load_published(paths: Iterable[str | Path]) -> list[Published]:
-    """``[[published]]`` entries of sweep files (a sweep's own copy is ``DIR/sweep.toml``)."""
+    """``[[published]]`` entries of sweep files (a sweep's own copy is ``DIR/sweep.toml``),
+    each checked as a sweep file's (:class:`fedgraph.simulations.sweep.Published`).
+
+    Raises:
+        OSError: a file cannot be read; tomllib.TOMLDecodeError: not TOML;
+        ValueError: ``published`` not a list of tables, or an entry with a missing, unknown or
+            mistyped field (named, with the file and the entry's index).
+    """
+    from pydantic import ValidationError
+
+    from .sweep import Published as PublishedEntry
+
     out, seen = [], set()
     for p in paths:
-        for e in tomllib.loads(Path(p).read_text()).get("published", []):
-            item = Published(e["method"], e["dataset"], e.get("epsilon"), float(e["test"]),
-                             e["source"], e.get("std"), e.get("note", ""))
+        entries = tomllib.loads(Path(p).read_text()).get("published", [])
+        if not isinstance(entries, list):
+            raise ValueError(f"{p}: published must be a list of tables ([[published]]), got "
+                             f"{type(entries).__name__}")
+        for i, raw in enumerate(entries):
+            try:
+                e = PublishedEntry.model_validate(raw)
+            except ValidationError as err:
+                why = "; ".join(f"{'.'.join(str(x) for x in d['loc']) or 'entry'}: {d['msg']}"
+                                for d in err.errors())
+                raise ValueError(f"{p}: published[{i}]: {why}") from None
+            item = Published(e.method, e.dataset, e.epsilon, e.test, e.source, e.std, e.note)
             key = (item.method, item.dataset, item.epsilon, item.test)
             if key not in seen:
                 seen.add(key)

@@ -309,7 +309,7 @@ def load_sweep(path: str | Path, output_dir: Optional[str] = None) -> Sweep:
                          f"{sweep.output_dir} is a file, not a folder (the sweep writes its "
                          "cells under it: name a folder, or one that does not exist yet)")
     cells = sweep.cells()  # raises SweepError on an inconsistent grid
-    _check_run_config_keys(cells, {name: m.epsilon_key for name, m in spec.methods.items()})
+    _check_run_config_keys(cells, spec)
     _check_run_config_values(cells)
     return sweep
 
@@ -344,27 +344,31 @@ def _check_run_config_values(cells: list[Cell]) -> None:
                          "(no cell ran):\n  " + "\n  ".join(lines))
 
 
-def _check_run_config_keys(cells: list[Cell], epsilon_keys: dict[str, str]) -> None:
+def _check_run_config_keys(cells: list[Cell], spec: SweepFile) -> None:
     """Refuse a run-config key no method declares (a typo such as ``encoder-round``) before
     any cell runs: it would fail every cell. Values are checked by each cell's run, which may
-    also find its data missing (a ``no data`` cell). ``epsilon_keys``: each method's
-    ``epsilon-key``, named as such when it is the unknown key."""
+    also find its data missing (a ``no data`` cell). An unknown key is named with the table
+    that set it (``[set]``, ``[dataset-set.<d>]``, ``methods.<m>.set``,
+    ``methods.<m>.epsilon-key``; else the method whose cells hold it)."""
     from fedgraph.config.parse import METHOD_CONFIGS, did_you_mean
 
     known = {"strategy"} | {k.replace("_", "-") for m in METHOD_CONFIGS.values()
                             for k in m.model_fields}
+    tables = [("[set]", spec.set)]
+    tables += [(f"[dataset-set.{d}]", t) for d, t in spec.dataset_set.items()]
+    for name, m in spec.methods.items():
+        tables += [(f"methods.{name}.set", m.set),
+                   (f"methods.{name}.epsilon-key", {m.epsilon_key: None} if m.epsilon_key
+                    else {})]
+    tables += [(f"methods.{cell.method}", cell.run_config) for cell in cells]
     bad = {}
-    for cell in cells:
-        for key in cell.run_config:
+    for where, table in tables:
+        for key in table:
             if str(key).replace("_", "-") not in known:
-                bad.setdefault(key, cell.method)
+                bad.setdefault(key, where)
     if bad:
-        lines = []
-        for key, method in bad.items():
-            where = (f"methods.{method}.epsilon-key" if epsilon_keys.get(method) == key
-                     else f"methods.{method} (or [set])")
-            lines.append(f"{where}: {key}: unknown run-config key"
-                         + did_you_mean(str(key).replace("_", "-"), sorted(known))
-                         + "; allowed: the run-config keys of the docs' reference/config "
-                         "page (each method's)")
+        lines = [f"{where}: {key}: unknown run-config key"
+                 + did_you_mean(str(key).replace("_", "-"), sorted(known))
+                 + "; allowed: the run-config keys of the docs' reference/config page (each "
+                 "method's)" for key, where in bad.items()]
         raise SweepError("invalid sweep file:\n  " + "\n  ".join(lines))

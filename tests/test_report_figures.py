@@ -2,6 +2,8 @@
 warning for every ``[[published]]`` point no plot shows."""
 from __future__ import annotations
 
+import re
+
 from typer.testing import CliRunner
 
 from fedgraph.simulations.cli import cli
@@ -49,8 +51,15 @@ def test_bad_output_and_published_paths_name_the_option_not_a_traceback(tmp_path
     fake_cell(runs, "lpgnn", "cora", 1.0, 0, test=0.8, label="LPGNN")
     a_file = write(tmp_path / "a-file.txt", "keep me")
     bad_toml = write(tmp_path / "bad.toml", "[[published]\n")
+    bad_entry = write(tmp_path / "entry.toml", '[[published]]\nmethod = "lpgnn"\n'
+                      'dataset = "cora"\ntest = "high"\nsource = "x"\n')
+    no_list = write(tmp_path / "nolist.toml", "published = 3\n")
     cases = [(["--published", str(tmp_path / "none.toml")], "--published"),
              (["--published", str(bad_toml)], "--published"),
+             (["--published", str(bad_entry)], "--published: .*published\\[0\\]: test: "),
+             (["--published", str(no_list)], "--published: .*must be a list of tables"),
+             (["--plots", str(a_file / "sub")], f"--plots: {a_file} is a file, not a folder"),
+             (["--csv", str(a_file / "x.csv")], f"--csv: {a_file} is a file, not a folder"),
              (["--csv", str(tmp_path)], "--csv"),
              (["--csv", str(a_file / "x.csv")], "--csv"),
              (["--plots", str(a_file)], "--plots"),
@@ -59,5 +68,15 @@ def test_bad_output_and_published_paths_name_the_option_not_a_traceback(tmp_path
     for args, option in cases:
         res = CliRunner().invoke(cli, ["report", str(runs), *args])
         assert res.exit_code == 2, (args, res.output, res.exception)
-        assert f"fedgraph: {option}: " in res.output, (args, res.output)
+        assert re.search(f"fedgraph: {option}", " ".join(res.output.split())), (args, res.output)
+        assert not (runs / "results.csv").exists()  # refused before anything was written
     assert a_file.read_text() == "keep me"
+    res = CliRunner().invoke(cli, ["report", str(a_file)])
+    assert res.exit_code == 2 and "is a file, not a folder" in res.output
+
+
+def test_a_folder_named_twice_counts_once(tmp_path):
+    runs = tmp_path / "runs"
+    fake_cell(runs, "lpgnn", "cora", 1.0, 0, test=0.8, label="LPGNN")
+    res = CliRunner().invoke(cli, ["report", str(runs), str(runs)])
+    assert res.exit_code == 0 and "seeds 1 " in res.output, res.output

@@ -3,6 +3,7 @@ cell that does not stop the others, the CSV's means and standard deviations, the
 import json
 import math
 import os
+import re
 import signal
 import struct
 import subprocess
@@ -139,13 +140,20 @@ def test_every_cell_of_the_bundled_sweeps_validates(name):
     # an unknown epsilon-key is named as such (fresh user, 12-07: "methods.a (or [set])")
     ('[sweep]\ndatasets=["cora"]\nepsilons=[1]\n[methods.a]\npreset="gap-edge-cora"\n'
      'epsilon-key="nosuch-key"\n', "methods.a.epsilon-key: nosuch-key: unknown run-config key"),
+    # an unknown key is named with the table that set it (fresh user, 12-07: "methods.a")
+    ('[sweep]\ndatasets=["cora"]\nepsilons=[1]\n[methods.a]\npreset="gap-edge-cora"\n'
+     'epsilon-key="client-epsilons"\n[dataset-set.cora]\nnokey=1\n',
+     "[dataset-set.cora]: nokey: unknown run-config key"),
+    ('[sweep]\ndatasets=["cora"]\nepsilons=[1]\n[set]\nnokey=1\n[methods.a]\n'
+     'preset="gap-edge-cora"\nepsilon-key="client-epsilons"\n',
+     "[set]: nokey: unknown run-config key"),
     # an unknown key of a table lists the table's keys
     ('[sweep]\ndatasets=["cora"]\nbogus=1\n[methods.a]\npreset="lpgnn-cora"\n',
      "allowed: cpus-per-cell, datasets, description, epsilons"),
 ])
 def test_invalid_sweep_file_exits_2_naming_the_key(tmp_path, text, key):
     f = write(tmp_path / "bad.toml", text)
-    with pytest.raises(SweepError, match=key):
+    with pytest.raises(SweepError, match=re.escape(key)):
         load_sweep(f)
     res = CliRunner().invoke(cli, ["sweep", str(f), "-o", str(tmp_path / "out")])
     assert res.exit_code == 2 and key in res.output
@@ -504,11 +512,12 @@ def test_an_output_dir_that_cannot_be_made_is_refused_naming_it(tmp_path):
     a_file = tmp_path / "file"
     a_file.write_text("keep me")
     f = lpgnn_sweep(tmp_path / "s.toml", '"cora"', f'output-dir = "{a_file / "x"}"')
-    res = CliRunner().invoke(cli, ["sweep", str(f)])
-    assert res.exit_code == 2, res.output
-    said = " ".join(res.output.split())
-    assert f"output-dir: cannot write reports to {a_file / 'x'}" in said, said
-    assert "Traceback" not in said and a_file.read_text() == "keep me"
+    for dry in ([], ["--dry-run"]):  # the dry run said "1 to run" (fresh user, 12-07)
+        res = CliRunner().invoke(cli, ["sweep", str(f), *dry])
+        assert res.exit_code == 2, res.output
+        said = " ".join(res.output.split())
+        assert f"output-dir: cannot write reports to {a_file / 'x'}" in said, said
+        assert "Traceback" not in said and a_file.read_text() == "keep me"
 
 
 @pytest.mark.parametrize("signum, code", [(signal.SIGINT, 130), (signal.SIGTERM, 143)])
