@@ -319,16 +319,23 @@ def _check_run_config_values(cells: list[Cell]) -> None:
     epsilon <= 0, a level out of range):
     :func:`fedgraph.simulations.server_app.validate_run_config`, the check of ``fedgraph run``;
     and a key of another method given to this method itself (its preset, ``set`` or epsilon
-    key; the sweep-wide ``[set]`` is shared by methods that need different keys). A user's strategy (``strategy`` not a built-in method) is left to its cells' runs, which
-    import it where it runs; a dataset's missing files too."""
+    key; the sweep-wide ``[set]`` is shared by methods that need different keys). A user's
+    strategy (an import path, or a name an installed package publishes) is left to its cells'
+    runs, which import it where they run; a dataset's missing files too."""
     from fedgraph.config import ConfigError, reject_keys_of_other_methods
     from fedgraph.config.parse import METHOD_CONFIGS
     from fedgraph.simulations.server_app import validate_run_config
+
+    from fedgraph.registry import has_entry_point, unknown_name_error
 
     errors: dict[str, list[str]] = {}
     for cell in cells:
         strategy = str(cell.run_config.get("strategy", "") or "")
         if strategy and strategy not in METHOD_CONFIGS:
+            # a name no installed package publishes cannot be imported by any cell either
+            if ":" not in strategy and not has_entry_point("strategy", strategy):
+                text = str(unknown_name_error("strategy", strategy, list(METHOD_CONFIGS)))
+                errors.setdefault(text, []).append(cell.name)
             continue
         try:  # a key given to this method only (not the shared [set]) that it would ignore
             reject_keys_of_other_methods({k: v for k, v in cell.run_config.items()

@@ -147,6 +147,9 @@ def test_every_cell_of_the_bundled_sweeps_validates(name):
     ('[sweep]\ndatasets=["cora"]\nepsilons=[1]\n[set]\nnokey=1\n[methods.a]\n'
      'preset="gap-edge-cora"\nepsilon-key="client-epsilons"\n',
      "[set]: nokey: unknown run-config key"),
+    # an unknown strategy name: refused at load, not in every cell (fresh user, 12-07)
+    ('[sweep]\ndatasets=["cora"]\nepsilons=[1]\n[methods.a]\nstrategy="nope"\n'
+     'dp-level="user"\nepsilon-key="epsilon"\n', "strategy: unknown 'nope'; allowed: 'ppgnn', 'gap'"),
     # an unknown key of a table lists the table's keys
     ('[sweep]\ndatasets=["cora"]\nbogus=1\n[methods.a]\npreset="lpgnn-cora"\n',
      "allowed: cpus-per-cell, datasets, description, epsilons"),
