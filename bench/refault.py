@@ -27,8 +27,10 @@ from pathlib import Path
 import fedgraph.simulations  # noqa: F401  (THP_MEM_ALLOC_ENABLE before torch, as a run does)
 import torch
 
+from fedgraph.procstats import SYSFS
 
-def free_page_reporting(sysfs: Path = Path("/sys")) -> bool | None:
+
+def free_page_reporting(sysfs: Path = SYSFS) -> bool | None:
     """Whether a virtio balloon here reports free pages to the host (``None``: no balloon);
     ``sysfs``: where Linux mounts sysfs (a test passes a folder laid out the same way)."""
     found = None

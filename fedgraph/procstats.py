@@ -22,7 +22,12 @@ import sys
 import threading
 import time
 from contextlib import contextmanager
+from pathlib import Path
 from typing import Callable, Iterator, Optional
+
+#: where Linux mounts procfs and sysfs (kernel interfaces, not project paths)
+PROCFS = Path("/proc")
+SYSFS = Path("/sys")
 
 __all__ = ["MIB", "GIB", "PhaseTimer", "TreeSampler", "alive", "become_subreaper",
            "descendants", "die_with_parent", "have_psutil", "kill_descendants", "kill_tree",
@@ -252,14 +257,14 @@ def descendants(pid: Optional[int] = None) -> set[int]:
     pid = os.getpid() if pid is None else pid
     children: dict[int, list[int]] = {}
     try:
-        entries = os.listdir("/proc")
+        entries = os.listdir(PROCFS)
     except OSError:
         return set()
     for entry in entries:
         if not entry.isdigit():
             continue
         try:
-            with open(f"/proc/{entry}/stat") as f:
+            with open(PROCFS / entry / "stat") as f:
                 stat = f.read()
         except OSError:
             continue
@@ -277,7 +282,7 @@ def descendants(pid: Optional[int] = None) -> set[int]:
 def alive(pid: int) -> bool:
     """Whether process ``pid`` exists and is not a zombie (read from /proc)."""
     try:
-        with open(f"/proc/{pid}/stat") as f:
+        with open(PROCFS / str(pid) / "stat") as f:
             return f.read().rsplit(")", 1)[1].split()[0] != "Z"
     except OSError:
         return False

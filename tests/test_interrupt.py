@@ -16,12 +16,12 @@ from pathlib import Path
 import pytest
 
 from fedgraph.simulations.grid import InterruptibleGrid
-from fedgraph.procstats import descendants
+from fedgraph.procstats import PROCFS, descendants
 from fedgraph.simulations.interrupt import RunInterrupted, STOP
 
 ROOT = Path(__file__).parents[1]
 #: Linux's process file system (an OS interface, not a project path)
-PROC = Path("/proc")
+PROC = PROCFS
 
 
 def _marked(marker: str) -> list[int]:

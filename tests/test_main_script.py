@@ -16,6 +16,8 @@ from pathlib import Path
 
 import pytest
 
+from fedgraph import procstats
+
 ROOT = Path(__file__).resolve().parents[1]
 
 
@@ -70,8 +72,7 @@ def test_ctrl_c_on_the_main_script_stops_the_run_and_says_so(tmp_path, free_port
     report = Path(said.group(1))
 
     def alive():
-        return [p for p in tree if Path(f"/proc/{p}").exists()
-                and "zombie" not in Path(f"/proc/{p}/status").read_text().lower()]
+        return [p for p in tree if procstats.alive(p)]
 
     # the SuperLink, its SuperExec, the simulation and its Ray end (a run left going wrote an
     # ok report some seconds later; with them gone, nothing is left to write one)

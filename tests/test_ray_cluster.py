@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+from fedgraph.procstats import PROCFS
 from fedgraph.report import majority_class
 
 BIN = Path(sys.executable).parent
@@ -28,7 +29,7 @@ def _free_port() -> int:
 def _pids_under(marker: str) -> list[int]:
     """Processes whose command line names ``marker`` (our cluster's temporary folder)."""
     out = []
-    for p in Path("/proc").iterdir():
+    for p in PROCFS.iterdir():
         if p.name.isdigit():
             try:
                 if marker in (p / "cmdline").read_bytes().decode(errors="replace"):

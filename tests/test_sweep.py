@@ -14,13 +14,14 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
+from fedgraph.procstats import PROCFS
 from fedgraph.simulations import results
 from fedgraph.simulations.cli import cli
 from fedgraph.simulations.sweep import SweepError, load_sweep
 
 ROOT = Path(__file__).parents[1]
 #: Linux's process file system (an OS interface, not a project path)
-PROC = Path("/proc")
+PROC = PROCFS
 
 
 def write(path: Path, text: str) -> Path:

@@ -9,12 +9,14 @@ from pathlib import Path
 
 import pytest
 
+from fedgraph.procstats import PROCFS, SYSFS
+
 ROOT = Path(__file__).resolve().parents[1]
 #: Linux's transparent-huge-page settings and a process's memory summary (kernel interfaces,
 #: not project paths; overridable for a kernel that puts them elsewhere)
 THP_SETTINGS = Path(os.environ.get("FEDGRAPH_THP_SETTINGS",
-                                   "/sys/kernel/mm/transparent_hugepage"))
-SMAPS_ROLLUP = os.environ.get("FEDGRAPH_SMAPS_ROLLUP", "/proc/self/smaps_rollup")
+                                   SYSFS / "kernel" / "mm" / "transparent_hugepage"))
+SMAPS_ROLLUP = str(os.environ.get("FEDGRAPH_SMAPS_ROLLUP", PROCFS / "self" / "smaps_rollup"))
 SCRIPT = ("import json, os, simulations; from fedgraph.report import _host; "
           "import torch; t = torch.empty(1 << 20); "
           "print(json.dumps([os.environ.get('OMP_WAIT_POLICY'), _host()['env'], "
