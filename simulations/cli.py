@@ -226,24 +226,16 @@ def sweep(
         typer.echo(f"fedgraph: {err}", err=True)
         raise typer.Exit(2)
     console = Console(soft_wrap=True, highlight=False)
+    try:  # the cells' folder can be made (a dry run makes nothing), as `fedgraph run` checks
+        check_output_dir(sw, create=not dry_run)
+    except ConfigError as err:
+        typer.echo(f"fedgraph: {err}", err=True)
+        raise typer.Exit(2)
     if dry_run:
-        # the check of the real run below, without making the folder: the nearest existing
-        # folder above it must be a folder this user can write to
-        near = next(a for a in (sw.output_dir, *sw.output_dir.parents) if a.exists())
-        if not near.is_dir() or not os.access(near, os.W_OK | os.X_OK):
-            what = "is a file, not a folder" if not near.is_dir() else "is not writable"
-            typer.echo(f"fedgraph: output-dir: cannot write reports to {sw.output_dir}: {near} "
-                       f"{what}", err=True)
-            raise typer.Exit(2)
         code = _dry_run(sw, console)
         if code:
             raise typer.Exit(code)
         return
-    try:  # the cells' folder can be made and written to (as `fedgraph run` checks its own)
-        check_output_dir(sw)
-    except ConfigError as err:
-        typer.echo(f"fedgraph: {err}", err=True)
-        raise typer.Exit(2)
     bar = _Bar(console)
     previous = signal.signal(signal.SIGTERM, _raise_interrupt)
     try:
@@ -281,6 +273,7 @@ def report(
     epsilon, wall time) and privacy-utility plots (PNG), optionally a markdown page."""
     import tomllib
 
+    from fedgraph.config.checks import unwritable_folder
     from fedgraph.simulations import results
 
     def refuse(option: str, message: str):
@@ -310,16 +303,9 @@ def report(
             refuse(option, f"{path} is a folder; name a file")
     for option, folder in ((csv_option, csv_file.parent), ("--markdown", md and md.parent),
                            (plots_option, plot_dir)):
-        if folder is None:
-            continue
-        blocking = next((a for a in (folder, *folder.parents) if a.exists() and not a.is_dir()),
-                        None)
-        if blocking is not None:
-            refuse(option, f"{blocking} is a file, not a folder")
-        try:
-            folder.mkdir(parents=True, exist_ok=True)
-        except OSError as err:
-            refuse(option, f"cannot create the folder {folder}: {err.strerror or err}")
+        why = folder and unwritable_folder(folder)
+        if why:
+            refuse(option, f"{why} (writing to {folder})")
     try:
         pub = results.load_published([*[Path(d) / "sweep.toml" for d in dirs
                                         if (Path(d) / "sweep.toml").exists()], *published])

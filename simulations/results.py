@@ -21,6 +21,8 @@ from typing import Iterable, Optional
 
 from fedgraph.report import majority_class, write_bytes_atomic
 
+from .sweep import Published
+
 SPLITS = ("train", "val", "test")
 DP_TITLES = {"user": "user-level LDP (node features)", "edge": "edge-level DP",
              "node": "node-level DP", "none": "no privacy"}
@@ -142,20 +144,9 @@ def write_csv(groups: list[dict], path: str | Path) -> Path:
 
 # ---------------------------------------------------------------- published numbers
 
-@dataclass
-class Published:
-    method: str
-    dataset: str
-    epsilon: Optional[float]
-    test: float
-    source: str
-    std: Optional[float] = None
-    note: str = ""
-
-
 def load_published(paths: Iterable[str | Path]) -> list[Published]:
     """``[[published]]`` entries of sweep files (a sweep's own copy is ``DIR/sweep.toml``),
-    each checked as a sweep file's (:class:`fedgraph.simulations.sweep.Published`).
+    each checked as a sweep file's entries are (:class:`fedgraph.simulations.sweep.Published`).
 
     Raises:
         OSError: a file cannot be read; tomllib.TOMLDecodeError: not TOML;
@@ -163,8 +154,6 @@ def load_published(paths: Iterable[str | Path]) -> list[Published]:
             mistyped field (named, with the file and the entry's index).
     """
     from pydantic import ValidationError
-
-    from .sweep import Published as PublishedEntry
 
     out, seen = [], set()
     for p in paths:
@@ -174,12 +163,11 @@ def load_published(paths: Iterable[str | Path]) -> list[Published]:
                              f"{type(entries).__name__}")
         for i, raw in enumerate(entries):
             try:
-                e = PublishedEntry.model_validate(raw)
+                item = Published.model_validate(raw)
             except ValidationError as err:
                 why = "; ".join(f"{'.'.join(str(x) for x in d['loc']) or 'entry'}: {d['msg']}"
                                 for d in err.errors())
                 raise ValueError(f"{p}: published[{i}]: {why}") from None
-            item = Published(e.method, e.dataset, e.epsilon, e.test, e.source, e.std, e.note)
             key = (item.method, item.dataset, item.epsilon, item.test)
             if key not in seen:
                 seen.add(key)

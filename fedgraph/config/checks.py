@@ -6,28 +6,48 @@ from ..dataset_files import ENV_DATA, missing_files
 from ..errors import ConfigError
 
 
-def check_output_dir(cfg) -> None:
-    """Raise :class:`ConfigError` naming ``output-dir`` when reports cannot be written there:
-    creates the folder and a temporary file in it (cheap, no torch; called before anything
-    starts and again by the preflight).
+def unwritable_folder(folder, create: bool = True) -> str | None:
+    """Why files cannot be written in ``folder`` (a :class:`~pathlib.Path`), or ``None``: a
+    file on its path, or (``create``) the folder or a temporary file in it cannot be made;
+    without ``create`` nothing is made, and the nearest existing folder above it must be
+    writable (a dry run's check)."""
+    import os
+    import tempfile
+
+    blocking = next((a for a in (folder, *folder.parents) if a.exists() and not a.is_dir()),
+                    None)
+    if blocking is not None:
+        return f"{blocking} is a file, not a folder"
+    if not create:
+        near = next(a for a in (folder, *folder.parents) if a.exists())
+        return None if os.access(near, os.W_OK | os.X_OK) else f"{near} is not writable"
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        with tempfile.NamedTemporaryFile(dir=folder):
+            pass
+    except OSError as err:
+        return err.strerror or str(err)
+    return None
+
+
+def check_output_dir(cfg, create: bool = True) -> None:
+    """Raise :class:`ConfigError` naming ``output-dir`` when reports cannot be written there
+    (:func:`unwritable_folder`; ``create``: make the folder and a temporary file in it),
+    cheap, no torch; called before anything starts and again by the preflight.
 
     Raises:
         ConfigError: ``output-dir`` names a file, or the folder cannot be created or written
             to.
     """
-    import tempfile
     from pathlib import Path
 
     out = Path(getattr(cfg, "output_dir", "") or ".").expanduser()
     if out.exists() and not out.is_dir():
         raise ConfigError(f"output-dir: {out} is a file, not a folder (name a folder for the "
                           "reports, or one that does not exist yet)")
-    try:
-        out.mkdir(parents=True, exist_ok=True)
-        with tempfile.NamedTemporaryFile(dir=out):
-            pass
-    except OSError as err:
-        raise ConfigError(f"output-dir: cannot write reports to {out}: {err}") from None
+    why = unwritable_folder(out, create)
+    if why is not None:
+        raise ConfigError(f"output-dir: cannot write reports to {out}: {why}")
 
 
 def check_data_root(cfg) -> None:
