@@ -94,6 +94,21 @@ def test_pma_without_noise_is_normalized_propagation():
     assert len(pma(x0, ei, 0, 1.0)) == 1
 
 
+def test_in_place_row_normalization_gives_the_same_values_and_keeps_zero_rows():
+    from fedgraph.nn.gap import normalize_rows_
+
+    for dtype in (torch.float32, torch.float64):
+        x = torch.randn(300, 16, dtype=dtype) * torch.logspace(-8, 8, 300, dtype=dtype)[:, None]
+        x[7] = 0.0
+        expect = normalize_rows(x)
+        got = x.clone()
+        assert normalize_rows_(got) is got
+        assert torch.equal(got, expect)  # the same division, so the same bits
+        assert float(got[7].abs().sum()) == 0.0
+        assert torch.allclose(got[torch.arange(300) != 7].norm(dim=1),
+                              torch.ones(299, dtype=dtype))
+
+
 # ---------------------------------------------------------------------------------------------
 # Degree bounding and sensitivities
 # ---------------------------------------------------------------------------------------------

@@ -37,6 +37,12 @@ def normalize_rows(x: Tensor, eps: float = 1e-12) -> Tensor:
     return F.normalize(x, p=2.0, dim=-1, eps=eps)
 
 
+def normalize_rows_(x: Tensor, eps: float = 1e-12) -> Tensor:
+    """:func:`normalize_rows` in place (the same values: each row divided by
+    ``max(norm, eps)``); returns ``x``. Not for a tensor that gradients flow through."""
+    return x.div_(x.norm(p=2.0, dim=-1, keepdim=True).clamp_min_(eps))
+
+
 class MLP(nn.Module):
     r"""``num_layers`` linear layers; between two layers (and after the last one unless
     ``plain_last``): optional batch norm, dropout, SELU (the reference code's order).

@@ -35,7 +35,7 @@ from torch import Tensor
 
 from ... import randomness as rng
 from ...config import GAPConfig
-from ...nn.gap import normalize_rows
+from ...nn.gap import normalize_rows_
 from ...utils.graph import MAX_MESSAGE_ELEMENTS, bound_out_degree
 from ...utils.scratch import shared_block
 from ...utils.sparse import EdgeSum, MissingRowError, index_in
@@ -232,12 +232,28 @@ def masked_release(ids: Tensor, sums: Tensor, private_key: bytes, public_keys: l
 def pma_finish(local_sums: Tensor, node_ids: Tensor, incoming_ids: Tensor,
                incoming_sums: Tensor) -> Tensor:
     """Add the noisy partial sums received for this client's nodes and row-normalize (Alg. 1
-    line 5). ``incoming_ids``: global ids (each must be one of ``node_ids``). Returns ``[n, e]``
-    on ``local_sums``' device (the received sums, CPU tensors from a message, are moved there)."""
-    out = local_sums.clone()
-    if incoming_ids.numel():
-        pos = index_in(node_ids, incoming_ids)
-        if bool((pos < 0).any()):
-            raise ValueError("received partial sums for nodes this client does not hold")
-        out.index_add_(0, pos.to(out.device), incoming_sums.to(out.device, out.dtype))
-    return normalize_rows(out)
+    line 5, Eq. 9).
+
+    Args:
+        local_sums: ``[n, e]`` this client's noisy sums of the hop (:func:`pma_partial_sums`;
+            not written: the ClientApp's kept state is read-only).
+        node_ids: ``[n]`` the global ids of its nodes; incoming_ids: ``[m]`` global ids, each
+            one of ``node_ids``; incoming_sums: ``[m, e]`` the rows received for them (CPU
+            tensors from a message, moved to ``local_sums``' device).
+
+    Returns:
+        a new ``[n, e]`` on ``local_sums``' device, every row of L2 norm 1 (a zero row stays
+        zero); normalized in place, so that one ``[n, e]`` block is allocated (and its pages
+        faulted in) per hop, not two (issue 31).
+
+    Raises:
+        ValueError: an id of ``incoming_ids`` not in ``node_ids``.
+    """
+    if not incoming_ids.numel():
+        return normalize_rows_(local_sums.clone())
+    pos = index_in(node_ids, incoming_ids)
+    if bool((pos < 0).any()):
+        raise ValueError("received partial sums for nodes this client does not hold")
+    dev = local_sums.device
+    return normalize_rows_(local_sums.index_add(0, pos.to(dev),
+                                                incoming_sums.to(dev, local_sums.dtype)))
