@@ -151,6 +151,13 @@ def test_run_name_is_a_file_name_not_a_path_out_of_output_dir(method, name):
     assert parse_run_config({"method": method, "run-name": "seed-0_ok.v2"}).run_name == "seed-0_ok.v2"
 
 
+def test_a_run_name_given_with_the_json_suffix_names_that_report(tmp_path):
+    cfg = parse_run_config({"method": "gap", "run-name": "mine.json", "output-dir": str(tmp_path)})
+    assert cfg.run_name == "mine"  # the report is mine.json, not mine.json.json
+    with pytest.raises(ConfigError, match="run-name: must name the report"):
+        parse_run_config({"method": "gap", "run-name": ".json"})
+
+
 def test_a_key_that_fedsgd_would_ignore_is_rejected_naming_it():
     from fedgraph.config import reject_keys_of_other_methods
 

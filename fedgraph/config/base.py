@@ -206,7 +206,12 @@ class DataConfig(_Base):
     @field_validator("run_name", check_fields=False)
     @classmethod
     def _plain_file_name(cls, v: str) -> str:
-        """The report is ``<output-dir>/<run-name>.json``: a name, never a path out of it."""
+        """The report is ``<output-dir>/<run-name>.json``: a name, never a path out of it; a
+        name given with the ``.json`` suffix means that file (``x.json``, not ``x.json.json``)."""
+        if v.lower().endswith(".json"):
+            v = v[:-len(".json")]
+            if not v:
+                raise ValueError("must name the report: '.json' alone leaves no name")
         if v and (v in (".", "..") or "/" in v or "\\" in v or "\0" in v):
             raise ValueError(f"must be a plain file name without '/', '\\' or '..' (got {v!r}); "
                              "choose the folder with output-dir")
