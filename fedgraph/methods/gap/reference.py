@@ -86,8 +86,9 @@ def run_gap(data, *, method: str = "gap", level: str = "edge",
         epsilon, delta: privacy target (``delta="auto"``: :func:`default_delta`); ignored by
             ``gap-inf``; ``epsilon=inf`` trains without noise.
         num_hops: ``K`` (the paper tunes it in 1..5).
-        encoder_dim, hidden, encoder_layers, base_layers, head_layers, combine, dropout,
-        batch_norm: architecture (``batch_norm=None``: the level's default; never with DP-SGD).
+        encoder_dim, hidden, encoder_layers, base_layers, head_layers: architecture.
+        combine, dropout, batch_norm: architecture (``batch_norm=None``: the level's
+            default; never with DP-SGD).
         encoder_epochs, classifier_epochs, batch_size: training (``None``/``"auto"``: the
             level's default; ``batch_size=None`` is full batch, not allowed with DP-SGD).
         lr, weight_decay: Adam.
