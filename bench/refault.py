@@ -9,7 +9,7 @@ freed), the host takes those pages back, and the guest's next touch of them faul
 system time far above a plain first touch. A federated run frees and reallocates its
 per-message tensors with pauses between one client's messages (the other clients' handlers
 and the server run meanwhile), a plain loop reallocates at once; so the cost falls unevenly
-(docs/results/performance.md, 2026-12-06). The report records whether the balloon reports.
+(docs/results/performance.md, "What was tried"). The report records whether the balloon reports.
 
     python bench/refault.py                          # 2 GiB, pauses 0 and 5 s, 3 rounds
     python bench/refault.py --out bench/results/refault.json
