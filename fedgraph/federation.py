@@ -256,22 +256,23 @@ def check_feature_budgets(cfg, mech) -> None:
     features (basic composition of what ``mech.privacy_spent(level)`` declares), before any
     data is perturbed. The configuration already refuses a built-in uniform mechanism's
     ``epsilon`` above the smallest budget; this holds any mechanism, a user's included, to
-    the same rule. (``label-epsilon`` adds to the features' spend and is reported per level
-    as over budget, not refused: with PPM the features alone spend each budget in full.)
+    the same rule, with ``label-epsilon`` (spent on the same user's label) counted beside it.
 
     Raises:
         fedgraph.config.ConfigError: naming ``mechanism``, the level, the spend and the budget.
     """
     from .config import ConfigError
 
+    label = float(getattr(cfg, "label_epsilon", 0.0) or 0.0)
     for level, budget in enumerate(cfg.budgets, start=1):
         spent = float(sum(mech.privacy_spent(level).values()))
-        if spent > budget * (1 + 1e-9):
+        if spent + label > budget * (1 + 1e-9):
+            on_labels = f" and {label:g} on its label (label-epsilon)" if label else ""
             raise ConfigError(
                 f"mechanism: {cfg.mechanism!r} spends epsilon {spent:g} on a level-{level} "
-                f"user's features, above that level's budget {budget:g} (budgets "
+                f"user's features{on_labels}, above that level's budget {budget:g} (budgets "
                 f"{', '.join(f'{b:g}' for b in cfg.budgets)}); allowed: a spend of at most "
-                f"each level's budget")
+                f"each level's budget{' less label-epsilon' if label else ''}")
 
 
 def preflight(cfg) -> dict:

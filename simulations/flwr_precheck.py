@@ -6,7 +6,8 @@ Ray have started (about 30 s), amid Flower's own exit messages.
 The run config is what ``flwr run`` will fuse: ``pyproject.toml``'s ``[tool.flwr.app.config]``
 (:func:`~fedgraph.simulations.run_files.pyproject_defaults`) with every ``--run-config`` /
 ``-c`` value, parsed by Flower's own parser; ``num-clients = 0`` (one client per supernode)
-counts the ``num-supernodes`` of ``--federation-config`` (else :data:`DEFAULT_SUPERNODES`). A key that is not in that table is named (with the
+counts the ``num-supernodes`` of ``--federation-config`` (else :data:`DEFAULT_SUPERNODES`), and
+an explicit ``num-clients`` must equal the ``num-supernodes`` given there. A key that is not in that table is named (with the
 closest one); the rest is checked as ``fedgraph run`` checks a config before Ray starts
 (:func:`~fedgraph.simulations.simulate.check_run_config`, and the other-method keys the
 ServerApp refuses, :func:`~fedgraph.simulations.server_app.check_flwr_run_config`).
@@ -48,6 +49,7 @@ def check(argv: list[str]) -> None:
     from fedgraph.simulations.run_files import pyproject_defaults
     from fedgraph.simulations.server_app import check_flwr_run_config
     from fedgraph.simulations.simulate import check_run_config
+    from fedgraph.simulations.supernodes import supernode_mismatch
 
     defaults = pyproject_defaults()
     if defaults is None:
@@ -70,11 +72,14 @@ def check(argv: list[str]) -> None:
                               f"keys of pyproject.toml's [tool.flwr.app.config]: "
                               f"{', '.join(sorted(defaults))}")
     run_config = {**defaults, **overrides}
+    federation = parsed["--federation-config"]
     if not run_config.get("num-clients"):  # 0: one client per supernode (the ServerApp's count)
-        run_config["num-clients"] = int(parsed["--federation-config"].get(
-            "num-supernodes", DEFAULT_SUPERNODES))
+        run_config["num-clients"] = int(federation.get("num-supernodes", DEFAULT_SUPERNODES))
     check_run_config(run_config)
     check_flwr_run_config(run_config, defaults)
+    want, have = run_config["num-clients"], federation.get("num-supernodes")
+    if isinstance(have, int) and want != have:  # the ServerApp would refuse it, 30 s later
+        raise supernode_mismatch(want, have)
 
 
 def main(argv: list[str] | None = None) -> int:

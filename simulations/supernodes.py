@@ -12,7 +12,7 @@ import time
 
 from fedgraph.errors import ConfigError
 
-__all__ = ["FROM_GRID", "resolve_num_clients"]
+__all__ = ["FROM_GRID", "resolve_num_clients", "supernode_mismatch"]
 
 #: the value of ``num-clients`` (pyproject's default) that means "one per supernode"
 FROM_GRID = 0
@@ -72,8 +72,14 @@ def resolve_num_clients(grid, run_config: dict, settle: float = 1.0,
                               "num-clients = 0 the run has one client per supernode)")
         run_config["num-clients"] = have
     elif have != want:
-        raise ConfigError(f"num-clients: the run config has num-clients={want} but the "
-                          f"federation has {have} supernodes; leave num-clients unset (one "
-                          f"client per supernode) or run with --federation-config "
-                          f"\"num-supernodes={want}\"")
+        raise supernode_mismatch(want, have)
     return run_config
+
+
+def supernode_mismatch(want: int, have: int) -> ConfigError:
+    """The error of an explicit ``num-clients`` (``want``) that differs from a simulation's
+    ``have`` supernodes (the ServerApp's check, and ``scripts/main.sh``'s before it starts)."""
+    return ConfigError(f"num-clients: the run config has num-clients={want} but the "
+                       f"federation has {have} supernodes; leave num-clients unset (one "
+                       f"client per supernode) or run with --federation-config "
+                       f"\"num-supernodes={want}\"")

@@ -228,6 +228,11 @@ class PrivateStrategy(ABC):
             raise ContractError(f"strategy {name}: test accuracy {test!r} is not a fraction in "
                                 "[0, 1]")
 
+    def _privacy_summary(self) -> dict:
+        """The ledger's ``per_subject`` rows at the run's delta and accountant."""
+        delta, accountant = self.privacy_parameters()
+        return self.ledger.summary(delta, accountant)
+
     def report_path(self) -> Path:
         from fedgraph.report import default_run_name
 
@@ -251,6 +256,7 @@ class PrivateStrategy(ABC):
             Exception: whatever a phase or a check raised, after the report recorded it as
                 failed.
         """
+        per_subject = None
         try:
             self.check_config()
             # Server-side randomness (initialisation, sampling) follows the run's seed, so a
@@ -258,6 +264,8 @@ class PrivateStrategy(ABC):
             torch.manual_seed(self.config.seed)
             self.run(grid)
             self.check_contract()
+            per_subject = self._privacy_summary()
+            check_budgets_kept(per_subject, type(self).__qualname__)
             self.report.status = "ok"
         except BaseException as err:
             from fedgraph.errors import RunInterrupted
@@ -268,8 +276,9 @@ class PrivateStrategy(ABC):
             self.report.extra["traceback"] = traceback.format_exc()
             raise
         finally:
+            self.report.privacy["per_subject"] = (per_subject if per_subject is not None
+                                                  else self._privacy_summary())
             delta, accountant = self.privacy_parameters()
-            self.report.privacy["per_subject"] = self.ledger.summary(delta, accountant)
             self.report.privacy["composed_at"] = {"delta": delta, "accountant": accountant}
             # where the clients' noise came from (fedgraph.randomness); never the secret itself
             self.report.privacy["noise_source"] = self.config.noise_source
@@ -284,6 +293,23 @@ class PrivateStrategy(ABC):
             print(format_table(self.report.to_dict()))
             print(f"report: {path}")
         return self.report.to_dict()
+
+
+def check_budgets_kept(per_subject: dict, strategy: str = "") -> None:
+    """Fail a run that spent more than a subject's budget (``ledger.set_budget``): its report
+    is still written, with the subject flagged ``over_budget``, but the run is ``failed``, not
+    ``ok``, and exits non-zero. The built-in methods calibrate within their budgets, so this
+    only catches a strategy or mechanism that does not.
+
+    Raises:
+        ContractError: naming each subject over budget with its epsilon and budget.
+    """
+    over = {s: r for s, r in per_subject.items() if r.get("over_budget")}
+    if over:
+        rows = "; ".join(f"{s}: epsilon {r['epsilon']:.4g} > budget {r['budget']:g}"
+                         for s, r in over.items())
+        raise ContractError(f"strategy {strategy or 'the run'} spent more than a privacy "
+                            f"budget ({rows}): the guarantee asked for does not hold")
 
 
 def _check_strategy(cls, name: str) -> None:

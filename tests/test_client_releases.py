@@ -538,13 +538,19 @@ def test_ledger_merges_repeated_rounds_of_one_release():
                                   Gaussian(3.0)]
 
 
-def test_ppgnn_label_epsilon_over_the_level_budget_is_flagged(runs, tmp_path):
+def test_ppgnn_label_epsilon_comes_out_of_each_level_budget(runs, tmp_path):
+    """With randomized response on the labels, a user's whole release (features and label)
+    stays within its level's budget: the features get ``budget - label-epsilon``."""
     report, _ = _run({**PPGNN, "label-epsilon": 0.5}, tmp_path, "ppgnn-labels")
+    assert report["status"] == "ok"
     per = report["privacy"]["per_subject"]
     for i, budget in ((1, 1.0), (2, 2.0), (3, 4.0)):
         row = per[f"level-{i}"]
-        assert row["epsilon"] == pytest.approx(budget + 0.5)
-        assert row["budget"] == budget and row["over_budget"] is True
+        assert row["epsilon"] == pytest.approx(budget)
+        assert row["budget"] == budget and row["over_budget"] is False
+        assert row["cross_check"]["agrees"]
+        spent = {r["release"]: r for r in row["releases"]}
+        assert "labels (randomized response)" in spent and len(spent) == 3  # esw, mlr, labels
     base = runs["ppgnn"][0]["privacy"]["per_subject"]
     assert all(base[f"level-{i}"]["over_budget"] is False for i in (1, 2, 3))
 

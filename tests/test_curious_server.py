@@ -36,7 +36,7 @@ GAP = {"method": "gap", "dataset": "cora", "num-clients": 2, "client-epsilons": 
        "hops": 1, "encoder-dim": 8, "hidden": 8, "seed": 3}
 PROGAP = {"method": "progap", "dataset": "cora", "num-clients": 2, "client-epsilons": "1",
           "depth": 1, "hidden": 8, "accountant": "rdp", "seed": 3}
-PPGNN = {"method": "ppgnn", "dataset": "cora", "num-clients": 2, "label-epsilon": 1.0, "seed": 3}
+PPGNN = {"method": "ppgnn", "dataset": "cora", "num-clients": 2, "label-epsilon": 0.5, "seed": 3}
 PRIVGNN = {"method": "privgnn", "dataset": "cora", "num-clients": 2, "num-queries": 4,
            "lam": 1.0, "gamma": 0.3, "delta": 1e-4, "num-neighbours": 20, "teacher-epochs": 3,
            "teacher-hidden": 8, "teacher-batch-size": 4, "projection-dim": 16,

@@ -103,6 +103,28 @@ class _NoAccuracy(PrivateStrategy):
         self.ledger.record("client-0", "features", PureDP(1.0))
 
 
+class _Overspends(PrivateStrategy):
+    def run(self, grid):
+        from fedgraph.accounting import PureDP
+
+        self.ledger.set_budget("client-0", 1.0)
+        self.ledger.record("client-0", "features", PureDP(0.75))
+        self.ledger.record("client-0", "labels", PureDP(0.5))
+        self.report.accuracy["test"] = 0.5
+
+
+def test_strategy_that_spends_past_a_budget_fails_the_run(tmp_path):
+    """The report is written with the subject flagged, but the run is failed, not ok."""
+    cfg = parse_run_config({"num-clients": 2, "output-dir": str(tmp_path), "run-name": "over"})
+    with pytest.raises(ContractError, match=r"spent more than a privacy budget \(client-0: "
+                                            r"epsilon 1\.25 > budget 1\)"):
+        _Overspends(cfg).start(LocalGrid(2))
+    report = json.loads((tmp_path / "over.json").read_text())
+    assert report["status"] == "failed" and "privacy budget" in report["error"]
+    row = report["privacy"]["per_subject"]["client-0"]
+    assert row["over_budget"] is True and row["epsilon"] == pytest.approx(1.25)
+
+
 @pytest.mark.parametrize("cls,message", [(_NoLedger, "empty privacy ledger"),
                                          (_NoAccuracy, "without a test accuracy")])
 def test_strategy_that_breaks_the_contract_fails_the_run(tmp_path, cls, message):
@@ -269,6 +291,9 @@ def _graph(**changes):
     ({"y": torch.tensor([0, 1, 2, 0, 1, -1])}, r"labels must lie in \[0, 3\)"),
     ({"y": torch.tensor([0, 1, 2, 0, 1, 3]), "num_classes": 3}, r"labels must lie in \[0, 3\)"),
     ({"y": torch.tensor([1, 2, 3, 1, 2, 3])}, r"classes \[0\] have no node \(1-based"),
+    ({"y": torch.tensor([0, 1, 2, 0, 1, 99])}, r"the labels take the values \[0, 1, 2, 99\], so "
+     r"classes \[3, 4, .*12, \.\.\.\] \(96 in all\) have no node \(the largest label, 99, "
+     r"is at node\(s\) \[5\]"),
     ({"edge_index": torch.tensor([[0, 1, 2]])}, r"edge_index must be an integer tensor \[2, num_edges\]"),
     ({"edge_index": torch.tensor([[0, 6], [1, 2]])}, r"node ids in \[0, 6\], outside \[0, 6\)"),
     ({"x": torch.full((6, 3), 2.0)}, "outside the declared feature_domain"),
@@ -335,6 +360,12 @@ def test_a_malformed_graph_file_is_named_with_its_layout(tmp_path):
         read_graph_files(folder(features="1,0\n0,1,1\n1,1\n"))
     with pytest.raises(ValueError, match=r"graph.toml: not valid TOML"):
         read_graph_files(folder(toml="feature_domain = [0, 1"))
+    with pytest.raises(ValueError, match=r"features.csv: data line 2, column 2 is nan "
+                                         r"\(counting data lines and columns from 1"):
+        read_graph_files(folder(features="1,0\n0,nan\n1,1\n"))
+    for name in ("edges", "features", "labels"):  # (numpy only warned for an empty file)
+        with pytest.raises(ValueError, match=rf"{name}.csv: no data line \(expected"):
+            read_graph_files(folder(**{name: "# only a comment\n"}))
 
 
 # ------------------------------------------------------------------------------ partitioners

@@ -37,6 +37,10 @@ def test_the_defaults_and_good_overrides_pass():
     (["--run-config", "hops=5"], "hops: a key of method 'gap'"),
     (["--run-config", "seed=abc def"], "--run-config:"),  # not TOML: Flower's parser's message
     (["--run-config", "num-clients=0"], None),  # 0: one per supernode, 10 here: fine
+    (["--run-config", "num-clients=10"], None),
+    # the ServerApp refuses it after the SuperLink and Ray started: named before
+    (["--run-config", "num-clients=3"], 'num-clients: the run config has num-clients=3 but '
+                                        'the federation has 10 supernodes'),
 ])
 def test_a_bad_run_config_is_named(args, expect):
     if expect is None:

@@ -12,11 +12,13 @@ def test_ppgnn_ledger_epsilon_per_level_matches_budget_and_prv():
     ledger = PrivacyLedger()
     record_privacy(ledger, cfg, build_mechanism(cfg))
     for level, budget in enumerate([1.0, 2.0, 4.0], start=1):
+        # the label's 0.5 comes out of the level's budget; the features get the rest
         eps, delta = ledger.epsilon(f"level-{level}")
-        assert eps == pytest.approx(budget + 0.5) and delta == 0
+        assert eps == pytest.approx(budget) and delta == 0
         releases = {e.release: e.event.epsilon for e in ledger.entries[f"level-{level}"]}
-        assert releases["esw"] == pytest.approx(0.2 * budget)
-        assert releases["mlr"] == pytest.approx(0.8 * budget)
+        assert releases["esw"] == pytest.approx(0.2 * (budget - 0.5))
+        assert releases["mlr"] == pytest.approx(0.8 * (budget - 0.5))
+        assert releases["labels (randomized response)"] == pytest.approx(0.5)
         lo, est, hi = ledger.cross_check(f"level-{level}")  # independent: prv-accountant
         assert lo - 1e-3 <= eps <= hi + 1e-3
         assert ledger.summary()[f"level-{level}"]["cross_check"]["agrees"]

@@ -1050,7 +1050,7 @@ PPGNN_CASES = {
     "features-multibit": ({"mechanism": "multi-bit", "epsilon": 1.0, "denoiser": "kprop"},
                           "features"),  # LPGNN
     "features-laplace": ({"mechanism": "laplace", "epsilon": 1.0}, "features"),
-    "label-rr": ({"label-epsilon": 1.0}, "label"),
+    "label-rr": ({"label-epsilon": 0.5}, "label"),
     "level": ({}, "level"),
 }
 

@@ -22,7 +22,7 @@ from fedgraph.config import ConfigError, parse_run_config
 from fedgraph.messaging import tensors
 
 SECRET = "test-secret-7c41d2"
-PPGNN = {"method": "ppgnn", "dataset": "cora", "num-clients": 2, "label-epsilon": 1.0}
+PPGNN = {"method": "ppgnn", "dataset": "cora", "num-clients": 2, "label-epsilon": 0.5}
 
 
 @pytest.fixture(autouse=True)

@@ -32,7 +32,10 @@ class PPGNNConfig(DataConfig):
     ``budgets`` is the budget set E (total epsilon-LDP per user, per level), ``level_shares``
     the share of users at each level. ``mechanism`` ``ppm`` uses the levels; the uniform
     baselines (``multi-bit``, ``one-bit``, ``laplace``, ``gaussian``) give every user
-    ``epsilon`` (default: the smallest level, as LPGNN would have to).
+    ``epsilon`` (default: the smallest level, as LPGNN would have to). ``label_epsilon > 0``
+    (randomized response on the labels, as LPGNN's) comes out of each level's budget: the
+    features get :attr:`feature_budgets`, ``budgets - label_epsilon`` (basic composition), so
+    a user's whole release stays within its level's budget.
     """
 
     method: Literal["ppgnn"] = "ppgnn"
@@ -44,7 +47,8 @@ class PPGNNConfig(DataConfig):
         "posterior", description="PPM: server rescaling by level posterior or released level")
     epsilon: Optional[float] = Field(None, description="uniform mechanisms: epsilon per user")
     delta: float = Field(1e-5, description="gaussian mechanism only")
-    label_epsilon: float = Field(0.0, ge=0, description="> 0: randomized response on labels")
+    label_epsilon: float = Field(0.0, ge=0, description="> 0: randomized response on labels, "
+                                 "out of each level's budget (the features get the rest)")
     denoiser: Literal["flexprop", "kprop", "none"] = "flexprop"
     steps: list[int] = Field(default_factory=lambda: [16],
                              description="propagation steps K; several: chosen on validation")
@@ -117,6 +121,7 @@ class PPGNNConfig(DataConfig):
                 f"everyone at {v:g}), or choose a uniform mechanism (multi-bit, one-bit, "
                 f"laplace, gaussian)")
         if v is not None and budgets and mechanism != "ppm" and v > min(budgets) * (1 + 1e-9):
+            # (with label_epsilon > 0 the features' share is checked in _label_share)
             # a uniform mechanism gives every user this epsilon: the lower levels would
             # overspend (fedgraph.federation.check_feature_budgets checks any mechanism)
             raise ValueError(
@@ -139,6 +144,34 @@ class PPGNNConfig(DataConfig):
     @classmethod
     def _mechanism(cls, v: str) -> str:
         return _check_extension("mechanism", v)
+
+    @model_validator(mode="after")
+    def _label_share(self):
+        """``label_epsilon`` is spent out of every level's budget: it must leave each level's
+        features at least :data:`~fedgraph.limits.MIN_FEATURE_EPSILON`, and a uniform
+        mechanism's ``epsilon`` must fit beside it in the smallest budget."""
+        if self.label_epsilon <= 0:
+            return self
+        low = min(self.budgets)
+        room = low - MIN_FEATURE_EPSILON
+        if self.label_epsilon > room * (1 + 1e-9):
+            raise ValueError(
+                f"label-epsilon: {self.label_epsilon:g} is spent out of every level's budget "
+                f"and leaves the smallest ({low:g}) less than {MIN_FEATURE_EPSILON:g} for the "
+                f"features (allowed: [0, {max(room, 0):g}]; or raise budgets)")
+        if self.epsilon is not None and self.epsilon + self.label_epsilon > low * (1 + 1e-9):
+            raise ValueError(
+                f"epsilon: {self.epsilon:g} on the features and label-epsilon "
+                f"{self.label_epsilon:g} on the labels exceed the smallest level's budget "
+                f"{low:g} (allowed: epsilon in (0, {low - self.label_epsilon:g}] with this "
+                f"label-epsilon)")
+        return self
+
+    @property
+    def feature_budgets(self) -> list[float]:
+        """Each level's epsilon for a user's features: ``budgets`` less ``label_epsilon``
+        (what the feature mechanism is built with; the ledger's budgets stay ``budgets``)."""
+        return [b - self.label_epsilon for b in self.budgets]
 
     @model_validator(mode="after")
     def _ppm_budget_limit(self):

@@ -116,9 +116,19 @@ def check_graph(data: Data, name: str = 'dataset') -> None:
         bad("y has a single class; node classification needs at least 2")
     if num_classes is None and int(present.numel()) != limit:
         missing = sorted(set(range(limit)) - set(present.tolist()))
-        bad(f"class ids must be 0..C-1 with every class present; classes {missing[:10]} have "
-            "no node (1-based labels? relabel with torch.unique(y, return_inverse=True)[1], "
-            "or set data.num_classes if some classes are truly empty)")
+        shown = (f"{missing}" if len(missing) <= 10
+                 else f"[{', '.join(map(str, missing[:10]))}, ...] ({len(missing)} in all)")
+        values = present.tolist()
+        seen = f"{values}" if len(values) <= 12 else f"[{', '.join(map(str, values[:12]))}, ...]"
+        top = int(y.max())
+        at = (y == top).nonzero().view(-1)[:5].tolist()
+        why = ("1-based labels? " if int(y.min()) == 1 else
+               f"the largest label, {top}, is at node(s) {at} (0-based: the data line of "
+               "labels.csv for the 'files' dataset); ")
+        bad(f"class ids must be 0..C-1 with every class present; the labels take the values "
+            f"{seen}, so classes {shown} have no node ({why}relabel with "
+            "torch.unique(y, return_inverse=True)[1], or set data.num_classes if some classes "
+            "are truly empty)")
     if not isinstance(ei, Tensor) or ei.dim() != 2 or ei.shape[0] != 2 \
             or ei.is_floating_point() or ei.dtype == torch.bool:
         bad(f"edge_index must be an integer tensor [2, num_edges], got {_describe(ei)}")

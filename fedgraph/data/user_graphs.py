@@ -93,11 +93,26 @@ def read_graph_files(root: PathLike, feature_domain: Optional[Tuple[float, float
 
 def _read_csv(path: Path, dtype, ndmin: int, layout: str) -> np.ndarray:
     """``path``'s comma-separated numbers (``#`` comments), or a ``ValueError`` naming the file
-    and its ``layout`` (numpy's own message says where: its rows count data lines from 0)."""
+    and its ``layout`` (numpy's own message says where: its rows count data lines from 0): also
+    for a file with no data line, and for a NaN or infinite value (its data line and column,
+    counted from 1)."""
+    import warnings
+
     try:
-        return np.loadtxt(path, delimiter=',', comments='#', dtype=dtype, ndmin=ndmin)
+        with warnings.catch_warnings():  # "input contained no data": refused below instead
+            warnings.simplefilter("ignore", UserWarning)
+            values = np.loadtxt(path, delimiter=',', comments='#', dtype=dtype, ndmin=ndmin)
     except ValueError as err:
         raise ValueError(f"dataset 'files': {path}: {err} (expected {layout})") from None
+    if values.size == 0:
+        raise ValueError(f"dataset 'files': {path}: no data line (expected {layout})")
+    if values.dtype.kind == 'f' and not np.isfinite(values).all():
+        row, col = (int(i) + 1 for i in np.argwhere(~np.isfinite(values.reshape(
+            values.shape[0], -1)))[0])
+        raise ValueError(f"dataset 'files': {path}: data line {row}, column {col} is "
+                         f"{values.reshape(values.shape[0], -1)[row - 1, col - 1]} (counting data "
+                         f"lines and columns from 1; expected finite numbers: {layout})")
+    return values
 
 
 def files_dataset(root: Optional[Path]) -> Data:

@@ -12,8 +12,9 @@ from ...mechanisms import FeatureMechanism, make_mechanism
 
 
 def build_mechanism(cfg: PPGNNConfig) -> FeatureMechanism:
-    """The configured feature mechanism (``cfg.mechanism``) with the configured budgets."""
-    return make_mechanism(cfg.mechanism, budgets=cfg.budgets, gamma=cfg.gamma,
+    """The configured feature mechanism (``cfg.mechanism``) with each level's features'
+    budget (``cfg.feature_budgets``: ``budgets`` less ``label_epsilon``)."""
+    return make_mechanism(cfg.mechanism, budgets=cfg.feature_budgets, gamma=cfg.gamma,
                           shares=cfg.shares, rescale=cfg.rescale, epsilon=cfg.epsilon,
                           delta=cfg.delta)
 

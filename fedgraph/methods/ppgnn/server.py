@@ -112,10 +112,10 @@ def fit_each_steps(reports: list[dict[str, Tensor]], cfg: PPGNNConfig, num_nodes
     if cfg.denoiser == "flexprop" and level_hat is not None and cfg.weights == "posterior":
         from ...mechanisms.ppm import PPMParams, posterior_inverse_variance
 
-        params = PPMParams(tuple(cfg.budgets), cfg.gamma, tuple(cfg.shares) if cfg.shares else None)
+        params = PPMParams(tuple(cfg.feature_budgets), cfg.gamma, tuple(cfg.shares) if cfg.shares else None)
         w = posterior_inverse_variance(level_hat, params, num_features).to(dev)
     elif cfg.denoiser == "flexprop" and level_hat is not None and cfg.weights != "uniform":
-        w = flexprop_weights(level_hat, cfg.budgets, cfg.weights, num_features, 1 - cfg.gamma)
+        w = flexprop_weights(level_hat, cfg.feature_budgets, cfg.weights, num_features, 1 - cfg.gamma)
         w = w.to(dev)
     x_hat, y, train_mask, val_mask, edge_index = (
         t.to(dev) for t in (x_hat, y, train_mask, val_mask, edge_index))
