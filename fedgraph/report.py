@@ -343,6 +343,33 @@ def format_table(report: dict) -> str:
                              for r in row["releases"])
         lines.append(f"  {subject:<{width}} epsilon {row['epsilon']:.4g}{delta}{extra}  "
                      f"[{releases}]")
+    silent = report.get("privacy", {}).get("released_nothing")
+    if silent:  # clients with no ledger subject: they spent nothing, and taught nothing
+        lines.append(f"  {', '.join(silent)}: released nothing (epsilon 0; "
+                     f"{report['privacy'].get('released_nothing_why', 'no release')})")
+    undirected = report.get("privacy", {}).get("undirected_edge_epsilon")
+    if undirected:  # edge-unit = directed: a friendship is both directed halves
+        lines.append(f"  edge-unit directed: an undirected edge (both halves) costs epsilon up "
+                     f"to {max(undirected.values()):.4g} per client "
+                     f"(privacy.undirected_edge_epsilon)")
+    # delta >= 1/n lets a mechanism publish some unit's data outright; n here is a client's
+    # average node count (the guarantees are per client's data), a lenient floor
+    deltas = [row["delta"] for row in subjects.values() if row.get("delta")]
+    nodes = (report.get("ground_truth", {}).get("dataset", {}).get("num_nodes")
+             or report.get("dataset", {}).get("num_nodes"))
+    clients = report.get("config", {}).get("num_clients") or 1
+    if deltas and nodes and max(deltas) >= clients / nodes:
+        lines.append(f"  WARNING: delta {max(deltas):g} is not below 1 / {nodes / clients:.0f} "
+                     f"(a client's average number of nodes): with delta >= 1/n an (epsilon, "
+                     f"delta) guarantee allows publishing some unit's data outright; use delta "
+                     f"well below 1/n")
+    # PrivGNN measures its own majority rate, on the public test nodes its student is tested on
+    majority = acc.get("majority_class", report.get("ground_truth", {}).get("majority_class"))
+    test = acc.get("test")
+    if isinstance(majority, float) and isinstance(test, float) and test < majority:
+        lines.append(f"  note: test accuracy {test:.4f} is below the majority-class rate "
+                     f"{majority:.4f}: the model does worse than always guessing the largest "
+                     f"class")
     collusion = report.get("privacy", {}).get("collusion")
     if collusion and collusion.get("epsilon"):  # secure aggregation's weak point, stated
         worst = max(collusion["epsilon"].values())

@@ -234,6 +234,12 @@ class PrivGNNStrategy(PrivateStrategy):
                            "kept": int(agg.kept.sum()), "dropped": int((~agg.kept).sum()),
                            "answers_per_query_mean": float(agg.votes.float().mean())})
         self.report.extra["clients"] = {f"client-{p}": clients[p] for p in sorted(clients)}
+        silent = [f"client-{p}" for p in sorted(clients) if not int(clients[p]["answered"])]
+        if silent:  # no ledger subject: say so rather than leave them out of the table
+            self.report.privacy["released_nothing"] = silent
+            self.report.privacy["released_nothing_why"] = (
+                "answered no query: a budget too small for one answer, or no query asked; "
+                "report clients.<client>")
         self.report.extra["queries"] = {"asked": int(asked.sum()),
                                         "kept": sum(x["kept"] for x in rounds),
                                         "dropped": sum(x["dropped"] for x in rounds),

@@ -555,6 +555,17 @@ def test_ppgnn_label_epsilon_comes_out_of_each_level_budget(runs, tmp_path):
     assert all(base[f"level-{i}"]["over_budget"] is False for i in (1, 2, 3))
 
 
+def test_a_privgnn_client_too_poor_to_answer_is_named_not_dropped(tmp_path):
+    """client-0's budget affords no answer: it has no ledger subject (it spent nothing), and
+    the report and its table say so instead of leaving it out."""
+    report, _ = _run({**PRIVGNN, "client-epsilons": "0.2,10"}, tmp_path, "privgnn-poor")
+    assert report["status"] == "ok"
+    assert report["clients"]["client-0"]["limit"] == 0
+    assert "client-0" not in report["privacy"]["per_subject"]
+    assert report["privacy"]["released_nothing"] == ["client-0"]
+    assert "client-0: released nothing (epsilon 0;" in format_table(report)
+
+
 def test_gap_and_privgnn_clients_carry_their_targets_as_budgets(runs):
     for name in ("gap-edge", "gap-node", "progap-edge", "progap-node"):
         per = runs[name][0]["privacy"]["per_subject"]

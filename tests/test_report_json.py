@@ -7,7 +7,7 @@ import math
 import numpy as np
 import torch
 
-from fedgraph.report import RunReport, write_json_atomic
+from fedgraph.report import RunReport, format_table, write_json_atomic
 
 
 def _strict_load(path):
@@ -43,8 +43,6 @@ def test_every_phase_reports_the_peak_memory_of_the_process_tree(tmp_path):
     """``peak_rss_mib`` (issue 31): one entry per timed phase, at least the memory a phase
     allocated (a 200 MiB tensor held at the phase's end: its last sample), and the summary
     prints it."""
-    from fedgraph.report import format_table
-
     report = RunReport("gap", {}, progress=False)
     with report.phase("small"):
         pass
@@ -57,3 +55,39 @@ def test_every_phase_reports_the_peak_memory_of_the_process_tree(tmp_path):
     assert set(peaks) == {"small", "big"} == set(data["timings_s"]) - {"total"}
     assert peaks["big"] >= peaks["small"] + 150, peaks
     assert "peak memory (MiB, process tree)" in format_table(data)
+
+
+def _table(**extra):
+    report = {"method": "x", "dataset": {"name": "d", "num_nodes": 100}, "status": "ok",
+              "accuracy": {"test": 0.5},
+              "privacy": {"per_subject": {"client-0": {"epsilon": 1.0, "delta": 1e-5,
+                                                       "releases": [{"release": "pma"}]}}},
+              "ground_truth": {"majority_class": 0.3}}
+    for key, value in extra.items():
+        report[key] = {**report.get(key, {}), **value} if isinstance(value, dict) else value
+    return format_table(report)
+
+
+def test_the_table_states_what_the_rows_alone_would_hide():
+    """A delta that is not below 1/n, a whole undirected edge's cost with directed edge units,
+    clients that released nothing and an accuracy below the majority class each get a line;
+    none of them when it does not apply."""
+    plain = _table()
+    assert not any(w in plain for w in ("WARNING", "edge-unit", "released nothing", "below"))
+    row = {"epsilon": 1.0, "delta": 0.01, "releases": [{"release": "pma"}]}
+    assert "WARNING: delta 0.01 is not below 1 / 100 (a client's average" in _table(
+        privacy={"per_subject": {"client-0": row}})
+    row["delta"] = 0.05  # 4 clients of 25 nodes each on average
+    assert "WARNING: delta 0.05 is not below 1 / 25" in _table(
+        privacy={"per_subject": {"client-0": row}}, config={"num_clients": 4})
+    row["delta"] = 1e-3
+    assert "WARNING" not in _table(privacy={"per_subject": {"client-0": row}},
+                                   config={"num_clients": 4})
+    assert "costs epsilon up to 5.89 per client" in _table(
+        privacy={"undirected_edge_epsilon": {"client-0": 5.89, "client-1": 2.0}})
+    assert "client-0, client-3: released nothing (epsilon 0; why)" in _table(
+        privacy={"released_nothing": ["client-0", "client-3"], "released_nothing_why": "why"})
+    assert ("test accuracy 0.2000 is below the majority-class rate 0.3000"
+            in _table(accuracy={"test": 0.2}))
+    # a method's own majority rate (PrivGNN: its public test nodes) is the one compared
+    assert "below" not in _table(accuracy={"test": 0.2, "majority_class": 0.15})
