@@ -151,6 +151,13 @@ def test_run_name_is_a_file_name_not_a_path_out_of_output_dir(method, name):
     assert parse_run_config({"method": method, "run-name": "seed-0_ok.v2"}).run_name == "seed-0_ok.v2"
 
 
+@pytest.mark.parametrize("value,name", [(123, "123"), (float("inf"), "inf"), (2.5, "2.5")])
+def test_an_unquoted_number_for_a_text_key_is_its_text(value, name):
+    """``--set run-name=123`` (TOML: an integer) names the report ``123``, as the user meant;
+    ``run-name=inf`` was refused as "must be a finite number" on a text key."""
+    assert parse_run_config({"method": "gap", "run-name": value}).run_name == name
+
+
 def test_a_run_name_given_with_the_json_suffix_names_that_report(tmp_path):
     cfg = parse_run_config({"method": "gap", "run-name": "mine.json", "output-dir": str(tmp_path)})
     assert cfg.run_name == "mine"  # the report is mine.json, not mine.json.json

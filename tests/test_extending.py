@@ -288,7 +288,8 @@ def _graph(**changes):
     ({"x": None}, "x must be a float tensor .*None"),
     ({"x": torch.ones(6, 3, dtype=torch.long)}, "x must be a float tensor"),
     ({"y": torch.tensor([0, 1, 2, 0, 1])}, r"y must be an integer tensor \[6\]"),
-    ({"y": torch.tensor([0, 1, 2, 0, 1, -1])}, r"labels must lie in \[0, 3\)"),
+    ({"y": torch.tensor([0, 1, 2, 0, 1, -1])}, r"labels must lie in \[0, 3\).*the first "
+                                               r"outside is -1 at node 5"),
     ({"y": torch.tensor([0, 1, 2, 0, 1, 3]), "num_classes": 3}, r"labels must lie in \[0, 3\)"),
     ({"y": torch.tensor([1, 2, 3, 1, 2, 3])}, r"classes \[0\] have no node \(1-based"),
     ({"y": torch.tensor([0, 1, 2, 0, 1, 99])}, r"the labels take the values \[0, 1, 2, 99\], so "
@@ -363,6 +364,12 @@ def test_a_malformed_graph_file_is_named_with_its_layout(tmp_path):
     with pytest.raises(ValueError, match=r"features.csv: data line 2, column 2 is nan "
                                          r"\(counting data lines and columns from 1"):
         read_graph_files(folder(features="1,0\n0,nan\n1,1\n"))
+    with pytest.raises(ValueError, match=r"labels.csv has 2 data lines but .*features.csv "
+                                         r"has 3: one label per node"):
+        read_graph_files(folder(labels="0\n1\n"))
+    with pytest.raises(ValueError, match=r"edges.csv: data line 2 \(counted from 1\) has the "
+                                         r"edge 1,3; node ids must lie in \[0, 3\)"):
+        read_graph_files(folder(edges="# source,target\n0,1\n1,3\n"))
     for name in ("edges", "features", "labels"):  # (numpy only warned for an empty file)
         with pytest.raises(ValueError, match=rf"{name}.csv: no data line \(expected"):
             read_graph_files(folder(**{name: "# only a comment\n"}))

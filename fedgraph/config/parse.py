@@ -67,6 +67,9 @@ def parse_run_config(run_config: dict[str, Any]) -> _Base:
     cfg["method"] = method_of(run_config)
     model = METHOD_CONFIGS.get(cfg["method"])
     text = {k for k, f in (model.model_fields.items() if model else ()) if f.annotation is str}
+    for k in text & set(cfg):  # an unquoted number for a text key (--set run-name=123): text
+        if isinstance(cfg[k], (int, float)) and not isinstance(cfg[k], bool):
+            cfg[k] = str(cfg[k])
     bad = [k for k, v in cfg.items() if isinstance(v, float) and not math.isfinite(v)
            or k not in text and isinstance(v, str)
            and v.strip().lower() in ("nan", "inf", "-inf", "+inf")]

@@ -109,8 +109,10 @@ def check_graph(data: Data, name: str = 'dataset') -> None:
     num_classes = data.get('num_classes')
     limit = int(num_classes) if num_classes is not None else int(y.max()) + 1
     if int(y.min()) < 0 or int(y.max()) >= limit:
+        first = int(((y < 0) | (y >= limit)).nonzero()[0])
         bad(f"labels must lie in [0, {limit}) (num_classes = {limit}), got values in "
-            f"[{int(y.min())}, {int(y.max())}]")
+            f"[{int(y.min())}, {int(y.max())}]; the first outside is {int(y[first])} at node "
+            f"{first} (0-based: the data line of labels.csv for the 'files' dataset)")
     present = torch.unique(y)
     if int(present.numel()) < 2:
         bad("y has a single class; node classification needs at least 2")

@@ -81,6 +81,7 @@ def read_graph_files(root: PathLike, feature_domain: Optional[Tuple[float, float
                   "numbers on every line, one line per node")
     y = _read_csv(root / 'labels.csv', np.int64, 1, "one integer class id per line, one line "
                   "per node")
+    _check_rows_agree(root, edges.reshape(-1, 2), x, y)
     domain = feature_domain if feature_domain is not None else meta.get('feature_domain')
     data = Data(x=torch.from_numpy(x), y=torch.from_numpy(y),
                 edge_index=torch.from_numpy(edges.reshape(-1, 2).T.copy()),
@@ -113,6 +114,23 @@ def _read_csv(path: Path, dtype, ndmin: int, layout: str) -> np.ndarray:
                          f"{values.reshape(values.shape[0], -1)[row - 1, col - 1]} (counting data "
                          f"lines and columns from 1; expected finite numbers: {layout})")
     return values
+
+
+def _check_rows_agree(root: Path, edges: np.ndarray, x: np.ndarray, y: np.ndarray) -> None:
+    """One label per feature line, and every edge's node ids among them: a ``ValueError``
+    naming the files and the first offending data line (counted from 1)."""
+    n = x.shape[0]
+    if y.shape[0] != n:
+        raise ValueError(f"dataset 'files': {root / 'labels.csv'} has {y.shape[0]} data lines "
+                         f"but {root / 'features.csv'} has {n}: one label per node, in the "
+                         f"same order")
+    outside = np.flatnonzero((edges < 0).any(1) | (edges >= n).any(1))
+    if outside.size:
+        line = int(outside[0])
+        raise ValueError(f"dataset 'files': {root / 'edges.csv'}: data line {line + 1} "
+                         f"(counted from 1) has the edge {edges[line, 0]},{edges[line, 1]}; node "
+                         f"ids must lie in [0, {n}) ({n} nodes: the lines of features.csv, "
+                         f"0-based)")
 
 
 def files_dataset(root: Optional[Path]) -> Data:
