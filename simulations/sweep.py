@@ -308,9 +308,12 @@ def load_sweep(path: str | Path, output_dir: Optional[str] = None) -> Sweep:
         raise SweepError(f"{'--output-dir' if output_dir else 'output-dir'}: "
                          f"{sweep.output_dir} is a file, not a folder (the sweep writes its "
                          "cells under it: name a folder, or one that does not exist yet)")
-    cells = sweep.cells()  # raises SweepError on an inconsistent grid
-    _check_run_config_keys(cells, spec)
-    _check_run_config_values(cells)
+    try:
+        cells = sweep.cells()  # raises SweepError on an inconsistent grid
+        _check_run_config_keys(cells, spec)
+        _check_run_config_values(cells)
+    except SweepError as err:  # named with the file, as the errors above
+        raise SweepError(f"{p}: {err}") from None
     return sweep
 
 
@@ -376,6 +379,5 @@ def _check_run_config_keys(cells: list[Cell], spec: SweepFile) -> None:
     if bad:
         lines = [f"{where}: {key}: unknown run-config key"
                  + did_you_mean(str(key).replace("_", "-"), sorted(known))
-                 + "; allowed: the run-config keys of the docs' reference/config page (each "
-                 "method's)" for key, where in bad.items()]
+                 + f"; allowed: {', '.join(sorted(known))}" for key, where in bad.items()]
         raise SweepError("invalid sweep file:\n  " + "\n  ".join(lines))

@@ -157,8 +157,11 @@ def test_every_cell_of_the_bundled_sweeps_validates(name):
 ])
 def test_invalid_sweep_file_exits_2_naming_the_key(tmp_path, text, key):
     f = write(tmp_path / "bad.toml", text)
-    with pytest.raises(SweepError, match=re.escape(key)):
+    with pytest.raises(SweepError, match=re.escape(key)) as err:
         load_sweep(f)
+    assert str(err.value).startswith(str(f)) or "not found" in str(err.value)  # names the file
+    if "unknown run-config key" in key:  # the allowed keys listed, not a pointer to the docs
+        assert "allowed: " in str(err.value) and "client-epsilons, " in str(err.value)
     res = CliRunner().invoke(cli, ["sweep", str(f), "-o", str(tmp_path / "out")])
     assert res.exit_code == 2 and key in res.output
     assert not (tmp_path / "out").exists()
