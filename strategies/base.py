@@ -253,8 +253,9 @@ class PrivateStrategy(ABC):
         Returns:
             the report as a dict.
         Raises:
-            Exception: whatever a phase or a check raised, after the report recorded it as
-                failed.
+            Exception: whatever a phase or a check raised (among them
+                :func:`check_budgets_kept`: a subject over its budget), after the report
+                recorded it as failed.
         """
         per_subject = None
         try:

@@ -121,9 +121,9 @@ class PPGNNConfig(DataConfig):
                 f"everyone at {v:g}), or choose a uniform mechanism (multi-bit, one-bit, "
                 f"laplace, gaussian)")
         if v is not None and budgets and mechanism != "ppm" and v > min(budgets) * (1 + 1e-9):
-            # (with label_epsilon > 0 the features' share is checked in _label_share)
             # a uniform mechanism gives every user this epsilon: the lower levels would
-            # overspend (fedgraph.federation.check_feature_budgets checks any mechanism)
+            # overspend (fedgraph.federation.check_feature_budgets checks any mechanism;
+            # _label_share, the room left beside label_epsilon)
             raise ValueError(
                 f"{v:g} is above the smallest level's budget {min(budgets):g} (budgets "
                 f"{', '.join(f'{b:g}' for b in budgets)}): mechanism {mechanism!r} gives every "
