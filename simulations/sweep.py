@@ -296,6 +296,9 @@ def load_sweep(path: str | Path, output_dir: Optional[str] = None) -> Sweep:
         raw = tomllib.loads(p.read_text())
     except tomllib.TOMLDecodeError as err:
         raise SweepError(f"{p}: not valid TOML: {err}") from None
+    except UnicodeDecodeError as err:
+        raise SweepError(f"{p}: not UTF-8 text ({err.reason} at byte {err.start}); save it "
+                         "as UTF-8") from None
     try:
         spec = SweepFile.model_validate(raw)
     except ValidationError as err:

@@ -130,9 +130,9 @@ def _round_label(cfg) -> str:
     return cfg.round_strategy + (f": {args}" if args else "")
 
 
-def _undirected_edge_epsilon(cfg, plans: list[dict]) -> dict[str, float]:
+def undirected_edge_epsilon(cfg, plans: list[dict]) -> dict[str, float]:
     """``edge_unit = "directed"``: what one undirected edge (both halves, two rows) costs each
-    client, per client at its delta: its ``K`` PMA hops as Gaussian mechanisms of sensitivity
+    client, per client at its delta (GAP; ProGAP with ``hops = depth``): its ``K`` PMA hops as Gaussian mechanisms of sensitivity
     1 per half, one half at the client's sigma, the other at the smallest sigma that can carry
     it (a cross-client edge's other half is another client's row, each client's own sigma
     without secure aggregation; else the client's own)."""
@@ -219,7 +219,7 @@ class GAPStrategy(PrivateStrategy):
         if client_sampling_note(cfg):
             self.report.privacy["client_sampling"] = client_sampling_note(cfg)
         if cfg.level == "edge" and cfg.edge_unit == "directed":
-            self.report.privacy["undirected_edge_epsilon"] = _undirected_edge_epsilon(
+            self.report.privacy["undirected_edge_epsilon"] = undirected_edge_epsilon(
                 cfg, list(clients.values()))
         inductive = cfg.inference == "inductive" and cfg.variant != "mlp"
         if inductive:

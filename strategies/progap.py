@@ -36,7 +36,7 @@ from fedgraph.methods.progap.client import build_model
 from fedgraph.methods.progap.privacy import plan_events, remote_noise
 from .base import PrivateStrategy, register_strategy
 from .fedavg import StrictFedAvg, StrictFedSGD, client_sampling_note, round_strategy
-from .gap import aggregation_note, streamed_sums
+from .gap import aggregation_note, streamed_sums, undirected_edge_epsilon
 
 
 @register_strategy("progap")
@@ -83,6 +83,9 @@ class ProGAPStrategy(PrivateStrategy):
                           "outside the guarantee, as in the paper"})
         if client_sampling_note(cfg):
             self.report.privacy["client_sampling"] = client_sampling_note(cfg)
+        if cfg.level == "edge" and cfg.edge_unit == "directed":  # as GAP's: K = depth
+            self.report.privacy["undirected_edge_epsilon"] = undirected_edge_epsilon(
+                cfg, [{**p, "hops": p["depth"]} for p in self._plans.values()])
         if self._remote is not None:
             self.report.privacy["aggregation"] = aggregation_note(cfg, self._remote, sigmas)
         self._keys = None

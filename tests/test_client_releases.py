@@ -566,6 +566,18 @@ def test_a_privgnn_client_too_poor_to_answer_is_named_not_dropped(tmp_path):
     assert "client-0: released nothing (epsilon 0;" in format_table(report)
 
 
+def test_progap_with_directed_edges_states_a_whole_edges_cost(tmp_path):
+    """ProGAP's edge-unit = "directed" (progap-edge-wisconsin's): a whole undirected edge costs
+    more than the per-client epsilon, and the report and table say how much, as GAP's do."""
+    report, _ = _run({**PROGAP, "level": "edge", "edge-unit": "directed"}, tmp_path, "pd")
+    whole = report["privacy"]["undirected_edge_epsilon"]
+    per = report["privacy"]["per_subject"]
+    assert set(whole) == set(per) == {"client-0", "client-1"}
+    for client, eps in whole.items():
+        assert per[client]["epsilon"] < eps < 2 * per[client]["epsilon"] + 1
+    assert "edge-unit directed: an undirected edge (both halves)" in format_table(report)
+
+
 def test_gap_and_privgnn_clients_carry_their_targets_as_budgets(runs):
     for name in ("gap-edge", "gap-node", "progap-edge", "progap-node"):
         per = runs[name][0]["privacy"]["per_subject"]

@@ -84,7 +84,7 @@ def test_label_epsilon_comes_out_of_every_budget():
 
 @pytest.mark.parametrize("kw,message", [
     ({"label-epsilon": 1.0, "budgets": "1,2,4"},
-     r"label-epsilon: 1 is spent out of every level's budget and leaves the smallest \(1\) "
+     r"label-epsilon: 1.0 is spent out of every level's budget and leaves the smallest \(1\) "
      r"less than .* for the features \(allowed: \[0, 0\.99"),
     ({"label-epsilon": 0.5, "mechanism": "multi-bit", "epsilon": 1.0, "budgets": "1,2,4"},
      r"epsilon: 1 on the features and label-epsilon 0\.5 on the labels exceed the smallest "

@@ -285,16 +285,16 @@ def test_directed_unit_reports_what_an_undirected_edge_costs():
     """With the paper's directed unit, the report adds each client's epsilon for a whole
     undirected edge: the issue's 5.89 for the default noise (multiplier 1.8356 at eps 4,
     K = 2, delta 1e-7), more for the client whose cross-client partner has less noise."""
-    from fedgraph.strategies.gap import _undirected_edge_epsilon
+    from fedgraph.strategies.gap import undirected_edge_epsilon
 
     cfg = parse_run_config({"method": "gap", "edge-unit": "directed", "num-clients": 2,
                             "client-epsilons": "4,8"})
     plans = [{**privacy_plan(cfg, cfg.client_epsilon(c), 1).to_dict(), "partition_id": c}
              for c in range(2)]
     assert plans[0]["noise_multiplier"] == pytest.approx(1.8356, abs=1e-3)
-    eps = _undirected_edge_epsilon(cfg, plans)
+    eps = undirected_edge_epsilon(cfg, plans)
     alone = parse_run_config({"method": "gap", "edge-unit": "directed", "num-clients": 1})
-    assert _undirected_edge_epsilon(alone, plans[:1])["client-0"] == pytest.approx(5.89, abs=0.01)
+    assert undirected_edge_epsilon(alone, plans[:1])["client-0"] == pytest.approx(5.89, abs=0.01)
     assert eps["client-0"] > 5.89 and eps["client-1"] > 8
 
 

@@ -62,7 +62,7 @@ def _table(**extra):
               "accuracy": {"test": 0.5},
               "privacy": {"per_subject": {"client-0": {"epsilon": 1.0, "delta": 1e-5,
                                                        "releases": [{"release": "pma"}]}}},
-              "ground_truth": {"majority_class": 0.3}}
+              "ground_truth": {"majority_class": 0.3}}  # the whole graph's: not compared
     for key, value in extra.items():
         report[key] = {**report.get(key, {}), **value} if isinstance(value, dict) else value
     return format_table(report)
@@ -87,7 +87,14 @@ def test_the_table_states_what_the_rows_alone_would_hide():
         privacy={"undirected_edge_epsilon": {"client-0": 5.89, "client-1": 2.0}})
     assert "client-0, client-3: released nothing (epsilon 0; why)" in _table(
         privacy={"released_nothing": ["client-0", "client-3"], "released_nothing_why": "why"})
+    # only a majority rate of the test split (PrivGNN's public test nodes) is compared: the
+    # whole graph's differs from a split's (gap-node-cora guessing the largest class: 0.278)
     assert ("test accuracy 0.2000 is below the majority-class rate 0.3000"
-            in _table(accuracy={"test": 0.2}))
-    # a method's own majority rate (PrivGNN: its public test nodes) is the one compared
+            in _table(accuracy={"test": 0.2, "majority_class": 0.3}))
+    assert "below" not in _table(accuracy={"test": 0.2})
     assert "below" not in _table(accuracy={"test": 0.2, "majority_class": 0.15})
+    # per-user guarantees (PPGNN levels): n is the users, however they are grouped
+    level = {"epsilon": 1.0, "delta": 1e-3, "releases": [{"release": "gaussian"}]}
+    assert "delta 0.001 is not below 1 / 2708 (the users)" in _table(
+        privacy={"per_subject": {"every-user": level}}, config={"num_clients": 50},
+        dataset={"num_nodes": 2708})

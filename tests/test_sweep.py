@@ -167,6 +167,13 @@ def test_invalid_sweep_file_exits_2_naming_the_key(tmp_path, text, key):
     assert not (tmp_path / "out").exists()
 
 
+def test_a_sweep_file_that_is_not_utf8_is_named(tmp_path):
+    f = tmp_path / "latin1.toml"
+    f.write_bytes(b"# caf\xe9\n[sweep]\n")
+    with pytest.raises(SweepError, match=r"latin1.toml: not UTF-8 text"):
+        load_sweep(f)
+
+
 def test_a_value_its_method_refuses_stops_the_sweep_before_any_cell_runs(tmp_path):
     """An epsilon <= 0 on the sweep's axis: refused at load (exit 2) like a typo, naming the
     first such cell, how many more, the key and the allowed values; no cell ran (fresh user,

@@ -156,9 +156,9 @@ class PPGNNConfig(DataConfig):
         room = low - MIN_FEATURE_EPSILON
         if self.label_epsilon > room * (1 + 1e-9):
             raise ValueError(
-                f"label-epsilon: {self.label_epsilon:g} is spent out of every level's budget "
+                f"label-epsilon: {self.label_epsilon!r} is spent out of every level's budget "
                 f"and leaves the smallest ({low:g}) less than {MIN_FEATURE_EPSILON:g} for the "
-                f"features (allowed: [0, {max(room, 0):g}]; or raise budgets)")
+                f"features (allowed: [0, {max(room, 0):.10g}]; or raise budgets)")
         if self.epsilon is not None and self.epsilon + self.label_epsilon > low * (1 + 1e-9):
             raise ValueError(
                 f"epsilon: {self.epsilon:g} on the features and label-epsilon "
