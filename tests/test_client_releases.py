@@ -576,6 +576,20 @@ def test_progap_with_directed_edges_states_a_whole_edges_cost(tmp_path):
     for client, eps in whole.items():
         assert per[client]["epsilon"] < eps < 2 * per[client]["epsilon"] + 1
     assert "edge-unit directed: an undirected edge (both halves)" in format_table(report)
+    # the figure itself, from the clients' reported noise: a whole edge is two rows of
+    # sensitivity 1, one at the client's sigma and one at the smallest (cross-client edges),
+    # in each of the depth aggregations; checked against the exact Gaussian curve too
+    from fedgraph.accounting import Gaussian, compose_epsilon
+
+    sigmas = {c: row["sigma"] for c, row in report["clients"].items()}
+    low = min(sigmas.values())
+    for client, sigma in sigmas.items():
+        assert report["clients"][client]["sensitivity"] == 1.0
+        z = 1 / math.sqrt(1 / sigma ** 2 + 1 / low ** 2)
+        event = Gaussian(z, count=PROGAP["depth"])
+        delta = report["clients"][client]["delta"]
+        assert whole[client] == pytest.approx(compose_epsilon([event], delta, accountant="rdp"))
+        assert whole[client] >= compose_epsilon([event], delta, accountant="analytic") - 1e-6
 
 
 def test_gap_and_privgnn_clients_carry_their_targets_as_budgets(runs):
