@@ -263,7 +263,7 @@ def check_feature_budgets(cfg, mech) -> None:
     """
     from .config import ConfigError
 
-    label = float(getattr(cfg, "label_epsilon", 0.0) or 0.0)
+    label = cfg.label_epsilon
     for level, budget in enumerate(cfg.budgets, start=1):
         spent = float(sum(mech.privacy_spent(level).values()))
         if spent + label > budget * (1 + 1e-9):

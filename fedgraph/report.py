@@ -328,7 +328,8 @@ def format_table(report: dict) -> str:
     if acc:
         lines.append("  accuracy  " + "  ".join(
             f"{k} {v:.4f}" for k, v in acc.items() if isinstance(v, float) and not math.isnan(v)))
-    subjects = report.get("privacy", {}).get("per_subject", {})
+    privacy = report.get("privacy", {})
+    subjects = privacy.get("per_subject", {})
     width = max([10, *(len(s) for s in subjects)])
     for subject, row in subjects.items():
         extra = f" (budget {row['budget']:g})" if "budget" in row else ""
@@ -343,11 +344,11 @@ def format_table(report: dict) -> str:
                              for r in row["releases"])
         lines.append(f"  {subject:<{width}} epsilon {row['epsilon']:.4g}{delta}{extra}  "
                      f"[{releases}]")
-    silent = report.get("privacy", {}).get("released_nothing")
+    silent = privacy.get("released_nothing")
     if silent:  # clients with no ledger subject: they spent nothing, and taught nothing
         lines.append(f"  {', '.join(silent)}: released nothing (epsilon 0; "
-                     f"{report['privacy'].get('released_nothing_why', 'no release')})")
-    undirected = report.get("privacy", {}).get("undirected_edge_epsilon")
+                     f"{privacy.get('released_nothing_why', 'no release')})")
+    undirected = privacy.get("undirected_edge_epsilon")
     if undirected:  # edge-unit = directed: a friendship is both directed halves
         lines.append(f"  edge-unit directed: an undirected edge (both halves) costs epsilon up "
                      f"to {max(undirected.values()):.4g} per client "
@@ -373,17 +374,17 @@ def format_table(report: dict) -> str:
         lines.append(f"  note: test accuracy {test:.4f} is below the majority-class rate "
                      f"{majority:.4f}: the model does worse than always guessing the largest "
                      f"class")
-    collusion = report.get("privacy", {}).get("collusion")
+    collusion = privacy.get("collusion")
     if collusion and collusion.get("epsilon"):  # secure aggregation's weak point, stated
         worst = max(collusion["epsilon"].values())
         lines.append(f"  secure aggregation: against a server colluding with all other "
                      f"clients, epsilon up to {worst:.4g} per client (own noise share only; "
                      f"privacy.collusion)")
-    if report.get("privacy", {}).get("noise_source") == "mt19937":
+    if privacy.get("noise_source") == "mt19937":
         lines.append("  WARNING: noise-source mt19937 is not a CSPRNG: these epsilons do not hold "
                      "against a server that recovers the generator's state from released "
                      "pure-noise values (privacy.noise_source_detail)")
-    note = report.get("privacy", {}).get("inference_note")
+    note = privacy.get("inference_note")
     if note:
         lines.append(f"  note: {note}")
     t = report.get("timings_s", {})

@@ -30,7 +30,6 @@ are sent (:func:`~fedgraph.methods.gap.privacy.check_remote_sigma`).
 from __future__ import annotations
 
 import json
-import math
 
 import torch
 from flwr.app import ArrayRecord, ConfigRecord, RecordDict
@@ -40,7 +39,7 @@ from fedgraph.messaging import (bulk_record, bulk_tensors, object_store_availabl
                                 push_message, record_workers, release_bulk, send_to_all,
                                 tensors, wait_for_nodes)
 from fedgraph.methods.gap.models import build_classifier, build_encoder
-from fedgraph.methods.gap.privacy import plan_events, remote_noise
+from fedgraph.methods.gap.privacy import plan_events, remote_noise, undirected_edge_epsilon
 from fedgraph.methods.gap.server import PartialSums, unmask_partial_sums
 from fedgraph.secure_aggregation import FRAC_BITS
 from .base import PrivateStrategy, register_strategy
@@ -128,28 +127,6 @@ def _round_label(cfg) -> str:
         return cfg.server_optimizer
     args = ", ".join(f"{k}={v}" for k, v in cfg.round_strategy_args.items())
     return cfg.round_strategy + (f": {args}" if args else "")
-
-
-def undirected_edge_epsilon(cfg, plans: list[dict]) -> dict[str, float]:
-    """``edge_unit = "directed"``: what one undirected edge (both halves, two rows) costs each
-    client, per client at its delta (GAP; ProGAP with ``hops = depth``): its ``K`` PMA hops as Gaussian mechanisms of sensitivity
-    1 per half, one half at the client's sigma, the other at the smallest sigma that can carry
-    it (a cross-client edge's other half is another client's row, each client's own sigma
-    without secure aggregation; else the client's own)."""
-    from fedgraph.accounting import Gaussian, compose_epsilon
-
-    remote = cfg.cross_client_edges and cfg.num_clients > 1 and not cfg.secure_aggregation
-    low = min(p["sigma"] for p in plans)
-    out = {}
-    for p in plans:
-        other = min(low, p["sigma"]) if remote else p["sigma"]
-        if not p["hops"] or other == 0:
-            out[f"client-{p['partition_id']}"] = 0.0 if not p["hops"] else math.inf
-            continue
-        z = 1 / math.sqrt(1 / p["sigma"] ** 2 + 1 / other ** 2)  # std / sensitivity sqrt 2
-        out[f"client-{p['partition_id']}"] = float(compose_epsilon(
-            [Gaussian(z, count=p["hops"])], p["delta"], accountant=cfg.accountant))
-    return out
 
 
 def _privacy_model(cfg, plan: dict) -> str:

@@ -31,12 +31,13 @@ from flwr.app import ArrayRecord, ConfigRecord, RecordDict
 from fedgraph.errors import ClientFailure
 from fedgraph.messaging import (bulk_record, bulk_tensors, object_store_available,
                                 record_workers, release_bulk, tensors)
+from fedgraph.methods.gap.privacy import undirected_edge_epsilon
 from fedgraph.methods.gap.server import unmask_partial_sums
 from fedgraph.methods.progap.client import build_model
 from fedgraph.methods.progap.privacy import plan_events, remote_noise
 from .base import PrivateStrategy, register_strategy
 from .fedavg import StrictFedAvg, StrictFedSGD, client_sampling_note, round_strategy
-from .gap import aggregation_note, streamed_sums, undirected_edge_epsilon
+from .gap import aggregation_note, streamed_sums
 
 
 @register_strategy("progap")

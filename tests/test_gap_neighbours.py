@@ -285,7 +285,7 @@ def test_directed_unit_reports_what_an_undirected_edge_costs():
     """With the paper's directed unit, the report adds each client's epsilon for a whole
     undirected edge: the issue's 5.89 for the default noise (multiplier 1.8356 at eps 4,
     K = 2, delta 1e-7), more for the client whose cross-client partner has less noise."""
-    from fedgraph.strategies.gap import undirected_edge_epsilon
+    from fedgraph.methods.gap.privacy import undirected_edge_epsilon
 
     cfg = parse_run_config({"method": "gap", "edge-unit": "directed", "num-clients": 2,
                             "client-epsilons": "4,8"})

@@ -108,11 +108,11 @@ def _read_csv(path: Path, dtype, ndmin: int, layout: str) -> np.ndarray:
     if values.size == 0:
         raise ValueError(f"dataset 'files': {path}: no data line (expected {layout})")
     if values.dtype.kind == 'f' and not np.isfinite(values).all():
-        row, col = (int(i) + 1 for i in np.argwhere(~np.isfinite(values.reshape(
-            values.shape[0], -1)))[0])
-        raise ValueError(f"dataset 'files': {path}: data line {row}, column {col} is "
-                         f"{values.reshape(values.shape[0], -1)[row - 1, col - 1]} (counting data "
-                         f"lines and columns from 1; expected finite numbers: {layout})")
+        rows = values.reshape(values.shape[0], -1)
+        row, col = (int(i) for i in np.argwhere(~np.isfinite(rows))[0])
+        raise ValueError(f"dataset 'files': {path}: data line {row + 1}, column {col + 1} is "
+                         f"{rows[row, col]} (counting data lines and columns from 1; expected "
+                         f"finite numbers: {layout})")
     return values
 
 

@@ -373,6 +373,37 @@ def privacy_plan(cfg: GAPConfig, epsilon: float, num_train: int,
                        REMOTE_ROW_NORM if node and others else None)
 
 
+def undirected_edge_epsilon(cfg, plans: list[dict]) -> dict[str, float]:
+    """``edge_unit = "directed"``: what one undirected edge (both halves, two rows) costs each
+    client, per client at its delta (the report's ``privacy.undirected_edge_epsilon``; GAP,
+    and ProGAP with ``hops = depth``): its ``K`` PMA hops as Gaussian mechanisms of
+    sensitivity 1 per half, one half at the client's sigma, the other at the smallest sigma
+    that can carry it (a cross-client edge's other half is another client's row, each
+    client's own sigma without secure aggregation; else the client's own).
+
+    Args:
+        cfg: a GAP or ProGAP config (``cross_client_edges``, ``num_clients``,
+            ``secure_aggregation``, ``accountant``).
+        plans: one dict per client with ``partition_id``, ``sigma``, ``hops``, ``delta``.
+    Returns:
+        ``{"client-<i>": epsilon}``.
+    """
+    from ...accounting import Gaussian, compose_epsilon
+
+    remote = cfg.cross_client_edges and cfg.num_clients > 1 and not cfg.secure_aggregation
+    low = min(p["sigma"] for p in plans)
+    out = {}
+    for p in plans:
+        other = min(low, p["sigma"]) if remote else p["sigma"]
+        if not p["hops"] or other == 0:
+            out[f"client-{p['partition_id']}"] = 0.0 if not p["hops"] else math.inf
+            continue
+        z = 1 / math.sqrt(1 / p["sigma"] ** 2 + 1 / other ** 2)  # std / sensitivity sqrt 2
+        out[f"client-{p['partition_id']}"] = float(compose_epsilon(
+            [Gaussian(z, count=p["hops"])], p["delta"], accountant=cfg.accountant))
+    return out
+
+
 def secure_remote_sigma(sigmas: list[float], num_clients: int) -> float:
     """Noise std of every client's remote rows under secure aggregation.
 
