@@ -67,17 +67,30 @@ protects nothing a float32 release exposes once the addition is done in float64.
 four for every draw but rounded the noise to float32 before a float32 addition, which is the
 exposed case.
 
-Threat model: an honest-but-curious server (it follows the protocol and reads everything it
-receives). Within a run one purpose gets one stream, so a request repeated with the same inputs
-gets the same release back (no fresh noise to average); a malicious server that repeats a
-request with other inputs would learn the difference of the two noise-free values (nothing
-refuses a repeated purpose yet).
+Threat model: a server that may deviate from the protocol (``docs/explanations/threat-model.md``).
+Every release key binds, beyond the data, the client's transcript of the run (every request it
+received, in order: :mod:`fedgraph.client_authority`), so a release on a different input draws
+fresh noise; a second request under a purpose the client already spent is answered with the
+same release if it is identical and refused otherwise (the client's own ledger,
+:class:`fedgraph.client_authority.ClientAuthority`), so the server never gets two releases of one
+purpose to subtract.
 
 The draw functions :func:`rand`, :func:`randn`, :func:`add_gaussian`, :func:`randint` and
 :func:`randperm` take either kind of generator; with a :class:`torch.Generator` they are exactly
 ``torch.rand(..., generator=...)`` and friends, so seeded runs are unchanged. Code that calls
 ``torch.rand(..., generator=g)`` itself (a custom mechanism) fails with a ``TypeError`` under
 ``secure``/``secret``: call these functions instead.
+
+Laplace noise and comparison samplers (issue 60, faults 5 and 7; Mironov 2012): Laplace noise
+is drawn in float64 from 53-bit uniform integers (:func:`laplace`) and added in float64 with
+one rounding (:func:`add_laplace`), as Gaussian noise is. A sampler that compares a uniform
+with a probability (randomized response, the 1-bit signs, ESW, Poisson sampling) compares a
+53-bit uniform integer (:func:`uniform_bits`) with an integer threshold (:func:`bernoulli_bits`,
+:func:`bernoulli`), so each event's probability is exactly ``t / 2^53``; the mechanisms round
+their thresholds in the private direction and refuse an epsilon the grid cannot carry
+(:mod:`fedgraph.mechanisms.thresholds`). A float32 uniform against a float32 threshold, what
+this replaces, made randomized response's effective epsilon 16.03 at a nominal 16 and infinite
+from 19.1.
 """
 from __future__ import annotations
 
@@ -254,13 +267,18 @@ def run_digest(cfg) -> str:
 
 
 def derive_key(secret: bytes, digest: str, partition_id: int, purpose: str,
-               data_digest: str = "") -> bytes:
-    """``HMAC-SHA256(secret, "<digest>|<data digest>|<partition id>|<purpose>")``: 32 bytes.
-    Without the secret these keys are indistinguishable from random (HMAC is a PRF), whatever
-    the server knows of the other inputs. ``data_digest`` (:func:`client_data_digest`) binds
-    the key to what the client holds, so that two runs on different data never share noise."""
-    msg = f"{digest}|{data_digest}|{int(partition_id)}|{purpose}".encode()
-    return hmac.new(secret, msg, hashlib.sha256).digest()
+               data_digest: str = "", inputs_digest: str = "") -> bytes:
+    """``HMAC-SHA256(secret, "<digest>|<data digest>|<partition id>|<purpose>[|<inputs
+    digest>]")``: 32 bytes. Without the secret these keys are indistinguishable from random
+    (HMAC is a PRF), whatever the server knows of the other inputs. ``data_digest``
+    (:func:`client_data_digest`) binds the key to what the client holds, ``inputs_digest``
+    (:func:`fedgraph.client_authority.transcript`: every request the client received in the
+    run, in order, up to this release) to what it received (rows, weights), so that a release
+    on a different input never shares noise with another (issue 60, fault 1)."""
+    msg = f"{digest}|{data_digest}|{int(partition_id)}|{purpose}"
+    if inputs_digest:
+        msg += f"|{inputs_digest}"
+    return hmac.new(secret, msg.encode(), hashlib.sha256).digest()
 
 
 #: attribute under which :func:`client_data_digest` caches a graph's digest
@@ -310,7 +328,8 @@ def _run_key(state) -> bytes:
     return bytes(state[RUN_KEY_STATE]["key"])
 
 
-def client_generator(cfg, context, partition_id: int, purpose: str, data=None) -> Generator:
+def client_generator(cfg, context, partition_id: int, purpose: str, data=None,
+                     inputs: str = "") -> Generator:
     """The generator of one client release (called by the ClientApp for every draw site).
 
     Every source derives one key per release, ``HMAC-SHA256(root, run digest | partition id |
@@ -331,6 +350,10 @@ def client_generator(cfg, context, partition_id: int, purpose: str, data=None) -
             (:func:`client_data_digest`) is part of the key, so ``secret`` runs on different
             data draw independent noise. ``None``: no data bound (only for draws that read no
             private data).
+        inputs: a digest of everything the release depends on beyond ``data`` (the requests
+            the client received in the run: :func:`fedgraph.client_authority.transcript`);
+            ``""``: none (a draw fixed for the run whatever the server sends, such as GAP's
+            degree sampling).
 
     Returns:
         ``secure``/``secret``: a :class:`SecureRandom` (AES-256-CTR under the derived key);
@@ -350,7 +373,7 @@ def client_generator(cfg, context, partition_id: int, purpose: str, data=None) -
         raise ConfigError(f"noise-source: unknown {source!r}; allowed: {list(NOISE_SOURCES)}")
     root = check_secret(context.node_config) if source == "secret" else _run_key(context.state)
     bound = "" if data is None else client_data_digest(data)
-    key = derive_key(root, run_digest(cfg), partition_id, purpose, bound)
+    key = derive_key(root, run_digest(cfg), partition_id, purpose, bound, inputs)
     return SecureRandom(key) if source in CSPRNG_SOURCES else torch_generator(key)
 
 
@@ -392,6 +415,131 @@ def rand(shape, generator: Generator = None, dtype: torch.dtype = torch.float32)
     return torch.from_numpy(u).reshape(shape).to(dtype)
 
 
+# --------------------------------------------------------------------------------------------
+# Exact comparison samplers and the float64 Laplace sampler (issue 60, faults 5 and 7)
+# --------------------------------------------------------------------------------------------
+#: bits of the integer uniforms of :func:`uniform_bits` (a float64 :func:`rand` has as many)
+UNIFORM_BITS = 53
+#: ``2^53``: the number of values of :func:`uniform_bits`; a threshold ``t`` in ``[0, 2^53]``
+#: gives the event ``uniform_bits() < t`` probability exactly ``t / 2^53``
+UNIFORM_SPAN = 1 << UNIFORM_BITS
+
+
+def uniform_bits(shape, generator: Generator = None) -> Tensor:
+    """Integers uniform in ``[0, 2^53)`` (int64 ``shape``, CPU): the 53 bits of a float64
+    uniform. A :class:`torch.Generator` (or ``None``): ``torch.rand(shape, float64) * 2^53``,
+    exact (PyTorch's CPU generator puts float64 uniforms on the grid ``k 2^-53``: the same
+    draws as :func:`rand` in float64); a :class:`SecureRandom`: the top 53 bits of a 64-bit
+    word. Comparing these integers with an integer threshold (:func:`bernoulli_bits`) makes an
+    event of probability exactly ``t / 2^53`` (no rounding of a float threshold; Mironov 2012's
+    lesson for samplers that compare)."""
+    if not isinstance(generator, SecureRandom):
+        u = torch.rand(shape, generator=generator, dtype=torch.float64)
+        return u.mul_(float(UNIFORM_SPAN)).long()
+    shape = _shape(shape)
+    w = generator.words(math.prod(shape)) >> np.uint64(64 - UNIFORM_BITS)
+    return torch.from_numpy(w.astype(np.int64)).reshape(shape)
+
+
+def bernoulli_bits(threshold: Tensor, generator: Generator = None) -> Tensor:
+    """``True`` with probability exactly ``threshold / 2^53``, independently per element
+    (bool, ``threshold``'s shape and device). ``threshold``: int64 in ``[0, 2^53]``, computed
+    by the caller with its rounding in the private direction (e.g.
+    :func:`fedgraph.mechanisms.binary_thresholds`, :func:`bernoulli`'s rate rounded down).
+
+    Raises:
+        ValueError: ``threshold`` not an integer tensor or outside ``[0, 2^53]``.
+    """
+    if not isinstance(threshold, Tensor) or threshold.is_floating_point():
+        raise ValueError("threshold: an integer tensor in [0, 2^53] is needed")
+    if threshold.numel() and (int(threshold.min()) < 0 or int(threshold.max()) > UNIFORM_SPAN):
+        raise ValueError(f"threshold must lie in [0, 2^53], got [{int(threshold.min())}, "
+                         f"{int(threshold.max())}]")
+    return uniform_bits(threshold.shape, generator).to(threshold.device) < threshold
+
+
+def rate_threshold(rate: float) -> int:
+    """``floor(rate 2^53)`` clamped to ``[0, 2^53]``: the integer threshold of a sampling rate,
+    rounded down, so the event's probability ``threshold / 2^53`` is at most ``rate`` and at
+    least ``rate - 2^-53`` (``rate 2^53`` is exact in float64: a power-of-two scaling).
+
+    Raises:
+        ValueError: ``rate`` not a number in ``[0, 1]``.
+    """
+    r = float(rate)
+    if not 0.0 <= r <= 1.0:  # NaN fails too
+        raise ValueError(f"rate must lie in [0, 1], got {rate!r}")
+    return min(int(math.floor(r * UNIFORM_SPAN)), UNIFORM_SPAN)
+
+
+def bernoulli(rate: float, shape, generator: Generator = None) -> Tensor:
+    """Independent coins of probability ``rate`` rounded down to the grid ``2^-53``
+    (:func:`rate_threshold`; bool ``shape``, CPU): Poisson sampling (DP-SGD's, PrivGNN's
+    subsample) whose real rate never exceeds the one the accountant amplifies with (a lower
+    rate only amplifies more). A float32 uniform against a float32 rate, what this replaces,
+    rounds the rate to ``2^-24`` in either direction (issue 60, fault 7).
+
+    Raises:
+        ValueError: ``rate`` not in ``[0, 1]``.
+    """
+    t = rate_threshold(rate)
+    if t >= UNIFORM_SPAN:
+        return torch.ones(_shape(shape), dtype=torch.bool)
+    return uniform_bits(shape, generator) < t
+
+
+def laplace_from_bits(k: Tensor) -> Tensor:
+    r"""The Laplace sampler's map (float64, ``k``'s shape): standard Laplace values from 53-bit
+    uniform integers ``k`` (:func:`uniform_bits`), the inverse CDF on the grid: below ``2^52``,
+    :math:`z = \ln((k + 1) 2^{-52})`; from ``2^52``, :math:`z = -\ln((2^{53} - k) 2^{-52})`.
+    Both arguments are exact in ``[2^-52, 1]``, so ``|z| <= 52 ln 2 = 36.04`` (finite), the
+    two halves are mirror images (the law is exactly symmetric), and ``z`` is non-decreasing in
+    ``k`` (an audit can search the values the sampler reaches by bisection:
+    ``tests/test_floating_point_mechanisms.py``)."""
+    lower = k < (1 << 52)
+    m = torch.where(lower, k + 1, UNIFORM_SPAN - k).double()  # in [1, 2^52], exact
+    mag = torch.log(m * 2.0 ** -52).neg_()
+    return torch.where(lower, -mag, mag)
+
+
+def laplace(shape, generator: Generator = None) -> Tensor:
+    """Standard Laplace (scale 1, density ``exp(-|z|) / 2``) of ``shape`` in float64 on the CPU,
+    one :func:`uniform_bits` draw each (:func:`laplace_from_bits`; either kind of generator).
+    Noise to be added to a value: :func:`add_laplace` (adds before rounding)."""
+    return laplace_from_bits(uniform_bits(shape, generator))
+
+
+def add_laplace(x: Tensor, scale, generator: Generator = None) -> Tensor:
+    r"""``x + scale * Lap(1)`` as a new tensor of ``x``'s dtype and device (the Laplace
+    mechanism's release): the noise is drawn in float64 (:func:`laplace`, either kind of
+    generator), ``x + scale * z`` is computed in float64 and rounded once to ``x.dtype``, as
+    :func:`add_gaussian` does (module docs; Mironov, CCS 2012, Sec. 5-6).
+
+    A float32 release is then the rounding of a value whose float64 structure lies 29 bits
+    below the release's resolution: every float32 output is reachable from every input, except
+    where the result falls below ``2^-29`` of the summands or the noise lies beyond ``|z| >
+    22`` (where the sampler's grid, ``2^-52 e^|z|``, is coarser than the release's;
+    probability ``e^-22``, ``3e-10``) per coordinate. What this replaces rounded ``z`` to
+    float32, multiplied by a float32 scale and added in float32: 11.7 % of the output
+    coordinates at ``d = 1433``, ``epsilon = 1``, ``x = +1`` are impossible under ``x = -1``
+    (issue 60, fault 5). A float64 release has the sampler's own precision (Mironov's setting;
+    his snapping mechanism would be the remedy): release float32, as the clients do.
+
+    Args:
+        x: the values ``[...]`` (any float dtype, any device).
+        scale: the Laplace scale ``b``: a number or a tensor broadcastable to ``x``, > 0.
+
+    Returns:
+        ``fl(x + scale * z)`` with ``z`` standard Laplace, ``x``'s shape, dtype and device.
+    """
+    z = laplace(x.shape, generator).to(x.device)
+    if isinstance(scale, Tensor):
+        scale = scale.detach().to(x.device, torch.float64)
+    else:
+        scale = float(scale)
+    return (x.detach().double() + scale * z).to(x.dtype)
+
+
 def _four(dtype: torch.dtype) -> bool:
     """Whether :class:`SecureRandom` sums four Box-Muller draws for noise of ``dtype``: where
     the release has float64's precision, the sampler's own (module docs)."""
@@ -425,16 +573,24 @@ def add_gaussian(x: Tensor, sigma, generator: Generator = None,
     """``x + sigma * N(0, I)`` as a new tensor of ``x``'s dtype and device (the Gaussian
     mechanism's release). ``sigma``: a number or a tensor broadcastable to ``x``.
 
-    With a :class:`torch.Generator` (or ``None``): exactly ``x + sigma * randn(x.shape,
-    generator, draw_dtype or x.dtype).to(x.device, x.dtype)``, as before. With a
+    With a :class:`torch.Generator` (or ``None``): the noise ``randn(x.shape, generator,
+    draw_dtype or x.dtype)`` (the draws of before), added in the wider of its dtype and
+    ``x.dtype`` and rounded once to ``x.dtype`` (a float32 ``x`` with float32 noise: exactly
+    ``x + sigma * noise``, as before; float64 noise, PPGNN's Gaussian mechanism, is no longer
+    rounded to float32 before the addition: issue 60, fault 5). With a
     :class:`SecureRandom`: the noise is drawn in float64 (:func:`randn`'s sampler for
     ``draw_dtype or x.dtype``: the sum of four for float64), ``x + sigma * z`` is computed in
     float64 and rounded once to ``x.dtype`` (the defence against floating-point attacks: module
     docs), in chunks of :data:`CHUNK` on the CPU (no float64 copy of ``x``).
     """
     if not isinstance(generator, SecureRandom):
-        noise = randn(x.shape, generator, draw_dtype or x.dtype)
-        return x + sigma * noise.to(x.device, x.dtype)
+        noise = randn(x.shape, generator, draw_dtype or x.dtype).to(x.device)
+        if noise.dtype == x.dtype:
+            return x + sigma * noise
+        wide = torch.promote_types(noise.dtype, x.dtype)
+        if isinstance(sigma, Tensor):
+            sigma = sigma.to(x.device, wide)
+        return (x.to(wide) + sigma * noise.to(wide)).to(x.dtype)  # rounded once
     if x.device.type != "cpu":
         return _secure_add(x, sigma, generator, draw_dtype)
     return _secure_add(x, sigma, generator, draw_dtype, torch.empty_like(
@@ -445,7 +601,11 @@ def add_gaussian_(x: Tensor, sigma, generator: Generator = None,
                   draw_dtype: torch.dtype | None = None) -> Tensor:
     """:func:`add_gaussian` in place (``x`` is returned): the same values, without a new
     tensor's allocation (GAP's PMA sums). A :class:`torch.Generator`: exactly ``x += sigma *
-    randn(x.shape, generator, draw_dtype or x.dtype).to(x.device, x.dtype)``, as before."""
+    randn(x.shape, generator, draw_dtype or x.dtype).to(x.device, x.dtype)``, as before, where
+    the noise's dtype is ``x``'s (a wider one: :func:`add_gaussian`'s one rounding)."""
+    if not isinstance(generator, SecureRandom) and torch.promote_types(
+            draw_dtype or x.dtype, x.dtype) != x.dtype:
+        return x.copy_(add_gaussian(x, sigma, generator, draw_dtype))
     if not isinstance(generator, SecureRandom):
         x += sigma * randn(x.shape, generator, draw_dtype or x.dtype).to(x.device, x.dtype)
         return x

@@ -308,6 +308,9 @@ def _host() -> dict:
     wakeups = sys.modules.get("fedgraph.simulations.wakeups")
     if wakeups is not None:
         out["flower_wakeups"] = wakeups.installed()
+    heartbeat = sys.modules.get("fedgraph.simulations.task_heartbeat")
+    if heartbeat is not None and heartbeat.stats() is not None:  # flwr run's task process
+        out["task_heartbeats"] = heartbeat.stats()
     early_ray = sys.modules.get("fedgraph.simulations.early_ray")
     if early_ray is not None:
         out["prestarted_actors"] = early_ray.TAKEN["count"]
@@ -317,10 +320,24 @@ def _host() -> dict:
     return out
 
 
+def method_title(report: dict) -> str:
+    """The method a report's table is titled with: its ``method``, and for PPGNN's baselines
+    which one ran (``ppgnn (LPGNN: multi-bit + kprop)``, ``ppgnn (BASE: no denoiser)``): the
+    LPGNN preset's table was titled plain ``ppgnn``."""
+    method, cfg = report.get("method", "?"), report.get("config") or {}
+    if method == "ppgnn":
+        mechanism, denoiser = cfg.get("mechanism"), cfg.get("denoiser")
+        if mechanism == "multi-bit" and denoiser == "kprop":
+            return "ppgnn (LPGNN: multi-bit + kprop)"
+        if denoiser == "none":
+            return f"ppgnn (BASE: {mechanism}, no denoiser)"
+    return method
+
+
 def format_table(report: dict) -> str:
     """A short human-readable summary of a report dict."""
     dataset = report["dataset"].get("name") or report.get("config", {}).get("dataset", "?")
-    lines = [f"fedgraph {report['method']} on {dataset}: "
+    lines = [f"fedgraph {method_title(report)} on {dataset}: "
              f"status {report['status']}"]
     if report.get("error"):
         lines.append(f"  error: {report['error']}")
@@ -344,6 +361,16 @@ def format_table(report: dict) -> str:
                              for r in row["releases"])
         lines.append(f"  {subject:<{width}} epsilon {row['epsilon']:.4g}{delta}{extra}  "
                      f"[{releases}]")
+    own = privacy.get("client_ledgers") or {}
+    if own:  # each client's own ledger (fedgraph.client_authority) beside the server's
+        differ = [s for s, r in own.items() if not r.get("agree")]
+        if differ:
+            lines.append("  WARNING: the clients' own ledgers disagree with the server's: " + ", ".join(
+                f"{s} (client {own[s].get('client')!s:.6}, server {own[s].get('server')!s:.6})"
+                for s in differ) + " (privacy.client_ledgers)")
+        else:
+            lines.append(f"  clients' own ledgers: all {len(own)} subjects agree with the "
+                         "server's (privacy.client_ledgers)")
     silent = privacy.get("released_nothing")
     if silent:  # clients with no ledger subject: they spent nothing, and taught nothing
         lines.append(f"  {', '.join(silent)}: released nothing (epsilon 0; "

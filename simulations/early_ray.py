@@ -99,7 +99,14 @@ class EarlyRay:
             if os.environ.get("PYTHONPATH"):
                 pythonpath = f"{pythonpath}{os.pathsep}{os.environ['PYTHONPATH']}"
             os.environ["PYTHONPATH"] = pythonpath
-            ray.init(runtime_env={"env_vars": {"PYTHONPATH": pythonpath}}, **args)
+            env = {"PYTHONPATH": pythonpath}
+            # the clients' own run config (fedgraph.simulations.routes.common.own_config), to
+            # the workers of an existing cluster too, which do not inherit this environment
+            from fedgraph.simulations.routes.common import OWN_CONFIG_ENV
+
+            if os.environ.get(OWN_CONFIG_ENV):
+                env[OWN_CONFIG_ENV] = os.environ[OWN_CONFIG_ENV]
+            ray.init(runtime_env={"env_vars": env}, **args)
             _end_monitor_first()
             # before ready: Flower's pool must find them (or would compete for the resources)
             if self.client_resources is not None:

@@ -31,12 +31,19 @@ class LocalGrid:
             client, a lossy network).
         record: keep every ``(request, reply)`` the server sees in :attr:`log`, after
             ``fail`` and ``tamper`` (an audit of what leaves the clients).
+
+    Like ``fedgraph run``, it provisions the clients' identity keys for secure aggregation
+    (:func:`fedgraph.identity.ensure_simulation_secret`: ``$FEDGRAPH_IDENTITY_SECRET`` from
+    ``os.urandom`` when unset; the clients read it, the strategy never does).
     """
 
     def __init__(self, num_clients: int, client_app=None, *, fail=None, tamper=None,
                  record: bool = False):
         from flwr.supercore.task_identity import TaskIdentity
 
+        from fedgraph.identity import ensure_simulation_secret
+
+        ensure_simulation_secret()  # the launcher provisions the clients' identity keys
         if client_app is None:
             from fedgraph.simulations.client_app import app as client_app
         self.client_app = client_app
@@ -52,6 +59,14 @@ class LocalGrid:
         self._queue: list[tuple[str, Message]] = []  # pushed, not yet answered, in push order
         self._answered: dict[str, Message] = {}  # answered, reply not yet collected
         self._pushed = 0
+
+    def provision(self, run_config: dict) -> None:
+        """Give every client without one its own run config (``context.run_config``), as a
+        deployment's node config does: its budget and guarantee are its own, never the
+        server's word (:func:`fedgraph.simulations.routes.common.own_config`)."""
+        for ctx in self.contexts.values():
+            if not ctx.run_config:
+                ctx.run_config = dict(run_config)
 
     def get_node_ids(self) -> list[int]:
         return list(self.contexts)
@@ -142,5 +157,6 @@ def run_local(run_config: dict, grid: LocalGrid | None = None) -> dict:
 
     strategy_cls, cfg = validate_run_config(run_config)
     stats = preflight(cfg)  # the report's ground_truth, written after the run, never sent
-    return strategy_cls(cfg).start(grid if grid is not None else LocalGrid(cfg.num_clients),
-                                   ground_truth=stats)
+    grid = grid if grid is not None else LocalGrid(cfg.num_clients)
+    grid.provision(run_config)
+    return strategy_cls(cfg).start(grid, ground_truth=stats)

@@ -57,8 +57,18 @@ def run_simulation(run_config: dict, num_cpus: Optional[int] = None,
         fedgraph.config.ConfigError: invalid config (before anything starts).
         RuntimeError: the run failed; the message carries the report's error.
     """
+    from fedgraph.identity import ensure_simulation_secret
     from fedgraph.simulations.early_ray import start_early_ray
 
+    # provisioning of the clients' identity keys (secure aggregation), before Ray starts: a
+    # local Ray's workers inherit this environment; the server code never reads it
+    ensure_simulation_secret()
+    from fedgraph.simulations.routes.common import OWN_CONFIG_ENV
+
+    # Every simulated client's own run config, the stand-in for a deployed client's node
+    # config: its budget is its own, not the server's word (fedgraph.client_authority). Set
+    # before Ray starts: its workers inherit it.
+    os.environ[OWN_CONFIG_ENV] = json.dumps(dict(run_config), sort_keys=True, default=str)
     backend = {"client_resources": {"num_cpus": cpus_per_client, "num_gpus": gpus_per_client},
                "init_args": {"num_cpus": num_cpus or os.cpu_count() or 1,
                              "include_dashboard": False}}

@@ -82,6 +82,8 @@ class PrivateStrategy(ABC):
     def __init__(self, config):
         self.config = config
         self.ledger = PrivacyLedger()
+        #: the clients' own ledger summaries, subject -> summary (:meth:`note_client_ledgers`)
+        self.client_ledgers: dict[str, dict] = {}
         self.report = RunReport(self.method, config.model_dump())
         self.nodes: list[int] = []
 
@@ -156,6 +158,7 @@ class PrivateStrategy(ABC):
         except ClientFailure as err:
             replies, failure = err.replies, err
         errors = []
+        self.note_client_ledgers(replies)
         for node, reply in replies.items():
             try:
                 record(node, reply)
@@ -186,12 +189,45 @@ class PrivateStrategy(ABC):
                 ``evaluate.<method>`` handlers return).
             statistics: unused (kept for strategies written against the older signature).
         """
+        self.note_client_ledgers(counts)
         for split in ("train", "val", "test"):
             correct = sum(int(c["metrics"][f"{split}_correct"]) for c in counts.values())
             total = sum(int(c["metrics"][f"{split}_total"]) for c in counts.values())
             self.report.accuracy[split] = correct / total if total else float("nan")
 
 
+
+    def note_client_ledgers(self, replies: dict) -> None:
+        """Keep the clients' own ledger summaries (record ``ledger`` of a reply: the client's
+        epsilon, budget and releases per subject, :mod:`fedgraph.client_authority`), the
+        latest per subject, for the report's ``privacy.client_ledgers``."""
+        import json
+
+        for reply in replies.values():
+            try:
+                if "ledger" in reply:
+                    self.__dict__.setdefault("client_ledgers", {}).update(
+                        json.loads(str(reply["ledger"]["json"])))
+            except (TypeError, ValueError, KeyError):  # a malformed record: no ledger to show
+                continue
+
+    def client_ledger_rows(self, per_subject: dict) -> dict:
+        """subject -> ``{"client", "server", "budget", "agree"}``: each client's own epsilon
+        beside the server's ledger (``per_subject``), ``agree`` within the cross-check's
+        tolerance (:data:`fedgraph.accounting.ledger.AGREE_RTOL`; both compose the same events
+        at the same delta on an honest run)."""
+        from fedgraph.accounting.ledger import AGREE_ATOL, AGREE_RTOL
+
+        rows = {}
+        for subject, mine in sorted(getattr(self, "client_ledgers", {}).items()):
+            server = (per_subject.get(subject) or {}).get("epsilon")
+            client = mine.get("epsilon")
+            agree = (server is not None and client is not None
+                     and abs(float(server) - float(client))
+                     <= AGREE_ATOL + AGREE_RTOL * abs(float(server)))
+            rows[subject] = {"client": client, "server": server, "budget": mine.get("budget"),
+                             "releases": mine.get("releases"), "agree": bool(agree)}
+        return rows
 
     # ------------------------------------------------------------------ contract and report
     def check_config(self) -> None:
@@ -279,6 +315,9 @@ class PrivateStrategy(ABC):
         finally:
             self.report.privacy["per_subject"] = (per_subject if per_subject is not None
                                                   else self._privacy_summary())
+            # the clients' own ledgers beside the server's (fedgraph.client_authority)
+            self.report.privacy["client_ledgers"] = self.client_ledger_rows(
+                self.report.privacy["per_subject"])
             delta, accountant = self.privacy_parameters()
             self.report.privacy["composed_at"] = {"delta": delta, "accountant": accountant}
             # where the clients' noise came from (fedgraph.randomness); never the secret itself
@@ -311,6 +350,32 @@ def check_budgets_kept(per_subject: dict, strategy: str = "") -> None:
                          for s, r in over.items())
         raise ContractError(f"strategy {strategy or 'the run'} spent more than a privacy "
                             f"budget ({rows}): the guarantee asked for does not hold")
+
+
+def relayed_keys(replies: dict, nodes: list[int]) -> dict:
+    """Secure aggregation's key list as the server relays it: the clients' ``query.<method>_keys``
+    replies (``public-key``, ``partition-id``, ``signature``), by client index (``nodes``'
+    order), unchanged: ``{"public-keys", "partition-ids", "signatures"}``; every client's
+    request adds its own ``index`` (:func:`secagg_record`).
+
+    The server only relays: each client signed its public key under an identity key
+    provisioned outside the server, and every client checks every signature against its own
+    directory of identity keys before it masks
+    (:func:`fedgraph.secure_aggregation.verify_key_list`). The server code never reads the
+    provisioning (identity keys, directory, the simulation's provisioning secret), so a
+    server that substitutes or reorders keys is refused, not trusted."""
+    recs = [replies[n]["secagg"] for n in nodes]
+    return {"public-keys": [bytes(r["public-key"]) for r in recs],
+            "partition-ids": [int(r["partition-id"]) for r in recs],
+            "signatures": [bytes(r["signature"]) for r in recs]}
+
+
+def secagg_record(keys: dict, index: int):
+    """The ``secagg`` record of one client's request: the relayed key list
+    (:func:`relayed_keys`) and the client's ``index`` in it."""
+    from flwr.app import ConfigRecord
+
+    return ConfigRecord({**keys, "index": int(index)})
 
 
 def _check_strategy(cls, name: str) -> None:

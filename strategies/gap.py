@@ -21,11 +21,15 @@ the constant weight 1 (the count of private training nodes never leaves a client
 
 Remote rows' noise: each client's own sigma by default; with ``secure_aggregation`` a share
 sigma_max / sqrt(n - 1): the clients exchange X25519 public keys through the server after
-setup and send only pairwise-masked rows (:mod:`fedgraph.secure_aggregation`, SecAgg without
+setup (each signed under the client's identity key, provisioned outside the server, which
+the server relays unchanged and never reads: :func:`.base.relayed_keys`; every client verifies
+them) and send only pairwise-masked rows (:mod:`fedgraph.secure_aggregation`, SecAgg without
 dropout recovery), the server adds them per node, which cancels the masks, and routes one
 summed row per node to its owner; with undirected edges and different client sigmas,
 sigma_max (:func:`fedgraph.methods.gap.privacy.remote_noise`). Clients check the value they
-are sent (:func:`~fedgraph.methods.gap.privacy.check_remote_sigma`).
+are sent over the contributors they count themselves
+(:func:`~fedgraph.methods.gap.privacy.check_remote_sigma`,
+:func:`~fedgraph.methods.gap.privacy.own_contributors`).
 """
 from __future__ import annotations
 
@@ -39,10 +43,11 @@ from fedgraph.messaging import (bulk_record, bulk_tensors, object_store_availabl
                                 push_message, record_workers, release_bulk, send_to_all,
                                 tensors, wait_for_nodes)
 from fedgraph.methods.gap.models import build_classifier, build_encoder
-from fedgraph.methods.gap.privacy import plan_events, remote_noise, undirected_edge_epsilon
+from fedgraph.methods.gap.privacy import (plan_events, remote_noise, reply_events,
+                                         undirected_edge_epsilon)
 from fedgraph.methods.gap.server import PartialSums, unmask_partial_sums
 from fedgraph.secure_aggregation import FRAC_BITS
-from .base import PrivateStrategy, register_strategy
+from .base import PrivateStrategy, register_strategy, relayed_keys, secagg_record
 from .fedavg import StrictFedSGD, client_sampling_note, round_strategy, strict_strategy
 
 
@@ -79,11 +84,13 @@ def aggregation_note(cfg, remote: tuple[float, int], sigmas: list[float]) -> str
                 f"sum of the n - 1 other clients' rows for each node, which it routes to the "
                 f"node's owner. Each client adds noise std {remote[0]:.4g} to its remote rows "
                 f"(sigma_max / sqrt(n - 1)), so every summed row has std sigma_max = "
-                f"{max(sigmas):.4g}, at least each client's own sigma. Assumes an "
-                f"honest-but-curious server (follows the protocol, relays the public keys "
-                f"unchanged), no collusion between the server and any client, no coalition of "
-                f"clients that includes a node's owner removing shares, and every client adding "
-                f"the same share; no dropout tolerance: a missing client fails the round. With "
+                f"{max(sigmas):.4g}, at least each client's own sigma. The public keys are "
+                f"signed under identity keys provisioned outside the server; every client "
+                f"verifies every signature and counts the contributors itself, so a server that "
+                f"substitutes keys is refused. Assumes no collusion between the server and any "
+                f"client (no Sybil clients), no coalition of clients that includes a node's "
+                f"owner removing shares, and every client adding the same share; no dropout "
+                f"tolerance: a missing client fails the round. With "
                 f"2 clients a sum has one contributor: the server reads that client's row "
                 f"(noise std sigma_max).")
     if cfg.level == "node":
@@ -210,12 +217,12 @@ class GAPStrategy(PrivateStrategy):
         self._remote = remote_noise(cfg, sigmas)  # (std on remote rows, contributors) or None
         if self._remote is not None:
             self.report.privacy["aggregation"] = aggregation_note(cfg, self._remote, sigmas)
-        self._keys = None  # secure aggregation: the clients' X25519 public keys, by index
+        self._keys = None  # secure aggregation: the clients' signed X25519 public keys
         if cfg.secure_aggregation and self._remote is not None:
             with self.report.phase("secure aggregation: key exchange (clients)"):
                 keys = send_to_all(grid, "query.gap_keys", {
                     n: RecordDict({"config": payload}) for n in nodes}, cfg.timeout)
-                self._keys = [bytes(keys[n]["secagg"]["public-key"]) for n in nodes]
+                self._keys = relayed_keys(keys, nodes)  # signed; relayed unchanged
         encoder_arrays = ArrayRecord()
         select = cfg.level == "edge"  # node level: validation labels are private
         training = {}
@@ -304,12 +311,9 @@ class GAPStrategy(PrivateStrategy):
         :func:`heldout_events`). A client without noise (epsilon target inf, the gap-inf
         variant) is listed with epsilon inf at its first release; the MLP variant at edge level
         reads no edge (epsilon 0)."""
-        from fedgraph.accounting import Gaussian, SubsampledGaussian
-
         cfg, plan = self.config, self._plans[node]
         heldout = phase.endswith("(held-out graph)")
         subject = f"client-{plan['partition_id']}" + (" (held-out graph)" if heldout else "")
-        z = plan["noise_multiplier"]
         if not plan_events(plan):
             if subject in self.ledger.subjects:
                 return
@@ -318,15 +322,9 @@ class GAPStrategy(PrivateStrategy):
             elif cfg.level == "node" or phase.startswith("pma"):  # edge level: PMA reads edges
                 self.ledger.record_unprotected(subject, phase, "epsilon target inf: no noise")
             return
-        if phase.startswith("pma"):
-            if plan["hops"] > 0 and plan["sensitivity"] > 0:
-                self.ledger.record(subject, phase, Gaussian(z))
-        else:
-            sched = plan[f"{phase}_schedule"]
-            rounds = cfg.encoder_rounds if phase == "encoder" else cfg.classifier_rounds
-            if sched is not None and sched[1] > 0:
-                self.ledger.record(subject, f"{phase} dp-sgd",
-                                   SubsampledGaussian(sched[0], z, sched[1] // rounds))
+        rounds = cfg.encoder_rounds if phase == "encoder" else cfg.classifier_rounds
+        for release, event in reply_events(plan, phase, rounds):
+            self.ledger.record(subject, release, event)
 
     def _pma(self, grid, nodes, owner, payload, encoder_arrays, graph: str = "all") -> None:
         """Hops 1..K; message k also carries the partial sums for hop k-1 (k = K+1: finish).
@@ -357,7 +355,7 @@ class GAPStrategy(PrivateStrategy):
                                   "incoming": bulk_record(rows, slots[n]),
                                   "encoder": encoder_arrays})
             if self._keys is not None:  # every client gets every public key and the owners
-                content["secagg"] = ConfigRecord({"public-keys": self._keys, "index": index[n]})
+                content["secagg"] = secagg_record(self._keys, index[n])
                 content["owner"] = ArrayRecord({"owner": owner})
             return content
 

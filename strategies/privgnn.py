@@ -34,8 +34,9 @@ clients release noisy vote histograms of disjoint teachers
 (:func:`fedgraph.methods.privgnn.noisy_votes`, Gaussian events of multiplier sigma/sqrt 2 per
 copy, :func:`~fedgraph.methods.privgnn.ensemble_events`), the server sums, thresholds and
 takes the argmax (:func:`fedgraph.methods.privgnn.aggregate_ensemble`). With
-``secure-aggregation`` the ensemble's clients exchange X25519 keys first (``query.privgnn_keys``)
-and send pairwise-masked histograms, each with a ``1/n`` share of the noise; the server
+``secure-aggregation`` the ensemble's clients exchange X25519 keys first (``query.privgnn_keys``;
+signed under identity keys provisioned outside the server, relayed unchanged, verified by
+every client: :func:`.base.relayed_keys`) and send pairwise-masked histograms, each with a ``1/n`` share of the noise; the server
 unmasks only their sum (:func:`~fedgraph.methods.privgnn.unmask_histograms`), the
 ledger records the sum's events, and ``privacy.collusion`` states each client's epsilon
 against a server colluding with the other clients. A target means the same as in the other
@@ -65,7 +66,7 @@ from fedgraph.errors import ClientFailure
 from fedgraph.messaging import send_to_all, tensors, wait_for_nodes
 from fedgraph._lazy import LazyModule
 from fedgraph.report import progress
-from .base import PrivateStrategy, register_strategy
+from .base import PrivateStrategy, register_strategy, relayed_keys, secagg_record
 
 # PyG: imported by PrivGNN runs only
 pg = LazyModule("fedgraph.methods.privgnn")
@@ -152,12 +153,12 @@ class PrivGNNStrategy(PrivateStrategy):
             nodes = wait_for_nodes(grid, cfg.num_clients, timeout=min(cfg.timeout, 60.0))
         for p in range(cfg.num_clients):
             self.ledger.set_budget(f"client-{p}", cfg.client_epsilon(p))
-        keys = None  # secure aggregation: the clients' X25519 public keys, by index
+        keys = None  # secure aggregation: the clients' signed X25519 public keys, by index
         if cfg.secure_aggregation:
             with self.report.phase("secure aggregation: key exchange (clients)"):
                 replies = send_to_all(grid, "query.privgnn_keys", {
                     n: RecordDict({"config": payload}) for n in nodes}, cfg.timeout)
-                keys = [bytes(replies[n]["secagg"]["public-key"]) for n in nodes]
+                keys = relayed_keys(replies, nodes)  # signed; relayed unchanged
         index = {n: i for i, n in enumerate(nodes)}
         with self.report.phase("public graph (server)"):
             public, stats = pg.public_graph(cfg)
@@ -207,8 +208,7 @@ class PrivGNNStrategy(PrivateStrategy):
             contents = {n: RecordDict({"config": payload, "queries": arrays}) for n in nodes}
             if keys is not None:
                 for n in nodes:
-                    contents[n]["secagg"] = ConfigRecord({"public-keys": keys,
-                                                          "index": index[n]})
+                    contents[n]["secagg"] = secagg_record(keys, index[n])
             with self.report.phase(f"answer queries round {r + 1} (clients)"):
                 try:
                     self.send_and_record(grid, "query.privgnn", contents, record)
@@ -295,21 +295,17 @@ class PrivGNNStrategy(PrivateStrategy):
         """Ledger: ``answered`` more answers of client ``partition_id`` left it (recorded when
         its reply arrives, so a run that fails later reports them): Poisson-subsampled Laplace
         events, merged with the client's earlier rounds into one entry."""
+        from fedgraph.methods.privgnn.privacy import reply_events
+
         cfg = self.config
-        if cfg.answer_mode == "ensemble":
-            events = pg.ensemble_events(answered, cfg.sigma_votes, cfg.sigma_threshold)
-            names = ["noisy vote histograms", "noisy vote histograms (threshold copy)"]
-            for name, event in zip(names, events):
-                self.ledger.record(f"client-{partition_id}", name, event)
-            return
-        events = pg.privgnn_events(answered, cfg.gamma, cfg.lam)
-        if cfg.answer_mode not in pg.DP_MODES:  # log-softmax-paper: no finite epsilon
+        if cfg.answer_mode not in (*pg.DP_MODES, "ensemble"):  # log-softmax-paper: no epsilon
             self.ledger.record_unprotected(
                 f"client-{partition_id}", "noisy answers (log-softmax, paper's rule)",
-                pg.NOT_DP_REASON, claimed=events, claimed_by="Olatunji et al. (TMLR 2023)")
+                pg.NOT_DP_REASON, claimed=pg.privgnn_events(answered, cfg.gamma, cfg.lam),
+                claimed_by="Olatunji et al. (TMLR 2023)")
             return
-        for event in events:
-            self.ledger.record(f"client-{partition_id}", "noisy answers", event)
+        for name, event in reply_events(cfg, answered):
+            self.ledger.record(f"client-{partition_id}", name, event)
 
     def _describe_privacy(self) -> None:
         cfg = self.config
@@ -332,17 +328,20 @@ class PrivGNNStrategy(PrivateStrategy):
             if cfg.secure_aggregation:
                 self.report.privacy.update({
                     "model": "node-level DP per client (its private nodes), for every reply "
-                             "and the released student; against the server (honest-but-"
-                             "curious, relays the public keys unchanged, does not collude "
-                             "with clients: it learns only the sum of the clients' masked "
-                             "histograms), other clients that do not collude with it, and "
+                             "and the released student; against the server (it does not "
+                             "collude with clients; the public keys are signed under identity "
+                             "keys provisioned outside it, and every client verifies them, so "
+                             "it learns only the sum of the clients' masked histograms), "
+                             "other clients that do not collude with it, and "
                              "third parties; against a server colluding with the other "
                              "clients see privacy.collusion",
                     "unit": "epsilon per client for the whole run (all its released "
                             "histograms), at delta; data-independent (the guarantee)",
                     "mechanism": f"{cfg.num_teachers} teachers per client on disjoint groups "
-                                 f"of its nodes; per query the vote histogram (L2 sensitivity "
-                                 f"sqrt 2) + a 1/{cfg.num_clients} share of N(0, "
+                                 "of its nodes (each node's teacher drawn independently: "
+                                 "one node changes one teacher); per query the vote "
+                                 f"histogram (L2 sensitivity sqrt 2) + a 1/{cfg.num_clients} "
+                                 "share of N(0, "
                                  f"{cfg.sigma_votes:g}^2) per class{check}, pairwise-masked "
                                  f"(secure aggregation); the summed noise is N(0, "
                                  f"{cfg.sigma_votes:g}^2); the server takes the argmax of the "
@@ -361,8 +360,10 @@ class PrivGNNStrategy(PrivateStrategy):
                 "unit": "epsilon per client for the whole run (all its released histograms), "
                         "at delta; data-independent (the guarantee)",
                 "mechanism": f"{cfg.num_teachers} teachers per client on disjoint groups of "
-                             f"its nodes; per query the vote histogram (L2 sensitivity sqrt 2) "
-                             f"+ N(0, {cfg.sigma_votes:g}^2) per class{check}; the server sums "
+                             "its nodes (each node's teacher drawn independently: one node "
+                             "changes one teacher); per query the vote histogram (L2 "
+                             f"sensitivity sqrt 2) + N(0, {cfg.sigma_votes:g}^2) per "
+                             f"class{check}; the server sums "
                              "over clients and takes the argmax (GNMax, post-processing)",
                 "data_dependent": "PATE's data-dependent bound needs the noise-free summed "
                                   "votes, which no party of the federation holds; it is "

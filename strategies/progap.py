@@ -34,8 +34,8 @@ from fedgraph.messaging import (bulk_record, bulk_tensors, object_store_availabl
 from fedgraph.methods.gap.privacy import undirected_edge_epsilon
 from fedgraph.methods.gap.server import unmask_partial_sums
 from fedgraph.methods.progap.client import build_model
-from fedgraph.methods.progap.privacy import plan_events, remote_noise
-from .base import PrivateStrategy, register_strategy
+from fedgraph.methods.progap.privacy import plan_events, remote_noise, reply_events
+from .base import PrivateStrategy, register_strategy, relayed_keys, secagg_record
 from .fedavg import StrictFedAvg, StrictFedSGD, client_sampling_note, round_strategy
 from .gap import aggregation_note, streamed_sums
 
@@ -93,7 +93,7 @@ class ProGAPStrategy(PrivateStrategy):
         if cfg.secure_aggregation and self._remote is not None:
             with self.report.phase("secure aggregation: key exchange (clients)"):
                 keys = self.ask(grid, "query.progap_keys")
-                self._keys = [bytes(keys[n]["secagg"]["public-key"]) for n in nodes]
+                self._keys = relayed_keys(keys, nodes)  # signed; relayed unchanged
         with torch.random.fork_rng(devices=[]):
             torch.manual_seed(cfg.seed)  # the centralized run's initial weights
             model = build_model(cfg, stats["num_features"], stats["num_classes"])
@@ -181,7 +181,7 @@ class ProGAPStrategy(PrivateStrategy):
         contents = self._contents({"arrays": ArrayRecord(state), "agg": ConfigRecord(agg)})
         if self._keys is not None:
             for i, n in enumerate(self.nodes):
-                contents[n]["secagg"] = ConfigRecord({"public-keys": self._keys, "index": i})
+                contents[n]["secagg"] = secagg_record(self._keys, i)
                 contents[n]["owner"] = ArrayRecord({"owner": owner})
         # summed as each reply arrives, in the clients' order (strategies.gap's PMA)
         total, add = streamed_sums(owner, len(self.nodes)) if self._keys is None else (None, None)
@@ -219,8 +219,6 @@ class ProGAPStrategy(PrivateStrategy):
         of the plan's multiplier) or, node level, one ``train`` round's DP-SGD steps; together
         a run's replies give exactly :func:`~fedgraph.methods.progap.privacy.plan_events`.
         A client without noise is listed as unprotected at its first edge or node release."""
-        from fedgraph.accounting import Gaussian, SubsampledGaussian
-
         cfg, plan = self.config, self._plans[node]
         subject = f"client-{plan['partition_id']}"
         if not plan_events(plan):
@@ -228,10 +226,6 @@ class ProGAPStrategy(PrivateStrategy):
                                                         or cfg.level == "node"):
                 self.ledger.record_unprotected(subject, phase, "epsilon target inf: no noise")
             return
-        z = plan["noise_multiplier"]
-        if phase == "aggregation":
-            self.ledger.record(subject, "aggregation", Gaussian(z))
-        elif cfg.level == "node":
-            q, steps = plan["stage_schedule"]
-            self.ledger.record(subject, "stage dp-sgd",
-                               SubsampledGaussian(q, z, steps // cfg.epochs))
+        if phase == "aggregation" or cfg.level == "node":
+            for release, event in reply_events(plan, phase, cfg.epochs):
+                self.ledger.record(subject, release, event)

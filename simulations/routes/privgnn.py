@@ -11,7 +11,7 @@ from fedgraph.federation import privgnn_client_graph
 from fedgraph.messaging import tensors
 from fedgraph.randomness import client_generator
 
-from .common import reply
+from .common import reply, verified_keys
 
 
 def privgnn_query(msg: Message, context: Context) -> Message:
@@ -19,12 +19,13 @@ def privgnn_query(msg: Message, context: Context) -> Message:
 
     cfg = parse_run_config(json.loads(msg.content["config"]["json"]))
     pid, c, s = int(context.node_config["partition-id"]), msg.content, context.state
+    # secure aggregation: the relayed key list, verified against this client's own identity
+    # directory before anything is computed or released (refused: ValueError)
+    private, keys = verified_keys(msg, context, cfg, "privgnn") or (None, None)
     answer, state = query_round(
         cfg, pid, tensors(c["queries"]), dict(s["privgnn"]) if "privgnn" in s else None,
         lambda purpose, data: client_generator(cfg, context, pid, purpose, data=data),
-        s["privgnn.secagg"]["private-key"] if "privgnn.secagg" in s else None,
-        dict(c["secagg"]) if "secagg" in c else None, context.run_id,
-        privgnn_client_graph(cfg, pid))
+        private, keys, context.run_id, privgnn_client_graph(cfg, pid))
     s["privgnn"] = ConfigRecord(state)
     return reply(msg, answers=ArrayRecord({"answers": answer.answers}),
                  meta=ConfigRecord(answer.meta))

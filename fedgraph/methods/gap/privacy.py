@@ -301,6 +301,34 @@ def plan_events(plan: dict) -> list[tuple[str, object]]:
     return out
 
 
+def reply_events(plan: dict, phase: str, rounds: int = 1) -> list[tuple[str, object]]:
+    """``(release, event)`` pairs one reply of a client with this ``plan``
+    (:meth:`PrivacyPlan.to_dict`) spends: the one definition both ledgers use, the server's
+    (:class:`fedgraph.strategies.gap.GAPStrategy`, when the reply arrives) and the client's own
+    (:class:`fedgraph.client_authority.ClientAuthority`, before the reply leaves).
+
+    ``phase``: ``pma`` or ``pma (held-out graph)`` (one PMA hop: one Gaussian mechanism of the
+    plan's multiplier; GAP Sec. 4.2, Thm. 1), ``encoder`` / ``classifier`` (one FedAvg round:
+    at node level its share of the DP-SGD steps, ``steps // rounds``; at edge level nothing:
+    the encoder reads no edge, the classifier only PMA's noisy output). A run's replies give
+    exactly :func:`plan_events` (and :func:`heldout_events`). No noise (epsilon target inf):
+    ``[]``.
+    """
+    from ...accounting import Gaussian, SubsampledGaussian
+
+    if not plan_events(plan):
+        return []
+    z = plan["noise_multiplier"]
+    if phase.startswith("pma"):
+        if plan["hops"] > 0 and plan["sensitivity"] > 0:
+            return [(phase, Gaussian(z))]
+        return []
+    sched = plan.get(f"{phase}_schedule")
+    if sched is not None and sched[1] > 0:
+        return [(f"{phase} dp-sgd", SubsampledGaussian(sched[0], z, sched[1] // max(rounds, 1)))]
+    return []
+
+
 def heldout_events(plan: dict) -> list[tuple[str, object]]:
     """``(release, event)`` pairs of the inductive mode's PMA on the held-out graph (the ``K``
     Gaussian mechanisms of :func:`plan_events`' ``pma``, same noise): a ledger subject of its
@@ -457,8 +485,9 @@ def remote_noise(cfg: GAPConfig, sigmas: list[float]) -> tuple[float, int] | Non
 def check_remote_sigma(remote_sigma: float, own_sigma: float, contributors: int) -> None:
     """A client's check before it adds ``remote_sigma`` instead of its own ``sigma`` to its
     remote rows: the noise of ``contributors`` clients adding up in a row must be at least its
-    own plan's. It cannot see the shares the other clients were sent: an honest server sends
-    every client the same value (:func:`remote_noise`).
+    own plan's. ``contributors`` is the client's own count (:func:`own_contributors`), never
+    the server's word. It cannot see the shares the other clients were sent: an honest server
+    sends every client the same value (:func:`remote_noise`).
 
     Raises:
         ValueError: ``remote_sigma * sqrt(contributors) < own_sigma`` (the client refuses to
@@ -467,3 +496,27 @@ def check_remote_sigma(remote_sigma: float, own_sigma: float, contributors: int)
     if not remote_sigma >= 0 or remote_sigma * math.sqrt(max(contributors, 1)) < own_sigma * (1 - 1e-9):
         raise ValueError(f"remote noise std {remote_sigma:.4g} over {contributors} client(s) is "
                          f"below this client's sigma {own_sigma:.4g}; refusing to release")
+
+
+def own_contributors(secure_aggregation: bool, keys, claimed: int | None = None, *,
+                     owned: bool = True) -> int:
+    """How many clients' noise a client may assume adds up in each of its remote rows, counted
+    by the client itself: with secure aggregation and a key list it verified (``keys``, a
+    :class:`fedgraph.secure_aggregation.VerifiedKeys`), the verified contributors of a row by
+    the masking rule (:meth:`~fedgraph.secure_aggregation.VerifiedKeys.contributors`: every
+    verified client but the row's owner, ``owned``; or all of them); otherwise 1, whatever the
+    server says (without masking, the server reads each client's row alone).
+
+    ``claimed``: the request's ``remote-contributors`` (the server's figure), only
+    cross-checked.
+
+    Raises:
+        ValueError: ``claimed`` differs from the client's own count (the client refuses to
+            release).
+    """
+    own = keys.contributors(owned) if secure_aggregation and keys is not None else 1
+    if claimed is not None and int(claimed) != own:
+        raise ValueError(f"the server says {int(claimed)} clients' rows are summed per remote "
+                         f"node; this client counts {own} (its verified peers under secure "
+                         f"aggregation, else 1); refusing to release")
+    return own

@@ -39,6 +39,30 @@ def set_budgets(ledger: PrivacyLedger, cfg: PPGNNConfig) -> None:
     ledger.set_budget("every-user", min(cfg.budgets))
 
 
+def reply_events(cfg: PPGNNConfig, mech: FeatureMechanism) -> list[tuple[str, str, object]]:
+    """``(subject, release, event)`` triples of the users' reports (``query.ppgnn``), the one
+    definition both ledgers use: the server's (:func:`record_privacy`) and each client's own
+    (:class:`fedgraph.client_authority.ClientAuthority`, before its report leaves). Each user
+    at level ``tau`` releases its features once through the mechanism's parts (PPGNN paper
+    Sec. 4, PPM = MLR + ESW: ``mech.privacy_spent(tau)``) and, with ``label_epsilon > 0``,
+    its label by randomized response; subject ``level-<tau>``, or ``every-user`` when the
+    mechanism gives every level the same (LPGNN, the uniform baselines)."""
+    levels = range(1, len(cfg.budgets) + 1)
+    spent = {level: mech.privacy_spent(level) for level in levels}
+    uniform = len(levels) > 1 and all(spent[level] == spent[1] for level in levels)
+    out = []
+    for level in ([1] if uniform else levels):
+        # A mechanism that ignores the levels (LPGNN, the uniform baselines) gives every user
+        # the same guarantee: one subject, not one row per level with the same epsilon.
+        subject = "every-user" if uniform else f"level-{level}"
+        for release, eps in spent[level].items():
+            event = ApproxDP(eps, mech.delta()) if mech.delta() > 0 else PureDP(eps)
+            out.append((subject, release, event))
+        if cfg.label_epsilon > 0:
+            out.append((subject, "labels (randomized response)", PureDP(cfg.label_epsilon)))
+    return out
+
+
 def record_privacy(ledger: PrivacyLedger, cfg: PPGNNConfig, mech: FeatureMechanism,
                    num_features: int | None = None) -> None:
     """Record in ``ledger`` what each user at each level releases (subject ``level-<tau>``;
@@ -57,22 +81,13 @@ def record_privacy(ledger: PrivacyLedger, cfg: PPGNNConfig, mech: FeatureMechani
     ``E = {1, 2, 4}``, ``gamma = 0.1``, not the ``gamma * eps_tau`` of ESW alone), for
     ``num_features`` features (``None``: the bound for every ``d``).
     """
+    for subject, release, event in reply_events(cfg, mech):
+        ledger.record(subject, release, event)
     levels = range(1, len(cfg.budgets) + 1)
-    spent = {level: mech.privacy_spent(level) for level in levels}
-    uniform = len(levels) > 1 and all(spent[level] == spent[1] for level in levels)
-    for level in ([1] if uniform else levels):
-        # A mechanism that ignores the levels (LPGNN, the uniform baselines) gives every user
-        # the same guarantee: one subject, not one row per level with the same epsilon.
-        subject = "every-user" if uniform else f"level-{level}"
-        for release, eps in spent[level].items():
-            event = ApproxDP(eps, mech.delta()) if mech.delta() > 0 else PureDP(eps)
-            ledger.record(subject, release, event)
-        if cfg.label_epsilon > 0:
-            ledger.record(subject, "labels (randomized response)", PureDP(cfg.label_epsilon))
     if mech.hides_level and len(levels) > 1:
         for level in levels:
             ledger.record(level_subject(level), LEVEL_RELEASE,
                           PureDP(mech.level_epsilon(level, num_features)))
 
 
-__all__ = ["build_mechanism", "level_subject", "LEVEL_RELEASE", "record_privacy"]
+__all__ = ["build_mechanism", "level_subject", "LEVEL_RELEASE", "record_privacy", "reply_events"]

@@ -21,8 +21,10 @@ ICLR 2018, "Scalable Private Learning with PATE").
    bound and its experiments compute epsilon numerically too) by :func:`privgnn_epsilon`;
    :func:`lam_for_epsilon` and :func:`max_queries` invert it.
 4. Ensemble mode (our federated adaptation of PATE): vote histograms of L2 sensitivity
-   ``sqrt 2`` (:data:`VOTE_SENSITIVITY`) plus Gaussian noise (:func:`noisy_votes`), Gaussian
-   events (:func:`ensemble_events`, PATE 2018 Prop. 8), composed exactly (analytic Gaussian).
+   ``sqrt 2`` (:data:`VOTE_SENSITIVITY`; it needs a split in which one node changes one
+   teacher: :func:`~.teachers.teacher_assignment`) plus Gaussian noise (:func:`noisy_votes`),
+   Gaussian events (:func:`ensemble_events`, PATE 2018 Prop. 8), composed exactly (analytic
+   Gaussian).
 5. Per client (node-level DP for the nodes it holds, paper Thm. 7): a client's limit is the
    largest total number of answers whose epsilon at ``delta`` stays within its target
    (:func:`client_limit`; public parameters only); :class:`QueryBudget` refuses beyond it. A
@@ -63,8 +65,13 @@ NOT_DP_REASON = (
 SENSITIVITY = 2.0
 
 
-def laplace_noise(shape, scale: float, generator: torch.Generator | None = None) -> Tensor:
-    """i.i.d. ``Laplace(0, scale)`` samples (inversion of a uniform; float32).
+def laplace_noise(shape, scale: float, generator: torch.Generator | None = None,
+                  dtype: torch.dtype = torch.float32) -> Tensor:
+    """i.i.d. ``Laplace(0, scale)`` samples of ``shape``: ``scale`` times
+    :func:`fedgraph.randomness.laplace` (float64, inverse CDF on 52-bit uniforms and a sign
+    bit), rounded to ``dtype``. The same draws as :func:`noisy_answers` makes from the same
+    generator; a release adds them before rounding (:func:`fedgraph.randomness.add_laplace`),
+    never these rounded samples (Mironov, CCS 2012; issue 60, fault 5).
 
     Raises:
         ValueError: ``scale`` not finite and > 0.
@@ -72,16 +79,17 @@ def laplace_noise(shape, scale: float, generator: torch.Generator | None = None)
     from ...mechanisms._checks import check_noise_scale
 
     scale = check_noise_scale(scale, "scale (Laplace noise)")
-    u = rng.rand(shape, generator, torch.float64) - 0.5
-    return (-float(scale) * torch.sign(u) * torch.log1p(-2.0 * u.abs())).float()
+    return (float(scale) * rng.laplace(shape, generator)).to(dtype)
 
 
 def noisy_answers(posteriors: Tensor, lam: float, mode: Mode = "posterior",
                   generator: torch.Generator | None = None) -> Tensor:
     """Laplace mechanism on the teachers' outputs (paper Sec. 3.1.2): ``posterior`` releases
     the probability vector, ``vote`` the one-hot argmax, each plus i.i.d. Laplace noise of scale
-    ``SENSITIVITY / lam`` (= 2 / lambda) per coordinate. The noise is drawn from
-    ``generator`` on the CPU and moved to ``posteriors``' device (the same draws everywhere).
+    ``SENSITIVITY / lam`` (= 2 / lambda) per coordinate. The noise is drawn in float64 from
+    ``generator`` on the CPU (the same draws everywhere), added in float64 and rounded once to
+    the answers' dtype (:func:`fedgraph.randomness.add_laplace`; Mironov, CCS 2012; issue 60,
+    fault 5: float32 noise added in float32 makes the reachable outputs depend on the answer).
 
     ``log-softmax-paper`` (a reproduction, **not differentially private**): the authors' code
     releases ``log(posterior) + Laplace(1 / lambda)`` (log-softmax outputs, the paper's
@@ -101,11 +109,11 @@ def noisy_answers(posteriors: Tensor, lam: float, mode: Mode = "posterior",
         clean = F.one_hot(posteriors.argmax(-1), posteriors.shape[-1]).float()
     elif mode == "log-softmax-paper":
         clean = posteriors.float().clamp_min(torch.finfo(torch.float32).tiny).log()
-        return clean + laplace_noise(clean.shape, 1.0 / lam, generator).to(clean.device)
+        return rng.add_laplace(clean, 1.0 / lam, generator)
     else:
         raise ValueError(f"answer-mode: unknown {mode!r}; allowed: "
                          "['posterior', 'vote', 'log-softmax-paper']")
-    return clean + laplace_noise(clean.shape, SENSITIVITY / lam, generator).to(clean.device)
+    return rng.add_laplace(clean, SENSITIVITY / lam, generator)
 
 
 def privgnn_events(num_queries: int, rate: float, lam: float,
@@ -268,7 +276,9 @@ def noisy_votes(votes: Tensor, sigma_votes: float, sigma_threshold: float | None
     return out
 
 
-#: L2 sensitivity of a vote histogram: one teacher's vote moves from one class to another
+#: L2 sensitivity of a vote histogram: one private node changes one teacher (each node is
+#: assigned to a teacher independently, :func:`~.teachers.teacher_assignment`), whose vote
+#: moves from one class to another (``sqrt 2``) or to an abstention (an empty teacher: 1)
 VOTE_SENSITIVITY = math.sqrt(2.0)
 
 
@@ -388,3 +398,23 @@ __all__ = ["Mode", "DP_MODES", "NOT_DP_REASON", "SENSITIVITY", "laplace_noise", 
            "ensemble_events", "ensemble_epsilon", "ensemble_collusion_epsilon",
            "ensemble_sigma_for_epsilon", "ensemble_answer_limit", "client_limit",
            "one_answer_epsilon"]
+
+
+def reply_events(cfg, answered: int) -> list[tuple[str, object]]:
+    """``(release, event)`` pairs a client's reply with ``answered`` new answers spends, the
+    one definition both ledgers use: the server's (:class:`fedgraph.strategies.privgnn.
+    PrivGNNStrategy`, when the reply arrives) and the client's own (:class:`fedgraph.
+    client_authority.ClientAuthority`, before it leaves). ``ensemble``: the noisy vote
+    histograms and their threshold copy (:func:`ensemble_events`; PATE, Papernot et al. 2018);
+    ``posterior``/``vote``: one Poisson-subsampled Laplace mechanism per answer
+    (:func:`privgnn_events`; PrivGNN paper Sec. 4). ``log-softmax-paper`` is not DP
+    (:data:`NOT_DP_REASON`): ``[]`` (its claimed events are the server's to show, never
+    composed). No answer: ``[]``."""
+    if answered <= 0:
+        return []
+    if cfg.answer_mode == "ensemble":
+        names = ["noisy vote histograms", "noisy vote histograms (threshold copy)"]
+        return list(zip(names, ensemble_events(answered, cfg.sigma_votes, cfg.sigma_threshold)))
+    if cfg.answer_mode not in DP_MODES:
+        return []
+    return [("noisy answers", e) for e in privgnn_events(answered, cfg.gamma, cfg.lam)]

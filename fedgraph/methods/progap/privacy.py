@@ -175,6 +175,28 @@ def plan_events(plan: dict) -> list[tuple[str, object]]:
     return list(zip(names, events))
 
 
+def reply_events(plan: dict, phase: str, epochs: int = 1) -> list[tuple[str, object]]:
+    """``(release, event)`` pairs one reply of a client with this ``plan`` spends, the one
+    definition both ledgers use (the server's, :class:`fedgraph.strategies.progap.
+    ProGAPStrategy`, and the client's own, :class:`fedgraph.client_authority.ClientAuthority`):
+    ``aggregation`` (one stage's aggregation: one Gaussian mechanism of the plan's multiplier;
+    ProGAP paper Sec. 4, Eq. 4) or ``train`` (node level: one round's DP-SGD steps, ``steps //
+    epochs``; edge level: nothing, the rounds read only the noisy aggregations). A run's
+    replies give exactly :func:`plan_events`. No noise (epsilon target inf): ``[]``."""
+    from ...accounting import Gaussian, SubsampledGaussian
+
+    if not plan_events(plan):
+        return []
+    z = plan["noise_multiplier"]
+    if phase == "aggregation":
+        return [("aggregation", Gaussian(z))] if plan["depth"] > 0 else []
+    if plan.get("stage_schedule"):
+        q, steps = plan["stage_schedule"]
+        if steps // max(epochs, 1) > 0:
+            return [("stage dp-sgd", SubsampledGaussian(q, z, steps // max(epochs, 1)))]
+    return []
+
+
 def has_remote_rows(cfg) -> bool:
     """Whether clients release aggregation rows for each other's nodes."""
     return cfg.cross_client_edges and cfg.num_clients > 1 and cfg.depth > 0
