@@ -76,7 +76,8 @@ def check_asks_no_more(asked, own, partition_id: int) -> None:
     :class:`~fedgraph.config.GAPConfig`) differs from the client's own ``own`` in a key that
     changes what is released, other than asking for less privacy loss in
     :data:`GUARANTEE_KEYS_LOWER` (this client's epsilon target, delta, PPGNN's budgets: each at
-    most the client's own).
+    most the client's own) or filling in a key the client's own config leaves to the method
+    (``None`` or ``""``; the client's ledger still charges what it then releases).
 
     Raises:
         ReleaseRefused: naming the first such key, the value asked and the client's own.
@@ -90,7 +91,10 @@ def check_asks_no_more(asked, own, partition_id: int) -> None:
                 raise ReleaseRefused(
                     f"{name.replace('_', '-')}: the request asks for {a.get(name)!r}, more "
                     f"privacy loss than this client's own {o.get(name)!r}; refusing to release")
-        elif a.get(name) != o.get(name):
+        elif a.get(name) != o.get(name) and o.get(name) not in (None, ""):
+            # (a key the client's own config leaves to the method, None or "", the strategy
+            # may fill in, e.g. PrivGNN's calibrated sigma-votes: what the client then releases
+            # is charged to its own ledger, which refuses anything past its budget)
             raise ReleaseRefused(
                 f"{name.replace('_', '-')}: the request's run config says {a.get(name)!r}, this "
                 f"client's own says {o.get(name)!r}; refusing to release")

@@ -138,13 +138,24 @@ IDS = Record("ids", "ArrayRecord", "the client's node ids: the public node direc
 
 PUBLIC_KEY = Record("secagg", "ConfigRecord", "secure aggregation's key advertisement", (
     Field("public-key", "bytes", "a fresh X25519 public key (32 bytes; the private key stays "
-          "in the client's state, `<method>.secagg`)"),))
+          "in the client's state, `<method>.secagg`)"),
+    Field("partition-id", "int", "the client's partition id, which the key is signed for"),
+    Field("signature", "bytes", "Ed25519 signature (64 bytes) of the public key under the "
+          "client's identity key, provisioned outside the server (`fedgraph.identity`), bound "
+          "to the run id, the method, the partition id and the label `query.<method>_keys` "
+          "(`fedgraph.identity.key_statement`)")))
 
 
 def _secagg_keys(when: str) -> Record:
     return Record("secagg", "ConfigRecord", "secure aggregation: every client's public key",
                   (Field("public-keys", "list[bytes]", "every client's X25519 public key, by "
                          "client index (from the key exchange)"),
+                   Field("partition-ids", "list[int]", "the partition id each key is signed "
+                         "for, by client index"),
+                   Field("signatures", "list[bytes]", "each key's Ed25519 signature, by client "
+                         "index; the client verifies every one against its own directory of "
+                         "identity keys and refuses a list it cannot verify "
+                         "(`fedgraph.secure_aggregation.verify_key_list`)"),
                    Field("index", "int", "this client's index among them")),
                   required=False, when=when)
 
@@ -183,6 +194,16 @@ def _state_dict(name: str, model: str, meaning: str, **kw) -> Record:
     return Record(name, "ArrayRecord", meaning, (
         Field("*", "any", f"the state dict of the {model}: every parameter and buffer", "any",
               required=False, when="empty: no weights yet"),), **kw)
+
+
+def _ledger(**kw) -> Record:
+    """A reply's ``ledger``: the client's own ledger summary, charged before the reply left."""
+    return Record("ledger", "ConfigRecord", "the client's own ledger "
+                  "(`fedgraph.client_authority.ClientAuthority.summary`), public: a function of "
+                  "its plan and of the requests it answered; the report puts it beside the "
+                  "server's (`privacy.client_ledgers`)", (
+                      Field("json", "str", "a JSON object: subject -> `epsilon` (at its own "
+                            "delta), `budget` (its own), `releases` (charged so far)"),), **kw)
 
 
 def _counts() -> Record:
@@ -248,7 +269,7 @@ _PPGNN = (
                 Field("edge_index", "int32 | int64", "its local and boundary edges, global ids "
                       "(int32 when every id fits: `fedgraph.methods.ppgnn.client.report_edges`)",
                       "[2, E]"))),
-            Record("meta", "ConfigRecord", "public facts", (SCHEMA, WORKER))))),
+            Record("meta", "ConfigRecord", "public facts", (SCHEMA, WORKER)), _ledger()))),
     MessageType(
         "evaluate.ppgnn", "ppgnn",
         "counts the server's correct predictions for its users per split (test labels never "
@@ -257,7 +278,7 @@ _PPGNN = (
         Content((CONFIG, Record("predictions", "ArrayRecord", "the server's predictions", (
             Field("node_ids", "int64", "this client's users' ids, as in its report", "[n]"),
             Field("pred", "int64", "the predicted class of each", "[n]"))))),
-        Content((_counts(),))),
+        Content((_counts(), _ledger()))),
 )
 
 # ------------------------------------------------------------------ GAP
@@ -347,7 +368,10 @@ _GAP = (
                       when="`fedgraph.methods.gap.privacy.remote_noise` sets one (secure "
                       "aggregation; node level or undirected edges with different sigmas)"),
                 Field("remote-contributors", "int", "how many clients' rows are summed per "
-                      "remote node", required=False, when="with `remote-sigma`"),
+                      "remote node: only cross-checked, the client counts them itself (its "
+                      "verified peers under secure aggregation, else 1) and refuses a "
+                      "different figure (`fedgraph.methods.gap.privacy.own_contributors`)",
+                      required=False, when="with `remote-sigma`"),
                 Field("object-store", "bool", "the server reads Ray's object store (a Ray "
                       "simulation): a client in a Ray worker may send `partial_sums` as a "
                       "reference into it, and `incoming` may be one "
@@ -358,7 +382,7 @@ _GAP = (
                         "the encoder's weights (read at hop 1)"),
             _secagg_keys("secure aggregation"),
             _owner("secure aggregation"))),
-        Content((_partial_sums("e", "pma"),))),
+        Content((_partial_sums("e", "pma"), _ledger()))),
     MessageType(
         "evaluate", "gap",
         "validates the weights received (`fedgraph.methods.gap.client.validate`); edge level "
@@ -375,7 +399,7 @@ _GAP = (
         "(`fedgraph.methods.gap.client.final_counts`)",
         "fedgraph.strategies.gap.GAPStrategy.run", f"{_ROUTES}.gap.gap_evaluate",
         Content((CONFIG, _state_dict("arrays", "classifier", "the selected classifier"))),
-        Content((_counts(),))),
+        Content((_counts(), _ledger()))),
 )
 
 # ------------------------------------------------------------------ PrivGNN
@@ -429,7 +453,8 @@ _PRIVGNN = (
                        ("refused", "int", "asked - answered"),
                        ("limit", "int", "the answers its budget allows in all"),
                        ("answered_total", "int", "answers released so far"),
-                       ("epsilon_target", "float", "its epsilon target (inf: none)"))))))),
+                       ("epsilon_target", "float", "its epsilon target (inf: none)")))),
+            _ledger()))),
 )
 
 # ------------------------------------------------------------------ ProGAP
@@ -517,7 +542,9 @@ _PROGAP = (
                 Field("remote-sigma", "float", "the common noise std of remote rows",
                       required=False, when="`release`, when "
                       "`fedgraph.methods.progap.privacy.remote_noise` sets one"),
-                Field("remote-contributors", "int", "clients summed per remote node",
+                Field("remote-contributors", "int", "clients summed per remote node: only "
+                      "cross-checked against the client's own count "
+                      "(`fedgraph.methods.gap.privacy.own_contributors`)",
                       required=False, when="with `remote-sigma`"),
                 Field("object-store", "bool", "the server reads Ray's object store: the "
                       "release may be a reference into it, and the finish's `incoming` may be "
@@ -532,7 +559,8 @@ _PROGAP = (
         Content((
             _partial_sums("h", "aggregation", required=False, when="`release`"),
             Record("done", "ConfigRecord", "the aggregation is cached",
-                   (Field("stage", "int", "the stage"),), required=False, when="`finish`")),
+                   (Field("stage", "int", "the stage"),), required=False, when="`finish`"),
+            _ledger(required=False, when="`release`")),
             one_of=(("partial_sums", "done"),))),
     MessageType(
         "query.progap_eval", "progap",
@@ -542,7 +570,7 @@ _PROGAP = (
         Content((CONFIG, _state_dict("arrays", _PROGAP_MODEL, "the final weights"),
                  Record("stage", "ConfigRecord", "the stage evaluated",
                         (Field("stage", "int", "K, the last stage"),)))),
-        Content((_counts(),))),
+        Content((_counts(), _ledger()))),
 )
 
 #: message type -> :class:`MessageType`, every type the ClientApp answers, by method

@@ -4,17 +4,25 @@ without dropout recovery.
 
 Protocol (one run):
 
-1. Each client generates an X25519 key pair (:func:`generate_key_pair`, OS randomness) and sends
-   its *public* key through the server; the server broadcasts all public keys in a fixed order
-   (client index ``0..n-1``). The private key never leaves the client.
-2. Each pair of clients ``(i, j)`` derives the same 32-byte key without the server:
+1. Each client generates an X25519 key pair (:func:`generate_key_pair`, OS randomness), signs
+   its *public* key under its long-term Ed25519 identity key (:mod:`fedgraph.identity`: the
+   statement binds the run id, the method, the client's partition id and the key exchange's
+   label) and sends key, partition id and signature through the server; the server relays
+   them all to every client in a fixed order (client index ``0..n-1``) with the client's own
+   index. The private keys never leave the client.
+2. Before it masks anything, each client verifies the list it was relayed
+   (:func:`verify_key_list`) against the directory of identity public keys that it got from
+   the provisioning, never from the server: every signature, one key per partition id, no key
+   repeated, its own key and partition id at its index, as many keys as the protocol needs. A
+   list it cannot verify is refused (``ValueError``) and nothing is released.
+3. Each pair of clients ``(i, j)`` derives the same 32-byte key without the server:
    X25519(sk_i, pk_j) = X25519(sk_j, pk_i), then HKDF-SHA256 bound to a context string (run,
    PMA graph, hop, purpose) and to both public keys (:func:`pairwise_keys`), so no mask is ever
    used twice.
-3. Each pairwise key is expanded with the ChaCha20 keystream into one ``uint64`` per row
+4. Each pairwise key is expanded with the ChaCha20 keystream into one ``uint64`` per row
    element (:func:`mask_stream`), indexed by the row's public id (a node id), so both clients
    of a pair draw the same mask for the same row.
-4. A client quantizes its rows to fixed point in the ring Z / 2^64 (:func:`quantize`) and adds,
+5. A client quantizes its rows to fixed point in the ring Z / 2^64 (:func:`quantize`) and adds,
    for every peer ``j`` that also sends that row, ``+mask_ij`` if ``i < j`` and ``-mask_ij``
    otherwise (:func:`mask_rows`). The server adds the masked rows of a row id over its
    contributors modulo 2^64: the masks cancel exactly and it gets the sum of the quantized rows
@@ -24,22 +32,37 @@ Who contributes which row (federated GAP's PMA): a row is a node ``w``; every cl
 ``w``'s owner sends one, so the masks of row ``w`` must cancel over the clients other than
 ``owner(w)``: pairs of clients both different from ``owner(w)``. The ownership map (node id ->
 client index) is public here: every supernode computes the partition from the public run
-config, and the server learns it at setup.
+config, and the server learns it at setup. PrivGNN's ensemble histograms have no owner: every
+client sends every row. A client counts the contributors of its rows itself, from the keys it
+verified (:meth:`VerifiedKeys.contributors`), and only that count may lower its noise share.
 
 What it protects, against whom, assuming what:
 
-* The server (honest-but-curious: it follows the protocol, relays the public keys unchanged,
-  and reads everything it receives) sees, per client and row, ``q(x) + sum of masks`` with
-  masks from ChaCha20 under keys derived from X25519 shared secrets it cannot compute from the
-  public keys: each masked row is uniform on Z / 2^64 whatever the client's data, as long as
-  at least one other contributor of that row is honest (not colluding with the server). It
-  learns the sum over all contributors, nothing else. With 2 clients a row has one contributor
-  and no mask: the "sum" is the row itself (masking cannot hide it).
-* Not covered: a server that substitutes public keys (active attack; SecAgg's PKI /
-  signatures are not implemented), a server colluding with clients (their masks are known to
-  them), and dropouts: there is no secret sharing of the masks (SecAgg's Shamir recovery), so a
-  missing contributor leaves its masks in the sum, and the round fails (:func:`unmask_sum`
-  raises, as does the strategy when a reply is missing).
+* The server, even one that deviates from the protocol within its message schema (relays
+  substituted, replayed, reordered or missing keys; lies about an owner), cannot unmask an
+  individual client's row without a colluding client. It sees, per client and row,
+  ``q(x) + sum of masks`` with masks from ChaCha20 under keys derived from X25519 shared
+  secrets between *verified* peers, which it cannot compute: it cannot insert a public key
+  whose private key it knows, because it cannot sign for any identity in the clients'
+  directory. Each masked row is uniform on Z / 2^64 whatever the client's data, as long as at
+  least one other contributor of that row is honest (not colluding with the server). Any set
+  of masked rows whose masks cancel holds the rows of every contributor of the row (an
+  owner the server misreports only leaves a mask that never cancels), so the server learns
+  at most the sum over all contributors. With 2 clients a row has one contributor and no
+  mask: the "sum" is the row itself (masking cannot hide it, and the client counts 1
+  contributor).
+* Assumed: identity keys are provisioned outside the server (a deployment's node config,
+  like certificates and a trust store; :mod:`fedgraph.identity`); no Sybil clients (every
+  identity in the directory is a distinct real client that does not collude with the
+  server); the other contributors add their noise shares (a client cannot see them). In the
+  simulation every client derives every identity key from one provisioning secret in the
+  process environment (``$FEDGRAPH_IDENTITY_SECRET``), an artifact of simulating, like
+  ``$FEDGRAPH_NOISE_SECRET``; the server code never reads it.
+* Not covered: a server colluding with clients (their masks are known to them: a coalition
+  of all but one contributor of a row recovers that row), and dropouts: there is no secret
+  sharing of the masks (SecAgg's Shamir recovery), so a missing contributor leaves its masks
+  in the sum, and the round fails (:func:`unmask_sum` raises, as does the strategy when a
+  reply is missing): a deviating server can always deny service.
 
 Quantization: ``q(x) = round(clip(x, -B, B) * 2^FRAC_BITS)`` with ``FRAC_BITS = 24`` and the
 public clip bound ``B = 2^(62 - FRAC_BITS) / contributors`` (:func:`clip_bound`), so the sum
@@ -53,6 +76,9 @@ Do not derive masks with Flower's ``secaggplus_utils.pseudo_rand_gen``: it folds
 bits (``np.random.RandomState``), so a server could try every seed.
 """
 from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Mapping
 
 import numpy as np
 from cryptography.hazmat.primitives import hashes
@@ -70,6 +96,129 @@ def generate_key_pair() -> tuple[bytes, bytes]:
     bytes)``. Keep the private key on the client; send only the public key."""
     sk = X25519PrivateKey.generate()
     return sk.private_bytes_raw(), sk.public_key().public_bytes_raw()
+
+
+@dataclass(frozen=True)
+class VerifiedKeys:
+    """A key list a client verified (:func:`verify_key_list`): every client's X25519 public key
+    by index, the partition id each one is signed for, and this client's index. Only
+    :func:`verify_key_list` makes one."""
+
+    public_keys: tuple[bytes, ...]
+    partition_ids: tuple[int, ...]
+    index: int
+
+    def contributors(self, owned: bool) -> int:
+        """How many verified clients' rows add up in one summed row, by the masking rule of
+        :func:`mask_rows`: every client but the row's owner (``owned``: GAP's and ProGAP's
+        remote rows), or every client (PrivGNN's ensemble histograms, no owner). At least 1."""
+        n = len(self.public_keys)
+        return max(n - 1, 1) if owned else n
+
+
+def verify_key_list(record: Mapping, private_key: bytes | None, identity, *, run_id: int,
+                    method: str, required: int) -> VerifiedKeys:
+    """A client's check of the key list the server relays (a request's ``secagg`` record:
+    ``public-keys``, ``partition-ids``, ``signatures``, ``index``), before it masks anything.
+
+    Every entry ``j`` must carry a valid Ed25519 signature of
+    :func:`fedgraph.identity.key_statement` ``(run_id, method, partition_ids[j],
+    public_keys[j], key_label(method))`` under the identity key that the client's *own*
+    directory (``identity``, a :class:`fedgraph.identity.Identity` from the provisioning, never
+    from the server) holds for ``partition_ids[j]``.
+
+    Args:
+        record: the request's ``secagg`` record.
+        private_key: this client's X25519 private key from its key exchange (``None``: it made
+            none, and refuses).
+        identity: this client's :class:`~fedgraph.identity.Identity`.
+        run_id, method: the run and the method the keys must be signed for.
+        required: how many keys the protocol needs (every client of the run: the masks of a
+            row cancel only over all of its contributors).
+
+    Returns:
+        :class:`VerifiedKeys`.
+    Raises:
+        ValueError: a missing field or private key, lists of different lengths, fewer (or more)
+            keys than ``required``, a partition id repeated or not in the directory, a key
+            repeated or not 32 bytes, a bad signature, or an entry at this client's index that
+            is not its own key and partition id (or its own partition id at another index).
+            The message says "refusing to release": the caller releases nothing.
+    """
+    from .identity import key_label, key_statement
+
+    def refuse(why: str) -> ValueError:
+        return ValueError(f"secure aggregation: the key list the server relayed cannot be "
+                          f"verified ({why}); refusing to release")
+
+    if private_key is None:
+        raise refuse("this client made no key exchange for it: it holds no private key")
+    missing = [k for k in ("public-keys", "partition-ids", "signatures", "index")
+               if k not in record]
+    if missing:
+        raise refuse(f"missing {missing}")
+    pks = [bytes(k) for k in record["public-keys"]]
+    pids = [int(p) for p in record["partition-ids"]]
+    sigs = [bytes(s) for s in record["signatures"]]
+    me = int(record["index"])
+    if not len(pks) == len(pids) == len(sigs):
+        raise refuse(f"{len(pks)} keys, {len(pids)} partition ids, {len(sigs)} signatures")
+    if len(pks) != int(required):
+        raise refuse(f"{len(pks)} keys, the protocol needs one from each of the "
+                     f"{int(required)} clients")
+    if not 0 <= me < len(pks):
+        raise refuse(f"this client's index {me} is outside the {len(pks)} keys")
+    if len(set(pids)) != len(pids):
+        raise refuse("a partition id appears twice (a key of one identity at two indices)")
+    if len(set(pks)) != len(pks) or any(len(k) != KEY_BYTES for k in pks):
+        raise refuse("the public keys are not distinct 32-byte X25519 keys")
+    own = X25519PrivateKey.from_private_bytes(bytes(private_key)).public_key().public_bytes_raw()
+    if pids[me] != identity.partition_id or pks[me] != own:
+        raise refuse(f"index {me} does not hold this client's own key and partition id "
+                     f"{identity.partition_id}")
+    label = key_label(method)
+    for j, (pk, pid, sig) in enumerate(zip(pks, pids, sigs)):
+        if pid not in identity.directory:
+            raise refuse(f"key {j} claims partition {pid}, which is not in this client's "
+                         f"directory of identities")
+        if not identity.verifies(pid, key_statement(run_id, method, pid, pk, label), sig):
+            raise refuse(f"key {j}'s signature does not verify under partition {pid}'s "
+                         f"identity key (run {run_id}, method {method!r}): a key the server "
+                         f"substituted or replayed")
+    return VerifiedKeys(tuple(pks), tuple(pids), me)
+
+
+def advertise(node_config, partition_id: int, run_id: int, method: str,
+              num_clients: int) -> tuple[bytes, dict]:
+    """A client's side of the key exchange (``query.<method>_keys``): a fresh X25519 key pair
+    (:func:`generate_key_pair`) and its public key signed under the client's identity key
+    (:func:`fedgraph.identity.client_identity`, from its node config or the simulation's
+    provisioning). Returns ``(private key, reply fields)``: keep the private key, send
+    ``{"public-key", "partition-id", "signature"}``.
+
+    Raises:
+        fedgraph.identity.IdentityError: no identity provisioned."""
+    from .identity import client_identity, key_label, key_statement
+
+    identity = client_identity(node_config, partition_id, num_clients)
+    private, public = generate_key_pair()
+    signature = identity.sign(key_statement(run_id, method, partition_id, public,
+                                            key_label(method)))
+    return private, {"public-key": public, "partition-id": int(partition_id),
+                     "signature": signature}
+
+
+def verify_relayed(record: Mapping, private_key: bytes | None, node_config, partition_id: int,
+                   run_id: int, method: str, num_clients: int) -> VerifiedKeys:
+    """:func:`verify_key_list` with the client's own identity directory
+    (:func:`fedgraph.identity.client_identity`, from its node config or the simulation's
+    provisioning, never from the server) and every one of the ``num_clients`` keys
+    required."""
+    from .identity import client_identity
+
+    return verify_key_list(record, private_key,
+                           client_identity(node_config, partition_id, num_clients),
+                           run_id=run_id, method=method, required=num_clients)
 
 
 def pairwise_keys(private_key: bytes, public_keys: list[bytes], me: int,

@@ -102,10 +102,14 @@ class EarlyRay:
             env = {"PYTHONPATH": pythonpath}
             # the clients' own run config (fedgraph.simulations.routes.common.own_config), to
             # the workers of an existing cluster too, which do not inherit this environment
-            from fedgraph.simulations.routes.common import OWN_CONFIG_ENV
+            from fedgraph.simulations.client_guard import OWN_CONFIG_ENV
 
             if os.environ.get(OWN_CONFIG_ENV):
                 env[OWN_CONFIG_ENV] = os.environ[OWN_CONFIG_ENV]
+            from fedgraph.identity import IDENTITY_ENV  # the clients' identity provisioning
+
+            if os.environ.get(IDENTITY_ENV):
+                env[IDENTITY_ENV] = os.environ[IDENTITY_ENV]
             ray.init(runtime_env={"env_vars": env}, **args)
             _end_monitor_first()
             # before ready: Flower's pool must find them (or would compete for the resources)

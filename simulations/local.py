@@ -32,6 +32,13 @@ class LocalGrid:
         record: keep every ``(request, reply)`` the server sees in :attr:`log`, after
             ``fail`` and ``tamper`` (an audit of what leaves the clients).
 
+    Each client's own run config (its budget: :func:`fedgraph.simulations.client_guard.
+    own_config`) is its ``context.run_config``: :func:`run_local` provisions it
+    (:meth:`provision`), as ``fedgraph run`` and ``flwr run`` do; a grid no launcher
+    provisioned (a strategy's unit test, ``MyStrategy(cfg).start(LocalGrid(2))``) gives each
+    client the first run config it receives (trust on first use: a server's word, so a test of
+    a hostile server provisions first).
+
     Like ``fedgraph run``, it provisions the clients' identity keys for secure aggregation
     (:func:`fedgraph.identity.ensure_simulation_secret`: ``$FEDGRAPH_IDENTITY_SECRET`` from
     ``os.urandom`` when unset; the clients read it, the strategy never does).
@@ -135,7 +142,16 @@ class LocalGrid:
         if self.fail is not None and self.fail(m):
             reply = Message(Error(code=1, reason="RuntimeError: dropped out"), reply_to=m)
         else:
-            reply = self.client_app(m, self.contexts[m.metadata.dst_node_id])
+            context = self.contexts[m.metadata.dst_node_id]
+            if not context.run_config and "config" in m.content:
+                # a unit test's grid that no launcher provisioned (strategy(cfg).start(grid)):
+                # the client takes the first run config it receives as its own (trust on first
+                # use; run_local and provision() give it its own beforehand, as fedgraph run
+                # and flwr run do)
+                import json
+
+                context.run_config = json.loads(str(m.content["config"]["json"]))
+            reply = self.client_app(m, context)
             if self.tamper is not None:
                 reply = self.tamper(m, reply)
         if self.record:

@@ -63,7 +63,7 @@ def run_simulation(run_config: dict, num_cpus: Optional[int] = None,
     # provisioning of the clients' identity keys (secure aggregation), before Ray starts: a
     # local Ray's workers inherit this environment; the server code never reads it
     ensure_simulation_secret()
-    from fedgraph.simulations.routes.common import OWN_CONFIG_ENV
+    from fedgraph.simulations.client_guard import OWN_CONFIG_ENV
 
     # Every simulated client's own run config, the stand-in for a deployed client's node
     # config: its budget is its own, not the server's word (fedgraph.client_authority). Set

@@ -304,6 +304,12 @@ class PrivateStrategy(ABC):
             per_subject = self._privacy_summary()
             check_budgets_kept(per_subject, type(self).__qualname__)
             self.report.status = "ok"
+            not_dp = sorted(s for s, r in per_subject.items() if r.get("not_dp"))
+            if not_dp:  # a mode chosen knowing it has no finite epsilon (check_budgets_kept)
+                reason = self.report.privacy.get("not_dp_reason") or "no finite epsilon"
+                self.report.extra["status_note"] = (
+                    f"NOT DP: {', '.join(not_dp)} released without a finite epsilon, as "
+                    f"the run config asked ({reason})")
         except BaseException as err:
             from fedgraph.errors import RunInterrupted
 
@@ -345,6 +351,14 @@ def check_budgets_kept(per_subject: dict, strategy: str = "") -> None:
         ContractError: naming each subject over budget with its epsilon and budget.
     """
     over = {s: r for s, r in per_subject.items() if r.get("over_budget")}
+    # A release the user chose knowing it is not DP (a documented reproduction mode, such as
+    # PrivGNN's answer-mode log-softmax-paper: recorded unprotected with the claim of the paper
+    # it reproduces) has no finite epsilon: it runs, and its row and the report's status say
+    # plainly that it is not DP. Only an unintended overspend fails the run.
+    for s, r in list(over.items()):
+        if r.get("claimed") and math.isinf(r.get("epsilon", 0.0)):
+            r["not_dp"] = True
+            del over[s]
     if over:
         rows = "; ".join(f"{s}: epsilon {r['epsilon']:.4g} > budget {r['budget']:g}"
                          for s, r in over.items())

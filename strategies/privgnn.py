@@ -142,8 +142,10 @@ class PrivGNNStrategy(PrivateStrategy):
     def privacy_parameters(self) -> tuple[float, str]:
         """PLD (dp-accounting) for the Laplace modes; the ensemble's Gaussian events compose
         exactly in closed form (analytic Gaussian), cross-checked by PLD in the report."""
-        delta, accountant = super().privacy_parameters()
-        return delta, "analytic" if self.config.answer_mode == "ensemble" else accountant
+        from fedgraph.methods.privgnn.privacy import accountant
+
+        delta, _ = super().privacy_parameters()
+        return delta, accountant(self.config)
 
     def run(self, grid) -> None:
         cfg = self.config

@@ -71,7 +71,7 @@ class Client:
         self.encoder = ArrayRecord(build_encoder(self.cfg, view.statistics["num_features"],
                                                  view.statistics["num_classes"]).state_dict())
         self.ctx = Context(run_id=1, node_id=1, node_config={"partition-id": 0},
-                           state=RecordDict(), run_config={})
+                           state=RecordDict(), run_config=dict(RUN))  # its own config
         self.shared = shared
 
     def in_actor(self):

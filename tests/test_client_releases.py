@@ -60,6 +60,14 @@ def _public(why):
     return ("public", why)
 
 
+#: secure aggregation's key advertisement (``query.<method>_keys``), every method alike
+KEY_ADVERTISEMENT = {
+    "secagg.public-key": _public("a fresh X25519 public key: no data"),
+    "secagg.partition-id": _public("the client's partition id: the directory, no data"),
+    "secagg.signature": _public("Ed25519 signature of the fresh key under the client's "
+                                "identity key (run, method, partition): no data")}
+
+
 EVALUATION = ("evaluation", "an evaluation output (the report's accuracy), outside the "
                             "guarantee as in every DP paper; the report says so")
 DIRECTORY = _public("the node directory (which client holds which node id, the public split): "
@@ -112,7 +120,7 @@ ALLOWED = {
             "partial_sums.sums": _noised("pma"),
             "partial_sums.masked": _noised("pma")},  # secure aggregation: masked noisy rows
         "query.gap_keys": {  # secure aggregation's key advertisement
-            "secagg.public-key": _public("a fresh X25519 public key: no data")},
+            **KEY_ADVERTISEMENT},
         "evaluate[gap.classifier]": {  # per-round validation: edge level only
             "metrics.num-examples": {"edge": _public("a count of nodes: not the unit")},
             "metrics.val-accuracy": {"edge": _public("labels are not the unit; the model is "
@@ -154,7 +162,7 @@ ALLOWED = {
                for k in ("partition_id", "asked", "answered", "refused", "limit",
                          "answered_total", "epsilon_target")}},
         "query.privgnn_keys": {  # secure aggregation's key advertisement
-            "secagg.public-key": _public("a fresh X25519 public key: no data")},
+            **KEY_ADVERTISEMENT},
     },
     "progap": {
         "query.progap_setup": {
@@ -164,7 +172,7 @@ ALLOWED = {
                 "remote_norm", "stage_schedule", "partition_id")},
             "meta.plan.num_nodes": DIRECTORY, "meta.plan.num_train": DIRECTORY},
         "query.progap_keys": {  # secure aggregation's key advertisement
-            "secagg.public-key": _public("a fresh X25519 public key: no data")},
+            **KEY_ADVERTISEMENT},
         "train.progap_stage": {
             "arrays.*": {"edge": _public("the full-batch gradient (and batch-norm statistics) "
                                          "of a stage: post-processing of the aggregations' "

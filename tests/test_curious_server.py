@@ -63,6 +63,12 @@ def _context() -> Context:
                    state=RecordDict(), run_config={})
 
 
+def _own(cfg, ctx: Context) -> Context:
+    """``ctx`` with the client's own run config (its budget: issue 60), the message's."""
+    ctx.run_config = cfg.model_dump()
+    return ctx
+
+
 def _message(cfg, message_type: str, **records) -> Message:
     content = RecordDict({"config": ConfigRecord({"json": json.dumps(cfg.model_dump())}),
                           **records})
@@ -111,7 +117,7 @@ def _gap_release(cfg):
     encoder = build_encoder(cfg, s["num_features"], s["num_classes"])
     msg = _message(cfg, "query.gap_pma", pma=ConfigRecord({"hop": 1, "graph": "all"}),
                    encoder=ArrayRecord(encoder.state_dict()))
-    reply = client_app.gap_pma(msg, _context())
+    reply = client_app.gap_pma(msg, _own(cfg, _context()))
     out = tensors(reply.content["partial_sums"])
     from fedgraph.methods.gap.privacy import privacy_plan
 
@@ -161,7 +167,7 @@ def test_server_cannot_replay_ppgnn_reports(source, monkeypatch):
     from fedgraph.simulations import client_app
 
     cfg = _config(PPGNN, source, monkeypatch)
-    reply = client_app.ppgnn_query(_message(cfg, "query.ppgnn"), _context())
+    reply = client_app.ppgnn_query(_message(cfg, "query.ppgnn"), _own(cfg, _context()))
     report = tensors(reply.content["report"])
     view = client_view(cfg, PID, cfg.budgets, cfg.shares)
     random_keys = [k for k in report if k.startswith("mech.")] + ["labels"]
@@ -192,7 +198,7 @@ def test_server_cannot_remove_privgnn_answer_noise(source, monkeypatch):
     cfg = _config(PRIVGNN, source, monkeypatch)
     arrays = _queries(cfg, 4)
     msg = _message(cfg, "query.privgnn", queries=ArrayRecord(arrays))
-    answers = client_app.privgnn_query(msg, _context()).content["answers"]
+    answers = client_app.privgnn_query(msg, _own(cfg, _context())).content["answers"]
     answers = answers.to_torch_state_dict()["answers"]
     assert answers.shape[0] == 4
     scale = 2.0 / cfg.lam  # Laplace scale of every coordinate
@@ -232,7 +238,7 @@ def test_server_cannot_replay_gap_dp_sgd(source, monkeypatch):
         "config": ConfigRecord({"json": json.dumps(cfg.model_dump()), "phase": "gap.encoder",
                                 "server-round": 1}),
         "arrays": ArrayRecord(sent)}), dst_node_id=PID + 1, message_type="train")
-    back = client_app.gap_train(msg, _context()).content["arrays"].to_torch_state_dict()
+    back = client_app.gap_train(msg, _own(cfg, _context())).content["arrays"].to_torch_state_dict()
     dp = privacy_plan(cfg, cfg.client_epsilon(PID), int(g.train_mask.sum())).dpsgd(cfg)
     assert dp is not None and dp.noise_multiplier > 0
 
@@ -281,7 +287,7 @@ def test_server_cannot_remove_progap_aggregation_noise(source, monkeypatch):
     model = _progap_model(cfg, view)
     msg = _message(cfg, "query.progap_aggregate", arrays=ArrayRecord(model.state_dict()),
                    agg=ConfigRecord({"stage": 1, "step": "release"}))
-    released = tensors(client_app.progap_aggregate(msg, _context()).content["partial_sums"])
+    released = tensors(client_app.progap_aggregate(msg, _own(cfg, _context())).content["partial_sums"])
     sigma = client_plan(cfg, PID, view).sigma
     model.set_stage(0)
     with torch.no_grad():
@@ -317,7 +323,7 @@ def test_server_cannot_replay_progap_dp_sgd(source, monkeypatch):
         "config": ConfigRecord({"json": json.dumps(cfg.model_dump()), "stage": 0,
                                 "server-round": 1}),
         "arrays": ArrayRecord(sent)}), dst_node_id=PID + 1, message_type="train.progap_stage")
-    back = client_app.progap_train(msg, _context()).content["arrays"].to_torch_state_dict()
+    back = client_app.progap_train(msg, _own(cfg, _context())).content["arrays"].to_torch_state_dict()
     dp = client_plan(cfg, PID, view).dpsgd(cfg.max_grad_norm)
     assert dp is not None and dp.noise_multiplier > 0
 

@@ -64,6 +64,10 @@ def test_privgnn_handler_puts_cpu_answers_in_the_message(monkeypatch):
     client's secret), for ``cpu`` and ``auto`` alike."""
     from fedgraph.randomness import SECRET_ENV, client_generator
     from fedgraph.simulations import client_app
+    from fedgraph.simulations.client_guard import TRANSCRIPT_STATE
+
+    def transcript(ctx):  # the key binds the client's transcript (issue 60)
+        return str(ctx.state[TRANSCRIPT_STATE]["digest"])
 
     monkeypatch.setenv(SECRET_ENV, "test-secret-device-clients")
     for attr, value in (("_run_id", 1), ("_task_id", 1), ("_node_id", 1)):
@@ -73,13 +77,14 @@ def test_privgnn_handler_puts_cpu_answers_in_the_message(monkeypatch):
     for device in ("cpu", "auto"):
         cfg = parse_run_config({**SMALL, "device": device, "noise-source": "secret"})
         ctx = Context(run_id=1, node_id=1, node_config={"partition-id": 1}, state=RecordDict(),
-                      run_config={})
+                      run_config=cfg.model_dump())  # the client's own config
         reply = client_app.privgnn_query(_message(cfg, arrays), ctx)
         answers = reply.content["answers"].to_torch_state_dict()["answers"]
         assert answers.device.type == "cpu" and answers.shape == (3, 7)
         expect = pf.client_answer(cfg, 1, arrays, 0,
                                   client_generator(cfg, ctx, 1, "privgnn:0",
-                                                   data=pf.client_graph(cfg, 1)[0]))
+                                                   data=pf.client_graph(cfg, 1)[0],
+                                                   inputs=transcript(ctx)))
         assert torch.equal(answers, expect.answers)
         assert reply.content["meta"]["answered"] == 3
         got[device] = answers

@@ -137,7 +137,7 @@ def test_the_clientapp_keeps_the_pma_state_through_client_state(monkeypatch):
                             "encoder-dim": 8, "noise-source": "secret"})
     view = client_view(cfg, 0)
     ctx = Context(run_id=1, node_id=1, node_config={"partition-id": 0}, state=RecordDict(),
-                  run_config={})
+                  run_config=cfg.model_dump())  # the client's own config
     enc = build_encoder(cfg, view.statistics["num_features"], view.statistics["num_classes"])
     key, n = pma_state_key("all"), view.graph.num_nodes
     incoming = {"ids": view.graph.node_ids[:2], "sums": torch.ones(2, 8)}

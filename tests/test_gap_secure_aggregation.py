@@ -254,12 +254,17 @@ def test_the_server_holds_only_public_keys(secure_run):
         list(grid.received.values())
     seen = {b for c in every for b in blobs(c) if isinstance(b, bytes)}
     assert not seen & set(private)
+    from fedgraph.identity import client_identity  # nor any client's identity key
+
+    assert not seen & {client_identity({}, i, cfg.num_clients).private_key
+                       for i in range(cfg.num_clients)}
     public = {bytes(rep["secagg"]["public-key"]) for _, rep in grid.other if "secagg" in rep}
     assert len(public) == cfg.num_clients
     for (node, _, _), content in grid.sent.items():
         assert set(content["secagg"]["public-keys"]) == public
     note = report["privacy"]["aggregation"]
-    for phrase in ("X25519", "only masked rows", "honest-but-curious", "no collusion",
+    for phrase in ("X25519", "only masked rows", "provisioned outside the server",
+                   "no collusion",
                    "no dropout tolerance"):
         assert phrase in note
     assert "secure aggregation: key exchange (clients)" in report["timings_s"]

@@ -16,6 +16,15 @@ from fedgraph.methods import privgnn as pf
 
 ROOT = Path(__file__).parents[1]
 
+
+def transcript_until(log, node, request) -> str:
+    """The transcript ``node`` held when it answered ``request`` (``log``: the grid's ``(node,
+    request, reply)`` in order): what its noise key binds besides its data (issue 60)."""
+    from fedgraph.simulations.client_guard import transcript_of
+
+    mine = [m for n, m, _ in log if n == node]
+    return transcript_of(mine[:next(i for i, m in enumerate(mine) if m is request) + 1])
+
 #: tiny and fast: Cora (bundled), small teachers on a 16-dim public PCA
 SMALL = {"method": "privgnn", "dataset": "cora", "num-clients": 2, "num-queries": 6,
          "lam": 1.0, "gamma": 0.3, "delta": 1e-4, "num-neighbours": 20, "teacher-epochs": 5,
@@ -122,13 +131,15 @@ class InProcessGrid:
     """Flower's ``grid`` in-process: each message goes to the real ClientApp handler of its
     type with a per-node Context; every request and reply is kept for inspection."""
 
-    def __init__(self, num_clients, monkeypatch):
+    def __init__(self, num_clients, monkeypatch, run_config=None):
+        from fedgraph.identity import ensure_simulation_secret
         from fedgraph.simulations import client_app
 
+        ensure_simulation_secret()  # as a launcher: the clients' identity keys (secagg)
         self.handlers = {"query.privgnn": client_app.privgnn_query,
                          "query.privgnn_keys": client_app.privgnn_keys}
         self.contexts = {n: Context(run_id=1, node_id=n, node_config={"partition-id": n - 1},
-                                    state=RecordDict(), run_config={})
+                                    state=RecordDict(), run_config=dict(run_config or {}))
                          for n in range(1, num_clients + 1)}
         self.monkeypatch, self.log = monkeypatch, []
         for attr, value in (("_run_id", 1), ("_task_id", 1), ("_node_id", 0)):
@@ -153,7 +164,7 @@ def _run_strategy(run_config, tmp_path, monkeypatch):
 
     strategy_cls, cfg = validate_run_config({**run_config, "output-dir": str(tmp_path),
                                              "run-name": "run"})
-    grid = InProcessGrid(cfg.num_clients, monkeypatch)
+    grid = InProcessGrid(cfg.num_clients, monkeypatch, cfg.model_dump())  # clients' own config
     report = strategy_cls(cfg).start(grid)
     return cfg, grid, report
 
@@ -236,7 +247,7 @@ def test_what_leaves_a_client_is_only_noised_answers(tmp_path, monkeypatch):
     public, stats = pf.public_graph(cfg)
     for node, request, reply in grid.log:
         pid = node - 1
-        assert set(reply.content.keys()) == {"answers", "meta"}
+        assert set(reply.content.keys()) == {"answers", "meta", "ledger"}
         arrays = reply.content["answers"].to_torch_state_dict()
         assert list(arrays) == ["answers"]
         answers = arrays["answers"]
@@ -249,7 +260,8 @@ def test_what_leaves_a_client_is_only_noised_answers(tmp_path, monkeypatch):
         hoods, proj = pf.decode_queries(request.content["queries"].to_torch_state_dict())
         graph, _ = pf.client_graph(cfg, pid)
         ctx = Context(run_id=1, node_id=node, node_config={}, state=RecordDict(), run_config={})
-        gen = client_generator(cfg, ctx, pid, "privgnn:0", data=graph)
+        gen = client_generator(cfg, ctx, pid, "privgnn:0", data=graph,
+                               inputs=transcript_until(grid.log, node, request))
         clean = pg.teacher_posteriors(graph, hoods.query_x, rate=cfg.gamma,
                                       k=cfg.num_neighbours, num_classes=stats["num_classes"],
                                       teacher=pf.teacher_config(cfg), neighbourhoods=hoods,

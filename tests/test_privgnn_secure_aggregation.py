@@ -19,7 +19,7 @@ from fedgraph.secure_aggregation import (generate_key_pair, mask_rows,
                                          quantization_error_bound, unmask_sum)
 
 from test_privgnn_ensemble import ENSEMBLE, assert_ledger_row, replay_clean_votes
-from test_privgnn_federated import _run_strategy
+from test_privgnn_federated import _run_strategy, transcript_until
 
 SECURE = {**ENSEMBLE, "secure-aggregation": True}
 
@@ -117,7 +117,8 @@ def test_secure_run_server_sees_only_masked_rows_and_learns_the_sum(tmp_path, mo
         assert out.dtype == torch.int64 and out.shape == (cfg.num_queries, 2 * C)
         idx = int(request.content["secagg"]["index"])
         masked[idx] = out
-        clean, gen = replay_clean_votes(cfg, node, request, C)
+        clean, gen = replay_clean_votes(cfg, node, request, C,
+                                        inputs=transcript_until(grid.log, node, request))
         mine = pg.noisy_votes(clean, 3.0, 5.0, gen, shares=2)
         noisy.append(mine)
         # what the server got is not the client's histogram (nor near it)

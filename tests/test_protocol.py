@@ -130,6 +130,8 @@ _PY_TYPES = {"str": str, "int": int, "float": float, "bool": bool, "bytes": byte
 def _type_ok(spec: str, value) -> bool:
     if spec == "list[bytes]":
         return isinstance(value, list) and all(isinstance(v, bytes) for v in value)
+    if spec == "list[int]":
+        return isinstance(value, list) and all(type(v) is int for v in value)
     if spec == "float":  # a float metric may be integral; never a bool
         return type(value) in (float, int)
     return type(value) is _PY_TYPES[spec]

@@ -42,6 +42,7 @@ def _ppgnn_report(cfg, context) -> dict:
 
     msg = Message(RecordDict({"config": ConfigRecord({"json": json.dumps(cfg.model_dump())})}),
                   dst_node_id=2, message_type="query.ppgnn")
+    context.run_config = context.run_config or cfg.model_dump()  # the client's own config
     return tensors(client_app.ppgnn_query(msg, context).content["report"])
 
 

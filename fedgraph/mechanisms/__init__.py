@@ -9,6 +9,10 @@ from .feature import (FEATURE_MECHANISMS, FeatureMechanism, GaussianMechanism, L
                       check_privacy_declaration, make_mechanism, register_mechanism)
 from .ppm import PPMParams, PPMReport, ppm, ppm_estimate
 from .randomized_response import randomized_response
+from .thresholds import (BINARY_EPSILON_MAX, binary_effective_epsilon, binary_thresholds,
+                         esw_effective_epsilon, esw_thresholds,
+                         randomized_response_effective_epsilon, randomized_response_range,
+                         randomized_response_thresholds)
 
 __all__ = [
     "FEATURE_MECHANISMS", "FeatureMechanism", "GaussianMechanism", "LaplaceMechanism",
@@ -17,4 +21,7 @@ __all__ = [
     "gaussian_sigma", "laplace", "laplace_scale", "local_randomizer", "make_mechanism",
     "mlr_num_dims", "multi_bit", "multi_bit_estimate", "multi_bit_variance", "one_bit", "ppm",
     "ppm_estimate", "randomized_response", "register_mechanism", "to_unit_range", "unbias_factor",
+    "BINARY_EPSILON_MAX", "binary_effective_epsilon", "binary_thresholds",
+    "esw_effective_epsilon", "esw_thresholds", "randomized_response_effective_epsilon",
+    "randomized_response_range", "randomized_response_thresholds",
 ]

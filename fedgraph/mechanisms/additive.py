@@ -21,19 +21,30 @@ def laplace(x: Tensor, epsilon: float | Tensor, generator: torch.Generator | Non
     Each of the ``d`` dimensions gets ``epsilon / d`` (sequential composition), so a row is
     ``epsilon``-LDP. Source: PPGNN paper (He et al.), Sec. II-D 1; Dwork et al. 2006.
 
+    The noise is drawn in float64 (:func:`fedgraph.randomness.laplace`: the inverse CDF on
+    52-bit uniforms and a sign bit), ``x + b z`` is computed in float64 with ``b`` in float64,
+    and rounded once to ``x``'s dtype (:func:`fedgraph.randomness.add_laplace`; Mironov,
+    CCS 2012, Sec. 5). The float32 noise, float32 scale and float32 sum used before made the
+    set of outputs depend on ``x``: at ``d = 1433``, ``epsilon = 1``, 11.7 % of the output
+    coordinates under ``x = +1`` are impossible under ``x = -1`` (issue 60, fault 5). A float32
+    ``x`` (the clients' features) is the defended case; a float64 ``x`` gets a float64 release
+    with the sampler's own precision.
+
     Args:
         x: features ``[n, d]`` in ``[-1, 1]``.
         epsilon: budget per user (per row), scalar or ``[n]``.
 
     Returns:
-        Unbiased noisy features ``[n, d]`` (real valued).
+        Unbiased noisy features ``[n, d]`` (real valued), ``x``'s dtype and device.
+
+    Raises:
+        ValueError: ``x`` not a float ``[n, d]`` in ``[-1, 1]``, or ``epsilon`` not finite and
+            > 0 (or not a scalar or ``[n]``).
     """
     x = check_unit_features(x)
     n, d = x.shape
-    scale = per_row(laplace_scale(epsilon, d), n, x.device).to(x.dtype)
-    u = rng.rand(x.shape, generator, torch.float64).to(x.device) - 0.5
-    noise = -torch.sign(u) * torch.log1p(-2.0 * u.abs())  # standard Laplace by inversion
-    return x + scale * noise.to(x.dtype)
+    scale = per_row(laplace_scale(epsilon, d), n, x.device)  # float64 [n, 1]
+    return rng.add_laplace(x, scale, generator)
 
 
 def gaussian_sigma(epsilon: Tensor | float, delta: float, num_features: int) -> Tensor:
@@ -66,10 +77,12 @@ def gaussian(
     Args:
         x: features ``[n, d]`` in ``[-1, 1]``.
     Returns:
-        Unbiased noisy features ``[n, d]``.
+        Unbiased noisy features ``[n, d]``, ``x``'s dtype: ``x + sigma z`` computed in float64
+        and rounded once (Mironov, CCS 2012).
     """
     x = check_unit_features(x)
     n, d = x.shape
-    sigma = per_row(gaussian_sigma(epsilon, delta, d), n, x.device).to(x.dtype)
-    # float64 noise (a CSPRNG: Opacus's sum of four, added in float64; fedgraph.randomness)
+    sigma = per_row(gaussian_sigma(epsilon, delta, d), n, x.device)  # float64 [n, 1]
+    # float64 noise (a CSPRNG: Opacus's sum of four), added in float64 with sigma in float64
+    # and rounded once to x's dtype (fedgraph.randomness.add_gaussian; issue 60, fault 5)
     return rng.add_gaussian(x, sigma, generator, torch.float64)

@@ -9,6 +9,11 @@ which is the 1-bit mechanism (PPGNN paper Eq. 4; Ding et al. 2017) and the Berno
 local randomizer (PPGNN paper Alg. 1). The ratio of the two outputs' probabilities over any two
 inputs is at most ``e^epsilon``. Multiplying the sign by
 :math:`C(\epsilon) = (e^\epsilon + 1)/(e^\epsilon - 1)` gives an unbiased estimate of ``x``.
+
+Each sign compares a 53-bit uniform integer with an integer threshold
+(:func:`~fedgraph.mechanisms.thresholds.sign_thresholds`) whose ends are rounded so that the
+ratio is at most ``e^epsilon`` exactly; an epsilon per entry above ``ln(2^53 - 1) = 36.74`` is
+refused (Mironov, CCS 2012; issue 60, fault 7).
 """
 from __future__ import annotations
 
@@ -19,6 +24,7 @@ from torch import Tensor
 
 from .. import randomness as rng
 from ._checks import check_epsilon, check_unit_features, per_row
+from .thresholds import binary_thresholds, sign_thresholds
 
 
 def unbias_factor(epsilon: Tensor | float) -> Tensor:
@@ -36,14 +42,18 @@ def one_bit(x: Tensor, epsilon: float | Tensor, generator: torch.Generator | Non
 
     Returns:
         Signs ``[n, k]`` in ``{-1., +1.}`` (same dtype as ``x``). Each entry is
-        ``epsilon``-LDP; ``E[sign] = x / C(epsilon)``.
+        ``epsilon``-LDP exactly (:func:`~fedgraph.mechanisms.thresholds.binary_thresholds`);
+        ``E[sign] = x / C(epsilon)`` up to ``2^-49`` relative.
+
+    Raises:
+        ValueError: ``epsilon`` not finite and > 0 or above ``ln(2^53 - 1)`` (36.74), or
+            ``x`` not in ``[-1, 1]``.
     """
     x = check_unit_features(x)
     n = x.shape[0]
-    eps = per_row(check_epsilon(epsilon), n, x.device)
-    p_plus = 0.5 + 0.5 * x.double() * torch.tanh(eps / 2.0)
-    u = rng.rand(x.shape, generator, torch.float64).to(x.device)
-    return torch.where(u < p_plus, 1.0, -1.0).to(x.dtype)
+    t_lo, t_hi = binary_thresholds(per_row(check_epsilon(epsilon), n, x.device))
+    t = sign_thresholds(x, t_lo, t_hi)
+    return torch.where(rng.bernoulli_bits(t, generator), 1.0, -1.0).to(x.dtype)
 
 
 def local_randomizer(
@@ -127,6 +137,11 @@ def multi_bit(
 
     Returns:
         :class:`SampledBits`; use :func:`multi_bit_estimate` on the server.
+
+    Raises:
+        ValueError: ``epsilon`` not finite and > 0, ``epsilon / m`` above ``ln(2^53 - 1)``
+            (36.74; :func:`~fedgraph.mechanisms.thresholds.binary_thresholds`), ``num_dims``
+            outside ``[1, d]`` or ``x`` not in ``[-1, 1]``.
     """
     x = check_unit_features(x)
     n, d = x.shape
@@ -140,9 +155,9 @@ def multi_bit(
     row, col = sample_dims(m, d, generator)
     row, col = row.to(x.device), col.to(x.device)
     eps_entry = (eps.to(x.device) / m.to(x.device))[row]
-    p_plus = 0.5 + 0.5 * x[row, col].double() * torch.tanh(eps_entry / 2.0)
-    u = rng.rand(row.shape, generator, torch.float64).to(x.device)
-    sign = torch.where(u < p_plus, 1, -1).to(torch.int8)
+    t_lo, t_hi = binary_thresholds(eps_entry, "epsilon / num_dims (per sampled dimension)")
+    sign = torch.where(rng.bernoulli_bits(sign_thresholds(x[row, col], t_lo, t_hi), generator),
+                       1, -1).to(torch.int8)
     return SampledBits(row, col, sign)
 
 

@@ -23,6 +23,7 @@ from torch import Tensor
 
 from .. import randomness as rng
 from ._checks import check_epsilon
+from .thresholds import esw_thresholds
 
 
 def esw_window(epsilon: float, num_levels: int) -> int:
@@ -78,6 +79,12 @@ def esw(
 ) -> Tensor:
     r"""Release privacy levels with ESW (PPGNN paper Eq. 6).
 
+    One 53-bit uniform integer ``u`` per user (:func:`fedgraph.randomness.uniform_bits`) is
+    cut into ``2b + 1`` ranges of ``p_units`` (the window's outputs) and ``f - 1`` of
+    ``q_units`` (the others), :func:`~fedgraph.mechanisms.thresholds.esw_thresholds`, rounded so
+    that ``p_units / q_units <= e^epsilon`` exactly; the remainder (fewer than ``2b + 1`` units
+    of ``2^-53``) is redrawn (Mironov, CCS 2012; issue 60, fault 7).
+
     Args:
         levels: long ``[n]`` with values in ``{1, ..., num_levels}``.
         epsilon: ESW budget per user, scalar or ``[n]``.
@@ -88,24 +95,35 @@ def esw(
         long ``[n]`` with values in ``{1, ..., num_levels + 2 * window}``.
 
     Raises:
-        ValueError: if a level lies outside ``{1, ..., num_levels}``.
+        ValueError: if a level lies outside ``{1, ..., num_levels}``, or ``epsilon`` is not
+            finite and > 0 or outside the range the ``2^-53`` grid carries (names ``esw
+            epsilon``).
     """
     if levels.dtype != torch.long or levels.dim() != 1:
         raise ValueError("levels must be a 1-D long tensor")
     if levels.numel() and (levels.min() < 1 or levels.max() > num_levels):
         raise ValueError(f"levels must lie in {{1, ..., {num_levels}}}")
     n = levels.numel()
-    p, _ = esw_probabilities(epsilon, num_levels, window)
-    p = p.expand(n) if p.dim() == 0 else p
-    in_window = rng.rand(n, generator, torch.float64) < (2 * window + 1) * p.cpu()
-    offset = rng.randint(0, 2 * window + 1, (n,), generator)
-    inside = levels.cpu() + offset  # window of g in the shifted output domain: g .. g + 2b
+    if num_levels == 1:  # the window is {g}: nothing to hide
+        check_epsilon(epsilon, "esw epsilon")
+        return levels.clone()
+    p_units, q_units = esw_thresholds(epsilon, num_levels, window)
+    p_units = (p_units.expand(n) if p_units.dim() == 0 else p_units).cpu()
+    q_units = (q_units.expand(n) if q_units.dim() == 0 else q_units).cpu()
+    w = 2 * window + 1
+    inner = w * p_units
+    used = inner + (num_levels - 1) * q_units  # 2^53 less the remainder, redrawn
+    u = rng.uniform_bits(n, generator)
+    redraw = u >= used
+    while bool(redraw.any()):  # probability below (2b + 1) 2^-53 per user
+        u[redraw] = rng.uniform_bits(int(redraw.sum()), generator)
+        redraw = u >= used
+    g = levels.cpu()
+    inside = g + u.div(p_units, rounding_mode="floor").clamp_max(w - 1)  # g .. g + 2b
     # Outside: uniform over the f - 1 positions {1..g-1} U {g+2b+1..f+2b}.
-    k = rng.randint(0, max(num_levels - 1, 1), (n,), generator)
-    outside = torch.where(k < levels.cpu() - 1, k + 1, k + 2 * window + 2)
-    if num_levels == 1:
-        outside = inside
-    return torch.where(in_window, inside, outside).to(levels.device)
+    k = (u - inner).clamp_min(0).div(q_units, rounding_mode="floor")
+    outside = torch.where(k < g - 1, k + 1, k + 2 * window + 2)
+    return torch.where(u < inner, inside, outside).to(levels.device)
 
 
 def esw_decode(released: Tensor, num_levels: int, window: int) -> Tensor:

@@ -2,7 +2,7 @@
 its count of correct predictions (test labels never leave it)."""
 from __future__ import annotations
 
-from flwr.app import ArrayRecord, Context, Message, MetricRecord
+from flwr.app import Context, Message, MetricRecord
 
 from fedgraph.messaging import array_record, tensors
 

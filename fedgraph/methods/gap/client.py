@@ -35,7 +35,7 @@ from ..rounds import admit_round as rounds_admit
 from .client_pma import (client_edges, graph_nodes, masked_release, pma_edge_sums, pma_finish,
                          pma_partial_sums, release_buffer)
 from .models import build_classifier, build_encoder
-from .privacy import check_remote_sigma, privacy_plan
+from .privacy import check_remote_sigma, own_contributors, privacy_plan
 from .training import evaluate, local_gradient, local_train
 
 __all__ = ["client_plan", "setup", "inputs", "phase_inputs", "train", "train_round", "validate",
@@ -244,7 +244,9 @@ class PMARequest:
     sums routed to this client's nodes (``ids [m]``, ``sums [m, e]``; hops >= 2);
     ``remote_sigma``/``remote_contributors``: the common noise std of remote rows and how many
     clients' rows the server sums (:func:`~fedgraph.methods.gap.privacy.remote_noise`);
-    ``secagg``: ``(private key, public keys, index, owner [N], context label)`` for masking;
+    ``secagg``: ``(private key, verified keys, owner [N], context label)`` for masking (the
+    keys a :class:`~fedgraph.secure_aggregation.VerifiedKeys` that this client verified,
+    :func:`~fedgraph.secure_aggregation.verify_key_list`);
     ``object_store``: the server reads Ray's object store (the reply may be a reference into
     it, :func:`fedgraph.messaging.bulk_record`)."""
 
@@ -258,24 +260,32 @@ class PMARequest:
     object_store: bool = False
 
 
-def pma_request(content, private_key: bytes | None, label: str,
+def pma_request(content, secagg: tuple | None, label: str,
                 read: Callable | None = None) -> PMARequest:
     """A ``query.gap_pma`` message's records (``pma``: hop, graph, remote sigma and
     contributors, object store; ``encoder``; ``incoming``; with secure aggregation ``secagg``
-    and ``owner``) as a :class:`PMARequest`; ``private_key``: this client's secure-aggregation key
-    (``None`` without secure aggregation); ``label``: the run's masking context (hop and graph
-    added); ``read``: how ``incoming`` is decoded (the ClientApp passes
-    :func:`fedgraph.messaging.bulk_tensors`; ``None``: a copy of the ArrayRecord)."""
+    and ``owner``) as a :class:`PMARequest`; ``secagg``: ``(private key, VerifiedKeys)``, this
+    client's secure-aggregation key and the message's key list as this client verified it
+    (the ClientApp's :func:`~simulations.routes.common.verified_keys`; ``None`` without
+    secure aggregation); ``label``: the run's masking context (hop and graph added); ``read``:
+    how ``incoming`` is decoded (the ClientApp passes :func:`fedgraph.messaging.bulk_tensors`;
+    ``None``: a copy of the ArrayRecord).
+
+    Raises:
+        ValueError: the message carries a key list this client has not verified."""
     def tensors(record) -> dict:
         return dict(record.to_torch_state_dict())
 
     pma = content["pma"]
     hop, graph = int(pma["hop"]), str(pma.get("graph", "all"))
+    keys = secagg
     secagg = None
     if "secagg" in content:
-        sa = content["secagg"]
-        secagg = (private_key, list(sa["public-keys"]), int(sa["index"]),
-                  tensors(content["owner"])["owner"], f"{label} graph={graph} hop={hop}")
+        if keys is None:
+            raise ValueError("secure aggregation: the server sent a key list this client has "
+                             "not verified; refusing to release")
+        secagg = (keys[0], keys[1], tensors(content["owner"])["owner"],
+                  f"{label} graph={graph} hop={hop}")
     return PMARequest(hop, graph,
                       content["encoder"].to_torch_state_dict() if "encoder" in content else None,
                       (read or tensors)(content["incoming"]) if "incoming" in content else None,
@@ -328,7 +338,10 @@ def pma_hop(cfg, partition_id: int, view, req: PMARequest, state: PMAState | Non
         (``ids [m]`` and ``sums [m, e]``, or the masked record; empty at k = K+1).
 
     Raises:
-        ValueError: a remote sigma below this client's own, secure aggregation without keys.
+        ValueError: a remote sigma below this client's own over the contributors it counts
+            itself (:func:`~.privacy.own_contributors`: its verified peers under secure
+            aggregation, else 1), a ``remote_contributors`` that differs from that count,
+            secure aggregation without keys.
     """
     g, k = view.graph, req.hop
     in_graph = graph_nodes(view.test_mask, req.graph)
@@ -357,8 +370,12 @@ def pma_hop(cfg, partition_id: int, view, req: PMARequest, state: PMAState | Non
                       else others.nonzero()[:0].flatten())
             return (*pma_edge_sums(local, boundary, g.num_nodes, remote), {})
 
-        if req.remote_sigma is not None:
-            check_remote_sigma(req.remote_sigma, plan.sigma, int(req.remote_contributors))
+        if req.remote_sigma is not None:  # a share only over contributors it verified
+            if cfg.secure_aggregation and req.secagg is None:
+                raise ValueError("secure-aggregation = true but the server sent no public "
+                                 "keys: refusing to release unmasked rows")
+            check_remote_sigma(req.remote_sigma, plan.sigma, own_contributors(
+                cfg.secure_aggregation, req.secagg and req.secagg[1], req.remote_contributors))
         local, boundary, buffers = edge_sums() if memo is None else memo(edge_sums)
         h_prev = hops[f"hop{k - 1}"].to(dev)
         local_sums, ids, sums = pma_partial_sums(
@@ -372,8 +389,9 @@ def pma_hop(cfg, partition_id: int, view, req: PMARequest, state: PMAState | Non
             if req.secagg is None:
                 raise ValueError("secure-aggregation = true but the server sent no public "
                                  "keys: refusing to release unmasked rows")
-            private, public, index, owner, label = req.secagg
-            out = masked_release(ids, sums, private, public, index, owner, label)
+            private, keys, owner, label = req.secagg
+            out = masked_release(ids, sums, private, list(keys.public_keys), keys.index, owner,
+                                 label)
     return PMAState(to_cpu(hops)), to_cpu(out)
 
 

@@ -181,7 +181,10 @@ def local_train(model: nn.Module, x: Tensor, y: Tensor, mask: Tensor | None, epo
                               device=x.device)
     try:
         for _ in range(steps):
-            pick = rng.rand(n, generator).to(idx.device) < q
+            # Poisson sampling at q rounded down to the 2^-53 grid (fedgraph.randomness.
+            # bernoulli): the real rate never exceeds the one the accountant amplifies with
+            # (a float32 uniform against q rounded it to 2^-24 either way; issue 60, fault 7)
+            pick = rng.bernoulli(q, n, generator).to(idx.device)
             b = idx[pick]
             dp_opt.zero_grad(set_to_none=True)
             # sum of per-example losses; DPOptimizer clips each example's gradient, adds

@@ -55,7 +55,8 @@ from .server import (Aggregate, aggregate_answers, aggregate_ensemble, aggregate
 from .split import check_neighbours, max_neighbours, poisson_subsample, privgnn_split
 from .student import StudentResult, make_sage, propagate_labels, train_student
 from .teachers import (BatchedSAGE, TeacherConfig, TeacherTiming, ensemble_votes,
-                       teacher_config, teacher_groups, teacher_posteriors, train_teachers)
+                       teacher_assignment, teacher_config, teacher_groups, teacher_posteriors,
+                       train_teachers)
 
 __all__ = [
     # split
@@ -68,7 +69,7 @@ __all__ = [
     "make_queries",
     # teachers
     "TeacherConfig", "teacher_config", "BatchedSAGE", "train_teachers", "TeacherTiming",
-    "teacher_posteriors", "teacher_groups", "ensemble_votes",
+    "teacher_posteriors", "teacher_assignment", "teacher_groups", "ensemble_votes",
     # privacy
     "Mode", "DP_MODES", "NOT_DP_REASON", "SENSITIVITY", "VOTE_SENSITIVITY", "laplace_noise",
     "noisy_answers", "privgnn_events", "privgnn_epsilon", "lam_for_epsilon", "max_queries",

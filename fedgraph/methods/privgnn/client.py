@@ -69,13 +69,17 @@ def answer_queries(private, query_x: Tensor, *, rate: float, k: int, lam: float,
 @dataclass
 class SecAggKeys:
     """What a client needs to mask its ensemble histograms (:mod:`fedgraph.secure_aggregation`):
-    its X25519 private key (never sent), every client's public key by index (from the server),
-    its own index and the masks' context (run and round: a fresh mask for every release)."""
+    its X25519 private key (never sent), every client's public key by index (relayed by the
+    server, verified by this client: :func:`fedgraph.secure_aggregation.verify_key_list`), its
+    own index, the masks' context (run and round: a fresh mask for every release) and
+    ``contributors``, the clients whose histograms add up in the sum, as this client counted
+    them from the verified keys (its noise share assumes them; 1: the whole noise)."""
 
     private_key: bytes
     public_keys: list[bytes]
     index: int
     context: str
+    contributors: int = 1
 
 
 @dataclass
@@ -149,7 +153,8 @@ def client_answer(cfg: PrivGNNConfig, partition_id: int, arrays: dict[str, Tenso
         votes = ensemble_votes(graph, sub.query_x, num_teachers=cfg.num_teachers,
                                num_classes=C, teacher=teacher_config(cfg), neighbourhoods=sub,
                                projection=proj, generator=generator, device=device)
-        shares = cfg.num_clients if cfg.secure_aggregation else 1
+        # a noise share only over the contributors this client verified
+        shares = max(int(secagg.contributors), 1) if cfg.secure_aggregation else 1
         answers = noisy_votes(votes, cfg.sigma_votes, cfg.sigma_threshold or None, generator,
                               shares=shares)
         if secagg is not None:
@@ -168,7 +173,7 @@ def client_answer(cfg: PrivGNNConfig, partition_id: int, arrays: dict[str, Tenso
 
 def query_round(cfg: PrivGNNConfig, partition_id: int, arrays: dict[str, Tensor],
                 state: dict | None, generator: Callable[[str, object], object],
-                private_key: bytes | None = None, secagg: dict | None = None,
+                private_key: bytes | None = None, secagg=None,
                 run_id: int = 0, data: tuple | None = None) -> tuple[ClientReply, dict]:
     """One ``query.privgnn`` round on a client, with its state explicit: the ClientApp's
     handler decodes the message, calls this, stores the new state and encodes the reply.
@@ -183,10 +188,12 @@ def query_round(cfg: PrivGNNConfig, partition_id: int, arrays: dict[str, Tensor]
             purpose is ``privgnn:<round>`` and its data the client's private part
             (:func:`~.graphs.client_graph`).
         private_key: this client's X25519 private key (kept in its state since
-            ``privgnn_keys``; never sent); secagg: the message's ``{"public-keys": [...],
-            "index": i}``. Both given: the ensemble histograms leave masked
-            (:class:`SecAggKeys`, context ``fedgraph privgnn ensemble run=<run_id>
-            round=<round>``: a fresh mask every round).
+            ``privgnn_keys``; never sent); secagg: the message's key list as this client
+            verified it (a :class:`fedgraph.secure_aggregation.VerifiedKeys`, from
+            :func:`~fedgraph.secure_aggregation.verify_key_list`). Both given: the ensemble
+            histograms leave masked (:class:`SecAggKeys`, context ``fedgraph privgnn ensemble
+            run=<run_id> round=<round>``: a fresh mask every round), with a noise share over
+            the verified clients (all of them contribute every row).
         run_id: the run's id (the masks' context).
         data: ``(ClientGraph, stats)`` as :func:`client_answer` takes it (``None``:
             :func:`~.graphs.client_graph`).
@@ -203,9 +210,15 @@ def query_round(cfg: PrivGNNConfig, partition_id: int, arrays: dict[str, Tensor]
     data = client_graph(cfg, partition_id) if data is None else data
     gen = generator(f"privgnn:{rnd}", data[0])
     keys = None
-    if secagg is not None and private_key is not None:
-        keys = SecAggKeys(bytes(private_key), list(secagg["public-keys"]), int(secagg["index"]),
-                          f"fedgraph privgnn ensemble run={run_id} round={rnd}")
+    if secagg is not None:
+        from ...secure_aggregation import VerifiedKeys
+
+        if private_key is None or not isinstance(secagg, VerifiedKeys):
+            raise ValueError("secure aggregation: a key list this client has not verified, or "
+                             "no key exchange of its own; refusing to release")
+        keys = SecAggKeys(bytes(private_key), list(secagg.public_keys), int(secagg.index),
+                          f"fedgraph privgnn ensemble run={run_id} round={rnd}",
+                          secagg.contributors(owned=False))
     reply = client_answer(cfg, partition_id, arrays, before, gen, keys, data)
     return reply, {"answered": reply.meta["answered_total"], "rounds": rnd + 1}
 

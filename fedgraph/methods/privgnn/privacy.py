@@ -418,3 +418,12 @@ def reply_events(cfg, answered: int) -> list[tuple[str, object]]:
     if cfg.answer_mode not in DP_MODES:
         return []
     return [("noisy answers", e) for e in privgnn_events(answered, cfg.gamma, cfg.lam)]
+
+
+def accountant(cfg) -> str:
+    """The accountant composing a PrivGNN client's events, for the server's ledger and the
+    client's own alike: the ensemble's Gaussian events compose exactly in closed form
+    (``analytic``), the Laplace modes by PLD (dp-accounting) unless the config names one."""
+    if cfg.answer_mode == "ensemble":
+        return "analytic"
+    return str(getattr(cfg, "accountant", None) or "pld")

@@ -1,7 +1,8 @@
 """PrivGNN's teachers, internal to a client (paper Alg. 1 lines 4-6, Sec. 3.1.1-3.1.2, App.
 G.1): per-query teachers trained on the ``K`` nearest nodes of a Poisson subsample
-(:func:`teacher_posteriors`), or an ensemble of teachers on disjoint groups
-(:func:`ensemble_votes`, PATE for graphs). Their outputs are noise-free: never release them;
+(:func:`teacher_posteriors`), or an ensemble of teachers on disjoint groups, each private node
+assigned to one teacher independently (:func:`ensemble_votes`, :func:`teacher_assignment`: PATE
+for graphs; one node changes one teacher). Their outputs are noise-free: never release them;
 the releases are :func:`~.privacy.noisy_answers` and :func:`~.privacy.noisy_votes`.
 
 Batched teachers (our addition, same privacy): the teachers of a block of queries are trained as
@@ -287,19 +288,80 @@ def teacher_posteriors(private, query_x: Tensor, *, rate: float, k: int, num_cla
     return out
 
 
-def teacher_groups(num_candidates: int, num_teachers: int,
-                   generator: torch.Generator | None = None) -> list[Tensor]:
-    """A uniform random partition of ``0..num_candidates-1`` into ``num_teachers`` disjoint
-    groups of sizes differing by at most one (the draw does not look at the data).
+def teacher_assignment(num_candidates: int, num_teachers: int,
+                       generator: torch.Generator | None = None) -> Tensor:
+    r"""Each of ``num_candidates`` labelled private nodes gets its own teacher, drawn
+    independently and uniformly from ``0..num_teachers-1`` (long ``[num_candidates]``, CPU;
+    :func:`fedgraph.randomness.randint` on the client's generator: never looks at the data).
+
+    Why independent and not positional (issue 60, fault 6). PATE's sensitivity argument
+    (Papernot et al., ICLR 2017, Sec. 2.1 and 3: disjoint partitions, one training point
+    affects one teacher; ICLR 2018, "Scalable Private Learning with PATE", GNMax and its
+    data-independent bound, Prop. 8) needs the teachers' training sets to be disjoint *and* a
+    neighbouring private set to change exactly one of them; the GNMax histogram then moves by
+    one vote, ``sqrt 2`` in L2 (:data:`~.privacy.VOTE_SENSITIVITY`). PrivGNN's ``PateG``
+    baseline (paper Sec. 1 and Sec. 4.1) trains GNN teachers on disjoint splits of the private
+    graph; our ensemble mode is that baseline, federated. The unit is node-level DP (paper
+    Sec. 3.1.4, Thm. 7): add or remove one private node with its features, label and edges.
+
+    - *Coupling.* Let ``D' = D \ {v}``. The entries are i.i.d., so the assignment of ``D``
+      with ``v``'s entry deleted, ``a_{-v}``, has exactly the law of the assignment drawn for
+      ``D'`` (the entries are drawn in candidate order from the same generator key, so ``D'``
+      gets the same *law*; draws after ``v`` shift by one position, which the law does not
+      see). Run ``D'`` with ``a_{-v}``: every node other than ``v`` keeps its teacher, group
+      ``a_v`` loses ``v``, the other ``T - 1`` groups are identical.
+    - *What a teacher's training data depends on* (:func:`ensemble_votes`): the features and
+      labels of its group's nodes and the edges *among them* (the induced subgraph; an edge
+      from ``v`` to another group is in no teacher's data, with or without ``v``), plus its own
+      training randomness (initial weights, dropout masks: independent of the data and of the
+      other teachers, so coupled teacher by teacher; the implementation draws them from one
+      stream whose layout depends on the padded group size, which changes the draws, not their
+      law). The query side (public neighbourhoods, the public PCA map) is public. So one node
+      changes one teacher's inputs, hence at most one vote per query.
+    - *Empty or tiny teachers.* A group may be small or empty (probability
+      ``(1 - 1/T)^n`` per teacher). A teacher with no node abstains (votes nothing) instead
+      of voting its random initialisation. Under the coupling the changed teacher's vote goes
+      from one class to another (L2 ``sqrt 2``) or between a vote and an abstention (L2 1), so
+      the histogram's L2 sensitivity stays ``sqrt 2``; the vote total (number of non-empty
+      teachers) is part of the histogram and covered by the same bound.
+    - *Mixture.* The release is a mixture over assignments with the same weights under ``D``
+      and ``D'``; the hockey-stick divergence is jointly convex, so the Gaussian bound that
+      holds for every fixed (coupled) assignment holds for the mixture. A round draws its own
+      assignment (its own generator); rounds compose.
+
+    The positional split it replaces (a permutation cut into ``T`` consecutive blocks of sizes
+    ``ceil``/``floor(n/T)``) fails the coupling when ``n mod T != 0``: removing a node of a
+    smaller block leaves sizes that no split of ``n - 1`` nodes produces, so any coupling
+    moves a second node and two teachers change (worst case both move their vote between the
+    same two classes: L2 sensitivity ``2 sqrt 2``). For ``n = 141``, ``T = 10`` that is 126 of
+    141 nodes; at ``Q = 100``, ``sigma-votes = 40``, ``delta = 1e-5`` the ledger's 1.36 would
+    then be 2.94 (analytic Gaussian, noise multiplier ``sigma / (2 sqrt 2)``). Group sizes are
+    now ``Binomial(n, 1/T)``, not balanced; nothing downstream needs them equal.
 
     Raises:
-        ValueError: ``num_teachers`` outside ``[1, num_candidates]`` (names ``num-teachers``).
+        ValueError: ``num_teachers`` outside ``[1, num_candidates]`` (names ``num-teachers``;
+            a simulation checks it before any client starts:
+            :func:`~.graphs.check_config_neighbours`).
     """
     if not 1 <= int(num_teachers) <= int(num_candidates):
         raise ValueError(f"num-teachers must lie in [1, {int(num_candidates)}] (the client's "
                          f"labelled private nodes; got {num_teachers})")
-    perm = rng.randperm(int(num_candidates), generator)
-    return [g.sort().values for g in torch.tensor_split(perm, int(num_teachers))]
+    return rng.randint(0, int(num_teachers), (int(num_candidates),), generator)
+
+
+def teacher_groups(num_candidates: int, num_teachers: int,
+                   generator: torch.Generator | None = None) -> list[Tensor]:
+    """A random partition of ``0..num_candidates-1`` into ``num_teachers`` disjoint groups
+    (sorted; possibly empty): group ``t`` holds the nodes that :func:`teacher_assignment`
+    sends to teacher ``t``, each node independently and uniformly (the draw does not look at
+    the data). Removing one node changes exactly one group (the coupling and why:
+    :func:`teacher_assignment`).
+
+    Raises:
+        ValueError: ``num_teachers`` outside ``[1, num_candidates]`` (names ``num-teachers``).
+    """
+    assign = teacher_assignment(num_candidates, num_teachers, generator)
+    return [(assign == t).nonzero().view(-1) for t in range(int(num_teachers))]
 
 
 def ensemble_votes(private, query_x: Tensor, *, num_teachers: int, num_classes: int,
@@ -310,16 +372,20 @@ def ensemble_votes(private, query_x: Tensor, *, num_teachers: int, num_classes: 
                    timing: TeacherTiming | None = None,
                    device: torch.device | str | None = None) -> Tensor:
     """Noise-free vote histograms of a client's teacher ensemble, ``[Q, C]`` float counts
-    summing to ``num_teachers`` per query (internal to the client: never release them).
+    summing to the number of teachers with at least one node (``num_teachers`` unless a group
+    drew no node) per query (internal to the client: never release them).
 
-    The client's labelled private nodes are split into ``num_teachers`` disjoint random groups
-    (:func:`teacher_groups`); teacher ``t`` is a GraphSAGE trained on the subgraph *induced* by
-    group ``t`` (edges to other groups dropped), so a private node (its features, label and
-    edges) influences exactly one teacher, and its removal changes at most one vote per query:
-    the histogram moves by at most ``sqrt 2`` in L2 norm, whatever ``num_teachers``. Each
-    teacher votes for the argmax of its prediction of the query from its public neighbourhood
-    (``neighbourhoods``; ``None``: the query's features alone, no edges). Teachers are trained
-    together (:class:`BatchedSAGE`: exactly as one by one).
+    Each of the client's labelled private nodes is assigned to one of ``num_teachers``
+    teachers independently and uniformly (:func:`teacher_groups`, :func:`teacher_assignment`:
+    the coupling and the PATE argument); teacher ``t`` is a GraphSAGE trained on the subgraph
+    *induced* by its group (edges to other groups dropped), so adding or removing a private
+    node (its features, label and edges) changes exactly one teacher's training data, and at
+    most one vote per query moves: the histogram moves by at most ``sqrt 2`` in L2 norm,
+    whatever ``num_teachers``. Each teacher votes for the argmax of its prediction of the
+    query from its public neighbourhood (``neighbourhoods``; ``None``: the query's features
+    alone, no edges); a teacher whose group is empty abstains (a vote to an abstention is an
+    L2 change of 1, within ``sqrt 2``). Teachers are trained together (:class:`BatchedSAGE`:
+    exactly as one by one).
     """
     cfg = teacher or TeacherConfig()
     dev = torch.device("cpu") if device is None else torch.device(device)
@@ -333,12 +399,14 @@ def ensemble_votes(private, query_x: Tensor, *, num_teachers: int, num_classes: 
     tx = proj(x)
     ids = cand.nonzero().view(-1)
     groups = [ids[g.to(dev)] for g in teacher_groups(ids.numel(), num_teachers, generator)]
-    T, K = len(groups), max(g.numel() for g in groups)
+    T, K = len(groups), max(1, max(g.numel() for g in groups))  # K >= 1: all may be tiny
     xs, adjs = tx.new_zeros(T, K, tx.shape[1]), tx.new_zeros(T, K, K)
     ys = torch.zeros(T, K, dtype=torch.long, device=dev)
     mask = torch.zeros(T, K, dtype=torch.bool, device=dev)
     for t, idx in enumerate(groups):
         m = idx.numel()
+        if m == 0:  # an empty teacher: no data, zero loss weight, abstains below
+            continue
         sei, _ = subgraph(idx, ei, relabel_nodes=True, num_nodes=n)
         xs[t, :m], ys[t, :m], mask[t, :m] = tx[idx], y[idx], True
         adjs[t, :m, :m] = _mean_adjacency(sei, m)
@@ -352,6 +420,8 @@ def ensemble_votes(private, query_x: Tensor, *, num_teachers: int, num_classes: 
     votes = torch.zeros(Q, num_classes, device=dev)
     with torch.no_grad():
         for t in range(T):
+            if groups[t].numel() == 0:  # abstains (see the docstring)
+                continue
             pred = model.single(t, gx, gei)[centers].argmax(-1)
             votes += F.one_hot(pred, num_classes).float()
     if timing is not None:
@@ -363,4 +433,4 @@ def ensemble_votes(private, query_x: Tensor, *, num_teachers: int, num_classes: 
 
 
 __all__ = ["TeacherConfig", "teacher_config", "BatchedSAGE", "train_teachers", "TeacherTiming",
-           "teacher_posteriors", "teacher_groups", "ensemble_votes"]
+           "teacher_posteriors", "teacher_assignment", "teacher_groups", "ensemble_votes"]

@@ -33,7 +33,7 @@ from ...device import resolve_device, to_cpu
 from ...nn.gap import normalize_rows
 # GAP's pieces this module reuses (one place, to repoint when GAP's modules move)
 from ..gap.client_pma import client_edges, masked_release, pma_partial_sums
-from ..gap.privacy import check_remote_sigma
+from ..gap.privacy import check_remote_sigma, own_contributors
 from ..gap.training import evaluate, local_train
 from ..rounds import admit_round as rounds_admit
 from .model import ProgressiveModel, stage_input
@@ -173,7 +173,15 @@ def release(cfg, partition_id: int, view, model, x: Tensor, *, remote_sigma: flo
     level clipped to the plan's ``remote_norm`` first).
 
     Args:
-        secagg: ``(private key, public keys, index, owner [N], context)`` or ``None``.
+        remote_sigma: the request's common noise std of remote rows (``None``: the client's
+            own sigma); used only if it is at least the client's sigma over the contributors
+            the client counts itself (:func:`~fedgraph.methods.gap.privacy.own_contributors`:
+            its verified peers under secure aggregation, else 1).
+        contributors: the request's ``remote-contributors``, only cross-checked against that
+            count.
+        secagg: ``(private key, VerifiedKeys, owner [N], context)`` (the key list as this
+            client verified it, :func:`fedgraph.secure_aggregation.verify_key_list`) or
+            ``None``.
         generator: ``generator(purpose)``: ``progap:degree`` (the same bounding at every
             stage), ``progap:aggregation<stage>`` (the noise).
 
@@ -181,7 +189,9 @@ def release(cfg, partition_id: int, view, model, x: Tensor, *, remote_sigma: flo
         ``(local_sums [n, h], release)``: kept, and the reply's rows (``ids``, ``sums`` or
         the masked record).
     Raises:
-        ValueError: a remote sigma below this client's own; secure aggregation without keys.
+        ValueError: a remote sigma below this client's own over its own count of
+            contributors, a ``contributors`` that differs from that count; secure aggregation
+            without keys.
     """
     g, plan = view.graph, client_plan(cfg, partition_id, view)
     h = normalize_rows(model.embed(x))
@@ -190,8 +200,12 @@ def release(cfg, partition_id: int, view, model, x: Tensor, *, remote_sigma: flo
     others[g.node_ids] = False
     remote = others.nonzero().flatten() if cfg.cross_client_edges else \
         others.nonzero()[:0].flatten()
-    if remote_sigma is not None:
-        check_remote_sigma(remote_sigma, plan.sigma, int(contributors))
+    if remote_sigma is not None:  # a share only over contributors it verified
+        if cfg.secure_aggregation and secagg is None:
+            raise ValueError("secure-aggregation = true but the server sent no public keys: "
+                             "refusing to release unmasked rows")
+        check_remote_sigma(remote_sigma, plan.sigma, own_contributors(
+            cfg.secure_aggregation, secagg and secagg[1], contributors))
     local_sums, ids, sums = pma_partial_sums(h, local, boundary, plan.sigma,
                                              generator(f"progap:aggregation{model.stage + 1}"),
                                              remote_ids=remote, remote_sigma=remote_sigma,
@@ -201,7 +215,9 @@ def release(cfg, partition_id: int, view, model, x: Tensor, *, remote_sigma: flo
         if secagg is None:
             raise ValueError("secure-aggregation = true but the server sent no public keys: "
                              "refusing to release unmasked rows")
-        out = masked_release(ids, sums, *secagg)
+        private, keys, owner, context = secagg
+        out = masked_release(ids, sums, private, list(keys.public_keys), keys.index, owner,
+                             context)
     return local_sums.detach().cpu(), to_cpu(out)
 
 
