@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # The main job: PPGNN on the bundled Cora, 10 clients, levels {1, 2, 4}, with `flwr run .`.
 # Extra arguments go to `flwr run` (e.g. --run-config "budgets='1,2' epochs=50").
-# `flwr run` exits 0 even when a run fails, so this script checks the report it wrote.
+# `flwr run` exits 0 even when a run fails, so this script checks the report it wrote and
+# Flower's status of the run. It runs on a SuperLink of its own (free ports, its own
+# FLWR_HOME) unless FLWR_HOME or FLWR_LOCAL_{SUPERLINK_HTTP_API,CONTROL_API}_PORT are set.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
@@ -11,47 +13,118 @@ FEDERATION="num-supernodes=10 client-resources-num-cpus=1"
 # Flower refuses an unknown --run-config key naming no key, and a bad value fails only after
 # its SuperLink and Ray started: check the run config first, as `fedgraph run` does (exit 2).
 python -m fedgraph.simulations.flwr_precheck --federation-config "$FEDERATION" "$@"
-# `flwr run` reuses the SuperLink whose Control API is on 127.0.0.1:$FLWR_LOCAL_CONTROL_API_PORT
-# (default 39093), with the environment (and code) it was started with. Refuse that one when it
-# was started from another checkout or venv; SuperLinks on other ports are not ours to judge.
+# `flwr run` starts (or reuses) a local SuperLink on 127.0.0.1:39091 and :39093 (Control API),
+# state under $FLWR_HOME (~/.flwr): two apps on one machine would meet there. Unless the user
+# gives them, this job takes ports free now and a Flower home of its own (removed at the end
+# when the run ended ok), and starts that SuperLink itself: Flower waits only 15 s for one to
+# answer, which a loaded machine exceeded.
+own_home=""
+if [ -z "${FLWR_HOME:-}" ]; then
+  own_home=$(mktemp -d "${TMPDIR:-/tmp}/fedgraph-flwr.XXXXXX")
+  export FLWR_HOME="$own_home"
+fi
+user_ports=0
+if [ -n "${FLWR_LOCAL_SUPERLINK_HTTP_API_PORT:-}${FLWR_LOCAL_CONTROL_API_PORT:-}" ]; then
+  user_ports=1
+fi
+pick_ports() {
+  [ "$user_ports" = 1 ] && return 0
+  local ports
+  ports=$(python -m fedgraph.simulations.local_superlink ports)
+  export FLWR_LOCAL_SUPERLINK_HTTP_API_PORT=${ports% *} FLWR_LOCAL_CONTROL_API_PORT=${ports#* }
+}
+pick_ports
 CONTROL="127.0.0.1:${FLWR_LOCAL_CONTROL_API_PORT:-39093}"
-if pids=$(pgrep -f flower-superlink); then
+RUNTIME="127.0.0.1:${FLWR_LOCAL_SUPERLINK_HTTP_API_PORT:-39091}"
+# On ports the user gave, a SuperLink may already run: `flwr run` would use it, with the
+# environment (and code) it was started with. Refuse one started from another checkout or
+# venv; one of this environment is used and left running.
+already=""
+if [ "$user_ports" = 1 ] && pids=$(pgrep -f flower-superlink); then
   for pid in $pids; do
     cmd=$(tr '\0' ' ' < /proc/$pid/cmdline 2>/dev/null) || continue
     case "$cmd" in *"--control-api-address $CONTROL "*) ;; *) continue ;; esac
     if ! grep -q "$PWD/.venv/" <<< "$cmd"; then
       echo "A SuperLink from another environment is running on $CONTROL (pid $pid):" >&2
       echo "$cmd" >&2
-      echo "flwr run would use it and that environment's code. Stop it (kill $pid), or run" >&2
-      echo "beside it on ports of your own: FLWR_HOME=\$HOME/.flwr-2" >&2
-      echo "FLWR_LOCAL_SUPERLINK_HTTP_API_PORT=39191 FLWR_LOCAL_CONTROL_API_PORT=39193 bash scripts/main.sh" >&2
+      echo "flwr run would use it and that environment's code. Stop it (kill $pid), or leave" >&2
+      echo "FLWR_LOCAL_SUPERLINK_HTTP_API_PORT and FLWR_LOCAL_CONTROL_API_PORT unset: this" >&2
+      echo "script then takes free ports of its own." >&2
       exit 1
     fi
+    already=$pid
   done
 fi
-# The SuperLink `flwr run` starts for this job is stopped when the job ends (one that was
-# already running, this environment's, is left as it was).
-superlinks() { pgrep -f "flower-superlink.*--control-api-address $CONTROL " || true; }
-already=$(superlinks)
 descendants() {  # every process below $1, each parent before its children
   local child
   for child in $(pgrep -P "$1" 2>/dev/null); do echo "$child"; descendants "$child"; done
 }
+superlink=""  # the SuperLink this job started (stopped at its end)
 # The SuperExec and the simulation reach the SuperLink on its --port (the runtime API): found
 # by that address too, since a SuperExec that ends first leaves its simulation to init.
-RUNTIME="127.0.0.1:${FLWR_LOCAL_SUPERLINK_HTTP_API_PORT:-39091}"
+# Swept again for a few seconds: a SuperExec stopped while it launched the run's simulation
+# left that simulation running (seen once, Ctrl-C 3 s after the run started); SIGKILL last.
 stop_superlink() {
-  [ -z "$already" ] || return 0
-  for pid in $(superlinks) $(pgrep -f -- "--runtime-api-address $RUNTIME " || true); do
-    tr '\0' ' ' < "/proc/$pid/cmdline" 2>/dev/null | grep -q "$PWD/.venv/" || continue
-    # its SuperExec, the simulation and the simulation's Ray processes, then itself
-    kill -TERM $(descendants "$pid") "$pid" 2>/dev/null || true
+  [ -n "$superlink" ] || return 0
+  local round pid pids sig
+  for round in 1 2 3 4 5 6; do
+    pids=""
+    for pid in $superlink $(pgrep -f -- "--runtime-api-address $RUNTIME " || true); do
+      tr '\0' ' ' < "/proc/$pid/cmdline" 2>/dev/null | grep -q "$PWD/.venv/" || continue
+      # its SuperExec, the simulation and the simulation's Ray processes, then itself
+      pids="$pids $(descendants "$pid") $pid"
+    done
+    [ -n "${pids// /}" ] || { [ "$round" -gt 2 ] && return 0; sleep 1; continue; }
+    sig=TERM; [ "$round" -lt 5 ] || sig=KILL
+    kill -"$sig" $pids 2>/dev/null || true
+    sleep 1
   done
 }
+start_superlink() {  # the command `flwr run` would run (flwr/cli/local_superlink.py)
+  local dir="$FLWR_HOME/local-superlink" try deadline
+  mkdir -p "$dir"
+  for try in 1 2 3; do
+    setsid flower-superlink --insecure --simulation --isolation subprocess \
+      --control-api-address "$CONTROL" --host 127.0.0.1 \
+      --port "${RUNTIME#127.0.0.1:}" --log-file "$dir/superlink.log" \
+      --log-rotation-interval-hours 24 --log-rotation-backup-count 7 \
+      --database "$dir/state.db" < /dev/null > /dev/null 2>&1 &
+    superlink=$!
+    deadline=$((SECONDS + ${FEDGRAPH_SUPERLINK_START_S:-180}))
+    while kill -0 "$superlink" 2>/dev/null && [ $SECONDS -lt $deadline ]; do
+      if python -c "import sys, httpx; sys.exit(not httpx.get('http://$RUNTIME/health', timeout=2).is_success)" 2>/dev/null; then
+        return 0
+      fi
+      sleep 1
+    done
+    stop_superlink
+    superlink=""
+    # a port taken meanwhile (the SuperLink exits): new ones, unless the user gave them
+    [ "$user_ports" = 0 ] || break
+    pick_ports
+    CONTROL="127.0.0.1:$FLWR_LOCAL_CONTROL_API_PORT"
+    RUNTIME="127.0.0.1:$FLWR_LOCAL_SUPERLINK_HTTP_API_PORT"
+  done
+  echo "FAILED: no SuperLink answered on $RUNTIME (log: $dir/superlink.log)" >&2
+  exit 1
+}
+LOG=$(mktemp)
+status=1
+finish() {  # the SuperLink this job started, and its Flower home unless the run failed
+  stop_superlink
+  rm -f "$LOG"
+  if [ -n "$own_home" ]; then
+    if [ "$status" = 0 ]; then rm -rf "$own_home"
+    else echo "Flower's state and SuperLink log kept in $own_home/local-superlink" >&2; fi
+  fi
+}
+trap finish EXIT
+trap 'exit 130' INT  # until the run starts (below: the run is stopped too)
+trap 'exit 143' TERM
+[ -n "$already" ] || start_superlink
+echo "SuperLink: $RUNTIME (Control API $CONTROL), FLWR_HOME=$FLWR_HOME"
 OUT="$PWD/outputs"
 RUN="main-$(date +%Y%m%d-%H%M%S)"
-LOG=$(mktemp)
-trap 'stop_superlink; rm -f "$LOG"' EXIT
 # Ctrl-C ends only `flwr run`'s log stream: the run goes on in the SuperLink (and wrote its
 # report after this script had said there was none). Stop it, say so, and exit 128 + the
 # signal's number ($1): 130 for Ctrl-C (INT), 143 for TERM, as `fedgraph run` does.
@@ -76,20 +149,13 @@ trap 'interrupted 143' TERM
     --federation-config "$FEDERATION" \
     --run-config "output-dir='$OUT' run-name='$RUN'" "$@" 2>&1 | tee -i "$LOG" ) &
 pipeline=$!
-wait "$pipeline"
-# The report the run wrote, from its own last line ("report: <path>"): a --run-config of the
-# user's may name another output-dir or run-name than the ones above.
-REPORT=$(sed -n 's/^report: \(.*\.json\)$/\1/p' "$LOG" | tail -1)
-python - "$REPORT" <<'PY'
-import json, sys
-path = sys.argv[1]
-if not path:  # the run prints "report: <path>" whenever it writes one
-    sys.exit("FAILED: the run wrote no report (see the log above)")
-try:
-    report = json.load(open(path))
-except FileNotFoundError:
-    sys.exit(f"FAILED: no report at {path} (see the log above)")
-if report["status"] != "ok":
-    sys.exit(f"FAILED: {report['error']}; report {path}")
-print(f"ok: test accuracy {report['accuracy']['test']:.4f}; report {path}")
-PY
+wait "$pipeline" || true  # flwr run's own exit code says nothing of the run: read below
+# What really happened: the report the run wrote (its last line "report: <path>": a
+# --run-config of the user's may name another output-dir or run-name) and the SuperLink's
+# status of the run with Flower's reason; a run process still going (its log stream ended
+# when the SuperLink stopped waiting for it) is waited for. An ok report is an ok run.
+python -m fedgraph.simulations.local_superlink verdict --log "$LOG" \
+  --expected "$OUT/$RUN.json" --runtime-address "$RUNTIME" &
+pipeline=$!
+wait "$pipeline" && status=0 || status=$?
+exit "$status"

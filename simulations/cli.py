@@ -93,6 +93,10 @@ def run(
     except Exception as err:  # noqa: BLE001 - e.g. a preset that is not TOML: as below
         typer.echo(f"fedgraph: FAILED: {err}", err=True)
         raise typer.Exit(1)
+    from fedgraph.report import epsilon_warning
+
+    if epsilon_warning(cfg):  # before the run, and again in its table
+        typer.echo(f"fedgraph: {epsilon_warning(cfg)}", err=True)
     from fedgraph.errors import RunInterrupted
     from fedgraph.simulations.interrupt import StopOnSignal, end_all_descendants
 
@@ -255,6 +259,71 @@ def sweep(
 
 
 @_command
+def audit(
+    preset: str = typer.Argument(..., help="preset name or TOML file"),
+    set_: List[str] = typer.Option([], "--set", "-s", help="override a run-config key: key=value"),
+    trials: Optional[int] = typer.Option(None, help="trials a side per subject (default 20000)"),
+    subject: List[str] = typer.Option([], "--subject", help="audit only this subject (repeatable)"),
+    seed: Optional[int] = typer.Option(None, help="seed of the canary choices (noise: the clients' own)"),
+) -> None:
+    """Audit a run's privacy on the real client code: plant canaries (a cross-client edge, a
+    user's features at the domain's corners), run the clients' real release handlers on both
+    neighbouring inputs with fresh noise, and turn the best threshold test's errors into a
+    lower bound on epsilon at 95 % confidence (Clopper-Pearson), beside the ledger's epsilon of
+    the audited release (docs/explanations/auditing.md).
+
+    PRESET as for fedgraph run. Writes <output-dir>/<run-name>.audit.json; exits 0 when every
+    bound is at or below the ledger's epsilon, 3 when any is above (the release spends more
+    than it reports), 2 on an invalid config, 1 on a failure."""
+    from fedgraph.config import ConfigError
+
+    try:
+        cfg = load_run_config(preset, set_)
+        check_run_config(cfg)
+    except (ConfigError, typer.BadParameter) as err:
+        typer.echo(f"fedgraph: {err}", err=True)
+        raise typer.Exit(2)
+    except Exception as err:  # noqa: BLE001 - e.g. a preset that is not TOML
+        typer.echo(f"fedgraph: FAILED: {err}", err=True)
+        raise typer.Exit(1)
+    from fedgraph.simulations.auditor import DEFAULT_TRIALS, audit_run, write_audit
+
+    try:
+        out = audit_run(cfg, trials or DEFAULT_TRIALS, subjects=list(subject) or None,
+                        seed=seed)
+    except ConfigError as err:
+        typer.echo(f"fedgraph: {err}", err=True)
+        raise typer.Exit(2)
+    except Exception as err:  # noqa: BLE001 - report every failure and exit non-zero
+        typer.echo(f"fedgraph: FAILED: {err}", err=True)
+        if user_traceback(err):
+            typer.echo(user_traceback(err), err=True)
+        raise typer.Exit(1)
+    path = write_audit(out, cfg, preset)
+    typer.echo(audit_table(out))
+    typer.echo(f"audit written to {path}")
+    if out["above"]:
+        typer.echo(f"fedgraph: audited bound above the ledger's epsilon: {', '.join(out['above'])}",
+                   err=True)
+        raise typer.Exit(3)
+
+
+def audit_table(out: dict) -> str:
+    """The audit's table: one row per subject (ledger epsilon, bound, canary, test, trials)."""
+    rows = [f"audit of {out['method']} at delta {out['delta']:g} "
+            f"({out['confidence']:.0%} confidence, {out['seconds']:.0f} s)",
+            f"{'subject':<12} {'release':<22} {'epsilon':>8} {'bound':>7} {'trials':>7}  "
+            "canary / test"]
+    for name, s in out["subjects"].items():
+        flag = "  ABOVE" if s["above"] else ""
+        rows.append(f"{name:<12} {s['release']:<22} {s['epsilon']:>8.3f} "
+                    f"{s['epsilon_lower_bound']:>7.3f} {s['trials']:>7}  {s['canary']}{flag}")
+        rows.append(f"{'':<60}{s['test']}")
+    rows += [f"not audited: {line}" for line in out["not_audited"]]
+    return "\n".join(rows)
+
+
+@_command
 def report(
     dirs: List[str] = typer.Argument(..., help="sweep output folders (each holds cells/)"),
     csv_path: Optional[str] = typer.Option(None, "--csv", help="CSV file (default: DIR/results.csv, "
@@ -400,6 +469,54 @@ def datasets(root: Optional[str] = typer.Option(None, help="dataset root (defaul
                 first = str(err).splitlines()[0] if str(err) else type(err).__name__
                 typer.echo(f"{name:<27} registered; not loadable with this root: "
                            f"{first if len(first) <= 100 else first[:97] + '...'}")
+
+
+cluster_cli = typer.Typer(no_args_is_help=True, help=(
+    "A local Ray cluster of your own: start one with its own folder and port, stop exactly "
+    "that one (ray stop would stop every Ray of the machine)."))
+cli.add_typer(cluster_cli, name="cluster")
+
+
+@cluster_cli.command("start", help=(
+    "Start a Ray head on 127.0.0.1 with a temporary folder of its own (--dir, default a new "
+    "/tmp/fgray-* folder) and a free port (--port); prints the RAY_ADDRESS to run against it "
+    "and the command that stops it. The folder records the address (fedgraph-cluster.json)."))
+def cluster_start(
+        dir: Optional[str] = typer.Option(None, "--dir", help="the cluster's temporary folder (short: Ray's sockets live in it)"),  # noqa: A002
+        port: Optional[int] = typer.Option(None, help="the head's port (default: a free one)"),
+        num_cpus: Optional[int] = typer.Option(None, help="CPUs the head offers (default: Ray's count)"),
+        num_gpus: Optional[int] = typer.Option(None, help="GPUs the head offers (default: Ray's count)")) -> None:
+    from fedgraph.simulations import cluster
+
+    try:
+        record = cluster.start(dir, port, num_cpus, num_gpus)
+    except (RuntimeError, OSError) as err:
+        typer.echo(f"fedgraph cluster start: {err}", err=True)
+        raise typer.Exit(1) from None
+    typer.echo(f"Ray cluster started: RAY_ADDRESS={record['address']} (folder {record['folder']})")
+    typer.echo(f"  run on it:  RAY_ADDRESS={record['address']} fedgraph run gap-edge-cora")
+    typer.echo(f"  stop it:    fedgraph cluster stop {record['folder']}")
+
+
+@cluster_cli.command("stop", help=(
+    "Stop the cluster that `fedgraph cluster start` (or ray start --head --temp-dir=DIR) "
+    "started in DIR: only the processes that name that folder and their workers, SIGTERM "
+    "then SIGKILL after --grace seconds. Exit 1 if some are left."))
+def cluster_stop(
+        dir: str = typer.Argument(..., help="the cluster's temporary folder"),  # noqa: A002
+        grace: float = typer.Option(10.0, help="seconds between SIGTERM and SIGKILL")) -> None:
+    from fedgraph.simulations import cluster
+
+    if not Path(dir).is_dir():
+        typer.echo(f"fedgraph cluster stop: {dir} is not a folder (give the folder that "
+                   "`fedgraph cluster start` printed)", err=True)
+        raise typer.Exit(2)
+    found = cluster.cluster_pids(dir)
+    left = cluster.stop(dir, grace)
+    if left:
+        typer.echo(f"fedgraph cluster stop: still running after SIGKILL: {left}", err=True)
+        raise typer.Exit(1)
+    typer.echo(f"stopped {len(found)} process(es) of the Ray cluster in {dir}")
 
 
 def main() -> None:  # console script entry point

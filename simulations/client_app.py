@@ -11,6 +11,12 @@ and real runs to it).
 """
 from __future__ import annotations
 
+# First, before the heavy imports: under flwr run this is the task's own process, whose
+# heartbeats a loaded machine must not lose (fedgraph.simulations.task_heartbeat).
+from fedgraph.simulations import task_heartbeat
+
+task_heartbeat.start()  # does nothing outside flwr run's task process
+
 from flwr.clientapp import ClientApp
 
 from fedgraph.simulations import wakeups

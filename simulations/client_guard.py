@@ -46,6 +46,7 @@ def own_config(context: Context):
     config as the user submitted it to the SuperLink, which the ServerApp cannot change; a
     deployment: the SuperNode's), else the JSON object in ``$FEDGRAPH_CLIENT_RUN_CONFIG``
     (``fedgraph run`` sets it before Ray starts: the simulation's stand-in for node config).
+    ``num-clients = 0`` (one client per supernode) is the node's ``num-partitions``.
 
     Raises:
         fedgraph.client_authority.ReleaseRefused: neither is there.
@@ -54,11 +55,18 @@ def own_config(context: Context):
 
     from fedgraph.client_authority import ReleaseRefused
 
-    if context.run_config:
-        return _parsed(json.dumps(dict(context.run_config), sort_keys=True, default=str))
-    text = os.environ.get(OWN_CONFIG_ENV, "")
-    if text:
-        return _parsed(text)
+    own = dict(context.run_config) if context.run_config else None
+    if own is None and os.environ.get(OWN_CONFIG_ENV, ""):
+        own = json.loads(os.environ[OWN_CONFIG_ENV])
+    if own is not None:
+        for key in ("num-clients", "num_clients"):  # 0: one client per supernode (flwr run):
+            if key in own and own[key] in (0, "0", "", None):  # the federation's size, as
+                parts = context.node_config.get("num-partitions")  # the node knows it
+                if parts is None:
+                    del own[key]
+                else:
+                    own[key] = int(parts)
+        return _parsed(json.dumps(own, sort_keys=True, default=str))
     raise ReleaseRefused("this client has no run config of its own (context.run_config is "
                          f"empty and ${OWN_CONFIG_ENV} is unset): it cannot know its own budget, "
                          "so it releases nothing")

@@ -94,22 +94,7 @@ class EarlyRay:
                 return
             args = dict(self.init_args)
             args.setdefault("include_dashboard", False)
-            # As flwr's RayBackend.init_ray: the workers get the driver's sys.path.
-            pythonpath = os.pathsep.join(sys.path)
-            if os.environ.get("PYTHONPATH"):
-                pythonpath = f"{pythonpath}{os.pathsep}{os.environ['PYTHONPATH']}"
-            os.environ["PYTHONPATH"] = pythonpath
-            env = {"PYTHONPATH": pythonpath}
-            # the clients' own run config (fedgraph.simulations.routes.common.own_config), to
-            # the workers of an existing cluster too, which do not inherit this environment
-            from fedgraph.simulations.client_guard import OWN_CONFIG_ENV
-
-            if os.environ.get(OWN_CONFIG_ENV):
-                env[OWN_CONFIG_ENV] = os.environ[OWN_CONFIG_ENV]
-            from fedgraph.identity import IDENTITY_ENV  # the clients' identity provisioning
-
-            if os.environ.get(IDENTITY_ENV):
-                env[IDENTITY_ENV] = os.environ[IDENTITY_ENV]
+            env = worker_env()
             ray.init(runtime_env={"env_vars": env}, **args)
             _end_monitor_first()
             # before ready: Flower's pool must find them (or would compete for the resources)
@@ -140,6 +125,26 @@ class EarlyRay:
             raise RuntimeError(f"Ray did not start: {type(self.error).__name__}: "
                                f"{self.error}") from self.error
 
+
+
+def worker_env() -> dict[str, str]:
+    """The environment the simulation's Ray workers need from the driver, also on an existing
+    cluster (whose workers do not inherit it): the driver's ``sys.path`` (as flwr's
+    ``RayBackend.init_ray``, which sets ``PYTHONPATH`` here too), the clients' own run config
+    (:data:`fedgraph.simulations.client_guard.OWN_CONFIG_ENV`) and their identity provisioning
+    (:data:`fedgraph.identity.IDENTITY_ENV`)."""
+    from fedgraph.identity import IDENTITY_ENV
+    from fedgraph.simulations.client_guard import OWN_CONFIG_ENV
+
+    pythonpath = os.pathsep.join(sys.path)
+    if os.environ.get("PYTHONPATH"):
+        pythonpath = f"{pythonpath}{os.pathsep}{os.environ['PYTHONPATH']}"
+    os.environ["PYTHONPATH"] = pythonpath
+    env = {"PYTHONPATH": pythonpath}
+    for name in (OWN_CONFIG_ENV, IDENTITY_ENV):
+        if os.environ.get(name):
+            env[name] = os.environ[name]
+    return env
 
 def start_early_ray(init_args: dict, client_resources: dict | None = None,
                     method: str = "") -> EarlyRay | None:

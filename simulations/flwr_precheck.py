@@ -77,6 +77,10 @@ def check(argv: list[str]) -> None:
         run_config["num-clients"] = int(federation.get("num-supernodes", DEFAULT_SUPERNODES))
     check_run_config(run_config)
     check_flwr_run_config(run_config, defaults)
+    from fedgraph.report import epsilon_warning
+
+    if epsilon_warning(overrides):  # the user's own values (pyproject's are sane)
+        print(f"fedgraph: {epsilon_warning(overrides)}", file=sys.stderr)
     want, have = run_config["num-clients"], federation.get("num-supernodes")
     if isinstance(have, int) and want != have:  # the ServerApp would refuse it, 30 s later
         raise supernode_mismatch(want, have)

@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterable, Optional
 
-from fedgraph.report import majority_class, write_bytes_atomic
+from fedgraph.report import test_majority_class, write_bytes_atomic
 
 from .sweep import Published
 
@@ -83,7 +83,7 @@ def collect(dirs: Iterable[str | Path]) -> list[dict]:
                 row["status"] = "ok"
                 acc = report.get("accuracy", {})
                 row.update({s: acc.get(s) for s in SPLITS},
-                           majority_class=majority_class(report),
+                           majority_class=test_majority_class(report),
                            epsilon_spent=_epsilons_spent(report),
                            run_time_s=report.get("timings_s", {}).get("total"))
             rows.append(row)
@@ -270,9 +270,9 @@ def _panel(ax, dataset: str, level: str, here: list[dict], refs: list[dict],
     if majority:
         m = 100 * statistics.fmean(majority)
         if low <= m <= high:
-            ax.axhline(m, color="grey", linestyle=":", linewidth=1.2, label="majority class")
+            ax.axhline(m, color="grey", linestyle=":", linewidth=1.2, label="majority class (test split)")
         else:
-            ax.text(0.99, 0.02, f"majority class: {m:.1f}%", transform=ax.transAxes,
+            ax.text(0.99, 0.02, f"majority class (test split): {m:.1f}%", transform=ax.transAxes,
                     ha="right", va="bottom", fontsize=8, color="dimgrey")
     seeds = sorted({g["seeds"] for g in curves})
     ax.text(0.01, 0.02, seeds_footer(seeds),

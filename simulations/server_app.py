@@ -1,6 +1,12 @@
 """The fedgraph ServerApp: validate the run config, run the method's strategy, write the report."""
 from __future__ import annotations
 
+# First, before the heavy imports: under flwr run this is the task's own process, whose
+# heartbeats a loaded machine must not lose (fedgraph.simulations.task_heartbeat).
+from fedgraph.simulations import task_heartbeat
+
+task_heartbeat.start()  # does nothing outside flwr run's task process
+
 import logging
 
 from flwr.app import Context

@@ -134,6 +134,13 @@ def _run(run_config, cfg, label, backend, flwr_run_simulation, make_server_app, 
     flwr_log = logging.getLogger("flwr")
     quiet = _NotOurDeprecation()
     flwr_log.addFilter(quiet)
+    if os.environ.get("RAY_ADDRESS"):  # an existing cluster Ray was not started on early:
+        import ray  # connect as Flower would, with what the clients need in their environment
+
+        if not ray.is_initialized():
+            from fedgraph.simulations.early_ray import worker_env
+
+            ray.init(address=os.environ["RAY_ADDRESS"], runtime_env={"env_vars": worker_env()})
     try:
         flwr_run_simulation(server_app=make_server_app(run_config), client_app=client_app,
                             num_supernodes=cfg.num_clients, backend_config=backend)

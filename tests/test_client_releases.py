@@ -78,6 +78,11 @@ SCHEMA = _public("the dataset's public schema (name, node universe, feature and 
 WORKER = _public("where the client runs (host, process, device): no data")
 PLAN = _public("the client's calibration: from the public config and the directory counts")
 
+#: the client's own ledger summary (fedgraph.client_authority), sent with every release
+LEDGER = {"ledger.json.*": _public("the client's own ledger: epsilon, budget and releases per "
+                                 "subject, a function of its plan (public config and "
+                                 "directory counts) and of the requests it answered")}
+
 #: FedSGD's fused validation (fedgraph.strategies.fedavg.StrictFedSGD): a training reply's metrics
 #: hold the evaluation round's fields for the weights received, edge level only
 VAL_OF_RECEIVED = {
@@ -118,7 +123,7 @@ ALLOWED = {
             "partial_sums.ids": _public("every remote node of the graph: fixed by the directory, "
                                         "not by the edges"),
             "partial_sums.sums": _noised("pma"),
-            "partial_sums.masked": _noised("pma")},  # secure aggregation: masked noisy rows
+            "partial_sums.masked": _noised("pma"), **LEDGER},  # masked noisy rows (secagg)
         "query.gap_keys": {  # secure aggregation's key advertisement
             **KEY_ADVERTISEMENT},
         "evaluate[gap.classifier]": {  # per-round validation: edge level only
@@ -133,8 +138,8 @@ ALLOWED = {
                                                      "reads no edge")},
             "metrics.val-loss": {"edge": _public("labels are not the unit; the encoder reads "
                                                  "no edge")}},
-        "evaluate.gap": {f"metrics.{s}_{c}": EVALUATION for s in ("train", "val", "test")
-                         for c in ("correct", "total")},
+        "evaluate.gap": {**{f"metrics.{s}_{c}": EVALUATION for s in ("train", "val", "test")
+                            for c in ("correct", "total")}, **LEDGER},
     },
     "ppgnn": {
         "query.ppgnn": {
@@ -147,9 +152,9 @@ ALLOWED = {
                                      "server in the paper's setting (randomized response with "
                                      "label-epsilon > 0, ledger 'labels (randomized response)')"),
             "report.mech.*": _noised("*"),  # the mechanism's parts, e.g. ESW and MLR
-            "meta.schema": SCHEMA, "meta.worker": WORKER},
-        "evaluate.ppgnn": {f"metrics.{s}_{c}": EVALUATION for s in ("train", "val", "test")
-                           for c in ("correct", "total")},
+            "meta.schema": SCHEMA, "meta.worker": WORKER, **LEDGER},
+        "evaluate.ppgnn": {**{f"metrics.{s}_{c}": EVALUATION for s in ("train", "val", "test")
+                              for c in ("correct", "total")}, **LEDGER},
     },
     "privgnn": {
         "query.privgnn": {
@@ -160,7 +165,7 @@ ALLOWED = {
             **{f"meta.{k}": _public("fixed by public parameters (target, gamma, lam, delta) "
                                     "and the number of queries asked")
                for k in ("partition_id", "asked", "answered", "refused", "limit",
-                         "answered_total", "epsilon_target")}},
+                         "answered_total", "epsilon_target")}, **LEDGER},
         "query.privgnn_keys": {  # secure aggregation's key advertisement
             **KEY_ADVERTISEMENT},
     },
@@ -197,11 +202,12 @@ ALLOWED = {
             "partial_sums.ids": _public("every remote node of the graph: fixed by the "
                                         "directory, not by the edges"),
             "partial_sums.sums": _noised("aggregation"),
-            "partial_sums.masked": _noised("aggregation")},  # secure aggregation
+            "partial_sums.masked": _noised("aggregation"), **LEDGER},  # masked: secagg
         "query.progap_aggregate[finish]": {
             "done.stage": _public("the stage number the server sent")},
-        "query.progap_eval": {f"metrics.{s}_{c}": EVALUATION for s in ("train", "val", "test")
-                              for c in ("correct", "total")},
+        "query.progap_eval": {**{f"metrics.{s}_{c}": EVALUATION
+                                 for s in ("train", "val", "test") for c in ("correct", "total")},
+                              **LEDGER},
     },
 }
 

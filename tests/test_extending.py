@@ -357,7 +357,7 @@ def test_a_malformed_graph_file_is_named_with_its_layout(tmp_path):
     with pytest.raises(ValueError, match=r"edges.csv: .*'source'.*a header line must start "
                                          r"with '#'"):
         read_graph_files(bad)
-    with pytest.raises(ValueError, match=r"features.csv: .*number of columns.*same number"):
+    with pytest.raises(ValueError, match=r"features.csv: data line 2 .*column\(s\).*same number"):
         read_graph_files(folder(features="1,0\n0,1,1\n1,1\n"))
     with pytest.raises(ValueError, match=r"graph.toml: not valid TOML"):
         read_graph_files(folder(toml="feature_domain = [0, 1"))

@@ -345,8 +345,12 @@ def test_the_old_float64_sign_fails_the_same_check():
     assert math.ceil(p_lo * SPAN) == 0
     with pytest.raises(ValueError, match=r"epsilon must lie in \(0, 36\.7"):
         one_bit(torch.ones(1, 1), eps)
-    with pytest.raises(ValueError, match=r"epsilon / num_dims .* must lie in"):
-        multi_bit(torch.ones(1, 1), eps, num_dims=1)
+    # multi-bit spends a per-dimension budget above the limit as the limit: exact there, and
+    # a sign of -1 stays possible under x = +1 (probability 2^-53 per draw, never 0)
+    lo, hi = binary_thresholds(torch.tensor([BINARY_EPSILON_MAX], dtype=torch.float64))
+    assert int(lo) >= 1 and int(hi) < SPAN
+    bits = multi_bit(torch.ones(4, 1), eps, num_dims=1, generator=torch.Generator())
+    assert bool((bits.sign == 1).all())  # (a -1 has probability 2^-53 per user)
     assert BINARY_EPSILON_MAX == pytest.approx(math.log(SPAN - 1))
 
 
@@ -394,8 +398,12 @@ def test_ppm_reports_are_exact_and_refuse_beyond_the_grid():
     whose sign per dimension the grid cannot carry is refused."""
     x = torch.ones(4, 3)
     ppm(x, torch.tensor([1, 2, 1, 2]), PPMParams((1.0, 4.0)), rng.SecureRandom(b"\x06" * 32))
+    # MLR spends a per-dimension budget beyond the grid as the grid's limit (multi_bit);
+    # ESW's own draw refuses a window budget it cannot carry
+    ppm(torch.ones(1, 1), torch.tensor([1]), PPMParams((60.0,)), generator=torch.Generator())
     with pytest.raises(ValueError, match="must lie in"):
-        ppm(torch.ones(1, 1), torch.tensor([1]), PPMParams((60.0,)))
+        ppm(torch.ones(1, 1), torch.tensor([2]), PPMParams((1.0, 1000.0)),
+            generator=torch.Generator())
 
 
 def test_every_registered_mechanism_is_covered():

@@ -130,3 +130,41 @@ def test_custom_dataset_example_on_an_existing_ray_cluster(tmp_path):
     finally:
         left = cluster.stop()
     assert left == [], f"cluster processes left running: {left}"
+
+
+def test_cluster_stop_stops_only_its_own_cluster(tmp_path):
+    """``fedgraph cluster start`` / ``stop`` (issue 61): ``ray stop`` stops every Ray of the
+    machine. One real head (about 10-30 s on 2 cores); an unrelated process whose command line
+    names Ray and a folder whose name starts like the cluster's stands for another cluster
+    and must survive the stop."""
+    from typer.testing import CliRunner
+
+    from fedgraph.simulations import cluster
+    from fedgraph.simulations.cli import cli
+
+    folder = Path(tempfile.mkdtemp(prefix="fgray-", dir="/tmp"))
+    other = Path(str(folder) + "x")  # another cluster's folder: the same prefix
+    other.mkdir()
+    decoy = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(300)",
+                              "ray", f"--temp-dir={other}", f"{other}/session_latest"])
+    try:
+        res = CliRunner().invoke(cli, ["cluster", "start", "--dir", str(folder), "--num-cpus", "1"])
+        assert res.exit_code == 0, res.output
+        record = json.loads((folder / cluster.RECORD).read_text())
+        assert f"RAY_ADDRESS={record['address']}" in res.output
+        assert f"fedgraph cluster stop {folder}" in res.output
+        pids = cluster.cluster_pids(folder)
+        assert len(pids) >= 2 and decoy.pid not in pids  # gcs_server, raylet, ...
+        res = CliRunner().invoke(cli, ["cluster", "stop", str(folder)])
+        assert res.exit_code == 0, res.output
+        assert cluster.cluster_pids(folder) == []
+        assert all(not (PROCFS / str(p)).exists()
+                   or (PROCFS / str(p) / "cmdline").read_bytes() == b"" for p in pids)
+        assert decoy.poll() is None  # the other "cluster" runs on
+    finally:
+        import shutil
+
+        decoy.kill()
+        cluster.stop(folder, grace_s=2)
+        shutil.rmtree(folder, ignore_errors=True)
+        shutil.rmtree(other, ignore_errors=True)

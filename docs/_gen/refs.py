@@ -196,6 +196,7 @@ SMALL = {"num-clients": 2, "epochs": 5, "steps": "2", "encoder-rounds": 2,
 #: parts of a path that are names of runtime things, with the placeholder shown
 PLACEHOLDERS = [
     (r"^(privacy\.per_subject)\.[^.]+", r"\1.<subject>"),
+    (r"^(privacy\.client_ledgers)\.[^.]+", r"\1.<subject>"),
     (r"^(privacy\.collusion)\.client-[^.]+", r"\1.<client>"),
     (r"^(workers|clients)\.client-[^.]+", r"\1.<client>"),
     (r"^(levels)\.level-[^.]+", r"\1.<level>"),

@@ -3,6 +3,7 @@
 list, features and labels as plain files, or a saved ``Data``)."""
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Optional, Tuple, Union
 
@@ -104,6 +105,14 @@ def _read_csv(path: Path, dtype, ndmin: int, layout: str) -> np.ndarray:
             warnings.simplefilter("ignore", UserWarning)
             values = np.loadtxt(path, delimiter=',', comments='#', dtype=dtype, ndmin=ndmin)
     except ValueError as err:
+        ragged = re.match(r"the number of columns changed from (\d+) to (\d+) at row (\d+)",
+                          str(err))
+        if ragged:  # numpy adds "use `usecols` ...": a hint a `files` user cannot act on
+            first, now, row = ragged.groups()
+            raise ValueError(f"dataset 'files': {path}: data line {row} (counted from 1, "
+                             f"comments and blank lines left out) has {now} column(s) where "
+                             f"the lines before it have {first}: every line needs the same "
+                             f"number (expected {layout})") from None
         raise ValueError(f"dataset 'files': {path}: {err} (expected {layout})") from None
     if values.size == 0:
         raise ValueError(f"dataset 'files': {path}: no data line (expected {layout})")

@@ -24,7 +24,7 @@ from torch import Tensor
 
 from .. import randomness as rng
 from ._checks import check_epsilon, check_unit_features, per_row
-from .thresholds import binary_thresholds, sign_thresholds
+from .thresholds import BINARY_EPSILON_MAX, binary_thresholds, sign_thresholds
 
 
 def unbias_factor(epsilon: Tensor | float) -> Tensor:
@@ -139,9 +139,9 @@ def multi_bit(
         :class:`SampledBits`; use :func:`multi_bit_estimate` on the server.
 
     Raises:
-        ValueError: ``epsilon`` not finite and > 0, ``epsilon / m`` above ``ln(2^53 - 1)``
-            (36.74; :func:`~fedgraph.mechanisms.thresholds.binary_thresholds`), ``num_dims``
-            outside ``[1, d]`` or ``x`` not in ``[-1, 1]``.
+        ValueError: ``epsilon`` not finite and > 0, ``num_dims`` outside ``[1, d]`` or ``x``
+            not in ``[-1, 1]``. (``epsilon / m`` above ``ln(2^53 - 1)``, 36.74, is spent as
+            that limit: :func:`~fedgraph.mechanisms.thresholds.binary_thresholds`.)
     """
     x = check_unit_features(x)
     n, d = x.shape
@@ -154,7 +154,11 @@ def multi_bit(
             raise ValueError(f"num_dims must lie in [1, {d}] (the number of features)")
     row, col = sample_dims(m, d, generator)
     row, col = row.to(x.device), col.to(x.device)
-    eps_entry = (eps.to(x.device) / m.to(x.device))[row]
+    # a per-dimension budget above what the 2^-53 grid carries is spent as that limit: more
+    # noise than asked (a flip probability of 2^-53), the row's epsilon still an upper bound;
+    # the "clean features" references (epsilon 1e5) rely on it. The 1-bit sign and randomized
+    # response refuse such an epsilon instead (their own single draw is the release).
+    eps_entry = (eps.to(x.device) / m.to(x.device))[row].clamp(max=BINARY_EPSILON_MAX)
     t_lo, t_hi = binary_thresholds(eps_entry, "epsilon / num_dims (per sampled dimension)")
     sign = torch.where(rng.bernoulli_bits(sign_thresholds(x[row, col], t_lo, t_hi), generator),
                        1, -1).to(torch.int8)
