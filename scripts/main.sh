@@ -9,6 +9,12 @@ cd "$(dirname "$0")/.."
 bash scripts/setup.sh
 export PATH="$PWD/.venv/bin:$PATH"
 export FLWR_DISABLE_RUNTIME_DEPENDENCY_INSTALLATION=1   # offline: no `uv sync` of the app
+# The simulated clients' identity keys for authenticated secure aggregation, provisioned by
+# this launcher, never by the server (fedgraph.identity; a deployment provisions each node)
+if [ -z "${FEDGRAPH_IDENTITY_SECRET:-}" ]; then
+  FEDGRAPH_IDENTITY_SECRET=$(python -c 'import os; print(os.urandom(32).hex())')
+  export FEDGRAPH_IDENTITY_SECRET
+fi
 FEDERATION="num-supernodes=10 client-resources-num-cpus=1"
 # Flower refuses an unknown --run-config key naming no key, and a bad value fails only after
 # its SuperLink and Ray started: check the run config first, as `fedgraph run` does (exit 2).

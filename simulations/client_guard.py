@@ -5,8 +5,10 @@ route calls :func:`fedgraph.simulations.routes.common.setup` (own config, transc
 :func:`release` for what it releases."""
 from __future__ import annotations
 
+import functools
 import json
 
+import numpy as np
 from flwr.app import ConfigRecord, Context, Message, RecordDict
 
 from fedgraph.config import parse_run_config
@@ -26,6 +28,9 @@ AUTHORITY_STATE, TRANSCRIPT_STATE = "fedgraph.authority", "fedgraph.transcript"
 RUN_FIXED_PURPOSES = frozenset({"gap:degree", "gap:degree:test", "progap:degree", "ppgnn:levels"})
 #: parsed run configs by their JSON text, per process (every message carries one)
 _PARSED: dict[str, object] = {}
+#: (run id, node id) -> (ledger JSON, ClientAuthority): the ledger this process read or wrote
+#: last for the node (the Context carries the JSON: another process parses it again)
+_AUTHORITIES: dict[tuple, tuple] = {}
 #: (run id, node id) -> (purpose, request digest, reply records): the last release, kept in
 #: this process to answer an identical retry with the same release
 _LAST_RELEASE: dict[tuple, tuple] = {}
@@ -80,7 +85,7 @@ def request_digest(msg: Message) -> str:
     noise)."""
     import hashlib
 
-    from fedgraph.messaging import bulk_tensors, is_bulk_record
+    from fedgraph.messaging import is_bulk_record
 
     h = hashlib.sha256()
     for name in sorted(msg.content.keys()):
@@ -88,19 +93,37 @@ def request_digest(msg: Message) -> str:
         h.update(f"{name}\0".encode())
         if is_bulk_record(record) or hasattr(record, "to_torch_state_dict"):
             # tensors by value, whatever their envelope (ArrayRecord, Ray's object store)
-            for key, t in sorted(bulk_tensors(record).items()):
-                h.update(f"{key}\0{str(t.dtype)}{tuple(t.shape)}\0".encode())
-                h.update(t.contiguous().reshape(-1).numpy())
+            for key, a in sorted(_arrays(record).items()):
+                h.update(f"{key}\0{a.dtype.str}{tuple(a.shape)}\0".encode())
+                h.update(np.ascontiguousarray(a).reshape(-1).view(np.uint8))
         elif name == "config" and "json" in record:  # the run config, less what changes no
-            cfg = json.loads(str(record["json"]))  # release (device, output folder, ...)
-            rest = {k: record[k] for k in record.keys() if k != "json"}
-            h.update(json.dumps({k: v for k, v in cfg.items() if k not in NOT_RELEASE_KEYS},
-                                sort_keys=True, default=str).encode())
-            h.update(repr(sorted(rest.items())).encode())
+            h.update(_config_digest(str(record["json"])).encode())  # release
+            h.update(repr(sorted((k, record[k]) for k in record.keys() if k != "json")).encode())
         else:  # (how the reply travels, object-store, is transport, not an input)
             for key in sorted(k for k in record.keys() if k not in TRANSPORT_KEYS):
                 h.update(f"{key}\0{record[key]!r}\0".encode())
     return h.hexdigest()
+
+
+def _arrays(record) -> dict:
+    """A record's tensors as read-only numpy arrays without a copy (an ArrayRecord's bytes, or
+    Ray's object store)."""
+    from fedgraph.messaging import _bulk_arrays, array_view, is_bulk_record
+
+    if is_bulk_record(record):
+        return dict(_bulk_arrays(record))
+    return {k: array_view(record[k]) for k in record.keys()}
+
+
+@functools.lru_cache(maxsize=64)
+def _config_digest(text: str) -> str:
+    """SHA-256 of a run config's JSON without :data:`fedgraph.randomness.NOT_RELEASE_KEYS`
+    (memoized: every message of a run carries the same text)."""
+    import hashlib
+
+    cfg = json.loads(text)
+    return hashlib.sha256(json.dumps({k: v for k, v in cfg.items() if k not in NOT_RELEASE_KEYS},
+                                     sort_keys=True, default=str).encode()).hexdigest()
 
 
 def advance(msg: Message, context: Context) -> tuple[str, str]:
@@ -122,8 +145,28 @@ def authority(context: Context, budgets: dict[str, float], delta: float, account
     from fedgraph.client_authority import ClientAuthority
 
     if AUTHORITY_STATE in context.state:
-        return ClientAuthority.from_json(str(context.state[AUTHORITY_STATE]["json"]))
+        text = str(context.state[AUTHORITY_STATE]["json"])
+        slot = (int(context.run_id), int(context.node_id))
+        kept = _AUTHORITIES.get(slot)
+        if kept is not None and kept[0] == text:  # this process parsed (or wrote) it last
+            return kept[1]
+        auth = ClientAuthority.from_json(text)
+        _remember(slot, text, auth)
+        return auth
     return ClientAuthority(dict(budgets), float(delta), str(accountant))
+
+
+def _remember(slot: tuple, text: str, auth) -> None:
+    for other in [s for s in _AUTHORITIES if s[0] != slot[0]]:  # another run: forget it
+        del _AUTHORITIES[other]
+    _AUTHORITIES[slot] = (text, auth)
+
+
+def save(context: Context, auth) -> None:
+    """Keep ``auth`` in the client's state (and this process's memo of it)."""
+    text = auth.to_json()
+    context.state[AUTHORITY_STATE] = ConfigRecord({"json": text})
+    _remember((int(context.run_id), int(context.node_id)), text, auth)
 
 
 def release(msg: Message, context: Context, auth, purpose: str, charges: list,
@@ -134,7 +177,9 @@ def release(msg: Message, context: Context, auth, purpose: str, charges: list,
     the charge is admitted). An identical retry gets the release already made (if this process
     still holds it; else it is refused), a different request under a spent purpose is refused.
     The reply carries the client's ledger summary (record ``ledger``) unless ``with_ledger``
-    is false (a training round's reply, read by Flower's own strategies).
+    is false (a training round's reply, read by Flower's own strategies). A release without
+    charges (it reads no protected unit, or the client has no noise to account) is answered
+    without entering the ledger.
 
     Raises:
         fedgraph.client_authority.ReleaseRefused: as :meth:`~fedgraph.client_authority.
@@ -142,6 +187,11 @@ def release(msg: Message, context: Context, auth, purpose: str, charges: list,
     """
     from fedgraph.client_authority import ReleaseRefused
 
+    if not charges:  # spends nothing of a protected unit (an edge-level training round, the
+        records = dict(make_records())  # last PMA hop): nothing to charge or to keep
+        if with_ledger:
+            records["ledger"] = ledger_record(auth)
+        return reply(msg, **records)
     digest = str(context.state[TRANSCRIPT_STATE]["request"])
     slot = (int(context.run_id), int(context.node_id))
     if auth.admit(purpose, digest) == "repeat":
@@ -151,7 +201,7 @@ def release(msg: Message, context: Context, auth, purpose: str, charges: list,
                                  "holds it to send again, and will not draw it anew")
         return reply(msg, **kept[2])
     auth.charge(purpose, digest, charges)
-    context.state[AUTHORITY_STATE] = ConfigRecord({"json": auth.to_json()})
+    save(context, auth)
     records = dict(make_records())
     if with_ledger:
         records["ledger"] = ledger_record(auth)

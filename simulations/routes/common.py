@@ -14,7 +14,7 @@ from fedgraph.simulations import client_guard as guard
 from fedgraph.simulations import client_state
 from fedgraph.simulations.client_guard import (  # noqa: F401 - the routes' one import
     AUTHORITY_STATE, OWN_CONFIG_ENV, RUN_FIXED_PURPOSES, TRANSCRIPT_STATE, _parsed, authority,
-    ledger_record, own_config, release)
+    ledger_record, own_config, release, save)
 
 
 def setup(msg: Message, context: Context, view: bool = True):

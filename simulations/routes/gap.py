@@ -38,7 +38,7 @@ def gap_setup(msg: Message, context: Context) -> Message:
     cfg, pid, view, _ = setup(msg, context)
     ids, plan = gap.setup(cfg, pid, view)
     auth, _ = _authority(cfg, pid, view, context)
-    context.state[common.AUTHORITY_STATE] = ConfigRecord({"json": auth.to_json()})
+    common.save(context, auth)
     return reply(msg, ids=ArrayRecord({"node_ids": ids}),
                  meta=meta(view, pid, plan=json.dumps(plan)))
 
