@@ -3,7 +3,8 @@
 Not a test. Runs presets in-process on :class:`fedgraph.simulations.local.LocalGrid`
 (``run_local``: the same strategies and client handlers as ``fedgraph run``, without Ray) with
 every client-side check timed: the request digest and transcript (``client_guard.advance``),
-the run-config comparison (``client_authority.check_asks_no_more``), loading and saving the
+the client's own config and its comparison with the request's (``client_guard.own_config``,
+``client_guard.check_own``), loading and saving the
 client's ledger (``client_guard.authority``, ``ClientAuthority.to_json``), the plan's one
 composition (``ClientAuthority.allow``), each charge (``ClientAuthority.charge``) and the ledger
 summary sent with a reply (``ClientAuthority.summary``). Prints and writes, per preset and
@@ -61,12 +62,11 @@ def main(argv=None) -> int:
     spent: dict = {}
     from fedgraph.simulations.routes import common
 
-    # setup() looks client_guard.advance and check_asks_no_more up at call time; the routes
-    # call common.authority, and every ClientAuthority method is looked up on the class
-    _timed(client_guard, "advance", spent)
-    _timed(client_authority, "check_asks_no_more", spent)
-    _timed(client_guard, "authority", spent)
-    common.authority = client_guard.authority
+    # setup() looks client_guard.advance and check_own up at call time; the routes call
+    # common.authority and common.own_config; ClientAuthority's methods are the class's
+    for name in ("advance", "check_own", "own_config", "authority"):
+        _timed(client_guard, name, spent)
+    common.authority, common.own_config = client_guard.authority, client_guard.own_config
     for name in ("allow", "charge", "summary", "to_json"):
         _timed(client_authority.ClientAuthority, name, spent)
 

@@ -41,8 +41,28 @@ def _parsed(text: str):
     if cfg is None:
         if len(_PARSED) > 64:
             _PARSED.clear()
+            _CHECKED.clear()  # keyed by the ids of parsed configs
         cfg = _PARSED[text] = parse_run_config(json.loads(text))
     return cfg
+
+
+#: (id of the request's parsed config, id of the client's own, partition id) already admitted
+_CHECKED: set = set()
+
+
+def check_own(asked, own, partition_id: int) -> None:
+    """:func:`fedgraph.client_authority.check_asks_no_more`, once per pair of configs this
+    process parsed (every message of a run carries the same one).
+
+    Raises:
+        fedgraph.client_authority.ReleaseRefused: as there.
+    """
+    from fedgraph.client_authority import check_asks_no_more
+
+    key = (id(asked), id(own), int(partition_id))
+    if key not in _CHECKED:
+        check_asks_no_more(asked, own, partition_id)
+        _CHECKED.add(key)
 
 
 def own_config(context: Context):
@@ -93,9 +113,9 @@ def request_digest(msg: Message) -> str:
         h.update(f"{name}\0".encode())
         if is_bulk_record(record) or hasattr(record, "to_torch_state_dict"):
             # tensors by value, whatever their envelope (ArrayRecord, Ray's object store)
-            for key, a in sorted(_arrays(record).items()):
-                h.update(f"{key}\0{a.dtype.str}{tuple(a.shape)}\0".encode())
-                h.update(np.ascontiguousarray(a).reshape(-1).view(np.uint8))
+            for key, (dtype, shape, payload) in sorted(_arrays(record).items()):
+                h.update(f"{key}\0{dtype}{shape}\0".encode())
+                h.update(payload)
         elif name == "config" and "json" in record:  # the run config, less what changes no
             h.update(_config_digest(str(record["json"])).encode())  # release
             h.update(repr(sorted((k, record[k]) for k in record.keys() if k != "json")).encode())
@@ -106,13 +126,33 @@ def request_digest(msg: Message) -> str:
 
 
 def _arrays(record) -> dict:
-    """A record's tensors as read-only numpy arrays without a copy (an ArrayRecord's bytes, or
-    Ray's object store)."""
+    """A record's tensors as ``(dtype, shape, C-order bytes)`` without a copy, whatever the
+    envelope: an ArrayRecord's ``.npy`` payload (its header skipped, not parsed: parsing it
+    was most of a digest's time), or Ray's object store."""
+    import struct
+
     from fedgraph.messaging import _bulk_arrays, array_view, is_bulk_record
 
+    def entry(a):
+        a = np.ascontiguousarray(a)
+        return a.dtype.str, tuple(a.shape), a.reshape(-1).view(np.uint8)
+
     if is_bulk_record(record):
-        return dict(_bulk_arrays(record))
-    return {k: array_view(record[k]) for k in record.keys()}
+        return {k: entry(a) for k, a in _bulk_arrays(record).items()}
+    out = {}
+    for k in record.keys():
+        arr = record[k]
+        data = arr.data
+        if (arr.stype == "numpy.ndarray" and isinstance(data, (bytes, bytearray))
+                and data[:6] == b"\x93NUMPY" and data[6] in (1, 2)):
+            start = 10 if data[6] == 1 else 12
+            size = struct.unpack("<H" if data[6] == 1 else "<I", data[8:start])[0]
+            if b"True" not in data[start:start + size]:  # C order (fortran_order False)
+                out[k] = (np.dtype(arr.dtype).str, tuple(arr.shape),
+                          memoryview(data)[start + size:])
+                continue
+        out[k] = entry(array_view(arr))
+    return out
 
 
 @functools.lru_cache(maxsize=64)

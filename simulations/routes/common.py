@@ -31,11 +31,9 @@ def setup(msg: Message, context: Context, view: bool = True):
         fedgraph.client_authority.ReleaseRefused: the request asks for more privacy loss than
             the client's own config, or the client has none.
     """
-    from fedgraph.client_authority import check_asks_no_more
-
     cfg = _parsed(str(msg.content["config"]["json"]))
     pid = int(context.node_config["partition-id"])
-    check_asks_no_more(cfg, own_config(context), pid)
+    guard.check_own(cfg, own_config(context), pid)
     _, inputs = guard.advance(msg, context)
     if not view:
         return cfg, pid, None, None
