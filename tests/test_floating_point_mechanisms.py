@@ -407,5 +407,8 @@ def test_ppm_reports_are_exact_and_refuse_beyond_the_grid():
 
 
 def test_every_registered_mechanism_is_covered():
-    """A mechanism registered later needs its floating-point check here."""
-    assert set(FEATURE_MECHANISMS) <= {"ppm", "multi-bit", "one-bit", "laplace", "gaussian"}
+    """A built-in mechanism registered later needs its floating-point check here (a user's
+    plug-in, such as the examples' that other tests register, is the user's to check)."""
+    builtin = {name for name, cls in FEATURE_MECHANISMS.items()
+               if getattr(cls, "__module__", "").startswith("fedgraph.")}
+    assert builtin <= {"ppm", "multi-bit", "one-bit", "laplace", "gaussian"}
