@@ -48,7 +48,7 @@ RUNTIME="127.0.0.1:${FLWR_LOCAL_SUPERLINK_HTTP_API_PORT:-39091}"
 already=""
 if [ "$user_ports" = 1 ] && pids=$(pgrep -f flower-superlink); then
   for pid in $pids; do
-    cmd=$(tr '\0' ' ' < /proc/$pid/cmdline 2>/dev/null) || continue
+    cmd=$(tr '\0' ' ' 2>/dev/null < /proc/$pid/cmdline) || continue
     case "$cmd" in *"--control-api-address $CONTROL "*) ;; *) continue ;; esac
     if ! grep -q "$PWD/.venv/" <<< "$cmd"; then
       echo "A SuperLink from another environment is running on $CONTROL (pid $pid):" >&2
@@ -76,7 +76,7 @@ stop_superlink() {
   for round in 1 2 3 4 5 6; do
     pids=""
     for pid in $superlink $(pgrep -f -- "--runtime-api-address $RUNTIME " || true); do
-      tr '\0' ' ' < "/proc/$pid/cmdline" 2>/dev/null | grep -q "$PWD/.venv/" || continue
+      tr '\0' ' ' 2>/dev/null < "/proc/$pid/cmdline" | grep -q "$PWD/.venv/" || continue
       # its SuperExec, the simulation and the simulation's Ray processes, then itself
       pids="$pids $(descendants "$pid") $pid"
     done
