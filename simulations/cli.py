@@ -288,6 +288,10 @@ def audit(
         raise typer.Exit(1)
     from fedgraph.simulations.auditor import DEFAULT_TRIALS, audit_run, write_audit
 
+    if trials is not None and trials < 1:
+        typer.echo(f"fedgraph: --trials: {trials}; allowed: integers >= 1 (default "
+                   f"{DEFAULT_TRIALS})", err=True)
+        raise typer.Exit(2)
     try:
         out = audit_run(cfg, trials or DEFAULT_TRIALS, subjects=list(subject) or None,
                         seed=seed)
@@ -299,6 +303,12 @@ def audit(
         if user_traceback(err):
             typer.echo(user_traceback(err), err=True)
         raise typer.Exit(1)
+    missing = sorted(set(subject) - set(out["subjects"]))
+    if missing:  # nothing written: an earlier audit is kept
+        typer.echo(f"fedgraph: --subject: {', '.join(map(repr, missing))} is not a subject "
+                   "this audit covers; allowed: the run's client-<i> (GAP, ProGAP) or "
+                   "level-<tau> (PPGNN, the feature subjects); nothing was written", err=True)
+        raise typer.Exit(2)
     path = write_audit(out, cfg, preset)
     typer.echo(audit_table(out))
     typer.echo(f"audit written to {path}")

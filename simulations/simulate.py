@@ -37,6 +37,11 @@ def check_run_config(run_config: dict):
         from fedgraph.secret import check_secret  # a local Ray's workers inherit it
 
         check_secret({})
+    identity = os.environ.get("FEDGRAPH_IDENTITY_SECRET", "")  # (fedgraph.identity.IDENTITY_ENV)
+    if getattr(cfg, "secure_aggregation", False) and identity and len(identity) < 16:
+        raise ConfigError(f"$FEDGRAPH_IDENTITY_SECRET has {len(identity)} characters; use at "
+                          "least 16 random ones, or unset it (fedgraph run then draws one): it "
+                          "provisions the clients' identity keys for secure aggregation")
     spec = str(run_config.get("strategy", "") or run_config.get("method", "ppgnn"))
     try:
         catalog.check_name("strategy", spec)
