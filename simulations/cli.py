@@ -488,8 +488,8 @@ cli.add_typer(cluster_cli, name="cluster")
 
 
 @cluster_cli.command("start", help=(
-    "Start a Ray head on 127.0.0.1 with a temporary folder of its own (--dir, default a new "
-    "/tmp/fgray-* folder) and a free port (--port); prints the RAY_ADDRESS to run against it "
+    "Start a Ray head on 127.0.0.1 with a temporary folder of its own (--dir, default a new short "
+    "temporary fgray-* folder) and a free port (--port); prints the RAY_ADDRESS to run against it "
     "and the command that stops it. The folder records the address (fedgraph-cluster.json)."))
 def cluster_start(
         dir: Optional[str] = typer.Option(None, "--dir", help="the cluster's temporary folder (short: Ray's sockets live in it)"),  # noqa: A002

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import json
 
-from flwr.app import ConfigRecord, Context, Message, RecordDict
+from flwr.app import ConfigRecord, Context, Message
 
 from fedgraph.federation import client_view
 from fedgraph.messaging import worker_info
@@ -14,7 +14,7 @@ from fedgraph.simulations import client_guard as guard
 from fedgraph.simulations import client_state
 from fedgraph.simulations.client_guard import (  # noqa: F401 - the routes' one import
     AUTHORITY_STATE, OWN_CONFIG_ENV, RUN_FIXED_PURPOSES, TRANSCRIPT_STATE, _parsed, authority,
-    ledger_record, own_config, release, save)
+    ledger_record, own_config, release, reply, save)
 
 
 def setup(msg: Message, context: Context, view: bool = True):
@@ -44,10 +44,6 @@ def setup(msg: Message, context: Context, view: bool = True):
         return client_generator(cfg, context, pid, purpose, data=view.graph, inputs=bound)
 
     return cfg, pid, view, generator
-
-
-def reply(msg: Message, **records) -> Message:
-    return Message(RecordDict(records), reply_to=msg)
 
 
 def meta(view, pid: int, **extra) -> ConfigRecord:
