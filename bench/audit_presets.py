@@ -11,6 +11,7 @@ level at that epsilon), :func:`fedgraph.simulations.auditor.audit_run` on ``--su
 Output: a table on stdout and JSON rows in ``--out`` (default
 ``bench/results/audit_presets.json``).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -40,14 +41,25 @@ def main() -> None:
             started = time.perf_counter()
             out = audit_run(cfg, args.trials, subjects=args.subjects.split(","), seed=args.seed)
             for name, s in out["subjects"].items():
-                rows.append({"preset": preset, "epsilon_target": float(eps), "subject": name,
-                             "release": s["release"], "ledger_epsilon": s["epsilon"],
-                             "bound": s["epsilon_lower_bound"], "trials": s["trials"],
-                             "seconds": round(time.perf_counter() - started, 1)})
+                rows.append(
+                    {
+                        "preset": preset,
+                        "epsilon_target": float(eps),
+                        "subject": name,
+                        "release": s["release"],
+                        "ledger_epsilon": s["epsilon"],
+                        "bound": s["epsilon_lower_bound"],
+                        "trials": s["trials"],
+                        "seconds": round(time.perf_counter() - started, 1),
+                    }
+                )
                 r = rows[-1]
-                print(f"{preset:<18} eps {eps:>3} {name:<10} {r['release']:<22} "
-                      f"ledger {r['ledger_epsilon']:.3f} bound {r['bound']:.3f} "
-                      f"trials {r['trials']} {r['seconds']} s", flush=True)
+                print(
+                    f"{preset:<18} eps {eps:>3} {name:<10} {r['release']:<22} "
+                    f"ledger {r['ledger_epsilon']:.3f} bound {r['bound']:.3f} "
+                    f"trials {r['trials']} {r['seconds']} s",
+                    flush=True,
+                )
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     Path(args.out).write_text(json.dumps(rows, indent=1))
 

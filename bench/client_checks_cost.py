@@ -14,6 +14,7 @@ Usage:
     python bench/client_checks_cost.py gap-edge-cora ppgnn-cora progap-edge-cora \\
         privgnn-ensemble-cora [--seeds 0,1,2] [--out bench/results/client_checks_cost.json]
 """
+
 from __future__ import annotations
 
 import argparse
@@ -49,8 +50,9 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("presets", nargs="+")
     ap.add_argument("--seeds", default="0,1,2")
-    ap.add_argument("--out", type=Path,
-                    default=ROOT / "bench" / "results" / "client_checks_cost.json")
+    ap.add_argument(
+        "--out", type=Path, default=ROOT / "bench" / "results" / "client_checks_cost.json"
+    )
     args = ap.parse_args(argv)
 
     import tomllib
@@ -78,15 +80,23 @@ def main(argv=None) -> int:
             for seed in (int(s) for s in args.seeds.split(",")):
                 spent.clear()
                 t = time.perf_counter()
-                report = run_local({**base, "seed": seed, "output-dir": tmp,
-                                    "run-name": f"{preset}-{seed}"})
+                report = run_local(
+                    {**base, "seed": seed, "output-dir": tmp, "run-name": f"{preset}-{seed}"}
+                )
                 wall = time.perf_counter() - t
                 checks = sum(v for k, v in spent.items() if k != "calls")
-                rows.append({"preset": preset, "seed": seed, "status": report["status"],
-                             "run_s": round(wall, 3), "checks_s": round(checks, 4),
-                             "ratio": round(checks / wall, 5), "calls": spent.get("calls", 0),
-                             "by_check_s": {k: round(v, 4) for k, v in spent.items()
-                                            if k != "calls"}})
+                rows.append(
+                    {
+                        "preset": preset,
+                        "seed": seed,
+                        "status": report["status"],
+                        "run_s": round(wall, 3),
+                        "checks_s": round(checks, 4),
+                        "ratio": round(checks / wall, 5),
+                        "calls": spent.get("calls", 0),
+                        "by_check_s": {k: round(v, 4) for k, v in spent.items() if k != "calls"},
+                    }
+                )
                 print(json.dumps(rows[-1]), flush=True)
     tmp_out = args.out.with_suffix(".tmp")
     tmp_out.write_text(json.dumps(rows, indent=1))
@@ -94,9 +104,11 @@ def main(argv=None) -> int:
     for preset in args.presets:
         r = [x["ratio"] for x in rows if x["preset"] == preset]
         c = [x["checks_s"] for x in rows if x["preset"] == preset]
-        print(f"{preset}: checks {statistics.mean(c):.3f} s = {100 * statistics.mean(r):.2f} % "
-              f"of the run (+- {100 * (statistics.stdev(r) if len(r) > 1 else 0):.2f}, "
-              f"n={len(r)})")
+        print(
+            f"{preset}: checks {statistics.mean(c):.3f} s = {100 * statistics.mean(r):.2f} % "
+            f"of the run (+- {100 * (statistics.stdev(r) if len(r) > 1 else 0):.2f}, "
+            f"n={len(r)})"
+        )
     return 0
 
 

@@ -8,6 +8,7 @@ whole run through Flower and Ray pays per message beyond its handlers' work).
 Usage: ``OMP_NUM_THREADS=1 python bench/flower_overhead.py [--rounds 50] [--clients 4]``;
 prints one JSON line ``{"per_round_ms", "per_message_ms", "clients", "rounds"}``.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -28,8 +29,15 @@ app = ClientApp()
 
 @app.train()
 def train(msg: Message, context: Context) -> Message:
-    return Message(RecordDict({"arrays": ArrayRecord({"w": torch.zeros(10)}),
-                               "metrics": MetricRecord({"num-examples": 1})}), reply_to=msg)
+    return Message(
+        RecordDict(
+            {
+                "arrays": ArrayRecord({"w": torch.zeros(10)}),
+                "metrics": MetricRecord({"num-examples": 1}),
+            }
+        ),
+        reply_to=msg,
+    )
 
 
 def main() -> None:
@@ -49,10 +57,23 @@ def main() -> None:
             time.sleep(0.1)
 
         def one_round():  # the message a GAP round sends: small weights and the config
-            return list(grid.send_and_receive([Message(RecordDict({
-                "arrays": ArrayRecord({"w": torch.zeros(10)}),
-                "config": ConfigRecord({"json": "x" * 1500})}), dst_node_id=n,
-                message_type="train") for n in nodes]))
+            return list(
+                grid.send_and_receive(
+                    [
+                        Message(
+                            RecordDict(
+                                {
+                                    "arrays": ArrayRecord({"w": torch.zeros(10)}),
+                                    "config": ConfigRecord({"json": "x" * 1500}),
+                                }
+                            ),
+                            dst_node_id=n,
+                            message_type="train",
+                        )
+                        for n in nodes
+                    ]
+                )
+            )
 
         one_round()  # the actor's start
         t = time.perf_counter()
@@ -62,9 +83,15 @@ def main() -> None:
         out["per_message_ms"] = round(out["per_round_ms"] / args.clients, 2)
 
     wakeups.install()
-    run_simulation(server_app=server, client_app=app, num_supernodes=args.clients,
-                   backend_config={"client_resources": {"num_cpus": 1},
-                                   "init_args": {"num_cpus": 1, "include_dashboard": False}})
+    run_simulation(
+        server_app=server,
+        client_app=app,
+        num_supernodes=args.clients,
+        backend_config={
+            "client_resources": {"num_cpus": 1},
+            "init_args": {"num_cpus": 1, "include_dashboard": False},
+        },
+    )
     print(json.dumps(out))
 
 

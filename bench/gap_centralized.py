@@ -32,6 +32,7 @@ Usage: python bench/gap_centralized.py [--seeds 5] [--first-seed 0] [--configs m
        [--dataset cora --min-class-size 1]
 Writes bench/results/gap_centralized.json and prints a table (mean +- std accuracy).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -48,12 +49,31 @@ from fedgraph.data import gap_split, load_dataset
 from fedgraph.methods.gap import run_gap
 from fedgraph.procstats import peak_rss_mib
 
-CONFIGS = ["mlp", "gap-inf", "edge:1", "edge:2", "edge:4", "edge:8", "node:4", "node:8",
-           "node:16", "sage", "mlp-node:4", "mlp-node:8", "mlp-node:16", "sage-node:4",
-           "sage-node:8", "sage-node:16"]
+CONFIGS = [
+    "mlp",
+    "gap-inf",
+    "edge:1",
+    "edge:2",
+    "edge:4",
+    "edge:8",
+    "node:4",
+    "node:8",
+    "node:16",
+    "sage",
+    "mlp-node:4",
+    "mlp-node:8",
+    "mlp-node:16",
+    "sage-node:4",
+    "sage-node:8",
+    "sage-node:16",
+]
 #: config prefix before ":eps" -> (method, level)
-PRIVATE = {"edge": ("gap", "edge"), "node": ("gap", "node"), "mlp-node": ("mlp", "node"),
-           "sage-node": ("sage", "node")}
+PRIVATE = {
+    "edge": ("gap", "edge"),
+    "node": ("gap", "node"),
+    "mlp-node": ("mlp", "node"),
+    "sage-node": ("sage", "node"),
+}
 PAPER = {"mlp": 50.8, "gap-inf": 80.0, "edge:4": 76.3, "node:8": 63.2}  # UIllinois20
 
 
@@ -64,8 +84,10 @@ def parse(config: str) -> dict:
         return {"method": config, "level": "edge"}
     prefix, _, eps = config.partition(":")
     if prefix not in PRIVATE or not eps:
-        raise ValueError(f"unknown config {config!r}; known: mlp, gap-inf, sage, "
-                         f"{', '.join(p + ':<eps>' for p in PRIVATE)}")
+        raise ValueError(
+            f"unknown config {config!r}; known: mlp, gap-inf, sage, "
+            f"{', '.join(p + ':<eps>' for p in PRIVATE)}"
+        )
     method, level = PRIVATE[prefix]
     return {"method": method, "level": level, "epsilon": float(eps)}
 
@@ -85,28 +107,37 @@ def summarize(runs: dict[str, list[dict]], quiet: bool = False) -> dict:
     """Mean and std (population) over seeds per config; prints the table unless ``quiet``."""
     summary = {}
     if not quiet:
-        print(f"\n{'config':<13} {'test acc':>13} {'val acc':>13} {'sigma':>7} {'eps spent':>9} "
-              f"{'wall s':>7} {'peak MiB':>8}  paper (UIllinois20)")
+        print(
+            f"\n{'config':<13} {'test acc':>13} {'val acc':>13} {'sigma':>7} {'eps spent':>9} "
+            f"{'wall s':>7} {'peak MiB':>8}  paper (UIllinois20)"
+        )
     for config, rs in runs.items():
         if not rs:
             continue
         acc = [100 * r["test_acc"] for r in rs]
         val = [100 * r["val_acc"] for r in rs]
         eps = [float(r["epsilon_spent"]) for r in rs]
-        row = {"seeds": sorted(r["seed"] for r in rs),
-               "test_mean": statistics.mean(acc), "test_std": statistics.pstdev(acc),
-               "val_mean": statistics.mean(val), "val_std": statistics.pstdev(val),
-               "sigma": statistics.mean(float(r["sigma"]) for r in rs),
-               "epsilon_spent": max(eps),
-               "wall_s": statistics.mean(r["wall_s"] for r in rs),
-               "peak_rss_mib": max(r["peak_rss_mib"] for r in rs), "paper": PAPER.get(config)}
+        row = {
+            "seeds": sorted(r["seed"] for r in rs),
+            "test_mean": statistics.mean(acc),
+            "test_std": statistics.pstdev(acc),
+            "val_mean": statistics.mean(val),
+            "val_std": statistics.pstdev(val),
+            "sigma": statistics.mean(float(r["sigma"]) for r in rs),
+            "epsilon_spent": max(eps),
+            "wall_s": statistics.mean(r["wall_s"] for r in rs),
+            "peak_rss_mib": max(r["peak_rss_mib"] for r in rs),
+            "paper": PAPER.get(config),
+        }
         summary[config] = row
         if not quiet:
             paper = f"{row['paper']:.1f}" if row["paper"] is not None else ""
-            print(f"{config:<13} {row['test_mean']:6.1f} +- {row['test_std']:4.1f} "
-                  f"{row['val_mean']:6.1f} +- {row['val_std']:4.1f} {row['sigma']:7.3f} "
-                  f"{row['epsilon_spent']:9.3f} {row['wall_s']:7.1f} {row['peak_rss_mib']:8.0f}  "
-                  f"{paper}")
+            print(
+                f"{config:<13} {row['test_mean']:6.1f} +- {row['test_std']:4.1f} "
+                f"{row['val_mean']:6.1f} +- {row['val_std']:4.1f} {row['sigma']:7.3f} "
+                f"{row['epsilon_spent']:9.3f} {row['wall_s']:7.1f} {row['peak_rss_mib']:8.0f}  "
+                f"{paper}"
+            )
     return summary
 
 
@@ -141,21 +172,32 @@ def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--dataset", default="facebook100:Wisconsin87")
     p.add_argument("--min-class-size", type=int, default=1000)
-    p.add_argument("--data-root", default=str(Path(__file__).resolve().parents[2] / "shared" / "data"))
+    p.add_argument(
+        "--data-root", default=str(Path(__file__).resolve().parents[2] / "shared" / "data")
+    )
     p.add_argument("--configs", nargs="+", default=CONFIGS)
     p.add_argument("--seeds", type=int, default=5)
-    p.add_argument("--first-seed", type=int, default=0,
-                   help="run seeds first-seed .. first-seed + seeds - 1")
+    p.add_argument(
+        "--first-seed", type=int, default=0, help="run seeds first-seed .. first-seed + seeds - 1"
+    )
     p.add_argument("--hops", type=int, default=2)
     p.add_argument("--max-degree", type=int, default=100)
     p.add_argument("--accountant", default="prv")
-    p.add_argument("--delta", type=float, default=None,
-                   help="delta of every private run (default: the paper's 1e-(digits of |E|), "
-                        "node level of the training nodes); 1e-7: ProGAP's rows "
-                        "(bench/progap.py)")
+    p.add_argument(
+        "--delta",
+        type=float,
+        default=None,
+        help="delta of every private run (default: the paper's 1e-(digits of |E|), "
+        "node level of the training nodes); 1e-7: ProGAP's rows "
+        "(bench/progap.py)",
+    )
     p.add_argument("--out", default=str(Path(__file__).parent / "results" / "gap_centralized.json"))
-    p.add_argument("--merge", nargs="+", metavar="JSON",
-                   help="only combine these result files' runs into --out (no training)")
+    p.add_argument(
+        "--merge",
+        nargs="+",
+        metavar="JSON",
+        help="only combine these result files' runs into --out (no training)",
+    )
     args = p.parse_args()
     if args.merge:
         merge(args.merge, args.out)
@@ -164,21 +206,32 @@ def main() -> None:
 
     t0 = time.perf_counter()
     data = load_dataset(args.dataset, root=args.data_root, min_class_size=args.min_class_size)
-    print(f"{args.dataset}: {data.num_nodes} nodes, {data.edge_index.size(1)} directed edges, "
-          f"{data.x.size(1)} features, {int(data.y.max()) + 1} classes "
-          f"(loaded in {time.perf_counter() - t0:.1f} s); torch threads {torch.get_num_threads()}",
-          flush=True)
+    print(
+        f"{args.dataset}: {data.num_nodes} nodes, {data.edge_index.size(1)} directed edges, "
+        f"{data.x.size(1)} features, {int(data.y.max()) + 1} classes "
+        f"(loaded in {time.perf_counter() - t0:.1f} s); torch threads {torch.get_num_threads()}",
+        flush=True,
+    )
     runs: dict[str, list[dict]] = {c: [] for c in specs}
-    payload = {"args": vars(args), "num_nodes": int(data.num_nodes),
-               "num_edges": int(data.edge_index.size(1))}
+    payload = {
+        "args": vars(args),
+        "num_nodes": int(data.num_nodes),
+        "num_edges": int(data.edge_index.size(1)),
+    }
     for seed in range(args.first_seed, args.first_seed + args.seeds):
         split = gap_split(data, seed)
         shared = None  # (encoder output, seconds) of this seed's edge-level encoder
         for config, spec in specs.items():
             # edge_unit: the paper's (a directed edge), whose results this reproduces;
             # fedgraph's default is the undirected edge (sensitivity sqrt 2)
-            kw = dict(num_hops=args.hops, max_degree=args.max_degree, edge_unit="directed",
-                      accountant=args.accountant, seed=seed, **spec)
+            kw = dict(
+                num_hops=args.hops,
+                max_degree=args.max_degree,
+                edge_unit="directed",
+                accountant=args.accountant,
+                seed=seed,
+                **spec,
+            )
             if args.delta is not None:
                 kw["delta"] = args.delta
             # GAP's edge-level encoder is shared; MLP and GraphSAGE have none
@@ -189,17 +242,22 @@ def main() -> None:
             r = run_gap(split, return_encoder_output=share and shared is None, **kw)
             wall = time.perf_counter() - t
             if share and shared is None:
-                shared = (r.pop("encoder_output"),  # its training and its output's time
-                          r["timings"]["encoder"] + r["timings"].get("embed", 0.0))
+                shared = (
+                    r.pop("encoder_output"),  # its training and its output's time
+                    r["timings"]["encoder"] + r["timings"].get("embed", 0.0),
+                )
             elif share:
                 wall += shared[1]
             r.update(seed=seed, wall_s=wall, peak_rss_mib=peak_rss_mib())
             runs[config].append(r)
-            print(f"seed {seed} {config:<12} test {100 * r['test_acc']:5.1f} val "
-                  f"{100 * r['val_acc']:5.1f} sigma {r['sigma']:.3f} eps_spent "
-                  f"{r['epsilon_spent']:.3f} delta {r['delta']:.0e} wall {wall:6.1f} s "
-                  f"({', '.join(f'{k} {v:.1f}' for k, v in r['timings'].items())}) "
-                  f"peak RSS {r['peak_rss_mib']:.0f} MiB", flush=True)
+            print(
+                f"seed {seed} {config:<12} test {100 * r['test_acc']:5.1f} val "
+                f"{100 * r['val_acc']:5.1f} sigma {r['sigma']:.3f} eps_spent "
+                f"{r['epsilon_spent']:.3f} delta {r['delta']:.0e} wall {wall:6.1f} s "
+                f"({', '.join(f'{k} {v:.1f}' for k, v in r['timings'].items())}) "
+                f"peak RSS {r['peak_rss_mib']:.0f} MiB",
+                flush=True,
+            )
         # after every seed, so an interrupted bench keeps what it finished
         write(args.out, {**payload, "summary": summarize(runs, quiet=True), "runs": runs})
 

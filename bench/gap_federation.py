@@ -14,6 +14,7 @@ Settings are compared paired by seed, so the clients' noise is reproducible:
 ``noise-source = secret`` with ``$FEDGRAPH_NOISE_SECRET`` (default: a fixed benchmark secret;
 benchmark releases are not private releases). ``--set noise-source=secure`` for fresh noise.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -24,11 +25,11 @@ import sys
 import time
 from pathlib import Path
 
-from fedgraph.report import write_json_atomic
 from fedgraph.procstats import peak_rss_mib
+from fedgraph.report import write_json_atomic
+from fedgraph.simulations.local import run_local
 from fedgraph.simulations.run_files import load_run_config
 from fedgraph.simulations.simulate import run_simulation
-from fedgraph.simulations.local import run_local
 
 
 def _reusable(run_config: dict) -> dict | None:
@@ -72,38 +73,69 @@ def main() -> None:
     p.add_argument("--epsilon", type=float, default=4.0)
     p.add_argument("--level", default="edge")
     p.add_argument("--seeds", type=int, default=1)
-    p.add_argument("--first-seed", type=int, default=0,
-                   help="seeds first-seed .. first-seed + seeds - 1")
+    p.add_argument(
+        "--first-seed", type=int, default=0, help="seeds first-seed .. first-seed + seeds - 1"
+    )
     p.add_argument("--data-root", default=str(Path(__file__).parents[2] / "shared" / "data"))
     p.add_argument("--out", default=str(Path(__file__).parent / "results" / "gap_federation.json"))
-    p.add_argument("--settings", nargs="*", default=None,
-                   help="substrings of the settings to run besides '1 client' (default: the "
-                        "first three; e.g. random)")
-    p.add_argument("--set", nargs="*", default=[], metavar="KEY=VALUE",
-                   help="extra run-config keys for every run, e.g. secure-aggregation=true")
-    p.add_argument("--local", action="store_true",
-                   help="run in this process (fedgraph.simulations.local: the same strategy, handlers "
-                        "and ledger, clients one after another, no Ray): minutes faster for "
-                        "many-round schedules such as schedule=fedsgd")
-    p.add_argument("--skip-one-client", action="store_true",
-                   help="run only the --settings (e.g. when the one-client row of the same "
-                        "--set was measured already)")
-    p.add_argument("--reuse", action="store_true",
-                   help="take a run's accuracy from its report in gap_federation_runs/ when that "
-                        "report exists with status ok and the same config (e.g. after a crash)")
+    p.add_argument(
+        "--settings",
+        nargs="*",
+        default=None,
+        help="substrings of the settings to run besides '1 client' (default: the "
+        "first three; e.g. random)",
+    )
+    p.add_argument(
+        "--set",
+        nargs="*",
+        default=[],
+        metavar="KEY=VALUE",
+        help="extra run-config keys for every run, e.g. secure-aggregation=true",
+    )
+    p.add_argument(
+        "--local",
+        action="store_true",
+        help="run in this process (fedgraph.simulations.local: the same strategy, handlers "
+        "and ledger, clients one after another, no Ray): minutes faster for "
+        "many-round schedules such as schedule=fedsgd",
+    )
+    p.add_argument(
+        "--skip-one-client",
+        action="store_true",
+        help="run only the --settings (e.g. when the one-client row of the same "
+        "--set was measured already)",
+    )
+    p.add_argument(
+        "--reuse",
+        action="store_true",
+        help="take a run's accuracy from its report in gap_federation_runs/ when that "
+        "report exists with status ok and the same config (e.g. after a crash)",
+    )
     args = p.parse_args()
     settings = {
         "1 client": {"num-clients": 1, "partitioner": "random"},
         f"{args.clients} clients (louvain), cross-client edges": {
-            "num-clients": args.clients, "partitioner": "louvain", "cross-client-edges": True},
+            "num-clients": args.clients,
+            "partitioner": "louvain",
+            "cross-client-edges": True,
+        },
         f"{args.clients} clients (louvain), no cross-client edges": {
-            "num-clients": args.clients, "partitioner": "louvain", "cross-client-edges": False},
+            "num-clients": args.clients,
+            "partitioner": "louvain",
+            "cross-client-edges": False,
+        },
         f"{args.clients} clients (label-skew 0.5), cross-client edges": {
-            "num-clients": args.clients, "partitioner": "label-skew", "alpha": 0.5,
-            "cross-client-edges": True},
+            "num-clients": args.clients,
+            "partitioner": "label-skew",
+            "alpha": 0.5,
+            "cross-client-edges": True,
+        },
         # Diagnostic: the same number of clients without label skew (each a random sample).
         f"{args.clients} clients (random), cross-client edges": {
-            "num-clients": args.clients, "partitioner": "random", "cross-client-edges": True},
+            "num-clients": args.clients,
+            "partitioner": "random",
+            "cross-client-edges": True,
+        },
     }
     if args.settings is None:
         settings.pop(f"{args.clients} clients (random), cross-client edges")
@@ -117,8 +149,10 @@ def main() -> None:
     extra = load_run_config(None, args.set)  # typed like fedgraph run --set
     command = "python " + " ".join(shlex.quote(a) for a in sys.argv)
     load_start = os.getloadavg()
-    print(f"command: {command}\nload average at start: "
-          + " / ".join(f"{v:.1f}" for v in load_start), flush=True)
+    print(
+        f"command: {command}\nload average at start: " + " / ".join(f"{v:.1f}" for v in load_start),
+        flush=True,
+    )
     os.environ.setdefault("FEDGRAPH_NOISE_SECRET", "fedgraph-bench-gap-federation")
     tag = "".join(f"-{k}={v}" for k, v in sorted(extra.items()))
     results = {}
@@ -127,49 +161,78 @@ def main() -> None:
         for seed in range(args.first_seed, args.first_seed + args.seeds):
             t = time.time()
             run_config = {
-                "method": "gap", "dataset": args.dataset, "data-root": args.data_root,
-                "min-class-size": args.min_class_size, "split": "random-75-10-15",
-                "level": args.level, "client-epsilons": str(args.epsilon), "seed": seed,
-                "encoder-rounds": 10, "classifier-rounds": 10, "local-epochs": 10,
+                "method": "gap",
+                "dataset": args.dataset,
+                "data-root": args.data_root,
+                "min-class-size": args.min_class_size,
+                "split": "random-75-10-15",
+                "level": args.level,
+                "client-epsilons": str(args.epsilon),
+                "seed": seed,
+                "encoder-rounds": 10,
+                "classifier-rounds": 10,
+                "local-epochs": 10,
                 "noise-source": "secret",
                 "output-dir": str(Path(args.out).parent / "gap_federation_runs"),
-                "run-name": (f"{name.replace(' ', '_').replace(',', '')}-{args.level}"
-                             f"-eps{args.epsilon:g}{tag}-seed{seed}"), **s, **extra}
+                "run-name": (
+                    f"{name.replace(' ', '_').replace(',', '')}-{args.level}"
+                    f"-eps{args.epsilon:g}{tag}-seed{seed}"
+                ),
+                **s,
+                **extra,
+            }
             if not s.get("cross-client-edges", True):  # nothing to aggregate securely
                 run_config.pop("secure-aggregation", None)
             report = _reusable(run_config) if args.reuse else None
             if report is None:
-                report = run_local(run_config) if args.local else \
-                    run_simulation(run_config, num_cpus=2)
+                report = (
+                    run_local(run_config) if args.local else run_simulation(run_config, num_cpus=2)
+                )
                 secs.append(time.time() - t)
             else:
                 secs.append(report["timings_s"]["total"])
             accs.append(report["accuracy"]["test"])
             eps.append(max(v["epsilon"] for v in report["privacy"]["per_subject"].values()))
         shares = largest_class_shares(run_config)
-        results[name] = {"mean": statistics.mean(accs), "std": statistics.pstdev(accs),
-                         "largest_class_share": {"min": min(shares), "median": statistics.median(shares),
-                                                 "max": max(shares)},
-                         "max_client_epsilon_from_ledger": max(eps),
-                         "released_per_round": report["privacy"]["schedule"],  # the report's
-                         "runs": accs, "seconds": statistics.mean(secs),
-                         "peak_rss_mib_driver": peak_rss_mib()}
-        print(f"{name:<48} test acc {100 * results[name]['mean']:.1f} +- "
-              f"{100 * results[name]['std']:.1f} over {len(accs)} seed(s) "
-              f"({', '.join(f'{100 * a:.1f}' for a in accs)})  "
-              f"({results[name]['seconds']:.0f} s/run; "
-              f"largest class share per client {min(shares):.2f}-{max(shares):.2f}; "
-              f"max client eps {max(eps):.3g})\n    privacy cost of the schedule: "
-              f"{report['privacy']['schedule']}", flush=True)
+        results[name] = {
+            "mean": statistics.mean(accs),
+            "std": statistics.pstdev(accs),
+            "largest_class_share": {
+                "min": min(shares),
+                "median": statistics.median(shares),
+                "max": max(shares),
+            },
+            "max_client_epsilon_from_ledger": max(eps),
+            "released_per_round": report["privacy"]["schedule"],  # the report's
+            "runs": accs,
+            "seconds": statistics.mean(secs),
+            "peak_rss_mib_driver": peak_rss_mib(),
+        }
+        print(
+            f"{name:<48} test acc {100 * results[name]['mean']:.1f} +- "
+            f"{100 * results[name]['std']:.1f} over {len(accs)} seed(s) "
+            f"({', '.join(f'{100 * a:.1f}' for a in accs)})  "
+            f"({results[name]['seconds']:.0f} s/run; "
+            f"largest class share per client {min(shares):.2f}-{max(shares):.2f}; "
+            f"max client eps {max(eps):.3g})\n    privacy cost of the schedule: "
+            f"{report['privacy']['schedule']}",
+            flush=True,
+        )
     if "1 client" in results:
         base = results["1 client"]["mean"]
-        for name, r in results.items():
+        for r in results.values():
             r["lost_vs_one_client"] = base - r["mean"]
     load_end = os.getloadavg()
     print("load average at end: " + " / ".join(f"{v:.1f}" for v in load_end))
-    out = write_json_atomic(args.out, {"args": vars(args), "command": command,
-                                       "load_average": {"start": load_start, "end": load_end},
-                                       "results": results})
+    out = write_json_atomic(
+        args.out,
+        {
+            "args": vars(args),
+            "command": command,
+            "load_average": {"start": load_start, "end": load_end},
+            "results": results,
+        },
+    )
     print(f"wrote {out}")
 
 

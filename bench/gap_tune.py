@@ -20,6 +20,7 @@ do), ``encoder-batch-size`` (the encoder's alone: its mini-batches, 0 full batch
 ``enc-out``, ``cls-out``, joined by ``+``); the product of the grids runs, each over every
 seed and epsilon. Prints mean +- std test accuracy per setting (and every seed's).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -93,19 +94,42 @@ def run_setting(data0, base: dict, setting: dict, seeds: list[int], epsilons: li
         enc = _bn_parts(_seeded(build_encoder, cfg, nf, nc), parts)
         batch = cfg.batch_size or None  # 0: full batch; n: shuffled mini-batches of n
         enc_batch = int(setting.get("encoder-batch-size", cfg.batch_size)) or None
-        fit(enc, x, y, data.train_mask, data.val_mask, epochs=cfg.encoder_rounds, lr=cfg.lr,
-            batch_size=enc_batch, select_on_val=bool(setting.get("encoder-select", False)))
+        fit(
+            enc,
+            x,
+            y,
+            data.train_mask,
+            data.val_mask,
+            epochs=cfg.encoder_rounds,
+            lr=cfg.lr,
+            batch_size=enc_batch,
+            select_on_val=bool(setting.get("encoder-select", False)),
+        )
         x0 = enc.embed(x)
         for eps in epsilons:
-            z = calibrate_gap(eps, cfg.delta, num_hops=cfg.hops, level="edge",
-                              accountant="analytic") if math.isfinite(eps) else 0.0
+            z = (
+                calibrate_gap(
+                    eps, cfg.delta, num_hops=cfg.hops, level="edge", accountant="analytic"
+                )
+                if math.isfinite(eps)
+                else 0.0
+            )
             sigma = z * edge_sensitivity(cfg.edge_unit)
             gen = torch.Generator().manual_seed(10_000 + seed)
             feats = stack_hops(pma(x0, data.edge_index, cfg.hops, sigma, gen))
             clf = _bn_parts(_seeded(build_classifier, cfg, nf, nc), parts)
-            fit(clf, feats, y, data.train_mask, data.val_mask, epochs=cfg.classifier_rounds,
-                lr=cfg.lr, batch_size=batch, select_on_val=True,
-                generator=torch.Generator().manual_seed(20_000 + seed))
+            fit(
+                clf,
+                feats,
+                y,
+                data.train_mask,
+                data.val_mask,
+                epochs=cfg.classifier_rounds,
+                lr=cfg.lr,
+                batch_size=batch,
+                select_on_val=True,
+                generator=torch.Generator().manual_seed(20_000 + seed),
+            )
             out[eps].append(evaluate(clf, feats, y, data.test_mask)["accuracy"])
     return out
 
@@ -121,15 +145,26 @@ def main() -> None:
     p.add_argument("--set", nargs="*", default=[], metavar="KEY=VALUE")
     p.add_argument("--out", default=None)
     args = p.parse_args()
-    base = {"method": "gap", "dataset": args.dataset, "data-root": args.data_root,
-            "min-class-size": 1000, "split": "random-75-10-15", "level": "edge",
-            "num-clients": 1, "partitioner": "random", "encoder-rounds": 100,
-            "classifier-rounds": 100, "local-epochs": 1, "schedule": "fedsgd"}
+    base = {
+        "method": "gap",
+        "dataset": args.dataset,
+        "data-root": args.data_root,
+        "min-class-size": 1000,
+        "split": "random-75-10-15",
+        "level": "edge",
+        "num-clients": 1,
+        "partitioner": "random",
+        "encoder-rounds": 100,
+        "classifier-rounds": 100,
+        "local-epochs": 1,
+        "schedule": "fedsgd",
+    }
     for kv in args.set:
         k, v = kv.split("=", 1)
         base[k] = _value(v)
-    grid = [(k, [_value(v) for v in vs.split(",")])
-            for k, vs in (g.split("=", 1) for g in args.grid)]
+    grid = [
+        (k, [_value(v) for v in vs.split(",")]) for k, vs in (g.split("=", 1) for g in args.grid)
+    ]
     data0 = load_graph(parse_run_config(base))
     seeds = list(range(args.first_seed, args.first_seed + args.seeds))
     results = []
@@ -139,13 +174,22 @@ def main() -> None:
         accs = run_setting(data0, base, setting, seeds, args.epsilons)
         secs = time.time() - t
         for eps, a in accs.items():
-            row = {"setting": setting, "set": args.set, "epsilon": eps, "seeds": seeds,
-                   "runs": a, "mean": statistics.mean(a),
-                   "std": statistics.pstdev(a) if len(a) > 1 else 0.0}
+            row = {
+                "setting": setting,
+                "set": args.set,
+                "epsilon": eps,
+                "seeds": seeds,
+                "runs": a,
+                "mean": statistics.mean(a),
+                "std": statistics.pstdev(a) if len(a) > 1 else 0.0,
+            }
             results.append(row)
-            print(f"{json.dumps(setting)} {' '.join(args.set)} eps {eps:g}: "
-                  f"{100 * row['mean']:.2f} +- {100 * row['std']:.2f} "
-                  f"({', '.join(f'{100 * v:.1f}' for v in a)})  [{secs:.0f} s]", flush=True)
+            print(
+                f"{json.dumps(setting)} {' '.join(args.set)} eps {eps:g}: "
+                f"{100 * row['mean']:.2f} +- {100 * row['std']:.2f} "
+                f"({', '.join(f'{100 * v:.1f}' for v in a)})  [{secs:.0f} s]",
+                flush=True,
+            )
     if args.out:
         Path(args.out).write_text(json.dumps(results, indent=1))
 

@@ -28,6 +28,7 @@ them ``noise:secure-sum4`` and ``ratio_sum4``: the same rows' noise drawn as Opa
 Output: a table on stdout and JSON rows in ``--out`` (default
 ``bench/results/noise_cost.json``, git-ignored).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -75,13 +76,20 @@ def _pma(data, clients, h0, hops: int, sigma: float, source: str, root: bytes) -
     from scale import pma_hops
 
     t0 = time.perf_counter()
-    pma_hops(data.num_nodes, clients, h0, hops, sigma,
-             lambda k, i: _generator(source, root, k, i))
+    pma_hops(data.num_nodes, clients, h0, hops, sigma, lambda k, i: _generator(source, root, k, i))
     return time.perf_counter() - t0
 
 
-def _noise(n: int, sizes: list[int], dim: int, hops: int, sigma: float, source: str,
-           root: bytes, draw_dtype=None) -> float:
+def _noise(
+    n: int,
+    sizes: list[int],
+    dim: int,
+    hops: int,
+    sigma: float,
+    source: str,
+    root: bytes,
+    draw_dtype=None,
+) -> float:
     """Only the noise of the PMA phase: per hop and client, ``add_gaussian_`` on the local
     ``[n_i, e]`` and remote ``[n - n_i, e]`` sums (zeros, allocated outside the timing)."""
     import torch
@@ -102,13 +110,23 @@ def _noise(n: int, sizes: list[int], dim: int, hops: int, sigma: float, source: 
 
 
 def _stat(xs: list[float]) -> dict:
-    return {"mean": round(statistics.fmean(xs), 3),
-            "std": round(statistics.stdev(xs), 3) if len(xs) > 1 else 0.0,
-            "runs": [round(x, 3) for x in xs]}
+    return {
+        "mean": round(statistics.fmean(xs), 3),
+        "std": round(statistics.stdev(xs), 3) if len(xs) > 1 else 0.0,
+        "runs": [round(x, 3) for x in xs],
+    }
 
 
-def measure(nodes: int, degree: float, clients: int, hops: int, dim: int, sigma: float,
-            repeats: int, cache: str) -> dict:
+def measure(
+    nodes: int,
+    degree: float,
+    clients: int,
+    hops: int,
+    dim: int,
+    sigma: float,
+    repeats: int,
+    cache: str,
+) -> dict:
     import torch
 
     from fedgraph.data import partition
@@ -130,35 +148,49 @@ def measure(nodes: int, degree: float, clients: int, hops: int, dim: int, sigma:
         for s in order:
             times[f"noise:{s}"].append(_noise(n, sizes, dim, hops, sigma, s, root))
         # what Opacus's sum of four would cost for these rows (float64 draws)
-        times["noise:secure-sum4"].append(_noise(n, sizes, dim, hops, sigma, "secure", root,
-                                                 torch.float64))
+        times["noise:secure-sum4"].append(
+            _noise(n, sizes, dim, hops, sigma, "secure", root, torch.float64)
+        )
         for s in order:
             times[f"pma:{s}"].append(_pma(data, parts, h0, hops, sigma, s, root))
     st = {k: _stat(v) for k, v in times.items()}
     noise_cs, noise_mt = st["noise:secure"]["mean"], st["noise:mt19937"]["mean"]
     pma_mt, pma_cs = st["pma:mt19937"]["mean"], st["pma:secure"]["mean"]
-    return {"nodes": n, "edges": int(data.edge_index.size(1)), "clients": clients,
-            "hops": hops, "dim": dim, "gaussians": hops * clients * n * dim,
-            "threads": torch.get_num_threads(), "graph_s": round(graph_s, 2),
-            "repeats": repeats, **st,
-            "extra_s": round(noise_cs - noise_mt, 3),
-            "ratio": round(noise_cs / pma_mt, 4),
-            "ratio_sum4": round(st["noise:secure-sum4"]["mean"] / pma_mt, 4),
-            "pma_ratio": round(pma_cs / pma_mt, 3)}
+    return {
+        "nodes": n,
+        "edges": int(data.edge_index.size(1)),
+        "clients": clients,
+        "hops": hops,
+        "dim": dim,
+        "gaussians": hops * clients * n * dim,
+        "threads": torch.get_num_threads(),
+        "graph_s": round(graph_s, 2),
+        "repeats": repeats,
+        **st,
+        "extra_s": round(noise_cs - noise_mt, 3),
+        "ratio": round(noise_cs / pma_mt, 4),
+        "ratio_sum4": round(st["noise:secure-sum4"]["mean"] / pma_mt, 4),
+        "pma_ratio": round(pma_cs / pma_mt, 3),
+    }
 
 
 def _fmt(row: dict) -> str:
     def ms(key):
         return f"{row[key]['mean']:.2f} +- {row[key]['std']:.2f}"
-    return (f"{row['nodes']:>9,} {row['edges']:>11,} {row['gaussians'] / 1e6:>8.1f}M "
-            f"{ms('noise:mt19937'):>15} {ms('noise:secure'):>15} {row['extra_s']:>8.2f} "
-            f"{ms('pma:mt19937'):>15} {ms('pma:secure'):>15} {row['ratio']:>7.3f} "
-            f"{row['pma_ratio']:>6.2f} {ms('noise:secure-sum4'):>15} {row['ratio_sum4']:>7.3f}")
+
+    return (
+        f"{row['nodes']:>9,} {row['edges']:>11,} {row['gaussians'] / 1e6:>8.1f}M "
+        f"{ms('noise:mt19937'):>15} {ms('noise:secure'):>15} {row['extra_s']:>8.2f} "
+        f"{ms('pma:mt19937'):>15} {ms('pma:secure'):>15} {row['ratio']:>7.3f} "
+        f"{row['pma_ratio']:>6.2f} {ms('noise:secure-sum4'):>15} {row['ratio_sum4']:>7.3f}"
+    )
 
 
-HEADER = (f"{'nodes':>9} {'edges':>11} {'gauss.':>9} {'noise MT19937 s':>15} "
-          f"{'noise CSPRNG s':>15} {'extra s':>8} {'PMA MT19937 s':>15} {'PMA CSPRNG s':>15} "
-          f"{'ratio':>7} {'PMA r':>6} {'noise sum-4 s':>15} {'ratio 4':>7}")
+HEADER = (
+    f"{'nodes':>9} {'edges':>11} {'gauss.':>9} {'noise MT19937 s':>15} "
+    f"{'noise CSPRNG s':>15} {'extra s':>8} {'PMA MT19937 s':>15} {'PMA CSPRNG s':>15} "
+    f"{'ratio':>7} {'PMA r':>6} {'noise sum-4 s':>15} {'ratio 4':>7}"
+)
 
 
 def main() -> None:
@@ -178,10 +210,13 @@ def main() -> None:
 
     torch.set_num_threads(a.threads)
     rows = []
-    print("ratio: CSPRNG noise / PMA phase (MT19937); PMA r: PMA CSPRNG / PMA MT19937; sum-4: "
-          "the CSPRNG's noise as Opacus's sum of four (not used for these float32 rows); "
-          f"{a.clients} clients, K = {a.hops}, e = {a.dim}, {a.repeats} repeats, "
-          f"{a.threads} thread(s)", flush=True)
+    print(
+        "ratio: CSPRNG noise / PMA phase (MT19937); PMA r: PMA CSPRNG / PMA MT19937; sum-4: "
+        "the CSPRNG's noise as Opacus's sum of four (not used for these float32 rows); "
+        f"{a.clients} clients, K = {a.hops}, e = {a.dim}, {a.repeats} repeats, "
+        f"{a.threads} thread(s)",
+        flush=True,
+    )
     print(HEADER, flush=True)
     for size in (int(float(s)) for s in a.sizes.split(",") if s.strip()):
         row = measure(size, a.degree, a.clients, a.hops, a.dim, a.sigma, a.repeats, a.cache)

@@ -30,6 +30,7 @@ over the seeds) and, for a K sweep, markdown tables (mean ± standard error). Wi
 ``--merge`` combines earlier result files (runs keyed by seed; a later file wins a seed) and
 prints the same tables without running anything.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -47,49 +48,98 @@ from fedgraph.procstats import peak_rss_mib
 from fedgraph.report import write_json_atomic
 
 SETTINGS = {
-    "A: LPGNN eps=1": {"budgets": "1", "mechanism": "multi-bit", "epsilon": 1.0, "denoiser": "kprop"},
+    "A: LPGNN eps=1": {
+        "budgets": "1",
+        "mechanism": "multi-bit",
+        "epsilon": 1.0,
+        "denoiser": "kprop",
+    },
     "A: PPGNN eps=1": {"budgets": "1", "mechanism": "ppm", "denoiser": "flexprop"},
     # PPGNN as published: FlexProp with the level weights of Eq. 12 at every step.
-    "B: PPGNN E={1,2,4}": {"budgets": "1,2,4", "mechanism": "ppm", "denoiser": "flexprop",
-                           "weights": "level"},
+    "B: PPGNN E={1,2,4}": {
+        "budgets": "1,2,4",
+        "mechanism": "ppm",
+        "denoiser": "flexprop",
+        "weights": "level",
+    },
     # PPGNN with FlexProp source weights from the posterior of the level given ESW's output
     # (``weights = "posterior"``, fedgraph.mechanisms.ppm.posterior_inverse_variance).
-    "B: PPGNN E={1,2,4} posterior": {"budgets": "1,2,4", "mechanism": "ppm", "denoiser": "flexprop",
-                                     "weights": "posterior"},
+    "B: PPGNN E={1,2,4} posterior": {
+        "budgets": "1,2,4",
+        "mechanism": "ppm",
+        "denoiser": "flexprop",
+        "weights": "posterior",
+    },
     "B: BASE E={1,2,4}": {"budgets": "1,2,4", "mechanism": "ppm", "denoiser": "none"},
-    "B: LPGNN eps=1 (all)": {"budgets": "1,2,4", "mechanism": "multi-bit", "epsilon": 1.0, "denoiser": "kprop"},
+    "B: LPGNN eps=1 (all)": {
+        "budgets": "1,2,4",
+        "mechanism": "multi-bit",
+        "epsilon": 1.0,
+        "denoiser": "kprop",
+    },
     # Reference, not a baseline: every user at the largest level. PPGNN should land between
     # this and "LPGNN eps=1 (all)"; the gap between the two bounds is all PPGNN can win.
     # (budgets "4": every user's budget is the epsilon spent; the reports are the same as with
     # budgets "1,2,4", which a uniform mechanism ignores, but a run refuses an epsilon above a
     # level's budget: fedgraph.federation.check_feature_budgets)
-    "ref: LPGNN eps=4 (all)": {"budgets": "4", "mechanism": "multi-bit", "epsilon": 4.0, "denoiser": "kprop"},
+    "ref: LPGNN eps=4 (all)": {
+        "budgets": "4",
+        "mechanism": "multi-bit",
+        "epsilon": 4.0,
+        "denoiser": "kprop",
+    },
     # Ablation: PPGNN's reports (PPM) propagated uniformly (KProp) instead of with FlexProp's
     # level weights (Eq. 12, applied at every step).
-    "ablation: PPM + KProp E={1,2,4}": {"budgets": "1,2,4", "mechanism": "ppm", "denoiser": "kprop"},
+    "ablation: PPM + KProp E={1,2,4}": {
+        "budgets": "1,2,4",
+        "mechanism": "ppm",
+        "denoiser": "kprop",
+    },
     # Control: features at eps = 0.01 carry almost nothing (a report's sign is +-1 with
     # probability 1/2 +- 0.0025 x). What this row reaches, the graph and the labels reach alone.
-    "control: LPGNN eps=0.01 (all)": {"budgets": "1,2,4", "mechanism": "multi-bit", "epsilon": 0.01, "denoiser": "kprop"},
+    "control: LPGNN eps=0.01 (all)": {
+        "budgets": "1,2,4",
+        "mechanism": "multi-bit",
+        "epsilon": 0.01,
+        "denoiser": "kprop",
+    },
     # NonPriv (the paper's upper bound): clean features, no propagation. Multi-bit at
     # eps = 1e5 samples every dimension (m = d) at eps / d >= 21 per dimension on these datasets,
     # so a sign flips with probability < 1e-9: the features arrive unchanged.
-    "ref: NonPriv (clean features)": {"budgets": "100000", "mechanism": "multi-bit", "epsilon": 1e5, "denoiser": "none"},
+    "ref: NonPriv (clean features)": {
+        "budgets": "100000",
+        "mechanism": "multi-bit",
+        "epsilon": 1e5,
+        "denoiser": "none",
+    },
     # The same clean features propagated (KProp), K in {1, 2, 4, 8, 16} chosen on validation.
-    "ref: clean features + KProp": {"budgets": "100000", "mechanism": "multi-bit", "epsilon": 1e5, "denoiser": "kprop",
-                                    "steps": "1,2,4,8,16"},
+    "ref: clean features + KProp": {
+        "budgets": "100000",
+        "mechanism": "multi-bit",
+        "epsilon": 1e5,
+        "denoiser": "kprop",
+        "steps": "1,2,4,8,16",
+    },
 }
 
 
 #: issue 18's K sweep: LPGNN at the smallest and at the largest level for everyone, PPGNN as
 #: shipped (posterior FlexProp weights), BASE and NonPriv (no propagation: K = 0 only).
-SWEEP_SETTINGS = ["B: LPGNN eps=1 (all)", "ref: LPGNN eps=4 (all)", "B: PPGNN E={1,2,4} posterior",
-                  "B: BASE E={1,2,4}", "ref: NonPriv (clean features)"]
+SWEEP_SETTINGS = [
+    "B: LPGNN eps=1 (all)",
+    "ref: LPGNN eps=4 (all)",
+    "B: PPGNN E={1,2,4} posterior",
+    "B: BASE E={1,2,4}",
+    "ref: NonPriv (clean features)",
+]
 
 #: The LPGNN reference code (github.com/sisaman/LPGNN: GraphSAGE, multi-bit features at
 #: eps_x = 1, clean labels, 50/25/25 split, 3 repeats), test accuracy (%) by K (KProp steps
 #: Kx), as issue 18 measured it. Printed beside "LPGNN eps=1 (all)"; not a result of ours.
-LPGNN_REFERENCE = {"cora": {0: 78.58, 4: 84.19, 16: 84.15},
-                   "facebook-pagepage": {0: 90.97, 4: 93.03, 8: 92.89, 16: 90.51}}
+LPGNN_REFERENCE = {
+    "cora": {0: 78.58, 4: 84.19, 16: 84.15},
+    "facebook-pagepage": {0: 90.97, 4: 93.03, 8: 92.89, 16: 90.51},
+}
 
 
 def run_once(dataset: str, setting: dict, seed: int, data_root: str, extra: dict) -> float:
@@ -97,8 +147,9 @@ def run_once(dataset: str, setting: dict, seed: int, data_root: str, extra: dict
     return run_each_steps(dataset, setting, seed, data_root, extra, None)["selected"][0]
 
 
-def run_each_steps(dataset: str, setting: dict, seed: int, data_root: str, extra: dict,
-                   steps: list[int] | None) -> dict:
+def run_each_steps(
+    dataset: str, setting: dict, seed: int, data_root: str, extra: dict, steps: list[int] | None
+) -> dict:
     """One perturbation of ``setting`` on ``seed``, then the server trained once per K.
 
     ``steps`` (the K sweep) overrides the setting's candidate K; ``None`` keeps them. Returns
@@ -106,15 +157,25 @@ def run_each_steps(dataset: str, setting: dict, seed: int, data_root: str, extra
     best validation accuracy}``; a setting without denoiser has only K = 0.
     """
     over = {} if steps is None else {"steps": ",".join(map(str, steps))}
-    cfg = parse_run_config({"dataset": dataset, "data-root": data_root, "num-clients": 1,
-                            "seed": seed, **setting, **over, **extra})
+    cfg = parse_run_config(
+        {
+            "dataset": dataset,
+            "data-root": data_root,
+            "num-clients": 1,
+            "seed": seed,
+            **setting,
+            **over,
+            **extra,
+        }
+    )
     data, clients = load_federated(cfg, cfg.budgets, cfg.shares)
     gen = torch.Generator().manual_seed(seed)
     c = clients[0]
     rep = ppgnn.client_report(c, cfg, data.feature_domain, int(data.y.max()) + 1, gen)
     out, best = {}, None
-    for fit in ppgnn.fit_each_steps([rep], cfg, data.num_nodes, data.num_features,
-                                    int(data.y.max()) + 1):
+    for fit in ppgnn.fit_each_steps(
+        [rep], cfg, data.num_nodes, data.num_features, int(data.y.max()) + 1
+    ):
         test = float((fit.predictions[c.test_mask] == c.y[c.test_mask]).float().mean())
         out[fit.train.steps] = (test, fit.train.val_accuracy, fit.train.best_epoch)
         if best is None or fit.train.val_accuracy > best[1]:
@@ -126,24 +187,43 @@ def run_each_steps(dataset: str, setting: dict, seed: int, data_root: str, extra
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--datasets", nargs="+", default=["cora", "citeseer", "facebook-pagepage"])
-    p.add_argument("--settings", nargs="+", choices=list(SETTINGS), metavar="SETTING",
-                   default=None,
-                   help="rows to run (quote each): " + "; ".join(f"'{k}'" for k in SETTINGS))
-    p.add_argument("--steps", nargs="+", type=int, default=None, metavar="K",
-                   help="K sweep: train every setting at each K on the same reports (default "
-                   "settings: " + "; ".join(SWEEP_SETTINGS) + ")")
+    p.add_argument(
+        "--settings",
+        nargs="+",
+        choices=list(SETTINGS),
+        metavar="SETTING",
+        default=None,
+        help="rows to run (quote each): " + "; ".join(f"'{k}'" for k in SETTINGS),
+    )
+    p.add_argument(
+        "--steps",
+        nargs="+",
+        type=int,
+        default=None,
+        metavar="K",
+        help="K sweep: train every setting at each K on the same reports (default "
+        "settings: " + "; ".join(SWEEP_SETTINGS) + ")",
+    )
     p.add_argument("--seeds", type=int, default=5)
     p.add_argument("--first-seed", type=int, default=0)
-    p.add_argument("--paired", default=None, metavar="REF", help="setting to compare against, by seed")
+    p.add_argument(
+        "--paired", default=None, metavar="REF", help="setting to compare against, by seed"
+    )
     p.add_argument("--merge", nargs="+", default=None, metavar="JSON", help="combine result files")
     p.add_argument("--data-root", default=str(Path(__file__).parents[2] / "shared" / "data"))
     p.add_argument("--set", nargs="*", default=[], help="extra run-config key=value")
-    p.add_argument("--out", default=str(Path(__file__).parent / "results" / "ppgnn_table.json"),
-                   help="result JSON (default: bench/results/ppgnn_table.json)")
+    p.add_argument(
+        "--out",
+        default=str(Path(__file__).parent / "results" / "ppgnn_table.json"),
+        help="result JSON (default: bench/results/ppgnn_table.json)",
+    )
     args = p.parse_args()
     if args.settings is None:
-        args.settings = SWEEP_SETTINGS if args.steps else [
-            k for k in SETTINGS if not k.startswith(("ref", "control", "ablation"))]
+        args.settings = (
+            SWEEP_SETTINGS
+            if args.steps
+            else [k for k in SETTINGS if not k.startswith(("ref", "control", "ablation"))]
+        )
     if args.steps and any(k < 0 for k in args.steps):
         p.error(f"--steps: K must be >= 0, got {args.steps}")
     if args.paired is not None and args.paired not in SETTINGS:
@@ -176,8 +256,9 @@ def run_table(args) -> dict:
             for seed in seeds:
                 accs.append(run_once(ds, SETTINGS[name], seed, args.data_root, extra))
             row = summarize(accs, seeds)
-            row.update({"seconds_per_run": (time.time() - t0) / len(seeds),
-                        "peak_rss_mib": peak_rss_mib()})
+            row.update(
+                {"seconds_per_run": (time.time() - t0) / len(seeds), "peak_rss_mib": peak_rss_mib()}
+            )
             results[f"{ds} | {name}"] = row
             print_row(f"{ds} | {name}", row)
     return results
@@ -201,16 +282,24 @@ def run_sweep(args) -> dict:
             for k, accs in sorted(by_k.items()):
                 row = summarize([a[0] for a in accs], seeds, [a[1] for a in accs])
                 row["best_epochs"] = [a[2] for a in accs]
-                row.update({"seconds_per_run": (time.time() - t0) / len(seeds),
-                            "peak_rss_mib": peak_rss_mib()})
+                row.update(
+                    {
+                        "seconds_per_run": (time.time() - t0) / len(seeds),
+                        "peak_rss_mib": peak_rss_mib(),
+                    }
+                )
                 results[f"{ds} | {name} | K={k}"] = row
                 print_row(f"{ds} | {name} | K={k}", row)
     return results
 
 
 def summarize(accs: list[float], seeds: list[int], val: list[float] | None = None) -> dict:
-    row = {"mean": statistics.mean(accs), "std": statistics.pstdev(accs), "runs": accs,
-           "seeds": seeds}
+    row = {
+        "mean": statistics.mean(accs),
+        "std": statistics.pstdev(accs),
+        "runs": accs,
+        "seeds": seeds,
+    }
     if val is not None:
         row.update({"val_mean": statistics.mean(val), "val_runs": val})
     return row
@@ -218,14 +307,20 @@ def summarize(accs: list[float], seeds: list[int], val: list[float] | None = Non
 
 def print_row(key: str, row: dict) -> None:
     ds, name = key.split(" | ", 1)
-    timing = (f"   ({row['seconds_per_run']:.1f} s/run, process peak RSS so far "
-              f"{row['peak_rss_mib']:.0f} MiB)"
-              if "seconds_per_run" in row else "")
+    timing = (
+        f"   ({row['seconds_per_run']:.1f} s/run, process peak RSS so far "
+        f"{row['peak_rss_mib']:.0f} MiB)"
+        if "seconds_per_run" in row
+        else ""
+    )
     val = f" (val {100 * row['val_mean']:.1f})" if "val_mean" in row else ""
     if "best_epochs" in row:
         val += f" (selected epochs {min(row['best_epochs'])}-{max(row['best_epochs'])})"
-    print(f"{ds:<18} {name:<30} test acc {100 * row['mean']:.1f} +- {100 * row['std']:.1f} (std){val}"
-          f"  ({len(row['runs'])} seeds){timing}", flush=True)
+    print(
+        f"{ds:<18} {name:<30} test acc {100 * row['mean']:.1f} +- {100 * row['std']:.1f} (std){val}"
+        f"  ({len(row['runs'])} seeds){timing}",
+        flush=True,
+    )
 
 
 def print_table(results: dict) -> None:
@@ -251,8 +346,11 @@ def merge_results(paths: list[str]) -> dict:
     for key, runs in by_key.items():
         seeds = sorted(runs)
         val = val_by_key.get(key)
-        merged[key] = summarize([runs[s] for s in seeds], seeds,
-                                [val[s] for s in seeds] if val and set(val) == set(runs) else None)
+        merged[key] = summarize(
+            [runs[s] for s in seeds],
+            seeds,
+            [val[s] for s in seeds] if val and set(val) == set(runs) else None,
+        )
     return merged
 
 
@@ -264,9 +362,14 @@ def paired_difference(row: dict, ref: dict) -> dict | None:
         return None
     diffs = [100 * (a[s] - b[s]) for s in common]
     se = statistics.stdev(diffs) / len(diffs) ** 0.5 if len(diffs) > 1 else float("nan")
-    return {"mean": statistics.mean(diffs), "se": se, "n": len(diffs),
-            "wins": sum(d > 1e-9 for d in diffs), "ties": sum(abs(d) <= 1e-9 for d in diffs),
-            "losses": sum(d < -1e-9 for d in diffs)}
+    return {
+        "mean": statistics.mean(diffs),
+        "se": se,
+        "n": len(diffs),
+        "wins": sum(d > 1e-9 for d in diffs),
+        "ties": sum(abs(d) <= 1e-9 for d in diffs),
+        "losses": sum(d < -1e-9 for d in diffs),
+    }
 
 
 def print_paired(results: dict, ref_name: str) -> None:
@@ -278,8 +381,10 @@ def print_paired(results: dict, ref_name: str) -> None:
             continue
         d = paired_difference(row, ref)
         if d is not None:
-            print(f"{ds:<18} {name:<30} {d['mean']:+.2f} +- {d['se']:.2f} (se, n={d['n']})"
-                  f"   wins/ties/losses {d['wins']}/{d['ties']}/{d['losses']}")
+            print(
+                f"{ds:<18} {name:<30} {d['mean']:+.2f} +- {d['se']:.2f} (se, n={d['n']})"
+                f"   wins/ties/losses {d['wins']}/{d['ties']}/{d['losses']}"
+            )
 
 
 def _cell(row: dict | None) -> str:
@@ -288,7 +393,7 @@ def _cell(row: dict | None) -> str:
     n = len(row["runs"])
     if n == 1:
         return f"{100 * row['mean']:.1f} (1 seed)"
-    return f"{100 * row['mean']:.1f} ± {100 * statistics.stdev(row['runs']) / n ** 0.5:.1f}"
+    return f"{100 * row['mean']:.1f} ± {100 * statistics.stdev(row['runs']) / n**0.5:.1f}"
 
 
 def _diff_cell(d: dict | None) -> str:
@@ -307,8 +412,11 @@ def print_sweep(results: dict) -> None:
     lo, hi, pp = "B: LPGNN eps=1 (all)", "ref: LPGNN eps=4 (all)", "B: PPGNN E={1,2,4} posterior"
     datasets = list(dict.fromkeys(k.split(" | ")[0] for k in results if k.count(" | ") == 2))
     for ds in datasets:
-        rows = {tuple(k.split(" | ")[1:]): v for k, v in results.items()
-                if k.startswith(ds + " | ") and k.count(" | ") == 2}
+        rows = {
+            tuple(k.split(" | ")[1:]): v
+            for k, v in results.items()
+            if k.startswith(ds + " | ") and k.count(" | ") == 2
+        }
         ks = sorted({int(k[1][2:]) for k in rows})
         names = list(dict.fromkeys(name for name, _ in rows))
         seeds = max(len(v["runs"]) for v in rows.values())
@@ -319,14 +427,28 @@ def print_sweep(results: dict) -> None:
             print(f"| {name} | " + " | ".join(_cell(rows.get((name, f"K={k}"))) for k in ks) + " |")
         ref = LPGNN_REFERENCE.get(ds)
         if ref:
-            print("| LPGNN reference code (sisaman/LPGNN, eps 1) | "
-                  + " | ".join(f"{ref[k]:.2f}" if k in ref else "" for k in ks) + " |")
-            print("| LPGNN eps=1 (ours) - reference | " + " | ".join(
-                f"{100 * rows[(lo, f'K={k}')]['mean'] - ref[k]:+.2f}"
-                if k in ref and (lo, f"K={k}") in rows else "" for k in ks) + " |")
+            print(
+                "| LPGNN reference code (sisaman/LPGNN, eps 1) | "
+                + " | ".join(f"{ref[k]:.2f}" if k in ref else "" for k in ks)
+                + " |"
+            )
+            print(
+                "| LPGNN eps=1 (ours) - reference | "
+                + " | ".join(
+                    f"{100 * rows[(lo, f'K={k}')]['mean'] - ref[k]:+.2f}"
+                    if k in ref and (lo, f"K={k}") in rows
+                    else ""
+                    for k in ks
+                )
+                + " |"
+            )
         for a, b, label in ((pp, lo, "PPGNN - LPGNN eps=1"), (hi, lo, "LPGNN eps=4 - eps=1")):
-            diffs = [paired_difference(rows[(a, f"K={k}")], rows[(b, f"K={k}")])
-                     if (a, f"K={k}") in rows and (b, f"K={k}") in rows else None for k in ks]
+            diffs = [
+                paired_difference(rows[(a, f"K={k}")], rows[(b, f"K={k}")])
+                if (a, f"K={k}") in rows and (b, f"K={k}") in rows
+                else None
+                for k in ks
+            ]
             if any(diffs):
                 print(f"| Δ {label} (points) | " + " | ".join(map(_diff_cell, diffs)) + " |")
         shares = []
@@ -337,10 +459,14 @@ def print_sweep(results: dict) -> None:
                 continue
             gap = paired_difference(rows[keys[2]], rows[keys[1]])
             won = paired_difference(rows[keys[0]], rows[keys[1]])
-            shares.append(f"{won['mean'] / gap['mean']:.0%}" if gap["n"] > 1
-                          and gap["mean"] > 2 * gap["se"] else "not separable")
+            shares.append(
+                f"{won['mean'] / gap['mean']:.0%}"
+                if gap["n"] > 1 and gap["mean"] > 2 * gap["se"]
+                else "not separable"
+            )
         if any(shares):
             print("| share of (eps=4 - eps=1) PPGNN captures | " + " | ".join(shares) + " |")
+
 
 if __name__ == "__main__":
     main()

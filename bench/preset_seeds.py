@@ -10,6 +10,7 @@ Usage:
     python bench/preset_seeds.py gap-edge-cora ppgnn-cora --seeds 0,1,2 \\
         [--root DIR] [--python PY] [--data-root ../shared/data] [--out FILE] [--set k=v ...]
 """
+
 from __future__ import annotations
 
 import argparse
@@ -25,11 +26,23 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def run_one(python: str, root: Path, preset: str, seed: int, out_dir: Path, sets: list[str],
-            timeout: float) -> dict:
+def run_one(
+    python: str, root: Path, preset: str, seed: int, out_dir: Path, sets: list[str], timeout: float
+) -> dict:
     name = f"seeds-{preset}-{seed}"
-    cmd = [python, "-m", "fedgraph.simulations.cli", "run", preset, "--set", f"seed={seed}",
-           "--set", f"output-dir={out_dir}", "--set", f"run-name={name}"]
+    cmd = [
+        python,
+        "-m",
+        "fedgraph.simulations.cli",
+        "run",
+        preset,
+        "--set",
+        f"seed={seed}",
+        "--set",
+        f"output-dir={out_dir}",
+        "--set",
+        f"run-name={name}",
+    ]
     for s in sets:
         cmd += ["--set", s]
     started = time.perf_counter()
@@ -40,15 +53,22 @@ def run_one(python: str, root: Path, preset: str, seed: int, out_dir: Path, sets
     if report.exists():
         r = json.loads(report.read_text())
         subjects = r.get("privacy", {}).get("per_subject", {})
-        eps = [float(v["epsilon"]) for v in subjects.values()
-               if isinstance(v, dict) and isinstance(v.get("epsilon"), (int, float))]
-        row.update(status=r.get("status"), test=r.get("accuracy", {}).get("test"),
-                   epsilon_max=max(eps) if eps else None,
-                   run_s=r.get("timings_s", {}).get("total"),
-                   client_ledgers_agree=(all(v.get("agree") for v in
-                                             r["privacy"]["client_ledgers"].values())
-                                         if r.get("privacy", {}).get("client_ledgers")
-                                         else None))
+        eps = [
+            float(v["epsilon"])
+            for v in subjects.values()
+            if isinstance(v, dict) and isinstance(v.get("epsilon"), (int, float))
+        ]
+        row.update(
+            status=r.get("status"),
+            test=r.get("accuracy", {}).get("test"),
+            epsilon_max=max(eps) if eps else None,
+            run_s=r.get("timings_s", {}).get("total"),
+            client_ledgers_agree=(
+                all(v.get("agree") for v in r["privacy"]["client_ledgers"].values())
+                if r.get("privacy", {}).get("client_ledgers")
+                else None
+            ),
+        )
     else:
         row["error"] = proc.stdout[-2000:] + proc.stderr[-2000:]
     return row
@@ -77,8 +97,11 @@ def main(argv=None) -> int:
     with tempfile.TemporaryDirectory() as tmp:
         for preset in args.presets:
             for seed in seeds:
-                rows.append(run_one(args.python, args.root, preset, seed, Path(tmp),
-                                    args.sets, args.timeout))
+                rows.append(
+                    run_one(
+                        args.python, args.root, preset, seed, Path(tmp), args.sets, args.timeout
+                    )
+                )
                 print(json.dumps(rows[-1]), flush=True)
                 _write(args.out, rows)
     for preset in args.presets:
@@ -86,8 +109,10 @@ def main(argv=None) -> int:
         walls = [r["wall_s"] for r in rows if r["preset"] == preset]
         if tests:
             sd = statistics.stdev(tests) if len(tests) > 1 else 0.0
-            print(f"{preset}: test {statistics.mean(tests):.4f} +- {sd:.4f} (n={len(tests)}), "
-                  f"wall {statistics.mean(walls):.1f} s")
+            print(
+                f"{preset}: test {statistics.mean(tests):.4f} +- {sd:.4f} (n={len(tests)}), "
+                f"wall {statistics.mean(walls):.1f} s"
+            )
     return 0 if all(r["rc"] == 0 for r in rows) else 1
 
 

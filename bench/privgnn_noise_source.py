@@ -22,6 +22,7 @@ partition cache serves it (:func:`fedgraph.federation.privgnn_client_graph`),
     OMP_NUM_THREADS=1 python bench/privgnn_noise_source.py --nodes 1000000 --seeds 0,1,2 \\
         --repetitions 8 --cache /tmp/sbm --out bench/results/privgnn_noise_source_1e6.json
 """
+
 from __future__ import annotations
 
 import argparse
@@ -58,11 +59,15 @@ def compare(data, degree: float, clients: int, seed: int, repetitions: int) -> d
     from fedgraph.methods import privgnn as pg
     from fedgraph.methods.privgnn import teacher_config
 
-    cfg = parse_run_config({**_settings("privgnn", data.num_nodes, degree, clients, "cpu", 64),
-                            "seed": seed})
-    private, public = pg.privgnn_split(data, public_fraction=cfg.public_fraction,
-                                       public_test_fraction=cfg.public_test_fraction,
-                                       seed=cfg.seed)
+    cfg = parse_run_config(
+        {**_settings("privgnn", data.num_nodes, degree, clients, "cpu", 64), "seed": seed}
+    )
+    private, public = pg.privgnn_split(
+        data,
+        public_fraction=cfg.public_fraction,
+        public_test_fraction=cfg.public_test_fraction,
+        seed=cfg.seed,
+    )
     parts = partition(private, cfg.num_clients, cfg.partitioner, cfg.seed, alpha=cfg.alpha)
     c = int(data.y.max()) + 1
     gen = torch.Generator().manual_seed(cfg.seed)  # the server's query choice, both sides
@@ -78,8 +83,10 @@ def compare(data, degree: float, clients: int, seed: int, repetitions: int) -> d
     held = [privgnn_client_graph(cfg, i, data) for i in range(cfg.num_clients)]
     out = {k: [] for k in ("torch", "secure", "torch_clean", "secure_clean", "client")}
     for r in range(repetitions):
-        replies = [pf.client_answer(cfg, i, arrays, 0, rng.SecureRandom(), data=held[i]).answers
-                   for i in range(cfg.num_clients)]
+        replies = [
+            pf.client_answer(cfg, i, arrays, 0, rng.SecureRandom(), data=held[i]).answers
+            for i in range(cfg.num_clients)
+        ]
         agg = pg.aggregate_partial(replies, int(qidx.numel()), c)
         out["client"].append(float((agg.labels == truth[agg.kept]).float().mean()))
         shared = torch.Generator().manual_seed(1000 + r)
@@ -87,17 +94,26 @@ def compare(data, degree: float, clients: int, seed: int, repetitions: int) -> d
             noisy, clean = [], []
             for p in parts:
                 g = shared if kind == "torch" else rng.SecureRandom()
-                post = pg.teacher_posteriors(p, hoods.query_x, rate=cfg.gamma,
-                                             k=cfg.num_neighbours, num_classes=c,
-                                             teacher=teacher_config(cfg), neighbourhoods=hoods,
-                                             generator=g)
+                post = pg.teacher_posteriors(
+                    p,
+                    hoods.query_x,
+                    rate=cfg.gamma,
+                    k=cfg.num_neighbours,
+                    num_classes=c,
+                    teacher=teacher_config(cfg),
+                    neighbourhoods=hoods,
+                    generator=g,
+                )
                 clean.append(post)
                 noisy.append(pg.noisy_answers(post, cfg.lam, cfg.answer_mode, g))
             out[kind].append(float((pg.aggregate_answers(noisy) == truth).float().mean()))
             out[kind + "_clean"].append(
-                float((pg.aggregate_answers(clean) == truth).float().mean()))
-        print(f"seed {seed} repetition {r}: " + "  ".join(
-            f"{k} {v[-1]:.3f}" for k, v in out.items()), flush=True)
+                float((pg.aggregate_answers(clean) == truth).float().mean())
+            )
+        print(
+            f"seed {seed} repetition {r}: " + "  ".join(f"{k} {v[-1]:.3f}" for k, v in out.items()),
+            flush=True,
+        )
     return out
 
 
@@ -112,17 +128,24 @@ def main() -> None:
     ap.add_argument("--out", default="")
     a = ap.parse_args()
     data = load_graph(a.nodes, a.degree, a.cache)
-    per_seed = {s: compare(data, a.degree, a.clients, int(s), a.repetitions)
-                for s in a.seeds.split(",")}
-    pooled = {k: [x for v in per_seed.values() for x in v[k]] for k in next(iter(
-        per_seed.values()))}
-    summary = {k: {"mean": round(statistics.mean(v), 4), "std": round(statistics.stdev(v), 4),
-                   "n": len(v)} for k, v in pooled.items()}
+    per_seed = {
+        s: compare(data, a.degree, a.clients, int(s), a.repetitions) for s in a.seeds.split(",")
+    }
+    pooled = {
+        k: [x for v in per_seed.values() for x in v[k]] for k in next(iter(per_seed.values()))
+    }
+    summary = {
+        k: {"mean": round(statistics.mean(v), 4), "std": round(statistics.stdev(v), 4), "n": len(v)}
+        for k, v in pooled.items()
+    }
     print(json.dumps(summary))
     if a.out:
         tmp = Path(a.out).with_suffix(".tmp")
-        tmp.write_text(json.dumps({"command": " ".join(sys.argv), "summary": summary,
-                                   "per_seed": per_seed}, indent=1))
+        tmp.write_text(
+            json.dumps(
+                {"command": " ".join(sys.argv), "summary": summary, "per_seed": per_seed}, indent=1
+            )
+        )
         tmp.replace(a.out)
 
 

@@ -25,6 +25,7 @@ derives each client's key for round 0 (:func:`fedgraph.randomness.client_generat
 and the replay's; equal values (a count of the Q queries) mean the two computed the same
 labels. The secret must be the run's. Only for ``query-policy = "random"`` (one round).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -61,10 +62,15 @@ def replay(report: dict) -> dict:
         answers.append(pg.client_answer(cfg, pid, arrays, 0, key, data=held).answers)
     agg = pg.aggregate_partial(answers, int(qidx.numel()), int(stats["num_classes"]))
     correct = int((agg.labels == public.y[qidx[agg.kept]]).sum())
-    return {"report_pseudo_label": report["accuracy"]["pseudo_label"],
-            "replay_pseudo_label": correct / max(int(agg.kept.sum()), 1),
-            "replay_correct": correct, "kept": int(agg.kept.sum()),
-            "dataset": cfg.dataset, "seed": cfg.seed, "num_queries": cfg.num_queries}
+    return {
+        "report_pseudo_label": report["accuracy"]["pseudo_label"],
+        "replay_pseudo_label": correct / max(int(agg.kept.sum()), 1),
+        "replay_correct": correct,
+        "kept": int(agg.kept.sum()),
+        "dataset": cfg.dataset,
+        "seed": cfg.seed,
+        "num_queries": cfg.num_queries,
+    }
 
 
 def main() -> None:

@@ -14,6 +14,7 @@ and the server run meanwhile), a plain loop reallocates at once; so the cost fal
     python bench/refault.py                          # 2 GiB, pauses 0 and 5 s, 3 rounds
     python bench/refault.py --out bench/results/refault.json
 """
+
 from __future__ import annotations
 
 import argparse
@@ -24,9 +25,9 @@ import sys
 import time
 from pathlib import Path
 
-import fedgraph.simulations  # noqa: F401  (THP_MEM_ALLOC_ENABLE before torch, as a run does)
 import torch
 
+import fedgraph.simulations  # noqa: F401  (THP_MEM_ALLOC_ENABLE before torch, as a run does)
 from fedgraph.procstats import SYSFS
 
 
@@ -72,20 +73,32 @@ def main(argv: list[str] | None = None) -> None:
         p.error(f"--pauses must be comma-separated seconds, got {a.pauses!r}")
     if not a.gib > 0 or a.rounds < 1 or any(not v >= 0 for v in pauses):
         p.error("--gib must be > 0, --rounds >= 1 and every pause >= 0")
-    elements = int(a.gib * 2 ** 28)
+    elements = int(a.gib * 2**28)
     rows = []
     for pause in pauses:
         runs = [refill(elements, pause) for _ in range(a.rounds)]
         walls, syss = [r[0] for r in runs], [r[1] for r in runs]
-        rows.append({"pause_s": pause, "wall_s": [round(w, 3) for w in walls],
-                     "sys_s": [round(s, 3) for s in syss],
-                     "wall_mean_s": round(statistics.mean(walls), 3)})
-        print(f"pause {pause:>4g} s: {a.gib:g} GiB re-touched in {statistics.mean(walls):.3f} s "
-              f"(runs {', '.join(f'{w:.3f}' for w in walls)}; system "
-              f"{', '.join(f'{s:.2f}' for s in syss)} s)")
-    res = {"date": time.strftime("%Y-%m-%d %H:%M:%S"), "command": sys.argv,
-           "free_page_reporting": free_page_reporting(), "gib": a.gib,
-           "threads": torch.get_num_threads(), "rows": rows}
+        rows.append(
+            {
+                "pause_s": pause,
+                "wall_s": [round(w, 3) for w in walls],
+                "sys_s": [round(s, 3) for s in syss],
+                "wall_mean_s": round(statistics.mean(walls), 3),
+            }
+        )
+        print(
+            f"pause {pause:>4g} s: {a.gib:g} GiB re-touched in {statistics.mean(walls):.3f} s "
+            f"(runs {', '.join(f'{w:.3f}' for w in walls)}; system "
+            f"{', '.join(f'{s:.2f}' for s in syss)} s)"
+        )
+    res = {
+        "date": time.strftime("%Y-%m-%d %H:%M:%S"),
+        "command": sys.argv,
+        "free_page_reporting": free_page_reporting(),
+        "gib": a.gib,
+        "threads": torch.get_num_threads(),
+        "rows": rows,
+    }
     print(f"free page reporting to the host: {res['free_page_reporting']}")
     if a.out:
         tmp = a.out.with_suffix(a.out.suffix + ".tmp")

@@ -22,6 +22,7 @@ field added between the two checkouts changes every draw even at its default.
 the cleaned report, and ``--set`` (on both) pins a default that changed, so that the two
 sides compare the code and not the config schema.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -33,8 +34,15 @@ import tempfile
 import time
 from pathlib import Path
 
-VOLATILE = {"timings_s", "server_cpu_s", "exchange_s", "peak_rss_mib", "host", "workers",
-            "traceback"}
+VOLATILE = {
+    "timings_s",
+    "server_cpu_s",
+    "exchange_s",
+    "peak_rss_mib",
+    "host",
+    "workers",
+    "traceback",
+}
 
 
 def clean_report(report: dict) -> dict:
@@ -57,11 +65,19 @@ def main(argv=None) -> int:
     parser.add_argument("--secret", default="behaviour-check-secret-0123456789abcdef")
     parser.add_argument("--out", default=None, help="write {preset: {digest, test, s}} here")
     parser.add_argument("--dump-dir", default=None, help="write each cleaned report here")
-    parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
-                        help="run-config override for every preset (both checkouts)")
-    parser.add_argument("--drop-config-fields", default="",
-                        help="comma-separated config fields (model names, e.g. round_strategy) "
-                             "added since the base: left out of noise keys and reports")
+    parser.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="run-config override for every preset (both checkouts)",
+    )
+    parser.add_argument(
+        "--drop-config-fields",
+        default="",
+        help="comma-separated config fields (model names, e.g. round_strategy) "
+        "added since the base: left out of noise keys and reports",
+    )
     args = parser.parse_args(argv)
     dropped = {f for f in args.drop_config_fields.split(",") if f}
     os.environ["FEDGRAPH_NOISE_SECRET"] = args.secret
@@ -71,8 +87,8 @@ def main(argv=None) -> int:
     import torch
 
     torch.set_num_threads(1)
-    from fedgraph.simulations.run_files import PRESETS, load_run_config
     from fedgraph.simulations.local import run_local
+    from fedgraph.simulations.run_files import PRESETS, load_run_config
 
     if dropped:
         from fedgraph import randomness
@@ -96,13 +112,17 @@ def main(argv=None) -> int:
         started = time.time()
         report = run_local(cfg)
         report["config"] = {k: v for k, v in report["config"].items() if k not in dropped}
-        rows[name] = {"digest": digest(report), "test": report["accuracy"].get("test"),
-                      "s": round(time.time() - started, 1)}
+        rows[name] = {
+            "digest": digest(report),
+            "test": report["accuracy"].get("test"),
+            "s": round(time.time() - started, 1),
+        }
         print(name, rows[name], flush=True)
         if args.dump_dir:
             Path(args.dump_dir).mkdir(parents=True, exist_ok=True)
             Path(args.dump_dir, f"{name}.json").write_text(
-                json.dumps(clean_report(report), sort_keys=True, default=str, indent=1))
+                json.dumps(clean_report(report), sort_keys=True, default=str, indent=1)
+            )
         if args.out:
             tmp = Path(args.out).with_suffix(".tmp")
             tmp.write_text(json.dumps(rows, indent=1))

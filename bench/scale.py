@@ -123,6 +123,7 @@ graph_peak_gib, setup_s, phase_s, peak_gib, device, threads, ratio}`` (``run`` r
 the process tree per phase, ``partition_cache`` and ``client_state`` (the report's
 ``host.client_state``); ``privgnn-answer`` rows ``queries`` and the client's size).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -141,33 +142,72 @@ sys.path.insert(0, str(ROOT))  # this checkout's packages first
 # the process settings of every fedgraph process, before torch loads (OpenMP's wait policy,
 # torch's huge-page allocator): the plain side runs under the same ones as the federated run
 import fedgraph.simulations  # noqa: E402,F401
-
-from fedgraph.procstats import (GIB, PhaseTimer, TreeSampler, have_psutil,  # noqa: E402
-                                peak_rss_gib, terminate_leftovers)
+from fedgraph.procstats import (  # noqa: E402
+    GIB,
+    PhaseTimer,
+    TreeSampler,
+    have_psutil,
+    peak_rss_gib,
+    terminate_leftovers,
+)
 
 PHASES = ("gap-plain", "gap-pma", "flexprop-plain", "flexprop")
 #: the federated PMA's extra noise (module docs), the plain side "with the releases' work"
 RELEASE_NOISE = "gap-release-noise"
 RUN_METHODS = ("gap", "ppgnn", "privgnn")
-ALL_PHASES = PHASES + (RELEASE_NOISE, "privgnn-answer-plain", "privgnn-answer") + tuple(
-    f"{kind}:{m}" for m in RUN_METHODS for kind in ("run-plain", "run"))
+ALL_PHASES = (
+    PHASES
+    + (RELEASE_NOISE, "privgnn-answer-plain", "privgnn-answer")
+    + tuple(f"{kind}:{m}" for m in RUN_METHODS for kind in ("run-plain", "run"))
+)
 #: federated phase -> its plain counterpart (the ratio's denominator)
-PLAIN = {"gap-pma": "gap-plain", "flexprop": "flexprop-plain",
-         "privgnn-answer": "privgnn-answer-plain",
-         **{f"run:{m}": f"run-plain:{m}" for m in RUN_METHODS}}
+PLAIN = {
+    "gap-pma": "gap-plain",
+    "flexprop": "flexprop-plain",
+    "privgnn-answer": "privgnn-answer-plain",
+    **{f"run:{m}": f"run-plain:{m}" for m in RUN_METHODS},
+}
 #: run-config keys of the whole runs (and of ``privgnn-answer``), besides ``dataset``,
 #: ``num-clients``, ``seed`` and ``device``: small training budgets, random partitions.
 RUN_SETTINGS = {
-    "gap": {"method": "gap", "partitioner": "random", "level": "edge", "client-epsilons": "4",
-            "delta": 1e-7, "hops": 2, "encoder-rounds": 2, "classifier-rounds": 2,
-            "local-epochs": 5},
-    "ppgnn": {"method": "ppgnn", "partitioner": "random", "budgets": "1,2,4",
-              "mechanism": "ppm", "gamma": 0.1, "denoiser": "flexprop", "steps": "16",
-              "backbone": "sage", "epochs": 10},
-    "privgnn": {"method": "privgnn", "partitioner": "random", "num-queries": 64,
-                "num-neighbours": 100, "teacher-hidden": 32, "teacher-epochs": 100,
-                "teacher-batch-size": 64, "lam": 2.0, "gamma": 0.3, "client-epsilons": "inf",
-                "hops": 2, "neighbourhood-size": 50, "projection-dim": 0, "epochs": 10},
+    "gap": {
+        "method": "gap",
+        "partitioner": "random",
+        "level": "edge",
+        "client-epsilons": "4",
+        "delta": 1e-7,
+        "hops": 2,
+        "encoder-rounds": 2,
+        "classifier-rounds": 2,
+        "local-epochs": 5,
+    },
+    "ppgnn": {
+        "method": "ppgnn",
+        "partitioner": "random",
+        "budgets": "1,2,4",
+        "mechanism": "ppm",
+        "gamma": 0.1,
+        "denoiser": "flexprop",
+        "steps": "16",
+        "backbone": "sage",
+        "epochs": 10,
+    },
+    "privgnn": {
+        "method": "privgnn",
+        "partitioner": "random",
+        "num-queries": 64,
+        "num-neighbours": 100,
+        "teacher-hidden": 32,
+        "teacher-epochs": 100,
+        "teacher-batch-size": 64,
+        "lam": 2.0,
+        "gamma": 0.3,
+        "client-epsilons": "inf",
+        "hops": 2,
+        "neighbourhood-size": 50,
+        "projection-dim": 0,
+        "epochs": 10,
+    },
 }
 
 
@@ -189,25 +229,46 @@ WARM_CACHE = False
 KEEP_WORK = False
 
 
-def _settings(method: str, nodes: int, degree: float, clients: int, device: str,
-              queries: int | None = None) -> dict:
+def _settings(
+    method: str, nodes: int, degree: float, clients: int, device: str, queries: int | None = None
+) -> dict:
     """The run config of ``method`` on ``synthetic-sbm:<nodes>:<degree>`` (:data:`RUN_SETTINGS`)."""
-    cfg = {**RUN_SETTINGS[method], "dataset": f"synthetic-sbm:{nodes}:{degree:g}",
-           "num-clients": clients, "seed": 0, "device": device, **RUN_OVERRIDES}
+    cfg = {
+        **RUN_SETTINGS[method],
+        "dataset": f"synthetic-sbm:{nodes}:{degree:g}",
+        "num-clients": clients,
+        "seed": 0,
+        "device": device,
+        **RUN_OVERRIDES,
+    }
     if method == "privgnn" and queries:
         cfg["num-queries"] = queries
     return cfg
 
 
-def run_one(phase: str, nodes: int, degree: float, clients: int, hops: int, dim: int,
-            steps: int, sigma: float, device: str, cache: str = "", queries: int = 64,
-            run_cpus: int = 1, mem_limit: float = 18.0, timeout: float = 3600.0,
-            min_avail: float = 1.0) -> dict:
+def run_one(
+    phase: str,
+    nodes: int,
+    degree: float,
+    clients: int,
+    hops: int,
+    dim: int,
+    steps: int,
+    sigma: float,
+    device: str,
+    cache: str = "",
+    queries: int = 64,
+    run_cpus: int = 1,
+    mem_limit: float = 18.0,
+    timeout: float = 3600.0,
+    min_avail: float = 1.0,
+) -> dict:
     """One (phase, size) cell in this process; returns its JSON row. ``cache``: a folder where
     the generated graph is saved once and loaded by later cells (``graph_s``: the load)."""
     if phase.startswith("run"):
-        return _whole_run(phase, nodes, degree, clients, device, queries, run_cpus, mem_limit,
-                          timeout, min_avail)
+        return _whole_run(
+            phase, nodes, degree, clients, device, queries, run_cpus, mem_limit, timeout, min_avail
+        )
     import torch
 
     from fedgraph.data import load_dataset
@@ -263,11 +324,19 @@ def run_one(phase: str, nodes: int, degree: float, clients: int, hops: int, dim:
         raise ValueError(f"unknown phase {phase!r}; allowed: {', '.join(ALL_PHASES)}")
     _sync(dev)
     phase_s = time.perf_counter() - t0 - setup_s
-    row = {"phase": phase, "nodes": n, "edges": e, "graph_s": round(graph_s, 2),
-           "graph_peak_gib": round(graph_peak, 2), "setup_s": round(setup_s, 2),
-           "phase_s": round(phase_s, 2),
-           "peak_gib": round(peak_rss_gib(), 2), "device": str(dev),
-           "threads": torch.get_num_threads(), **extra}
+    row = {
+        "phase": phase,
+        "nodes": n,
+        "edges": e,
+        "graph_s": round(graph_s, 2),
+        "graph_peak_gib": round(graph_peak, 2),
+        "setup_s": round(setup_s, 2),
+        "phase_s": round(phase_s, 2),
+        "peak_gib": round(peak_rss_gib(), 2),
+        "device": str(dev),
+        "threads": torch.get_num_threads(),
+        **extra,
+    }
     if dev.type == "cuda":
         row["gpu_peak_gib"] = round(torch.cuda.max_memory_allocated() / GIB, 2)
     return row
@@ -296,8 +365,14 @@ def _gap_pma(data, num_clients: int, hops: int, dim: int, sigma: float, dev, gen
     clients = partition(data, num_clients, "random", 0)
     setup_s = time.perf_counter() - t0
     h = [normalize_rows(torch.randn(c.num_nodes, dim, generator=gen).to(dev)) for c in clients]
-    pma_hops(data.num_nodes, clients, h, hops, sigma,
-             lambda k, i: torch.Generator().manual_seed(k * 1000 + i))
+    pma_hops(
+        data.num_nodes,
+        clients,
+        h,
+        hops,
+        sigma,
+        lambda k, i: torch.Generator().manual_seed(k * 1000 + i),
+    )
     return setup_s
 
 
@@ -317,7 +392,7 @@ def _release_noise(data, num_clients: int, hops: int, dim: int, sigma: float) ->
     setup_s = time.perf_counter() - t0
     for _ in range(hops):
         for n_i in sizes:
-            rng.add_gaussian_(block[:n - n_i], sigma, rng.SecureRandom())
+            rng.add_gaussian_(block[: n - n_i], sigma, rng.SecureRandom())
     return setup_s
 
 
@@ -344,8 +419,9 @@ def pma_hops(n: int, clients, h: list, hops: int, sigma: float, generator) -> li
             if i not in edge_sums:
                 others = torch.ones(n, dtype=torch.bool)
                 others[c.node_ids] = False
-                edge_sums[i] = pma_edge_sums(c.edge_index, c.boundary_edge_index, c.num_nodes,
-                                             others.nonzero().flatten())
+                edge_sums[i] = pma_edge_sums(
+                    c.edge_index, c.boundary_edge_index, c.num_nodes, others.nonzero().flatten()
+                )
             ls, ids, sums = pma_partial_sums(h[i], *edge_sums[i], sigma, generator(k, i))
             local_sums.append(ls)
             # What the client sends and the server sums: CPU tensors in a Flower message.
@@ -359,8 +435,9 @@ def pma_hops(n: int, clients, h: list, hops: int, sigma: float, generator) -> li
     return h
 
 
-def _privgnn_answer(phase: str, data, degree: float, num_clients: int, queries: int,
-                    device: str, dev):
+def _privgnn_answer(
+    phase: str, data, degree: float, num_clients: int, queries: int, device: str, dev
+):
     """Client 0 of ``num_clients`` answers ``queries`` queries (module docs): the real client
     function (``privgnn-answer``) or the plain per-query loop. Returns ``(setup_s, extra)``."""
     import torch
@@ -371,23 +448,37 @@ def _privgnn_answer(phase: str, data, degree: float, num_clients: int, queries: 
     from fedgraph.methods.privgnn import client as pf
 
     t0 = time.perf_counter()
-    cfg = parse_run_config(_settings("privgnn", data.num_nodes, degree, num_clients, device,
-                                     queries))
-    private, public = pg.privgnn_split(data, public_fraction=cfg.public_fraction,
-                                       public_test_fraction=cfg.public_test_fraction,
-                                       seed=cfg.seed)
+    cfg = parse_run_config(
+        _settings("privgnn", data.num_nodes, degree, num_clients, device, queries)
+    )
+    private, public = pg.privgnn_split(
+        data,
+        public_fraction=cfg.public_fraction,
+        public_test_fraction=cfg.public_test_fraction,
+        seed=cfg.seed,
+    )
     clients = partition(private, cfg.num_clients, cfg.partitioner, cfg.seed)
     # K at most client 0's expected Poisson sample (pg.check_neighbours); recorded in extra["k"]
-    cfg = cfg.model_copy(update={"num_neighbours": min(cfg.num_neighbours, max(
-        1, pg.max_neighbours(int(clients[0].num_nodes), cfg.gamma)))})
+    cfg = cfg.model_copy(
+        update={
+            "num_neighbours": min(
+                cfg.num_neighbours, max(1, pg.max_neighbours(int(clients[0].num_nodes), cfg.gamma))
+            )
+        }
+    )
     stats = dataset_statistics(data)
     gen = torch.Generator().manual_seed(cfg.seed)
     qidx = pg.select_queries(public, cfg.num_queries, "random", generator=gen)
     arrays = pg.make_queries(public, qidx, cfg, gen)  # the server's message (public data)
     client = clients[0]
-    extra = {"clients": num_clients, "queries": int(qidx.numel()), "k": cfg.num_neighbours,
-             "teacher_epochs": cfg.teacher_epochs, "client_nodes": int(client.num_nodes),
-             "client_edges": int(client.edge_index.size(1))}
+    extra = {
+        "clients": num_clients,
+        "queries": int(qidx.numel()),
+        "k": cfg.num_neighbours,
+        "teacher_epochs": cfg.teacher_epochs,
+        "client_nodes": int(client.num_nodes),
+        "client_edges": int(client.edge_index.size(1)),
+    }
     answer_gen = torch.Generator().manual_seed(1)
     if phase == "privgnn-answer":
         # The client's data as client_graph() would load it (same split and partition), here
@@ -442,8 +533,16 @@ def _plain_answers(client, hoods, cfg, num_classes: int, dev, gen):
 # --------------------------------------------------------------------------------------------
 # Whole runs: a child process (``fedgraph run`` or the plain run), its process tree sampled
 # --------------------------------------------------------------------------------------------
-def _measure(cmd: list[str], env: dict, timeout: float, mem_limit: float, out_path: Path,
-             err_path: Path, pss: bool = True, min_avail: float = 1.0) -> dict:
+def _measure(
+    cmd: list[str],
+    env: dict,
+    timeout: float,
+    mem_limit: float,
+    out_path: Path,
+    err_path: Path,
+    pss: bool = True,
+    min_avail: float = 1.0,
+) -> dict:
     """Run ``cmd`` to its end (stdout, stderr to files); with psutil, sample its process tree
     every 0.5 s (peak summed RSS and, with ``pss``, PSS: reading smaps costs some
     milliseconds per process; largest process); kill the whole tree past
@@ -451,13 +550,16 @@ def _measure(cmd: list[str], env: dict, timeout: float, mem_limit: float, out_pa
     ``min_avail`` GiB available. Processes of the tree still alive 10 s
     after the root exits (none expected: Ray stops its own) are terminated: all were started
     here."""
+
     def abort(rss: int):
         if rss > mem_limit * GIB:
             return f"aborted: process tree RSS {rss / GIB:.1f} GiB > {mem_limit:g} GiB"
         avail = psutil.virtual_memory().available
         if avail < min_avail * GIB:  # a shared machine: never drive it to the OOM killer
-            return (f"aborted: the machine has {avail / GIB:.1f} GiB available "
-                    f"< {min_avail:g} GiB (tree RSS {rss / GIB:.1f} GiB)")
+            return (
+                f"aborted: the machine has {avail / GIB:.1f} GiB available "
+                f"< {min_avail:g} GiB (tree RSS {rss / GIB:.1f} GiB)"
+            )
         return None
 
     timer = PhaseTimer()
@@ -479,26 +581,46 @@ def _measure(cmd: list[str], env: dict, timeout: float, mem_limit: float, out_pa
             proc.kill()
         proc.wait()
     wall = timer.elapsed()
-    stats = {"tree_rss_gib": None, "tree_pss_gib": None, "largest_proc": None,
-             "largest_proc_gib": None, "samples": 0, "status": status}
+    stats = {
+        "tree_rss_gib": None,
+        "tree_pss_gib": None,
+        "largest_proc": None,
+        "largest_proc_gib": None,
+        "samples": 0,
+        "status": status,
+    }
     if sampler:
         sampler.stop()
         if sampler.samples:
-            stats.update(tree_rss_gib=round(sampler.peak_rss / GIB, 2),
-                         tree_pss_gib=round(sampler.peak_pss / GIB, 2),
-                         largest_proc=sampler.largest_cmd,
-                         largest_proc_gib=round(sampler.largest_rss / GIB, 2))
+            stats.update(
+                tree_rss_gib=round(sampler.peak_rss / GIB, 2),
+                tree_pss_gib=round(sampler.peak_pss / GIB, 2),
+                largest_proc=sampler.largest_cmd,
+                largest_proc_gib=round(sampler.largest_rss / GIB, 2),
+            )
         stats.update(samples=sampler.samples, status=sampler.aborted or status)
-    stats.update(wall_s=round(wall, 2), rc=proc.returncode,
-                 ru_maxrss_gib=round(peak_rss_gib(children=True), 2))
+    stats.update(
+        wall_s=round(wall, 2),
+        rc=proc.returncode,
+        ru_maxrss_gib=round(peak_rss_gib(children=True), 2),
+    )
     if sampler:
         stats["leftover_terminated"] = terminate_leftovers(sampler.seen, proc.pid, timeout=10)
     return stats
 
 
-def _whole_run(phase: str, nodes: int, degree: float, clients: int, device: str,
-               queries: int, run_cpus: int, mem_limit: float, timeout: float,
-               min_avail: float = 1.0) -> dict:
+def _whole_run(
+    phase: str,
+    nodes: int,
+    degree: float,
+    clients: int,
+    device: str,
+    queries: int,
+    run_cpus: int,
+    mem_limit: float,
+    timeout: float,
+    min_avail: float = 1.0,
+) -> dict:
     """``run:<method>`` (the ``fedgraph run`` CLI) or ``run-plain:<method>`` (a plain child
     process, :func:`_plain_run`), measured by :func:`_measure`; returns the row."""
     kind, method = phase.split(":", 1)
@@ -510,30 +632,62 @@ def _whole_run(phase: str, nodes: int, degree: float, clients: int, device: str,
     env.pop("RAY_ADDRESS", None)  # a fresh local Ray cluster, never someone else's
     if kind == "run" and not WARM_CACHE:  # cold: the preflight splits and partitions
         env["FEDGRAPH_PARTITION_CACHE"] = str(work / "partitions")
-    if kind == "run":  # the clients' handler times, out of band (fedgraph.simulations.handler_times)
+    if (
+        kind == "run"
+    ):  # the clients' handler times, out of band (fedgraph.simulations.handler_times)
         env["FEDGRAPH_HANDLER_TIMES"] = str(work / "handlers.jsonl")
-        cmd = [str(Path(sys.executable).with_name("fedgraph")), "run", "--num-cpus",
-               str(run_cpus), "--cpus-per-client", "1"]
-        for k, v in {**settings, "output-dir": str(work), "run-name": "scale",
-                     "timeout": float(timeout)}.items():
+        cmd = [
+            str(Path(sys.executable).with_name("fedgraph")),
+            "run",
+            "--num-cpus",
+            str(run_cpus),
+            "--cpus-per-client",
+            "1",
+        ]
+        for k, v in {
+            **settings,
+            "output-dir": str(work),
+            "run-name": "scale",
+            "timeout": float(timeout),
+        }.items():
             cmd += ["--set", f"{k}={v}"]
     else:
-        cmd = [sys.executable, __file__, "--plain-child", "--phases", phase, "--sizes",
-               str(nodes), "--degree", str(degree), "--clients", str(clients), "--queries",
-               str(queries), "--device", device]
+        cmd = [
+            sys.executable,
+            __file__,
+            "--plain-child",
+            "--phases",
+            phase,
+            "--sizes",
+            str(nodes),
+            "--degree",
+            str(degree),
+            "--clients",
+            str(clients),
+            "--queries",
+            str(queries),
+            "--device",
+            device,
+        ]
         cmd += ["--set", *(f"{k}={v}" for k, v in RUN_OVERRIDES.items())] if RUN_OVERRIDES else []
-    st = _measure(cmd, env, timeout, mem_limit, work / "stdout.log", work / "stderr.log",
-                  min_avail=min_avail)
+    st = _measure(
+        cmd, env, timeout, mem_limit, work / "stdout.log", work / "stderr.log", min_avail=min_avail
+    )
     if st["status"] != "ok" or st["rc"] != 0:
         tail = (work / "stderr.log").read_text().strip().splitlines()[-3:]
-        raise RuntimeError(f"{phase} {nodes}: {st['status']}, exit {st['rc']}: {tail} "
-                           f"(logs in {work})")
+        raise RuntimeError(
+            f"{phase} {nodes}: {st['status']}, exit {st['rc']}: {tail} (logs in {work})"
+        )
     if kind == "run":
         rep = json.loads((work / "scale.json").read_text())
-        res = {"edges": (rep.get("ground_truth") or {}).get("dataset", {}).get("num_edges"), "test_acc": rep["accuracy"].get("test"),
-               "timings": rep.get("timings_s"), "threads": os.environ.get("OMP_NUM_THREADS"),
-               "phase_peak_mib": rep.get("peak_rss_mib"),
-               "pseudo_label": rep["accuracy"].get("pseudo_label")}
+        res = {
+            "edges": (rep.get("ground_truth") or {}).get("dataset", {}).get("num_edges"),
+            "test_acc": rep["accuracy"].get("test"),
+            "timings": rep.get("timings_s"),
+            "threads": os.environ.get("OMP_NUM_THREADS"),
+            "phase_peak_mib": rep.get("peak_rss_mib"),
+            "pseudo_label": rep["accuracy"].get("pseudo_label"),
+        }
         from fedgraph.simulations import handler_times
 
         res["split"] = run_split(st["wall_s"], rep, handler_times.read(work / "handlers.jsonl"))
@@ -548,25 +702,54 @@ def _whole_run(phase: str, nodes: int, degree: float, clients: int, device: str,
         shutil.rmtree(work, ignore_errors=True)
     # The clients' setup phase of a federated run (GAP: "setup + calibration (clients)"):
     # its seconds and its share of the whole wall time.
-    setup = next((v for k, v in (res.get("timings") or {}).items()
-                  if kind == "run" and k.startswith("setup")), None)
-    return {"phase": phase, "nodes": nodes, "edges": res["edges"], "graph_s": None,
-            "graph_peak_gib": None, "setup_s": setup,
-            "setup_share": None if setup is None else round(setup / st["wall_s"], 3),
-            "phase_s": st["wall_s"],
-            "peak_gib": st["ru_maxrss_gib"], "tree_rss_gib": st["tree_rss_gib"],
-            "tree_pss_gib": st["tree_pss_gib"], "largest_proc": st["largest_proc"],
-            "largest_proc_gib": st["largest_proc_gib"], "samples": st["samples"],
-            "leftover_terminated": st.get("leftover_terminated"), "device": device,
-            "threads": res.get("threads"), "clients": clients,
-            **({"ray_cpus": run_cpus, "partition_cache": "warm" if WARM_CACHE else "cold",
-                "client_state": res.get("client_state")} if kind == "run" else {}),
-            "test_acc": None if res.get("test_acc") is None else round(res["test_acc"], 4),
-            **({"phase_peak_mib": res.get("phase_peak_mib")} if kind == "run" else {}),
-            **({"pseudo_label": round(res["pseudo_label"], 4)}
-               if res.get("pseudo_label") is not None else {}),
-            "timings": res.get("timings"), "split_s": res.get("split"), "settings": settings,
-            **({"work_dir": res["work_dir"]} if "work_dir" in res else {})}
+    setup = next(
+        (
+            v
+            for k, v in (res.get("timings") or {}).items()
+            if kind == "run" and k.startswith("setup")
+        ),
+        None,
+    )
+    return {
+        "phase": phase,
+        "nodes": nodes,
+        "edges": res["edges"],
+        "graph_s": None,
+        "graph_peak_gib": None,
+        "setup_s": setup,
+        "setup_share": None if setup is None else round(setup / st["wall_s"], 3),
+        "phase_s": st["wall_s"],
+        "peak_gib": st["ru_maxrss_gib"],
+        "tree_rss_gib": st["tree_rss_gib"],
+        "tree_pss_gib": st["tree_pss_gib"],
+        "largest_proc": st["largest_proc"],
+        "largest_proc_gib": st["largest_proc_gib"],
+        "samples": st["samples"],
+        "leftover_terminated": st.get("leftover_terminated"),
+        "device": device,
+        "threads": res.get("threads"),
+        "clients": clients,
+        **(
+            {
+                "ray_cpus": run_cpus,
+                "partition_cache": "warm" if WARM_CACHE else "cold",
+                "client_state": res.get("client_state"),
+            }
+            if kind == "run"
+            else {}
+        ),
+        "test_acc": None if res.get("test_acc") is None else round(res["test_acc"], 4),
+        **({"phase_peak_mib": res.get("phase_peak_mib")} if kind == "run" else {}),
+        **(
+            {"pseudo_label": round(res["pseudo_label"], 4)}
+            if res.get("pseudo_label") is not None
+            else {}
+        ),
+        "timings": res.get("timings"),
+        "split_s": res.get("split"),
+        "settings": settings,
+        **({"work_dir": res["work_dir"]} if "work_dir" in res else {}),
+    }
 
 
 #: the handlers of a federated run's setup phase (GAP's ``setup + calibration (clients)``)
@@ -591,10 +774,16 @@ def run_split(wall: float, report: dict, handlers: list[dict]) -> dict:
     waits = sum(exchange.get(k, 0.0) for k in timings if k not in setup_phases)
     server = sum(timings[k] for k in timings if k not in setup_phases) - waits
     strategy = setup + server + waits
-    return {k: round(v, 2) for k, v in (
-        ("setup", setup), ("communication", max(waits - clients, 0.0)),
-        ("compute_clients", clients), ("compute_server", server),
-        ("other", wall - strategy))}
+    return {
+        k: round(v, 2)
+        for k, v in (
+            ("setup", setup),
+            ("communication", max(waits - clients, 0.0)),
+            ("compute_clients", clients),
+            ("compute_server", server),
+            ("other", wall - strategy),
+        )
+    }
 
 
 def plain_split(wall: float, timings: dict) -> dict:
@@ -602,8 +791,13 @@ def plain_split(wall: float, timings: dict) -> dict:
     ``compute_server`` (the rest of its timed work), ``other`` (interpreter and imports)."""
     setup = sum(v for k, v in timings.items() if k.startswith(("load", "calibration")))
     work = timings.get("total", sum(v for k, v in timings.items() if k != "total"))
-    return {"setup": round(setup, 2), "communication": 0.0, "compute_clients": 0.0,
-            "compute_server": round(work - setup, 2), "other": round(wall - work, 2)}
+    return {
+        "setup": round(setup, 2),
+        "communication": 0.0,
+        "compute_clients": 0.0,
+        "compute_server": round(work - setup, 2),
+        "other": round(wall - work, 2),
+    }
 
 
 def _plain_run(method: str, settings: dict) -> dict:
@@ -624,15 +818,31 @@ def _plain_run(method: str, settings: dict) -> dict:
         with timer.phase("load + split"):
             cfg = parse_run_config(settings)
             data = apply_split(load_dataset(cfg.dataset), cfg.split, cfg.seed)
-        res = run_gap(data, method=cfg.variant, level=cfg.level, epsilon=cfg.client_epsilon(0),
-                      delta=cfg.delta, num_hops=cfg.hops, encoder_dim=cfg.encoder_dim,
-                      hidden=cfg.hidden, encoder_layers=2, base_layers=1, head_layers=1,
-                      combine=cfg.combine, dropout=0.0, batch_norm=False,
-                      encoder_epochs=cfg.encoder_rounds * cfg.local_epochs,
-                      classifier_epochs=cfg.classifier_rounds * cfg.local_epochs, lr=cfg.lr,
-                      batch_size=cfg.batch_size or None, max_degree=cfg.max_degree,
-                      max_grad_norm=cfg.max_grad_norm, edge_unit=cfg.edge_unit,
-                      accountant=cfg.accountant, seed=cfg.seed)
+        res = run_gap(
+            data,
+            method=cfg.variant,
+            level=cfg.level,
+            epsilon=cfg.client_epsilon(0),
+            delta=cfg.delta,
+            num_hops=cfg.hops,
+            encoder_dim=cfg.encoder_dim,
+            hidden=cfg.hidden,
+            encoder_layers=2,
+            base_layers=1,
+            head_layers=1,
+            combine=cfg.combine,
+            dropout=0.0,
+            batch_norm=False,
+            encoder_epochs=cfg.encoder_rounds * cfg.local_epochs,
+            classifier_epochs=cfg.classifier_rounds * cfg.local_epochs,
+            lr=cfg.lr,
+            batch_size=cfg.batch_size or None,
+            max_degree=cfg.max_degree,
+            max_grad_norm=cfg.max_grad_norm,
+            edge_unit=cfg.edge_unit,
+            accountant=cfg.accountant,
+            seed=cfg.seed,
+        )
         acc = res["test_acc"]
         timings.update(res.get("timings", {}))
     elif method == "ppgnn":  # bench/ppgnn_table.py's run_once: one client holds every user
@@ -644,8 +854,9 @@ def _plain_run(method: str, settings: dict) -> dict:
             data, clients = load_federated(cfg, cfg.budgets, cfg.shares)
         with timer.phase("perturb"):
             c = int(data.y.max()) + 1
-            rep = ppgnn.client_report(clients[0], cfg, data.feature_domain, c,
-                                      torch.Generator().manual_seed(cfg.seed))
+            rep = ppgnn.client_report(
+                clients[0], cfg, data.feature_domain, c, torch.Generator().manual_seed(cfg.seed)
+            )
         with timer.phase("calibrate + train"):
             fit = ppgnn.server_fit([rep], cfg, data.num_nodes, data.num_features, c)
         mask = clients[0].test_mask
@@ -657,45 +868,76 @@ def _plain_run(method: str, settings: dict) -> dict:
         with timer.phase("load + split"):
             cfg = parse_run_config(settings)
             data = load_dataset(cfg.dataset)
-            private, public = pg.privgnn_split(data, public_fraction=cfg.public_fraction,
-                                               public_test_fraction=cfg.public_test_fraction,
-                                               seed=cfg.seed)
-            parts = partition(private, cfg.num_clients, cfg.partitioner, cfg.seed,
-                              alpha=cfg.alpha)
+            private, public = pg.privgnn_split(
+                data,
+                public_fraction=cfg.public_fraction,
+                public_test_fraction=cfg.public_test_fraction,
+                seed=cfg.seed,
+            )
+            parts = partition(private, cfg.num_clients, cfg.partitioner, cfg.seed, alpha=cfg.alpha)
         with timer.phase("queries"):
             c = int(data.y.max()) + 1
             gen = torch.Generator().manual_seed(cfg.seed)
             qidx = pg.select_queries(public, cfg.num_queries, "random", generator=gen)
             hoods = pg.query_neighbourhoods(public, qidx, cfg.hops, cfg.neighbourhood_size, gen)
-            proj = (pg.public_projection(public.x, cfg.projection_dim, cfg.seed)
-                    if cfg.projection_dim else None)
+            proj = (
+                pg.public_projection(public.x, cfg.projection_dim, cfg.seed)
+                if cfg.projection_dim
+                else None
+            )
         with timer.phase("answers"):
-            answers = [pg.answer_queries(p, hoods.query_x, rate=cfg.gamma, k=cfg.num_neighbours,
-                                         lam=cfg.lam, num_classes=c,
-                                         teacher=teacher_config(cfg), mode=cfg.answer_mode,
-                                         neighbourhoods=hoods, projection=proj, generator=gen,
-                                         device=resolve_device(cfg.device)) for p in parts]
+            answers = [
+                pg.answer_queries(
+                    p,
+                    hoods.query_x,
+                    rate=cfg.gamma,
+                    k=cfg.num_neighbours,
+                    lam=cfg.lam,
+                    num_classes=c,
+                    teacher=teacher_config(cfg),
+                    mode=cfg.answer_mode,
+                    neighbourhoods=hoods,
+                    projection=proj,
+                    generator=gen,
+                    device=resolve_device(cfg.device),
+                )
+                for p in parts
+            ]
         labels = pg.aggregate_answers(answers)
         extra["pseudo_label"] = float((labels == public.y[qidx]).float().mean())
         with timer.phase("student"):
-            st = pg.train_student(public, qidx, labels,
-                                  hidden=cfg.hidden, dropout=cfg.dropout, epochs=cfg.epochs,
-                                  lr=cfg.lr, weight_decay=cfg.weight_decay, seed=cfg.seed)
+            st = pg.train_student(
+                public,
+                qidx,
+                labels,
+                hidden=cfg.hidden,
+                dropout=cfg.dropout,
+                epochs=cfg.epochs,
+                lr=cfg.lr,
+                weight_decay=cfg.weight_decay,
+                seed=cfg.seed,
+            )
         with timer.phase("epsilon"):
             for _ in parts:  # the server's ledger: one PLD composition per client
                 pg.privgnn_epsilon(int(qidx.numel()), cfg.gamma, cfg.lam, cfg.delta, "pld")
         acc = st.test_accuracy
     timings["total"] = timer.elapsed()
-    return {"edges": int(data.edge_index.size(1)), "test_acc": float(acc),
-            "timings": {k: round(v, 3) for k, v in timings.items()},
-            "threads": torch.get_num_threads(), **extra}
+    return {
+        "edges": int(data.edge_index.size(1)),
+        "test_acc": float(acc),
+        "timings": {k: round(v, 3) for k, v in timings.items()},
+        "threads": torch.get_num_threads(),
+        **extra,
+    }
 
 
 # --------------------------------------------------------------------------------------------
 # Table
 # --------------------------------------------------------------------------------------------
-HEADER = (f"{'phase':<21}{'nodes':>9}{'edges':>11}{'graph s':>8}{'setup s':>8}{'phase s':>9}"
-          f"{'peak GiB':>9}{'tree RSS':>9}{'tree PSS':>9}{'ratio':>7}{'mem r':>7}  device")
+HEADER = (
+    f"{'phase':<21}{'nodes':>9}{'edges':>11}{'graph s':>8}{'setup s':>8}{'phase s':>9}"
+    f"{'peak GiB':>9}{'tree RSS':>9}{'tree PSS':>9}{'ratio':>7}{'mem r':>7}  device"
+)
 
 
 def _fmt(row: dict) -> str:
@@ -720,21 +962,33 @@ def _fmt(row: dict) -> str:
             note += ")"
     if row.get("split_s"):
         sp = row["split_s"]
-        note += (f"  [setup {sp['setup']:.1f} / comm {sp['communication']:.1f} / compute "
-                 f"{sp['compute_clients'] + sp['compute_server']:.1f} / other {sp['other']:.1f} s]")
-    return (f"{row['phase']:<21}{row['nodes']:>9}{row['edges']:>11}{c('graph_s', 8)}"
-            f"{c('setup_s', 8)}{c('phase_s', 9)}{c('peak_gib', 9)}{c('tree_rss_gib', 9)}"
-            f"{c('tree_pss_gib', 9)}{c('ratio', 7)}{c('mem_ratio', 7)}  {row['device']}{note}")
+        note += (
+            f"  [setup {sp['setup']:.1f} / comm {sp['communication']:.1f} / compute "
+            f"{sp['compute_clients'] + sp['compute_server']:.1f} / other {sp['other']:.1f} s]"
+        )
+    return (
+        f"{row['phase']:<21}{row['nodes']:>9}{row['edges']:>11}{c('graph_s', 8)}"
+        f"{c('setup_s', 8)}{c('phase_s', 9)}{c('peak_gib', 9)}{c('tree_rss_gib', 9)}"
+        f"{c('tree_pss_gib', 9)}{c('ratio', 7)}{c('mem_ratio', 7)}  {row['device']}{note}"
+    )
 
 
 def _ratios(rows: list[dict]) -> None:
     """``ratio`` (time) and, for whole runs, ``mem_ratio`` (tree PSS) of every federated row
     whose plain row of the same size is there."""
     for r in rows:
-        plain = next((x for x in rows if x["nodes"] == r["nodes"]
-                      and x.get("seed") == r.get("seed")
-                      and x["phase"] == PLAIN.get(r["phase"]) and x.get("status", "ok") == "ok"
-                      and r.get("status", "ok") == "ok"), None)
+        plain = next(
+            (
+                x
+                for x in rows
+                if x["nodes"] == r["nodes"]
+                and x.get("seed") == r.get("seed")
+                and x["phase"] == PLAIN.get(r["phase"])
+                and x.get("status", "ok") == "ok"
+                and r.get("status", "ok") == "ok"
+            ),
+            None,
+        )
         if plain:
             r["ratio"] = round(r["phase_s"] / max(plain["phase_s"], 1e-9), 2)
             if r.get("tree_pss_gib") and plain.get("tree_pss_gib"):
@@ -761,10 +1015,16 @@ def _pma_ratios(run: dict, plain: dict, rows: list[dict]) -> None:
     if not pma or not agg:
         return
     run["pma_ratio"] = round(pma / agg, 2)
-    cells = [x for x in rows if x["phase"] == RELEASE_NOISE and x["nodes"] == run["nodes"]
-             and x.get("status", "ok") == "ok"]  # the run's seed's cell if there is one
-    noise = next((x for x in cells if x.get("seed") == run.get("seed")), cells[0] if cells
-                 else None)
+    cells = [
+        x
+        for x in rows
+        if x["phase"] == RELEASE_NOISE
+        and x["nodes"] == run["nodes"]
+        and x.get("status", "ok") == "ok"
+    ]  # the run's seed's cell if there is one
+    noise = next(
+        (x for x in cells if x.get("seed") == run.get("seed")), cells[0] if cells else None
+    )
     if noise is not None:
         run["pma_ratio_releases"] = round(pma / (agg + noise["phase_s"]), 2)
         embed = plain["timings"].get(PLAIN_EMBED)
@@ -776,35 +1036,62 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--sizes", default="1e4,1e5,1e6", help="node counts, comma-separated")
     ap.add_argument("--degree", type=float, default=50.0, help="average degree (directed)")
-    ap.add_argument("--phases", default=",".join(PHASES),
-                    help=f"comma-separated, of: {', '.join(ALL_PHASES)}")
+    ap.add_argument(
+        "--phases", default=",".join(PHASES), help=f"comma-separated, of: {', '.join(ALL_PHASES)}"
+    )
     ap.add_argument("--clients", type=int, default=10)
     ap.add_argument("--hops", type=int, default=2, help="GAP's K")
     ap.add_argument("--dim", type=int, default=16, help="GAP encoder dimension")
     ap.add_argument("--steps", type=int, default=16, help="FlexProp steps")
     ap.add_argument("--sigma", type=float, default=1.0, help="PMA noise std")
-    ap.add_argument("--queries", type=int, default=64,
-                    help="PrivGNN queries (privgnn-answer and the privgnn runs)")
+    ap.add_argument(
+        "--queries",
+        type=int,
+        default=64,
+        help="PrivGNN queries (privgnn-answer and the privgnn runs)",
+    )
     ap.add_argument("--run-cpus", type=int, default=1, help="fedgraph run --num-cpus (Ray)")
-    ap.add_argument("--mem-limit", type=float, default=18.0,
-                    help="GiB of summed RSS of a cell's process tree before it is killed")
-    ap.add_argument("--min-avail", type=float, default=1.0,
-                    help="GiB the machine must keep available, else the cell is killed")
+    ap.add_argument(
+        "--mem-limit",
+        type=float,
+        default=18.0,
+        help="GiB of summed RSS of a cell's process tree before it is killed",
+    )
+    ap.add_argument(
+        "--min-avail",
+        type=float,
+        default=1.0,
+        help="GiB the machine must keep available, else the cell is killed",
+    )
     ap.add_argument("--device", default="auto", help="auto, cpu or cuda")
     ap.add_argument("--timeout", type=float, default=3600.0, help="seconds per cell")
     ap.add_argument("--out", default="", help="JSON file for the rows")
     ap.add_argument("--cache", default="", help="folder to keep generated graphs in (.pt)")
-    ap.add_argument("--set", nargs="*", default=[], metavar="KEY=VALUE",
-                    help="override run-config keys of the whole runs (both sides of the ratio)")
-    ap.add_argument("--seeds", default="",
-                    help="whole runs: run every cell once per seed (comma-separated; the run "
-                         "config's seed, both sides of the ratio) and print mean and std")
-    ap.add_argument("--warm-cache", action="store_true",
-                    help="federated runs read the user's partition cache (default: a fresh "
-                         "empty one per cell: the first run's split and partition included)")
-    ap.add_argument("--keep-work", action="store_true",
-                    help="keep each whole run's work folder (report, logs, the clients' "
-                         "handler times) and record its path in the row as work_dir")
+    ap.add_argument(
+        "--set",
+        nargs="*",
+        default=[],
+        metavar="KEY=VALUE",
+        help="override run-config keys of the whole runs (both sides of the ratio)",
+    )
+    ap.add_argument(
+        "--seeds",
+        default="",
+        help="whole runs: run every cell once per seed (comma-separated; the run "
+        "config's seed, both sides of the ratio) and print mean and std",
+    )
+    ap.add_argument(
+        "--warm-cache",
+        action="store_true",
+        help="federated runs read the user's partition cache (default: a fresh "
+        "empty one per cell: the first run's split and partition included)",
+    )
+    ap.add_argument(
+        "--keep-work",
+        action="store_true",
+        help="keep each whole run's work folder (report, logs, the clients' "
+        "handler times) and record its path in the row as work_dir",
+    )
     ap.add_argument("--one", action="store_true", help=argparse.SUPPRESS)
     ap.add_argument("--plain-child", action="store_true", help=argparse.SUPPRESS)
     a = ap.parse_args()
@@ -822,13 +1109,38 @@ def main() -> None:
         ap.error(f"unknown phases {unknown}; allowed: {', '.join(ALL_PHASES)}")
     if a.plain_child:
         method = phases[0].split(":", 1)[1]
-        print(json.dumps(_plain_run(method, _settings(method, sizes[0], a.degree, a.clients,
-                                                      a.device, a.queries))), flush=True)
+        print(
+            json.dumps(
+                _plain_run(
+                    method, _settings(method, sizes[0], a.degree, a.clients, a.device, a.queries)
+                )
+            ),
+            flush=True,
+        )
         return
     if a.one:
-        print(json.dumps(run_one(phases[0], sizes[0], a.degree, a.clients, a.hops, a.dim,
-                                 a.steps, a.sigma, a.device, a.cache, a.queries, a.run_cpus,
-                                 a.mem_limit, a.timeout, a.min_avail)), flush=True)
+        print(
+            json.dumps(
+                run_one(
+                    phases[0],
+                    sizes[0],
+                    a.degree,
+                    a.clients,
+                    a.hops,
+                    a.dim,
+                    a.steps,
+                    a.sigma,
+                    a.device,
+                    a.cache,
+                    a.queries,
+                    a.run_cpus,
+                    a.mem_limit,
+                    a.timeout,
+                    a.min_avail,
+                )
+            ),
+            flush=True,
+        )
         return
     rows = []
     print(HEADER, flush=True)
@@ -837,19 +1149,57 @@ def main() -> None:
     cells = [(nodes, phase, seed) for nodes in sizes for seed in seeds for phase in phases]
     for nodes, phase, seed in cells:
         sets = list(a.set) + ([f"seed={seed}"] if seed is not None else [])
-        cmd = [sys.executable, __file__, "--one", "--sizes", str(nodes), "--phases", phase,
-               "--degree", str(a.degree), "--clients", str(a.clients), "--hops",
-               str(a.hops), "--dim", str(a.dim), "--steps", str(a.steps), "--sigma",
-               str(a.sigma), "--device", a.device, "--cache", a.cache, "--queries",
-               str(a.queries), "--run-cpus", str(a.run_cpus), "--mem-limit",
-               str(a.mem_limit), "--min-avail", str(a.min_avail), "--timeout",
-               str(a.timeout)] + (["--set", *sets] if sets else []) + (
-                   ["--warm-cache"] if a.warm_cache else []) + (
-                   ["--keep-work"] if a.keep_work else [])
+        cmd = (
+            [
+                sys.executable,
+                __file__,
+                "--one",
+                "--sizes",
+                str(nodes),
+                "--phases",
+                phase,
+                "--degree",
+                str(a.degree),
+                "--clients",
+                str(a.clients),
+                "--hops",
+                str(a.hops),
+                "--dim",
+                str(a.dim),
+                "--steps",
+                str(a.steps),
+                "--sigma",
+                str(a.sigma),
+                "--device",
+                a.device,
+                "--cache",
+                a.cache,
+                "--queries",
+                str(a.queries),
+                "--run-cpus",
+                str(a.run_cpus),
+                "--mem-limit",
+                str(a.mem_limit),
+                "--min-avail",
+                str(a.min_avail),
+                "--timeout",
+                str(a.timeout),
+            ]
+            + (["--set", *sets] if sets else [])
+            + (["--warm-cache"] if a.warm_cache else [])
+            + (["--keep-work"] if a.keep_work else [])
+        )
         work = Path(tempfile.mkdtemp(prefix="fedgraph-scale-cell-"))
-        st = _measure(cmd, dict(os.environ), a.timeout + 60, a.mem_limit,
-                      work / "stdout.log", work / "stderr.log", pss=False,
-                      min_avail=a.min_avail)
+        st = _measure(
+            cmd,
+            dict(os.environ),
+            a.timeout + 60,
+            a.mem_limit,
+            work / "stdout.log",
+            work / "stderr.log",
+            pss=False,
+            min_avail=a.min_avail,
+        )
         if st["status"] != "ok" or st["rc"] != 0:
             err = (work / "stderr.log").read_text().strip().splitlines()
             why = st["status"] if st["status"] != "ok" else f"failed: {err[-1:]}"
@@ -893,15 +1243,24 @@ def seed_summary(rows: list[dict]) -> list[str]:
     out = []
     for key in dict.fromkeys((r["phase"], r["nodes"]) for r in rows):
         ok = [r for r in rows if (r["phase"], r["nodes"]) == key and r.get("status", "ok") == "ok"]
-        out.append(f"{key[0]:<21}{key[1]:>9}  time {ms([r['phase_s'] for r in ok])} s  "
-                   f"ratio {ms([r.get('ratio') for r in ok])}  test {ms([r.get('test_acc') for r in ok])}"
-                   + (f"  pseudo-labels {ms([r.get('pseudo_label') for r in ok])}"
-                      if any("pseudo_label" in r for r in ok) else "")
-                   + "".join(f"  {label} {ms([r.get(k) for r in ok])}" for k, label in (
-                       ("pma_ratio", "PMA/aggregation"),
-                       ("pma_ratio_releases", "PMA/(aggregation + releases' noise)"),
-                       ("pma_ratio_same_work", "PMA/(embed + aggregation + releases' noise)"))
-                       if any(k in r for r in ok)))
+        out.append(
+            f"{key[0]:<21}{key[1]:>9}  time {ms([r['phase_s'] for r in ok])} s  "
+            f"ratio {ms([r.get('ratio') for r in ok])}  test {ms([r.get('test_acc') for r in ok])}"
+            + (
+                f"  pseudo-labels {ms([r.get('pseudo_label') for r in ok])}"
+                if any("pseudo_label" in r for r in ok)
+                else ""
+            )
+            + "".join(
+                f"  {label} {ms([r.get(k) for r in ok])}"
+                for k, label in (
+                    ("pma_ratio", "PMA/aggregation"),
+                    ("pma_ratio_releases", "PMA/(aggregation + releases' noise)"),
+                    ("pma_ratio_same_work", "PMA/(embed + aggregation + releases' noise)"),
+                )
+                if any(k in r for r in ok)
+            )
+        )
     return out
 
 

@@ -10,9 +10,11 @@ its app), the two folders sit beside this one; the lines below let ``fedgraph.st
 ``fedgraph.simulations`` resolve there as well. This folder comes first on the path, so a
 module of the library is never shadowed by one of the checkout's folders.
 """
+
 from pathlib import Path as _Path
 
 _CHECKOUT = _Path(__file__).resolve().parent.parent
 if not (_Path(__file__).parent / "simulations").is_dir() and all(
-        (_CHECKOUT / name / "__init__.py").is_file() for name in ("strategies", "simulations")):
+    (_CHECKOUT / name / "__init__.py").is_file() for name in ("strategies", "simulations")
+):
     __path__.append(str(_CHECKOUT))  # type: ignore[name-defined]  # noqa: F821

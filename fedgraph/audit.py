@@ -16,9 +16,10 @@ A ``predict_fn(graph) -> [n, C]`` returns class probabilities of every node of a
 inductive way the paper uses: member and non-member nodes are each presented in their own
 induced subgraph of the same size.
 """
+
 from __future__ import annotations
 
-from typing import Callable
+from collections.abc import Callable
 
 import torch
 import torch.nn.functional as F
@@ -55,23 +56,32 @@ def attack_features(posteriors: Tensor, top: int | None = 3) -> Tensor:
     return p if top is None else p[:, :top]
 
 
-def train_attack(member_post: Tensor, nonmember_post: Tensor, *, top: int | None = 3,
-                 hidden: int = 64, epochs: int = 300, lr: float = 0.01,
-                 seed: int = 0) -> Callable[[Tensor], Tensor]:
+def train_attack(
+    member_post: Tensor,
+    nonmember_post: Tensor,
+    *,
+    top: int | None = 3,
+    hidden: int = 64,
+    epochs: int = 300,
+    lr: float = 0.01,
+    seed: int = 0,
+) -> Callable[[Tensor], Tensor]:
     """Trains the attack MLP on a shadow model's posteriors; returns ``score(posteriors) ->
     [n]`` (higher = more likely a member). Classes are balanced by weighting."""
     gen = torch.Generator().manual_seed(int(seed))
     x = torch.cat([attack_features(member_post, top), attack_features(nonmember_post, top)])
     y = torch.cat([torch.ones(member_post.shape[0]), torch.zeros(nonmember_post.shape[0])])
-    w = torch.where(y > 0, 0.5 / max(member_post.shape[0], 1),
-                    0.5 / max(nonmember_post.shape[0], 1))
+    w = torch.where(
+        y > 0, 0.5 / max(member_post.shape[0], 1), 0.5 / max(nonmember_post.shape[0], 1)
+    )
     torch.manual_seed(int(torch.randint(2**31 - 1, (1,), generator=gen)))
     model = nn.Sequential(nn.Linear(x.shape[1], hidden), nn.ReLU(), nn.Linear(hidden, 1))
     opt = torch.optim.Adam(model.parameters(), lr=lr)
     for _ in range(epochs):
         opt.zero_grad()
-        loss = (F.binary_cross_entropy_with_logits(model(x).view(-1), y, reduction="none")
-                * w).sum()
+        loss = (
+            F.binary_cross_entropy_with_logits(model(x).view(-1), y, reduction="none") * w
+        ).sum()
         loss.backward()
         opt.step()
     model.eval()
@@ -83,10 +93,18 @@ def train_attack(member_post: Tensor, nonmember_post: Tensor, *, top: int | None
     return score
 
 
-def membership_auroc(target_predict: PredictFn, members: Data, nonmembers: Data, *,
-                     shadow_train: Callable[[Data], PredictFn], shadow_members: Data,
-                     shadow_nonmembers: Data, top: int | None = 3, seed: int = 0,
-                     return_shadow: bool = False) -> float | tuple[float, float]:
+def membership_auroc(
+    target_predict: PredictFn,
+    members: Data,
+    nonmembers: Data,
+    *,
+    shadow_train: Callable[[Data], PredictFn],
+    shadow_members: Data,
+    shadow_nonmembers: Data,
+    top: int | None = 3,
+    seed: int = 0,
+    return_shadow: bool = False,
+) -> float | tuple[float, float]:
     """AUROC of the shadow-model membership attack against ``target_predict``.
 
     Args:
@@ -111,19 +129,20 @@ def membership_auroc(target_predict: PredictFn, members: Data, nonmembers: Data,
     target = auroc(torch.cat([score(t_in), score(t_out)]), labels)
     if not return_shadow:
         return target
-    shadow_auc = auroc(torch.cat([score(s_in), score(s_out)]),
-                       torch.cat([torch.ones(s_in.shape[0]), torch.zeros(s_out.shape[0])]))
+    shadow_auc = auroc(
+        torch.cat([score(s_in), score(s_out)]),
+        torch.cat([torch.ones(s_in.shape[0]), torch.zeros(s_out.shape[0])]),
+    )
     return target, shadow_auc
 
 
-def node_sample_graph(data: Data, num_nodes: int, generator: torch.Generator | None = None
-                      ) -> Data:
+def node_sample_graph(data: Data, num_nodes: int, generator: torch.Generator | None = None) -> Data:
     """The induced subgraph of ``num_nodes`` nodes of ``data`` drawn uniformly (to present
     members and non-members in graphs of equal size)."""
     from torch_geometric.utils import subgraph
 
     n = int(data.num_nodes)
-    nodes = torch.randperm(n, generator=generator)[:min(int(num_nodes), n)].sort().values
+    nodes = torch.randperm(n, generator=generator)[: min(int(num_nodes), n)].sort().values
     ei, _ = subgraph(nodes, data.edge_index, relabel_nodes=True, num_nodes=n)
     return Data(x=data.x[nodes], y=data.y[nodes], edge_index=ei, num_nodes=nodes.numel())
 

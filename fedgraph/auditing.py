@@ -39,6 +39,7 @@ The rates' intervals come from :func:`scipy.stats.beta` (Clopper and Pearson 193
 here reimplements a quantile. This module is statistics only (numpy, scipy): the trials come
 from the real client code (:mod:`fedgraph.simulations.auditor`) or from a user's script.
 """
+
 from __future__ import annotations
 
 import math
@@ -46,8 +47,14 @@ from dataclasses import asdict, dataclass
 
 import numpy as np
 
-__all__ = ["AuditResult", "clopper_pearson_upper", "epsilon_from_rates",
-           "epsilon_lower_bound", "gaussian_epsilon", "METHODS"]
+__all__ = [
+    "AuditResult",
+    "clopper_pearson_upper",
+    "epsilon_from_rates",
+    "epsilon_lower_bound",
+    "gaussian_epsilon",
+    "METHODS",
+]
 
 METHODS = ("holdout", "bonferroni")
 
@@ -109,8 +116,7 @@ def epsilon_from_rates(fpr, fnr, delta: float):
             r = np.where(num > 0, np.log(np.maximum(num, 1e-300)) - np.log(den), 0.0)
         return np.where((num > 0) & (den <= 0), np.inf, r)
 
-    return np.maximum(np.maximum(side(1.0 - delta - fnr, fpr), side(1.0 - delta - fpr, fnr)),
-                      0.0)
+    return np.maximum(np.maximum(side(1.0 - delta - fnr, fpr), side(1.0 - delta - fpr, fnr)), 0.0)
 
 
 def _errors(absent: np.ndarray, present: np.ndarray, thresholds: np.ndarray):
@@ -139,9 +145,17 @@ def _candidates(scores: np.ndarray, count: int) -> np.ndarray:
     return np.unique(np.quantile(scores, q, method="lower"))
 
 
-def epsilon_lower_bound(absent, present, delta: float, *, confidence: float = 0.95,
-                        method: str = "holdout", thresholds=None, candidates: int = 400,
-                        rng: np.random.Generator | None = None) -> AuditResult:
+def epsilon_lower_bound(
+    absent,
+    present,
+    delta: float,
+    *,
+    confidence: float = 0.95,
+    method: str = "holdout",
+    thresholds=None,
+    candidates: int = 400,
+    rng: np.random.Generator | None = None,
+) -> AuditResult:
     """The audited lower bound on epsilon at ``delta`` from a distinguisher's scores (module
     docstring: the formula, the intervals, the two ways of choosing the threshold).
 
@@ -179,37 +193,58 @@ def epsilon_lower_bound(absent, present, delta: float, *, confidence: float = 0.
         if min(trials) < 2 or grid.size == 0:
             raise ValueError("bonferroni: at least 2 trials a side and one threshold")
         # 2 directions x grid thresholds, 2 rates each: alpha / (4 |grid|) per rate
-        return _best(np.sort(absent), np.sort(present), grid, delta, alpha / (2 * grid.size),
-                     confidence, trials, method)
+        return _best(
+            np.sort(absent),
+            np.sort(present),
+            grid,
+            delta,
+            alpha / (2 * grid.size),
+            confidence,
+            trials,
+            method,
+        )
     if min(trials) < 4:
         raise ValueError(f"holdout needs at least 4 trials a side, got {trials}")
     rng = rng if rng is not None else np.random.default_rng()
     a, p = rng.permutation(absent), rng.permutation(present)
-    sel_a, ev_a = np.sort(a[: a.size // 2]), np.sort(a[a.size // 2:])
-    sel_p, ev_p = np.sort(p[: p.size // 2]), np.sort(p[p.size // 2:])
+    sel_a, ev_a = np.sort(a[: a.size // 2]), np.sort(a[a.size // 2 :])
+    sel_p, ev_p = np.sort(p[: p.size // 2]), np.sort(p[p.size // 2 :])
     grid = _candidates(np.concatenate([sel_a, sel_p]), candidates)
     *_, eps = _bounds(sel_a, sel_p, grid, delta, alpha)
     side, at = np.unravel_index(int(np.argmax(eps)), eps.shape)
-    return _evaluate(ev_a, ev_p, float(grid[at]), int(side), delta, alpha, confidence, trials,
-                     method)
+    return _evaluate(
+        ev_a, ev_p, float(grid[at]), int(side), delta, alpha, confidence, trials, method
+    )
 
 
 def _best(absent, present, grid, delta, alpha, confidence, trials, method):
     """The best of ``grid`` (both directions), each rate's limit at ``alpha / 2``."""
     *_, eps = _bounds(absent, present, grid, delta, alpha)
     side, at = np.unravel_index(int(np.argmax(eps)), eps.shape)
-    return _evaluate(absent, present, float(grid[at]), int(side), delta, alpha, confidence,
-                     trials, method)
+    return _evaluate(
+        absent, present, float(grid[at]), int(side), delta, alpha, confidence, trials, method
+    )
 
 
 def _evaluate(absent, present, threshold, side, delta, alpha, confidence, trials, method):
     fp, fn, fpr_hi, fnr_hi, eps = _bounds(absent, present, np.array([threshold]), delta, alpha)
     fpr, fnr = fp[side, 0] / absent.size, fn[side, 0] / present.size
     point = float(epsilon_from_rates(fpr, fnr, delta))
-    return AuditResult(float(eps[side, 0]), point, confidence, float(delta), threshold,
-                       ("above", "below")[side], float(fpr), float(fnr), float(fpr_hi[side, 0]),
-                       float(fnr_hi[side, 0]), trials, (int(absent.size), int(present.size)),
-                       method)
+    return AuditResult(
+        float(eps[side, 0]),
+        point,
+        confidence,
+        float(delta),
+        threshold,
+        ("above", "below")[side],
+        float(fpr),
+        float(fnr),
+        float(fpr_hi[side, 0]),
+        float(fnr_hi[side, 0]),
+        trials,
+        (int(absent.size), int(present.size)),
+        method,
+    )
 
 
 def gaussian_epsilon(mu: float, delta: float) -> float:
@@ -224,8 +259,9 @@ def gaussian_epsilon(mu: float, delta: float) -> float:
         return 0.0
 
     def gap(eps):
-        return (norm.cdf(-eps / mu + mu / 2)
-                - math.exp(eps + norm.logcdf(-eps / mu - mu / 2)) - delta)
+        return (
+            norm.cdf(-eps / mu + mu / 2) - math.exp(eps + norm.logcdf(-eps / mu - mu / 2)) - delta
+        )
 
     if gap(0.0) <= 0:
         return 0.0

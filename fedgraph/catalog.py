@@ -12,25 +12,25 @@ name registered at run time) goes to the registry as before: :func:`check_name` 
 ``tests/test_fast_config.py`` checks that these lists equal what the registries hold after
 import, and that the messages are the same either way.
 """
+
 from __future__ import annotations
 
 import math
 import sys
 from dataclasses import dataclass
-from typing import Optional, Tuple
 
 #: Built-in datasets (descriptions with ``<...>`` stand for a family of names), in the order
 #: ``fedgraph datasets`` and the unknown-name message list them.
 KNOWN_DATASETS: tuple[str, ...] = (
-    'cora',
-    'citeseer',
-    'pubmed',
-    'facebook-pagepage',
-    'lastfm-asia',
-    'reddit',
-    'ogbn-products',
-    'facebook100:<College>',
-    'synthetic-sbm:<nodes>:<avg_degree>',
+    "cora",
+    "citeseer",
+    "pubmed",
+    "facebook-pagepage",
+    "lastfm-asia",
+    "reddit",
+    "ogbn-products",
+    "facebook100:<College>",
+    "synthetic-sbm:<nodes>:<avg_degree>",
 )
 
 
@@ -49,20 +49,46 @@ class Kind:
     hint: str
 
 
-KINDS: dict[str, Kind] = {k.kind: k for k in (
-    Kind("dataset", "fedgraph.data.datasets", "DATASETS", KNOWN_DATASETS, ("files",),
-         "See docs/extending.md, 'A dataset'."),
-    Kind("partitioner", "fedgraph.data.partition", "PARTITIONERS", (),
-         ("label-skew", "louvain", "random", "users"), "See docs/extending.md, 'A partitioner'."),
-    Kind("mechanism", "fedgraph.mechanisms.feature", "FEATURE_MECHANISMS", (),
-         ("gaussian", "laplace", "multi-bit", "one-bit", "ppm"),
-         "See docs/extending.md, 'A feature mechanism'."),
-    Kind("strategy", "fedgraph.strategies.base", "STRATEGIES", (), ("gap", "ppgnn", "privgnn", "progap"),
-         "See docs/extending.md, 'A strategy'."),
-)}
+KINDS: dict[str, Kind] = {
+    k.kind: k
+    for k in (
+        Kind(
+            "dataset",
+            "fedgraph.data.datasets",
+            "DATASETS",
+            KNOWN_DATASETS,
+            ("files",),
+            "See docs/extending.md, 'A dataset'.",
+        ),
+        Kind(
+            "partitioner",
+            "fedgraph.data.partition",
+            "PARTITIONERS",
+            (),
+            ("label-skew", "louvain", "random", "users"),
+            "See docs/extending.md, 'A partitioner'.",
+        ),
+        Kind(
+            "mechanism",
+            "fedgraph.mechanisms.feature",
+            "FEATURE_MECHANISMS",
+            (),
+            ("gaussian", "laplace", "multi-bit", "one-bit", "ppm"),
+            "See docs/extending.md, 'A feature mechanism'.",
+        ),
+        Kind(
+            "strategy",
+            "fedgraph.strategies.base",
+            "STRATEGIES",
+            (),
+            ("gap", "ppgnn", "privgnn", "progap"),
+            "See docs/extending.md, 'A strategy'.",
+        ),
+    )
+}
 
 
-def check_name(kind: str, spec: object) -> Optional[str]:
+def check_name(kind: str, spec: object) -> str | None:
     """Check ``spec`` against the registry of ``kind`` without importing it, where that
     answers the question.
 
@@ -88,8 +114,9 @@ def check_name(kind: str, spec: object) -> Optional[str]:
         return None
     if has_entry_point(kind, spec):
         return None
-    raise unknown_name_error(kind, spec, [*k.builtin, *sorted(k.registered)], k.hint,
-                             quoted_from=len(k.builtin))
+    raise unknown_name_error(
+        kind, spec, [*k.builtin, *sorted(k.registered)], k.hint, quoted_from=len(k.builtin)
+    )
 
 
 def _check_import_path(kind: str, spec: str) -> None:
@@ -112,21 +139,27 @@ def _check_import_path(kind: str, spec: str) -> None:
     if module.endswith(".py"):
         file = Path(module).expanduser().resolve()
         if not file.is_file():
-            raise ValueError(f"{kind}: cannot import {spec!r}: no file {file} (a relative path "
-                             f"is taken from the working directory {os.getcwd()})")
+            raise ValueError(
+                f"{kind}: cannot import {spec!r}: no file {file} (a relative path "
+                f"is taken from the working directory {os.getcwd()})"
+            )
         return
     top = module.split(".")[0]
     try:
         found = importlib.util.find_spec(top) is not None
     except (ImportError, ValueError):
         found = True  # let the import itself say what is wrong
-    if not found and not (Path(os.getcwd()) / top).exists() and \
-            not (Path(os.getcwd()) / f"{top}.py").exists():
-        raise ValueError(f"{kind}: cannot import {spec!r}: ModuleNotFoundError: No module "
-                         f"named {top!r}")
+    if (
+        not found
+        and not (Path(os.getcwd()) / top).exists()
+        and not (Path(os.getcwd()) / f"{top}.py").exists()
+    ):
+        raise ValueError(
+            f"{kind}: cannot import {spec!r}: ModuleNotFoundError: No module named {top!r}"
+        )
 
 
-def dataset_spec(name: object) -> Optional[str]:
+def dataset_spec(name: object) -> str | None:
     """:func:`fedgraph.data.dataset_spec` where it needs no import: a built-in name
     (lower-cased), ``facebook100:<College>``, an unknown name (raises ``ValueError``);
     ``synthetic-sbm:...`` (:func:`fedgraph.data.synthetic.sbm_spec`); ``None`` for the rest
@@ -148,10 +181,10 @@ def dataset_spec(name: object) -> Optional[str]:
 #: Nodes of the built-in datasets whose graph does not depend on the run config (as
 #: :func:`fedgraph.data.load_dataset` returns them; ``tests/test_fast_config.py`` checks them
 #: against the loaders where the files are present), for config errors before any import.
-NUM_NODES: dict[str, int] = {'cora': 2708, 'citeseer': 3327, 'facebook-pagepage': 22470}
+NUM_NODES: dict[str, int] = {"cora": 2708, "citeseer": 3327, "facebook-pagepage": 22470}
 
 
-def known_num_nodes(spec: str) -> Optional[int]:
+def known_num_nodes(spec: str) -> int | None:
     """The node count of the dataset ``spec`` (a canonical name) when it is known without
     loading it: :data:`NUM_NODES`, ``synthetic-sbm:<nodes>:...``; else ``None``."""
     if spec in NUM_NODES:
@@ -164,34 +197,39 @@ def known_num_nodes(spec: str) -> Optional[int]:
 #: Number of classes of the synthetic SBM (equal sizes up to one node).
 SBM_CLASSES = 5
 #: Dataset names of the synthetic SBM start with this.
-SBM_PREFIX = 'synthetic-sbm:'
+SBM_PREFIX = "synthetic-sbm:"
 
 
-def parse_sbm_name(name: str) -> Tuple[int, float, int]:
+def parse_sbm_name(name: str) -> tuple[int, float, int]:
     r"""``'synthetic-sbm:<nodes>:<avg_degree>[:<seed>]'`` -> ``(nodes, avg_degree, seed)``.
 
     Raises:
         ValueError: not of that form, ``nodes < 2 * SBM_CLASSES``, ``avg_degree`` not in
             ``(0, nodes - 1]`` or ``seed < 0`` (the message shows the expected form).
     """
-    form = ("expected 'synthetic-sbm:<nodes>:<avg_degree>[:<seed>]', e.g. "
-            "'synthetic-sbm:2000:10' (nodes an integer >= 10, avg_degree > 0: directed "
-            "edges per node, seed an integer >= 0, default 0)")
-    parts = name.strip().split(':')
+    form = (
+        "expected 'synthetic-sbm:<nodes>:<avg_degree>[:<seed>]', e.g. "
+        "'synthetic-sbm:2000:10' (nodes an integer >= 10, avg_degree > 0: directed "
+        "edges per node, seed an integer >= 0, default 0)"
+    )
+    parts = name.strip().split(":")
     if parts[0].strip().lower() != SBM_PREFIX[:-1] or len(parts) not in (3, 4):
         raise ValueError(f"dataset {name!r}: {form}")
     try:
-        nodes = int(parts[1].replace('_', ''))
+        nodes = int(parts[1].replace("_", ""))
         degree = float(parts[2])
         seed = int(parts[3]) if len(parts) == 4 else 0
     except ValueError:
         raise ValueError(f"dataset {name!r}: {form}") from None
     if nodes < 2 * SBM_CLASSES:
-        raise ValueError(f"dataset {name!r}: {form}; nodes must be >= {2 * SBM_CLASSES}, "
-                         f"got {nodes}")
+        raise ValueError(
+            f"dataset {name!r}: {form}; nodes must be >= {2 * SBM_CLASSES}, got {nodes}"
+        )
     if not (0 < degree <= nodes - 1) or not math.isfinite(degree):
-        raise ValueError(f"dataset {name!r}: {form}; avg_degree must lie in (0, nodes - 1] = "
-                         f"(0, {nodes - 1}], got {parts[2].strip()}")
+        raise ValueError(
+            f"dataset {name!r}: {form}; avg_degree must lie in (0, nodes - 1] = "
+            f"(0, {nodes - 1}], got {parts[2].strip()}"
+        )
     if seed < 0:
         raise ValueError(f"dataset {name!r}: {form}; seed must be >= 0, got {seed}")
     return nodes, degree, seed

@@ -28,6 +28,7 @@ take its budget, its noise or its repeat behaviour from the server:
 Nothing here reads Flower: the ClientApp keeps the authority's state between messages
 (:meth:`ClientAuthority.to_json`) and calls it from every release handler.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -38,8 +39,13 @@ from dataclasses import dataclass, field
 from .accounting.events import EVENT_TYPES, Event, check_event
 from .accounting.ledger import BUDGET_RTOL, PrivacyLedger
 
-__all__ = ["ReleaseRefused", "ClientAuthority", "check_asks_no_more", "transcript",
-           "GUARANTEE_KEYS_LOWER"]
+__all__ = [
+    "ReleaseRefused",
+    "ClientAuthority",
+    "check_asks_no_more",
+    "transcript",
+    "GUARANTEE_KEYS_LOWER",
+]
 
 
 class ReleaseRefused(ValueError):
@@ -62,12 +68,17 @@ def _lower_or_equal(name: str, asked, own, partition_id: int) -> bool:
     if asked is None or own is None:
         return False
     if name == "client_epsilons":  # only this client's own target counts
+
         def mine(v):
             return float(v[partition_id % len(v)])
+
         return mine(asked) <= mine(own)
     if isinstance(own, list):
-        return (isinstance(asked, list) and len(asked) == len(own)
-                and all(float(a) <= float(o) for a, o in zip(asked, own)))
+        return (
+            isinstance(asked, list)
+            and len(asked) == len(own)
+            and all(float(a) <= float(o) for a, o in zip(asked, own))
+        )
     return float(asked) <= float(own)
 
 
@@ -90,14 +101,16 @@ def check_asks_no_more(asked, own, partition_id: int) -> None:
             if not _lower_or_equal(name, a.get(name), o.get(name), partition_id):
                 raise ReleaseRefused(
                     f"{name.replace('_', '-')}: the request asks for {a.get(name)!r}, more "
-                    f"privacy loss than this client's own {o.get(name)!r}; refusing to release")
+                    f"privacy loss than this client's own {o.get(name)!r}; refusing to release"
+                )
         elif a.get(name) != o.get(name) and o.get(name) not in (None, ""):
             # (a key the client's own config leaves to the method, None or "", the strategy
             # may fill in, e.g. PrivGNN's calibrated sigma-votes: what the client then releases
             # is charged to its own ledger, which refuses anything past its budget)
             raise ReleaseRefused(
                 f"{name.replace('_', '-')}: the request's run config says {a.get(name)!r}, this "
-                f"client's own says {o.get(name)!r}; refusing to release")
+                f"client's own says {o.get(name)!r}; refusing to release"
+            )
 
 
 def transcript(previous: str, message_type: str, request_digest: str) -> str:
@@ -163,7 +176,8 @@ class ClientAuthority:
             return "repeat"
         raise ReleaseRefused(
             f"release {purpose!r} was already made on another request; a second release of "
-            "one purpose on other inputs would give their noise-free difference: refusing")
+            "one purpose on other inputs would give their noise-free difference: refusing"
+        )
 
     def ledger(self) -> PrivacyLedger:
         """The client's ledger: every charged event, with the client's budgets."""
@@ -192,8 +206,10 @@ class ClientAuthority:
         for i, e in enumerate(events):
             led.record(subject, f"plan{i}", e)
         if events and self._over(subject, led):
-            raise ReleaseRefused(f"{subject}: the plan's releases exceed this client's own "
-                                 f"budget {self.budgets.get(subject)!r}; refusing to release")
+            raise ReleaseRefused(
+                f"{subject}: the plan's releases exceed this client's own "
+                f"budget {self.budgets.get(subject)!r}; refusing to release"
+            )
         self.allowance[subject] = list(events)
 
     def _over(self, subject: str, led: PrivacyLedger) -> bool:
@@ -243,7 +259,8 @@ class ClientAuthority:
             if self._over(subject, led):
                 raise ReleaseRefused(
                     f"release {purpose!r} would take {subject} past this client's own budget "
-                    f"epsilon {self.budgets.get(subject)!r} (delta {self.delta:g}): refusing")
+                    f"epsilon {self.budgets.get(subject)!r} (delta {self.delta:g}): refusing"
+                )
         self.spent = trial
 
     def summary(self) -> dict[str, dict]:
@@ -251,30 +268,49 @@ class ClientAuthority:
         (functions of its plan and of how many releases the server asked for), sent with its
         replies so that the report can put them beside the server's ledger."""
         led = self.ledger()
-        return {s: {"epsilon": self.epsilon(s, led), "budget": self.budgets.get(s),
-                    "releases": sum(1 for d in self.spent.values()
-                                    if any(c[0] == s for c in d.charges))}
-                for s in led.subjects}
+        return {
+            s: {
+                "epsilon": self.epsilon(s, led),
+                "budget": self.budgets.get(s),
+                "releases": sum(
+                    1 for d in self.spent.values() if any(c[0] == s for c in d.charges)
+                ),
+            }
+            for s in led.subjects
+        }
 
     def to_json(self) -> str:
-        return json.dumps({
-            "budgets": self.budgets, "delta": self.delta, "accountant": self.accountant,
-            "spent": {p: {"request": d.request,
-                          "charges": [[s, r, _event_to_json(e)] for s, r, e in d.charges]}
-                      for p, d in self.spent.items()},
-            "allowance": {s: [_event_to_json(e) for e in es] for s, es in self.allowance.items()},
-        })
+        return json.dumps(
+            {
+                "budgets": self.budgets,
+                "delta": self.delta,
+                "accountant": self.accountant,
+                "spent": {
+                    p: {
+                        "request": d.request,
+                        "charges": [[s, r, _event_to_json(e)] for s, r, e in d.charges],
+                    }
+                    for p, d in self.spent.items()
+                },
+                "allowance": {
+                    s: [_event_to_json(e) for e in es] for s, es in self.allowance.items()
+                },
+            }
+        )
 
     @classmethod
-    def from_json(cls, text: str) -> "ClientAuthority":
+    def from_json(cls, text: str) -> ClientAuthority:
         d = json.loads(text)
-        out = cls({s: float(b) for s, b in d["budgets"].items()}, float(d["delta"]),
-                  d["accountant"])
-        out.spent = {p: _Spent(v["request"], [(s, r, _event_from_json(e))
-                                              for s, r, e in v["charges"]])
-                     for p, v in d["spent"].items()}
-        out.allowance = {s: [_event_from_json(e) for e in es]
-                         for s, es in d.get("allowance", {}).items()}
+        out = cls(
+            {s: float(b) for s, b in d["budgets"].items()}, float(d["delta"]), d["accountant"]
+        )
+        out.spent = {
+            p: _Spent(v["request"], [(s, r, _event_from_json(e)) for s, r, e in v["charges"]])
+            for p, v in d["spent"].items()
+        }
+        out.allowance = {
+            s: [_event_from_json(e) for e in es] for s, es in d.get("allowance", {}).items()
+        }
         return out
 
 

@@ -6,6 +6,7 @@ client's worker accordingly: a worker without a GPU share sees no GPU at all. So
 ``device = "auto"`` (the default) means: CUDA when this process was given a GPU, else CPU. The
 same code runs on both; CI tests the CPU path.
 """
+
 from __future__ import annotations
 
 import os
@@ -48,7 +49,8 @@ def resolve_device(requested: str = "auto") -> torch.device:
         f"False; CUDA_VISIBLE_DEVICES={visible!r}, torch {torch.__version__} built with CUDA "
         f"{torch.version.cuda}). Give each client a GPU share (federation config "
         "client-resources-num-gpus, or fedgraph run --gpus-per-client 0.1) on a machine with "
-        "a GPU and a CUDA build of torch, or set device='auto' or 'cpu'")
+        "a GPU and a CUDA build of torch, or set device='auto' or 'cpu'"
+    )
 
 
 def to_cpu(state: dict) -> dict:

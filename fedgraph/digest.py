@@ -1,10 +1,12 @@
 """One content digest of named values (tensors by dtype, shape and bytes; anything else by
 ``repr``), shared by the partition cache's graph key (:func:`fedgraph.partition_cache.
 graph_digest`) and the noise keys' data binding (:func:`fedgraph.randomness.client_data_digest`)."""
+
 from __future__ import annotations
 
 import hashlib
-from typing import Any, Iterable
+from collections.abc import Iterable
+from typing import Any
 
 
 def content_digest(items: Iterable[tuple[str, Any]]) -> str:

@@ -9,6 +9,7 @@ preflight); it lives here so that those checks sit below the config in the layer
 line; keeping them here lets the report sit below the federation (the layer contract in
 ``pyproject.toml``).
 """
+
 from __future__ import annotations
 
 

@@ -6,6 +6,7 @@ the first supernode that asks, into the partition cache (:mod:`fedgraph.partitio
 every supernode then reads only its own :class:`~fedgraph.data.ClientGraph` (one deterministic
 partition, each client takes its part).
 """
+
 from __future__ import annotations
 
 import json
@@ -19,7 +20,6 @@ if TYPE_CHECKING:  # torch is imported where it is used: ``fedgraph run`` import
     from torch import Tensor  # before Ray starts (fedgraph.simulations.cli)
 
 from .config import DataConfig
-
 
 #: the dataset facts that are public by construction: the node universe (the node-id
 #: directory), and the schema's feature and class counts (issue 28: nothing else about the
@@ -36,7 +36,7 @@ class ClientView:
     client would not know it, so it never enters a message: what a client may send about the
     dataset is :attr:`schema`."""
 
-    graph: "object"  # fedgraph.data.ClientGraph
+    graph: object  # fedgraph.data.ClientGraph
     feature_domain: tuple[float, float] | None
     statistics: dict
     num_clients: int
@@ -86,16 +86,28 @@ def _compute_views(cfg: DataConfig, budgets, shares, data=None) -> list[ClientVi
     """Every client's :class:`ClientView` (one split and partition of the whole graph)."""
     from .data import dataset_statistics
 
-    data, clients = load_federated(cfg, list(budgets) if budgets else None,
-                                   list(shares) if shares else None, data)
+    data, clients = load_federated(
+        cfg, list(budgets) if budgets else None, list(shares) if shares else None, data
+    )
     stats = dataset_statistics(data)
     test_mask = getattr(data, "test_mask", None)
-    return [ClientView(c, getattr(data, "feature_domain", None), stats, len(clients),
-                       test_mask) for c in clients]
+    return [
+        ClientView(c, getattr(data, "feature_domain", None), stats, len(clients), test_mask)
+        for c in clients
+    ]
 
 
-_GRAPH_FIELDS = ("node_ids", "x", "y", "train_mask", "val_mask", "test_mask", "edge_index",
-                 "boundary_edge_index", "levels")
+_GRAPH_FIELDS = (
+    "node_ids",
+    "x",
+    "y",
+    "train_mask",
+    "val_mask",
+    "test_mask",
+    "edge_index",
+    "boundary_edge_index",
+    "levels",
+)
 
 
 def _graph_payload(g) -> dict:
@@ -113,23 +125,33 @@ def _view_payload(view: ClientView) -> dict:
     """A :class:`ClientView` as tensors and JSON (what :mod:`fedgraph.partition_cache`
     stores; ``torch.load(weights_only=True)`` reads it back)."""
     g = view.graph
-    meta = {"client_id": g.client_id, "feature_domain": view.feature_domain,
-            "statistics": view.statistics, "num_clients": view.num_clients}
+    meta = {
+        "client_id": g.client_id,
+        "feature_domain": view.feature_domain,
+        "statistics": view.statistics,
+        "num_clients": view.num_clients,
+    }
     return {"graph": _graph_payload(g), "test_mask": view.test_mask, "meta": json.dumps(meta)}
 
 
 def _view_from_payload(payload: dict) -> ClientView:
     meta = json.loads(payload["meta"])
     domain = meta["feature_domain"]
-    return ClientView(_graph_from_payload(payload, meta),
-                      None if domain is None else tuple(domain), meta["statistics"],
-                      meta["num_clients"], payload["test_mask"])
+    return ClientView(
+        _graph_from_payload(payload, meta),
+        None if domain is None else tuple(domain),
+        meta["statistics"],
+        meta["num_clients"],
+        payload["test_mask"],
+    )
 
 
 def _check_partition_id(cfg: DataConfig, partition_id: int) -> None:
     if not 0 <= partition_id < cfg.num_clients:
-        raise ValueError(f"partition-id {partition_id} outside [0, {cfg.num_clients}): the "
-                         "federation's num-supernodes must equal the run config's num-clients")
+        raise ValueError(
+            f"partition-id {partition_id} outside [0, {cfg.num_clients}): the "
+            "federation's num-supernodes must equal the run config's num-clients"
+        )
 
 
 class NotCached(LookupError):
@@ -137,8 +159,9 @@ class NotCached(LookupError):
     without loading the dataset."""
 
 
-def _cached_payloads(cfg: DataConfig, pid: int, settings: dict, fill, data=None,
-                     compute: bool = True) -> dict[int, dict]:
+def _cached_payloads(
+    cfg: DataConfig, pid: int, settings: dict, fill, data=None, compute: bool = True
+) -> dict[int, dict]:
     """Client ``pid``'s payload from the partition cache (:mod:`fedgraph.partition_cache`),
     keyed by the graph's content, ``cfg``'s data settings and the extra ``settings``; on a
     miss ``fill(graph)`` computes every client's payload from the loaded graph (``data`` if
@@ -169,9 +192,18 @@ def _cached_payloads(cfg: DataConfig, pid: int, settings: dict, fill, data=None,
     if digest is None:
         digest = pc.graph_digest(graph())
         pc.remember_graph_digest(root, source, digest)
-    key_settings = {k: getattr(cfg, k) for k in ("dataset", "split", "partitioner",
-                                                "num_clients", "alpha", "min_class_size",
-                                                "seed")}
+    key_settings = {
+        k: getattr(cfg, k)
+        for k in (
+            "dataset",
+            "split",
+            "partitioner",
+            "num_clients",
+            "alpha",
+            "min_class_size",
+            "seed",
+        )
+    }
     key_settings.update(settings)
     key = pc.entry_digest(key_settings, digest, pc.code_digest())
 
@@ -183,14 +215,19 @@ def _cached_payloads(cfg: DataConfig, pid: int, settings: dict, fill, data=None,
     return pc.load_part(root, key, pid, fill_entry)
 
 
-def _cached_views(cfg: DataConfig, pid: int, budgets, shares, data=None,
-                  compute: bool = True) -> dict[int, ClientView]:
+def _cached_views(
+    cfg: DataConfig, pid: int, budgets, shares, data=None, compute: bool = True
+) -> dict[int, ClientView]:
     """Client ``pid``'s view from the partition cache (:func:`_cached_payloads`); on a miss
     every client's, computed (from ``data``, the loaded graph, if given) and stored."""
     payloads = _cached_payloads(
-        cfg, pid, {"budgets": budgets, "shares": shares},
+        cfg,
+        pid,
+        {"budgets": budgets, "shares": shares},
         lambda graph: [_view_payload(v) for v in _compute_views(cfg, budgets, shares, graph)],
-        data, compute)
+        data,
+        compute,
+    )
     return {i: _view_from_payload(p) for i, p in payloads.items()}
 
 
@@ -210,15 +247,28 @@ def privgnn_client_graph(cfg, partition_id: int, data=None):
     _check_partition_id(cfg, partition_id)
     parts = _client_views(pg.data_key(cfg), None, None)
     if partition_id not in parts:
+
         def fill(graph):
             _, clients, stats = pg.federation(cfg, graph)
-            return [{"graph": _graph_payload(c),
-                     "meta": json.dumps({"client_id": c.client_id, "statistics": stats})}
-                    for c in clients]
+            return [
+                {
+                    "graph": _graph_payload(c),
+                    "meta": json.dumps({"client_id": c.client_id, "statistics": stats}),
+                }
+                for c in clients
+            ]
 
-        payloads = _cached_payloads(cfg, partition_id, {
-            "method": "privgnn", "public_fraction": cfg.public_fraction,
-            "public_test_fraction": cfg.public_test_fraction}, fill, data)
+        payloads = _cached_payloads(
+            cfg,
+            partition_id,
+            {
+                "method": "privgnn",
+                "public_fraction": cfg.public_fraction,
+                "public_test_fraction": cfg.public_test_fraction,
+            },
+            fill,
+            data,
+        )
         for i, p in payloads.items():
             meta = json.loads(p["meta"])
             parts[i] = (_graph_from_payload(p, meta), meta["statistics"])
@@ -231,8 +281,9 @@ def _client_views(key: str, budgets: tuple | None, shares: tuple | None) -> dict
     return {}
 
 
-def client_view(cfg: DataConfig, partition_id: int, budgets=None, shares=None, data=None,
-                compute: bool = True) -> ClientView:
+def client_view(
+    cfg: DataConfig, partition_id: int, budgets=None, shares=None, data=None, compute: bool = True
+) -> ClientView:
     """This supernode's :class:`ClientView`: read from the partition cache
     (:mod:`fedgraph.partition_cache`: the whole graph is split and partitioned once, by the
     first client to ask, and each client reads only its own part), then kept per data config
@@ -272,7 +323,8 @@ def check_feature_budgets(cfg, mech) -> None:
                 f"mechanism: {cfg.mechanism!r} spends epsilon {spent:g} on a level-{level} "
                 f"user's features{on_labels}, above that level's budget {budget:g} (budgets "
                 f"{', '.join(f'{b:g}' for b in cfg.budgets)}); allowed: a spend of at most "
-                f"each level's budget{' less label-epsilon' if label else ''}")
+                f"each level's budget{' less label-epsilon' if label else ''}"
+            )
 
 
 def preflight(cfg) -> dict:
@@ -323,19 +375,23 @@ def _preflight(cfg) -> dict:
 
         try:
             with FileLock(str(user_cache_dir() / ".load.lock")):
-                data = load_dataset(cfg.dataset, cfg.data_root or None,
-                                    min_class_size=cfg.min_class_size)
+                data = load_dataset(
+                    cfg.dataset, cfg.data_root or None, min_class_size=cfg.min_class_size
+                )
         except (FileNotFoundError, ValueError) as err:
             raise ConfigError(f"dataset/data-root: {err}") from None
         except Exception as err:  # noqa: BLE001 - a user loader's own failure: bad input too
-            raise ConfigError(f"dataset: loading {cfg.dataset!r} failed: "
-                              f"{type(err).__name__}: {err}") from err
+            raise ConfigError(
+                f"dataset: loading {cfg.dataset!r} failed: {type(err).__name__}: {err}"
+            ) from err
         stats, domain = dataset_statistics(data), getattr(data, "feature_domain", None)
     if getattr(cfg, "mechanism", None) is not None and domain is None:
-        raise ConfigError(f"dataset: {cfg.dataset!r} has no public feature domain, and PPGNN's "
-                          "local feature mechanisms need one (the range every feature lies "
-                          "in): set feature_domain on the graph (a files dataset: "
-                          "feature_domain = [low, high] in its graph.toml)")
+        raise ConfigError(
+            f"dataset: {cfg.dataset!r} has no public feature domain, and PPGNN's "
+            "local feature mechanisms need one (the range every feature lies "
+            "in): set feature_domain on the graph (a files dataset: "
+            "feature_domain = [low, high] in its graph.toml)"
+        )
     if getattr(cfg, "mechanism", None) is not None:  # PPGNN: what the mechanism declares
         from .mechanisms import check_mechanism
         from .methods.ppgnn import build_mechanism
@@ -356,8 +412,10 @@ def _preflight(cfg) -> dict:
 
         resolve_device("cuda")  # ConfigError naming the key 'device'
     if cfg.num_clients > stats["num_nodes"]:
-        raise ConfigError(f"num-clients: must lie in [1, {stats['num_nodes']}] for dataset "
-                          f"{cfg.dataset!r} (one node at least per client), got {cfg.num_clients}")
+        raise ConfigError(
+            f"num-clients: must lie in [1, {stats['num_nodes']}] for dataset "
+            f"{cfg.dataset!r} (one node at least per client), got {cfg.num_clients}"
+        )
     check_nonempty(cfg, data)
     check_epsilons_reachable(cfg, data)
     if getattr(cfg, "method", None) == "privgnn":  # K within every client's expected sample
@@ -391,10 +449,12 @@ def _views_without_loading(cfg) -> list[ClientView] | None:
 #: public config and their public count of training nodes (``<method>.privacy.epsilon_floor``)
 _CALIBRATED = ("gap", "progap")
 #: what else lowers a calibrated method's floor, in its own keys
-_FEWER = {("gap", "edge"): "fewer hops",
-          ("gap", "node"): "fewer hops, encoder-rounds, classifier-rounds or local-epochs",
-          ("progap", "edge"): "a smaller depth",
-          ("progap", "node"): "a smaller depth, fewer epochs or local-epochs"}
+_FEWER = {
+    ("gap", "edge"): "fewer hops",
+    ("gap", "node"): "fewer hops, encoder-rounds, classifier-rounds or local-epochs",
+    ("progap", "edge"): "a smaller depth",
+    ("progap", "node"): "a smaller depth, fewer epochs or local-epochs",
+}
 
 
 def check_epsilons_reachable(cfg, data=None) -> None:
@@ -433,7 +493,8 @@ def check_epsilons_reachable(cfg, data=None) -> None:
                 f"even at the largest noise multiplier its calibration searches, its releases "
                 f"spend epsilon {floors[n]:.4g} (delta {cfg.delta:g}, {method} at "
                 f"{cfg.level} level); allowed: epsilon >= {floors[n]:.4g} (or 'inf'), or a "
-                f"larger delta, or {_FEWER[method, cfg.level]}")
+                f"larger delta, or {_FEWER[method, cfg.level]}"
+            )
 
 
 def _check_an_answer_is_affordable(cfg) -> None:
@@ -455,14 +516,18 @@ def _check_an_answer_is_affordable(cfg) -> None:
     targets = [cfg.client_epsilon(pid) for pid in range(cfg.num_clients)]
     shared = ensemble and cfg.secure_aggregation  # client_limit: the strictest binds everyone
     binding = min(targets) if shared else max(targets)
-    which = ("the strictest target (with secure-aggregation every client answers as many as "
-             "it allows)" if shared else "the largest target")
+    which = (
+        "the strictest target (with secure-aggregation every client answers as many as it allows)"
+        if shared
+        else "the largest target"
+    )
     knobs = "a larger sigma-votes or sigma-threshold" if ensemble else "a smaller lam"
     raise ConfigError(
         f"client-epsilons: no client can answer a single query: {which} is epsilon "
         f"{binding:g}, and one {'released histogram' if ensemble else 'answer'} spends "
         f"epsilon {cost:.4g} (delta {cfg.delta:g}); allowed: epsilon >= {cost:.4g} (or 'inf'), "
-        f"or {knobs}, or a larger delta")
+        f"or {knobs}, or a larger delta"
+    )
 
 
 def check_nonempty(cfg, data=None) -> None:
@@ -488,16 +553,20 @@ def check_nonempty(cfg, data=None) -> None:
             raise ConfigError(
                 f"split: the {split} split of dataset {cfg.dataset!r} is empty under split "
                 f"{cfg.split!r} ({views[0].statistics['num_nodes']} nodes): use a larger graph "
-                "or another split")
+                "or another split"
+            )
     for pid, v in enumerate(views):
         if v.graph.num_nodes == 0:
-            raise ConfigError(f"num-clients: client {pid} holds no node under partitioner "
-                              f"{cfg.partitioner!r}: use fewer clients (num-clients = "
-                              f"{cfg.num_clients}) or another partitioner")
+            raise ConfigError(
+                f"num-clients: client {pid} holds no node under partitioner "
+                f"{cfg.partitioner!r}: use fewer clients (num-clients = "
+                f"{cfg.num_clients}) or another partitioner"
+            )
         for split in _CLIENT_SPLITS[method]:
             if int(getattr(v.graph, f"{split}_mask").sum()) == 0:
                 raise ConfigError(
                     f"num-clients: client {pid} holds no {split} node (split {cfg.split!r}, "
                     f"partitioner {cfg.partitioner!r}, {cfg.num_clients} clients): method "
                     f"{method!r} trains on every client; use fewer clients or another "
-                    "partitioner")
+                    "partitioner"
+                )

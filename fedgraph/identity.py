@@ -35,6 +35,7 @@ keys or the directory: it relays the signed public keys as it receives them
 
 Plain stdlib and ``cryptography``; no torch, no Flower.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -42,9 +43,9 @@ import hmac
 import json
 import os
 import re
+from collections.abc import Mapping, MutableMapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Mapping, MutableMapping
 
 from cryptography.exceptions import InvalidSignature
 from cryptography.hazmat.primitives import serialization
@@ -81,8 +82,9 @@ class Identity:
 
     @property
     def public_key(self) -> bytes:
-        return Ed25519PrivateKey.from_private_bytes(self.private_key).public_key() \
-            .public_bytes_raw()
+        return (
+            Ed25519PrivateKey.from_private_bytes(self.private_key).public_key().public_bytes_raw()
+        )
 
     def sign(self, statement: bytes) -> bytes:
         return Ed25519PrivateKey.from_private_bytes(self.private_key).sign(statement)
@@ -105,8 +107,9 @@ def key_label(method: str) -> str:
     return f"query.{method}_keys"
 
 
-def key_statement(run_id: int, method: str, partition_id: int, public_key: bytes,
-                  label: str) -> bytes:
+def key_statement(
+    run_id: int, method: str, partition_id: int, public_key: bytes, label: str
+) -> bytes:
     """What a client signs for its fresh X25519 ``public_key``: the domain, the run id, the
     method, its partition id and the label (NUL-separated, none may hold a NUL), then the key.
     A signature for one run, method, partition or label verifies for no other."""
@@ -119,8 +122,11 @@ def key_statement(run_id: int, method: str, partition_id: int, public_key: bytes
 def derive_identity_key(secret: bytes, partition_id: int) -> bytes:
     """Client ``partition_id``'s Ed25519 private key (raw 32 bytes) from the simulation's
     provisioning secret: HMAC-SHA256(secret, "fedgraph identity key" || partition id)."""
-    return hmac.new(bytes(secret), b"fedgraph identity key\x00" + str(int(partition_id)).encode(),
-                    hashlib.sha256).digest()
+    return hmac.new(
+        bytes(secret),
+        b"fedgraph identity key\x00" + str(int(partition_id)).encode(),
+        hashlib.sha256,
+    ).digest()
 
 
 def ensure_simulation_secret(environ: MutableMapping[str, str] | None = None) -> str:
@@ -145,8 +151,11 @@ class _DerivedDirectory(Mapping):
         if not 0 <= pid < self._n:
             raise KeyError(pid)
         if pid not in self._keys:
-            self._keys[pid] = Ed25519PrivateKey.from_private_bytes(
-                derive_identity_key(self._secret, pid)).public_key().public_bytes_raw()
+            self._keys[pid] = (
+                Ed25519PrivateKey.from_private_bytes(derive_identity_key(self._secret, pid))
+                .public_key()
+                .public_bytes_raw()
+            )
         return self._keys[pid]
 
     def __contains__(self, pid) -> bool:
@@ -164,20 +173,26 @@ def _load_private(value: str) -> bytes:
         return bytes.fromhex(value.strip())
     path = Path(value).expanduser()
     if not path.is_file():
-        raise IdentityError(f"node config {IDENTITY_KEY_NODE!r}: no file {str(path)!r} (give "
-                            "the path of the client's Ed25519 private key, PEM or 32 raw "
-                            "bytes, or its 64-hex-digit seed)")
+        raise IdentityError(
+            f"node config {IDENTITY_KEY_NODE!r}: no file {str(path)!r} (give "
+            "the path of the client's Ed25519 private key, PEM or 32 raw "
+            "bytes, or its 64-hex-digit seed)"
+        )
     data = path.read_bytes()
     if len(data) == 32:
         return data
     try:
         key = serialization.load_pem_private_key(data, password=None)
     except ValueError as err:
-        raise IdentityError(f"node config {IDENTITY_KEY_NODE!r}: {str(path)!r} is not an "
-                            f"Ed25519 private key ({err})") from None
+        raise IdentityError(
+            f"node config {IDENTITY_KEY_NODE!r}: {str(path)!r} is not an "
+            f"Ed25519 private key ({err})"
+        ) from None
     if not isinstance(key, Ed25519PrivateKey):
-        raise IdentityError(f"node config {IDENTITY_KEY_NODE!r}: {str(path)!r} holds a "
-                            f"{type(key).__name__}, not an Ed25519 key")
+        raise IdentityError(
+            f"node config {IDENTITY_KEY_NODE!r}: {str(path)!r} holds a "
+            f"{type(key).__name__}, not an Ed25519 key"
+        )
     return key.private_bytes_raw()
 
 
@@ -186,25 +201,30 @@ def _load_directory(value: str) -> dict[int, bytes]:
     try:
         raw = json.loads(path.read_text())
     except (OSError, ValueError) as err:
-        raise IdentityError(f"node config {IDENTITY_DIRECTORY_NODE!r}: cannot read {str(path)!r}"
-                            f" as JSON ({err})") from None
-    items = enumerate(raw) if isinstance(raw, list) else raw.items() \
-        if isinstance(raw, dict) else None
+        raise IdentityError(
+            f"node config {IDENTITY_DIRECTORY_NODE!r}: cannot read {str(path)!r} as JSON ({err})"
+        ) from None
+    items = (
+        enumerate(raw) if isinstance(raw, list) else raw.items() if isinstance(raw, dict) else None
+    )
     if items is None:
-        raise IdentityError(f"node config {IDENTITY_DIRECTORY_NODE!r}: {str(path)!r} must "
-                            "hold a list or an object of hex Ed25519 public keys")
+        raise IdentityError(
+            f"node config {IDENTITY_DIRECTORY_NODE!r}: {str(path)!r} must "
+            "hold a list or an object of hex Ed25519 public keys"
+        )
     out = {}
     for pid, hexkey in items:
         key = bytes.fromhex(str(hexkey))
         if len(key) != PUBLIC_BYTES:
-            raise IdentityError(f"node config {IDENTITY_DIRECTORY_NODE!r}: the key of partition "
-                                f"{pid} is not a 32-byte Ed25519 public key")
+            raise IdentityError(
+                f"node config {IDENTITY_DIRECTORY_NODE!r}: the key of partition "
+                f"{pid} is not a 32-byte Ed25519 public key"
+            )
         out[int(pid)] = key
     return out
 
 
-def client_identity(node_config: Mapping | None, partition_id: int,
-                    num_clients: int) -> Identity:
+def client_identity(node_config: Mapping | None, partition_id: int, num_clients: int) -> Identity:
     """Client ``partition_id``'s :class:`Identity`: from the node config
     (``identity-key`` and ``identity-directory``, a deployment), else from
     ``$FEDGRAPH_IDENTITY_SECRET`` (a simulation: keys and the directory of partitions
@@ -218,9 +238,11 @@ def client_identity(node_config: Mapping | None, partition_id: int,
     key_v, dir_v = nc.get(IDENTITY_KEY_NODE), nc.get(IDENTITY_DIRECTORY_NODE)
     if key_v not in (None, "") or dir_v not in (None, ""):
         if key_v in (None, "") or dir_v in (None, ""):
-            raise IdentityError(f"secure aggregation: the node config names only one of "
-                                f"{IDENTITY_KEY_NODE!r} and {IDENTITY_DIRECTORY_NODE!r}; a "
-                                "client needs both (its key, and every client's public key)")
+            raise IdentityError(
+                f"secure aggregation: the node config names only one of "
+                f"{IDENTITY_KEY_NODE!r} and {IDENTITY_DIRECTORY_NODE!r}; a "
+                "client needs both (its key, and every client's public key)"
+            )
         ident = Identity(int(partition_id), _load_private(str(key_v)), _load_directory(dir_v))
     else:
         secret = os.environ.get(IDENTITY_ENV, "")
@@ -231,18 +253,35 @@ def client_identity(node_config: Mapping | None, partition_id: int,
                 f"(flower-supernode --node-config), or, in a simulation, the environment "
                 f"variable {IDENTITY_ENV} of the client processes (`fedgraph run` creates it; "
                 f"under `flwr run` export it first, e.g. python -c 'import secrets; "
-                f"print(secrets.token_hex(32))')")
+                f"print(secrets.token_hex(32))')"
+            )
         if len(secret) < MIN_SECRET_LENGTH:
-            raise IdentityError(f"${IDENTITY_ENV} has {len(secret)} characters; use at least "
-                                f"{MIN_SECRET_LENGTH} random ones")
-        ident = Identity(int(partition_id), derive_identity_key(secret.encode(), partition_id),
-                         _DerivedDirectory(secret.encode(), int(num_clients)))
+            raise IdentityError(
+                f"${IDENTITY_ENV} has {len(secret)} characters; use at least "
+                f"{MIN_SECRET_LENGTH} random ones"
+            )
+        ident = Identity(
+            int(partition_id),
+            derive_identity_key(secret.encode(), partition_id),
+            _DerivedDirectory(secret.encode(), int(num_clients)),
+        )
     if ident.directory.get(ident.partition_id) != ident.public_key:
-        raise IdentityError(f"secure aggregation: the identity directory does not hold client "
-                            f"{ident.partition_id}'s own public key (wrong directory or key)")
+        raise IdentityError(
+            f"secure aggregation: the identity directory does not hold client "
+            f"{ident.partition_id}'s own public key (wrong directory or key)"
+        )
     return ident
 
 
-__all__ = ["IDENTITY_ENV", "IDENTITY_KEY_NODE", "IDENTITY_DIRECTORY_NODE", "Identity",
-           "IdentityError", "client_identity", "derive_identity_key", "ensure_simulation_secret",
-           "key_label", "key_statement"]
+__all__ = [
+    "IDENTITY_ENV",
+    "IDENTITY_KEY_NODE",
+    "IDENTITY_DIRECTORY_NODE",
+    "Identity",
+    "IdentityError",
+    "client_identity",
+    "derive_identity_key",
+    "ensure_simulation_secret",
+    "key_label",
+    "key_statement",
+]

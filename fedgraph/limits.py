@@ -2,6 +2,7 @@
 ``fedgraph run`` refuses a config in a fraction of a second). The mechanisms
 (:mod:`fedgraph.mechanisms.ppm`, :mod:`fedgraph.mechanisms.esw`) and the config
 (:mod:`fedgraph.config`) both read them from here."""
+
 from __future__ import annotations
 
 #: the largest ESW epsilon (gamma x budget) accepted: ESW's probabilities use exp(epsilon),

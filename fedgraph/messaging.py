@@ -10,6 +10,7 @@ holding a reference).
 Flower, numpy and torch are imported where they are used: ``fedgraph run`` imports the strategies
 before Ray starts (fedgraph.simulations.cli).
 """
+
 from __future__ import annotations
 
 import json
@@ -25,6 +26,7 @@ if TYPE_CHECKING:
 
 from .errors import ClientFailure
 
+
 def push_message(grid, message_type: str, node: int, content) -> str:
     """Send one message now, ahead of the exchange it belongs to: a later :func:`send_to_all`
     collects its reply (its ``pushed``). For a server that can build one client's next message
@@ -32,13 +34,20 @@ def push_message(grid, message_type: str, node: int, content) -> str:
     message id."""
     from flwr.app import Message
 
-    (message_id,) = grid.push_messages([Message(content=content, dst_node_id=node,
-                                                message_type=message_type)])
+    (message_id,) = grid.push_messages(
+        [Message(content=content, dst_node_id=node, message_type=message_type)]
+    )
     return message_id
 
 
-def send_to_all(grid, message_type: str, contents: dict[int, "object"], timeout: float,
-                on_reply=None, pushed: dict[int, str] | None = None):
+def send_to_all(
+    grid,
+    message_type: str,
+    contents: dict[int, object],
+    timeout: float,
+    on_reply=None,
+    pushed: dict[int, str] | None = None,
+):
     """Send one message per node (``contents``: node id -> RecordDict) and wait for all replies.
 
     ``on_reply(node, content)``, if given, is called for every reply in the order of
@@ -63,10 +72,12 @@ def send_to_all(grid, message_type: str, contents: dict[int, "object"], timeout:
 
     pushed = dict(pushed or {})
     if set(pushed) & set(contents):
-        raise ValueError(f"nodes both pushed and in contents: "
-                         f"{sorted(set(pushed) & set(contents))}")
-    messages = [Message(content=c, dst_node_id=n, message_type=message_type)
-                for n, c in contents.items()]
+        raise ValueError(
+            f"nodes both pushed and in contents: {sorted(set(pushed) & set(contents))}"
+        )
+    messages = [
+        Message(content=c, dst_node_id=n, message_type=message_type) for n, c in contents.items()
+    ]
     nodes = list(pushed) + [n for n in contents if n not in pushed]
     stream = _InOrder(nodes, message_type, on_reply)
     streams = getattr(grid, "streams_replies", False)
@@ -74,8 +85,9 @@ def send_to_all(grid, message_type: str, contents: dict[int, "object"], timeout:
         raise ValueError("pushed: messages sent ahead need a grid that streams its replies")
     if streams and (on_reply is not None or pushed):
         ahead = {"pushed": list(pushed.values())} if pushed else {}
-        replies = list(grid.send_and_receive(messages, timeout=timeout, on_reply=stream.arrived,
-                                             **ahead))
+        replies = list(
+            grid.send_and_receive(messages, timeout=timeout, on_reply=stream.arrived, **ahead)
+        )
     else:
         replies = list(grid.send_and_receive(messages, timeout=timeout))
     out, failed = {}, {}
@@ -99,8 +111,11 @@ def send_to_all(grid, message_type: str, contents: dict[int, "object"], timeout:
         lines = [f"{n} client(s): {c}" for c, n in causes.items()]
         if missing:
             lines.append(f"{len(missing)} client(s): no reply within {timeout:g} s")
-        raise ClientFailure(f"{message_type} failed on {len(failed) + len(missing)} of "
-                            f"{len(nodes)} clients: " + "; ".join(lines), replies=out)
+        raise ClientFailure(
+            f"{message_type} failed on {len(failed) + len(missing)} of "
+            f"{len(nodes)} clients: " + "; ".join(lines),
+            replies=out,
+        )
     return out
 
 
@@ -132,8 +147,12 @@ class _InOrder:
             raise self.failure
 
     def _advance(self) -> None:
-        while not self.stopped and self.failure is None and self.done < len(self.order) and \
-                self.order[self.done] in self.contents:
+        while (
+            not self.stopped
+            and self.failure is None
+            and self.done < len(self.order)
+            and self.order[self.done] in self.contents
+        ):
             node = self.order[self.done]
             content = self.contents[node]
             label = client_label(node, content)
@@ -148,7 +167,8 @@ class _InOrder:
                 except Exception as err:  # noqa: BLE001 - a reply the server cannot use
                     self.failure = ClientFailure(
                         f"{self.message_type}: {label} sent a reply the server cannot use: "
-                        f"{type(err).__name__}: {err}")
+                        f"{type(err).__name__}: {err}"
+                    )
                     self.failure.__cause__ = err
                     return
             self.done += 1
@@ -207,8 +227,10 @@ def check_finite_reply(content, client: str, message_type: str = "reply") -> Non
             items, allow_inf = _bulk_arrays(record).items(), False
         for key, value in items:
             if _non_finite(value, allow_inf):
-                raise ClientFailure(f"{message_type}: {client} replied with a non-finite value "
-                                    f"(NaN or inf) in {name}[{key!r}]")
+                raise ClientFailure(
+                    f"{message_type}: {client} replied with a non-finite value "
+                    f"(NaN or inf) in {name}[{key!r}]"
+                )
 
 
 _ANSI = re.compile(r"\x1b\[[0-9;]*m")
@@ -245,18 +267,24 @@ def wait_for_nodes(grid, num_nodes: int, timeout: float = 60.0) -> list[int]:
         if len(nodes) != seen:
             seen, seen_at = len(nodes), time.time()
         if simulated and 0 < len(nodes) < num_nodes and time.time() - seen_at > SETTLE_S:
-            raise ClientFailure(f"the simulation has {len(nodes)} supernodes but the run config "
-                                f"has num-clients={num_nodes}; set num-supernodes={num_nodes} in "
-                                "the federation config (or num-clients to match)")
+            raise ClientFailure(
+                f"the simulation has {len(nodes)} supernodes but the run config "
+                f"has num-clients={num_nodes}; set num-supernodes={num_nodes} in "
+                "the federation config (or num-clients to match)"
+            )
         if len(nodes) > num_nodes:
-            raise ClientFailure(f"{len(nodes)} supernodes are connected but the run config has "
-                                f"num-clients={num_nodes}; set num-supernodes={num_nodes} in the "
-                                "federation config (or num-clients to match)")
+            raise ClientFailure(
+                f"{len(nodes)} supernodes are connected but the run config has "
+                f"num-clients={num_nodes}; set num-supernodes={num_nodes} in the "
+                "federation config (or num-clients to match)"
+            )
         if len(nodes) == num_nodes:
             return nodes
         if time.time() - start > timeout:
-            raise ClientFailure(f"only {len(nodes)} of {num_nodes} supernodes connected; set "
-                                "num-supernodes equal to the run config's num-clients")
+            raise ClientFailure(
+                f"only {len(nodes)} of {num_nodes} supernodes connected; set "
+                "num-supernodes equal to the run config's num-clients"
+            )
         time.sleep(0.5)
 
 
@@ -270,9 +298,14 @@ def worker_info(partition_id: int) -> str:
 
     import torch
 
-    info = {"partition_id": int(partition_id), "hostname": socket.gethostname(),
-            "pid": os.getpid(), "device": "cuda" if torch.cuda.is_available() else "cpu",
-            "ray_node_id": None, "ray_node_ip": None}
+    info = {
+        "partition_id": int(partition_id),
+        "hostname": socket.gethostname(),
+        "pid": os.getpid(),
+        "device": "cuda" if torch.cuda.is_available() else "cpu",
+        "ray_node_id": None,
+        "ray_node_ip": None,
+    }
     try:
         import ray
 
@@ -324,7 +357,7 @@ def array_view(array):
     return view
 
 
-def array_record(tensors: dict[str, "Tensor"]):
+def array_record(tensors: dict[str, Tensor]):
     """``ArrayRecord(tensors)`` (CPU tensors, any dtype numpy has) with one copy of each
     tensor's bytes instead of ``np.save``'s two (into a ``BytesIO`` that grows, then out of it):
     the same ``.npy`` bytes, so any reader (``Array.numpy``, :func:`array_view`) decodes them
@@ -341,8 +374,9 @@ def array_record(tensors: dict[str, "Tensor"]):
         head = io.BytesIO()
         npy.write_array_header_1_0(head, npy.header_data_from_array_1_0(a))
         data = head.getvalue() + (memoryview(a.reshape(-1)).cast("B") if a.size else b"")
-        arrays[name] = Array(dtype=str(a.dtype), shape=tuple(a.shape), stype="numpy.ndarray",
-                             data=data)
+        arrays[name] = Array(
+            dtype=str(a.dtype), shape=tuple(a.shape), stype="numpy.ndarray", data=data
+        )
     return ArrayRecord(arrays)
 
 
@@ -376,7 +410,7 @@ def object_store_available() -> bool:
     return ray is not None and ray.is_initialized()
 
 
-def bulk_record(tensors: dict[str, "Tensor"], slot=None):
+def bulk_record(tensors: dict[str, Tensor], slot=None):
     """The record of a message's large tensors (a GAP client's PMA release, the server's
     routed sums: 54 MB and 16 MB per client and hop at 1e6 nodes): ``slot=None``:
     :func:`array_record`; else (a Ray simulation whose other end reads the object store,
@@ -445,12 +479,14 @@ def _bulk_arrays(record) -> dict:
     import ray
 
     if not object_store_available():
-        raise RuntimeError("a bulk record refers to Ray's object store, but this process is "
-                           "not connected to a Ray cluster")
+        raise RuntimeError(
+            "a bulk record refers to Ray's object store, but this process is "
+            "not connected to a Ray cluster"
+        )
     return dict(ray.get(ray.cloudpickle.loads(bytes(record[OBJECT_REF]))))
 
 
-def bulk_tensors(record) -> dict[str, "Tensor"]:
+def bulk_tensors(record) -> dict[str, Tensor]:
     """The tensors of a :func:`bulk_record` (or of any ArrayRecord), read-only and without a
     copy (:func:`read_only_tensors`; from the object store: views of its shared memory).
     Writing to one is undefined; :func:`tensors` copies an ArrayRecord.

@@ -36,6 +36,7 @@ Privacy: the entries hold every client's private data (features, labels, edges),
 dataset files themselves do; the folders are created ``0700``. Only the simulation harness
 (the client processes of this machine) reads them; no strategy does.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -45,8 +46,8 @@ import logging
 import os
 import shutil
 import sys
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable, Optional
 
 log = logging.getLogger(__name__)
 
@@ -55,17 +56,27 @@ FORMAT = 1
 ENV = "FEDGRAPH_PARTITION_CACHE"
 #: bytes of entries kept (``$FEDGRAPH_PARTITION_CACHE_MAX_GB``, default 4 GiB); beyond it
 #: the least recently used entries are removed (the newest is always kept)
-MAX_BYTES = int(float(os.environ.get("FEDGRAPH_PARTITION_CACHE_MAX_GB", "4")) * 2 ** 30)
+MAX_BYTES = int(float(os.environ.get("FEDGRAPH_PARTITION_CACHE_MAX_GB", "4")) * 2**30)
 #: modules whose source decides what the parts hold (a changed one is a miss)
-CODE_MODULES = ("fedgraph.data.splits", "fedgraph.data.partition", "fedgraph.data.levels",
-                "fedgraph.data.datasets", "fedgraph.data.paths", "fedgraph.data.synthetic",
-                "fedgraph.data.normal_form", "fedgraph.data.raw_folders",
-                "fedgraph.data.pyg_loaders", "fedgraph.data.ogbn", "fedgraph.data.facebook100",
-                "fedgraph.data.user_graphs", "fedgraph.federation",
-                "fedgraph.partition_cache")
+CODE_MODULES = (
+    "fedgraph.data.splits",
+    "fedgraph.data.partition",
+    "fedgraph.data.levels",
+    "fedgraph.data.datasets",
+    "fedgraph.data.paths",
+    "fedgraph.data.synthetic",
+    "fedgraph.data.normal_form",
+    "fedgraph.data.raw_folders",
+    "fedgraph.data.pyg_loaders",
+    "fedgraph.data.ogbn",
+    "fedgraph.data.facebook100",
+    "fedgraph.data.user_graphs",
+    "fedgraph.federation",
+    "fedgraph.partition_cache",
+)
 
 
-def cache_dir() -> Optional[Path]:
+def cache_dir() -> Path | None:
     """The cache folder (``$FEDGRAPH_PARTITION_CACHE``; ``off``/``0``/``false``: ``None``,
     no cache; unset: ``<user cache>/fedgraph/partitions``)."""
     value = os.environ.get(ENV, "").strip()
@@ -143,7 +154,7 @@ def _mkdir_private(path: Path) -> None:
     path.mkdir(parents=True, exist_ok=True, mode=0o700)
 
 
-def known_graph_digest(root: Path, source_key: Optional[str]) -> Optional[str]:
+def known_graph_digest(root: Path, source_key: str | None) -> str | None:
     """The content digest recorded for ``source_key`` (:func:`source_key`), if any."""
     if source_key is None:
         return None
@@ -153,14 +164,15 @@ def known_graph_digest(root: Path, source_key: Optional[str]) -> Optional[str]:
         return None
 
 
-def remember_graph_digest(root: Path, source_key: Optional[str], digest: str) -> None:
+def remember_graph_digest(root: Path, source_key: str | None, digest: str) -> None:
     if source_key is not None:
         _mkdir_private(root / "graphs")
-        _write_atomic(root / "graphs" / f"{source_key}.json",
-                      json.dumps({"graph": digest}).encode())
+        _write_atomic(
+            root / "graphs" / f"{source_key}.json", json.dumps({"graph": digest}).encode()
+        )
 
 
-def source_key(dataset: str, data_root: Optional[str], min_class_size: int) -> Optional[str]:
+def source_key(dataset: str, data_root: str | None, min_class_size: int) -> str | None:
     """A key for the dataset's input files as they are now (names, sizes, mtimes, inodes) and
     the loaders' code; ``None`` when the inputs are not known (a user loader)."""
     from .data.paths import dataset_inputs
@@ -168,20 +180,31 @@ def source_key(dataset: str, data_root: Optional[str], min_class_size: int) -> O
     paths = dataset_inputs(dataset, data_root or None)
     if paths is None:
         return None
-    payload = json.dumps({"format": FORMAT, "dataset": dataset, "min_class_size": min_class_size,
-                          "inputs": _inputs_stat(paths), "code": code_digest()}, sort_keys=True)
+    payload = json.dumps(
+        {
+            "format": FORMAT,
+            "dataset": dataset,
+            "min_class_size": min_class_size,
+            "inputs": _inputs_stat(paths),
+            "code": code_digest(),
+        },
+        sort_keys=True,
+    )
     return hashlib.sha256(payload.encode()).hexdigest()[:40]
 
 
 def entry_digest(settings: dict, graph: str, code: str) -> str:
     """The entry's name: SHA-256 of the data ``settings`` (split, partitioner, seed, number
     of clients, levels, ...), the ``graph`` content digest and the ``code`` digest."""
-    payload = json.dumps({"format": FORMAT, "settings": settings, "graph": graph, "code": code},
-                         sort_keys=True, default=str)
+    payload = json.dumps(
+        {"format": FORMAT, "settings": settings, "graph": graph, "code": code},
+        sort_keys=True,
+        default=str,
+    )
     return hashlib.sha256(payload.encode()).hexdigest()[:40]
 
 
-def read_part(entry: Path, pid: int) -> Optional[dict]:
+def read_part(entry: Path, pid: int) -> dict | None:
     """Client ``pid``'s payload from ``entry``, or ``None`` when the entry is incomplete, the
     part's bytes do not match the manifest, or it does not load (logged)."""
     import torch
@@ -192,8 +215,9 @@ def read_part(entry: Path, pid: int) -> Optional[dict]:
             return None
         blob = (entry / f"part-{pid}.pt").read_bytes()
         if hashlib.sha256(blob).hexdigest() != manifest["parts"][str(pid)]:
-            log.warning("partition cache: %s part %d does not match its manifest; recomputing",
-                        entry, pid)
+            log.warning(
+                "partition cache: %s part %d does not match its manifest; recomputing", entry, pid
+            )
             return None
         payload = torch.load(io.BytesIO(blob), weights_only=True)
         os.utime(entry / "manifest.json")  # last use, for pruning
@@ -201,8 +225,13 @@ def read_part(entry: Path, pid: int) -> Optional[dict]:
     except FileNotFoundError:
         return None
     except Exception as err:  # noqa: BLE001 - a damaged entry is recomputed
-        log.warning("partition cache: cannot read %s part %d (%s: %s); recomputing", entry, pid,
-                    type(err).__name__, err)
+        log.warning(
+            "partition cache: cannot read %s part %d (%s: %s); recomputing",
+            entry,
+            pid,
+            type(err).__name__,
+            err,
+        )
         return None
 
 
@@ -218,8 +247,9 @@ def write_entry(entry: Path, payloads: list[dict]) -> None:
         blob = buf.getvalue()
         _write_atomic(entry / f"part-{pid}.pt", blob)
         digests[str(pid)] = hashlib.sha256(blob).hexdigest()
-    _write_atomic(entry / "manifest.json",
-                  json.dumps({"format": FORMAT, "parts": digests}).encode())
+    _write_atomic(
+        entry / "manifest.json", json.dumps({"format": FORMAT, "parts": digests}).encode()
+    )
 
 
 def _compact(obj):
@@ -251,8 +281,9 @@ def prune(root: Path, max_bytes: int | None = None) -> None:
             (root / f"{d.name}.lock").unlink(missing_ok=True)
 
 
-def load_part(root: Path, digest: str, pid: int,
-              compute: Callable[[], list[dict]]) -> dict[int, dict]:
+def load_part(
+    root: Path, digest: str, pid: int, compute: Callable[[], list[dict]]
+) -> dict[int, dict]:
     """Client ``pid``'s payload from the entry ``digest`` under ``root``; on a miss,
     ``compute()`` every client's payload under the entry's lock (another process may have
     written it meanwhile: then it is read), write the entry and return all of them.

@@ -11,6 +11,7 @@ helpers (:func:`descendants`, :func:`kill_descendants`) need none.
 Units: bytes unless a name says otherwise (``_mib``: 2**20 bytes, ``_gib``: 2**30 bytes);
 seconds of wall time (``time.perf_counter``).
 """
+
 from __future__ import annotations
 
 import ctypes
@@ -21,23 +22,41 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Callable, Iterator, Optional
 
 #: where Linux mounts procfs and sysfs (kernel interfaces, not project paths)
 PROCFS = Path("/proc")
 SYSFS = Path("/sys")
 
-__all__ = ["MIB", "GIB", "PhaseTimer", "TreeSampler", "alive", "become_subreaper",
-           "descendants", "die_with_parent", "have_psutil", "kill_descendants", "kill_tree",
-           "end_group", "peak_rss_bytes", "peak_rss_gib", "peak_rss_mib", "signal_group",
-           "terminate_leftovers", "tree", "tree_rss"]
+__all__ = [
+    "MIB",
+    "GIB",
+    "PhaseTimer",
+    "TreeSampler",
+    "alive",
+    "become_subreaper",
+    "descendants",
+    "die_with_parent",
+    "have_psutil",
+    "kill_descendants",
+    "kill_tree",
+    "end_group",
+    "peak_rss_bytes",
+    "peak_rss_gib",
+    "peak_rss_mib",
+    "signal_group",
+    "terminate_leftovers",
+    "tree",
+    "tree_rss",
+]
 
-MIB, GIB = 2 ** 20, 2 ** 30
+MIB, GIB = 2**20, 2**30
 
 
 # ------------------------------------------------------------------- this process's memory
+
 
 def peak_rss_bytes(children: bool = False) -> int:
     """Peak resident set size in bytes of this process (``getrusage(RUSAGE_SELF)``) or, with
@@ -59,6 +78,7 @@ def peak_rss_gib(children: bool = False) -> float:
 
 
 # ------------------------------------------------------------------- phases' wall time
+
 
 class PhaseTimer:
     """Wall seconds of named phases of one computation (``seconds[name]``, summed when a
@@ -91,6 +111,7 @@ class PhaseTimer:
 
 # ------------------------------------------------------------------- a sampled process tree
 
+
 def have_psutil() -> bool:
     """Whether ``psutil`` can be imported (the tree functions below need it)."""
     import importlib.util
@@ -98,7 +119,7 @@ def have_psutil() -> bool:
     return importlib.util.find_spec("psutil") is not None
 
 
-def tree(root, seen: Optional[dict] = None) -> list:
+def tree(root, seen: dict | None = None) -> list:
     """``root`` (a ``psutil.Process``) and all its descendants (``children(recursive=True)``),
     root first; ``[]`` when ``root`` is gone. With ``seen`` (pid -> ``psutil.Process``), each
     pid keeps one ``Process`` object across calls (psutil checks its start time before it
@@ -178,14 +199,19 @@ class TreeSampler:
     :meth:`kill` does the same from outside. ``seen`` holds every process the tree had
     (:func:`terminate_leftovers`)."""
 
-    def __init__(self, pid: int, interval: float = 0.5, pss: bool = False,
-                 abort: Optional[Callable[[int], Optional[str]]] = None) -> None:
+    def __init__(
+        self,
+        pid: int,
+        interval: float = 0.5,
+        pss: bool = False,
+        abort: Callable[[int], str | None] | None = None,
+    ) -> None:
         import psutil
 
         self.pid, self.interval, self.pss, self.abort = pid, interval, pss, abort
         self.peak_rss = self.peak_pss = self.largest_rss = self.samples = 0
-        self.largest_cmd: Optional[str] = None
-        self.aborted: Optional[str] = None
+        self.largest_cmd: str | None = None
+        self.aborted: str | None = None
         self.seen: dict = {}
         self._psutil = psutil
         self._stop = threading.Event()
@@ -232,7 +258,7 @@ class TreeSampler:
                 return
             self._stop.wait(self.interval)
 
-    def start(self) -> "TreeSampler":
+    def start(self) -> TreeSampler:
         self._thread.start()
         return self
 
@@ -242,7 +268,7 @@ class TreeSampler:
         if self._thread.is_alive():
             self._thread.join()
 
-    def __enter__(self) -> "TreeSampler":
+    def __enter__(self) -> TreeSampler:
         return self.start()
 
     def __exit__(self, *exc) -> None:
@@ -251,7 +277,8 @@ class TreeSampler:
 
 # ------------------------------------------------------------------- processes by pid (/proc)
 
-def descendants(pid: Optional[int] = None) -> set[int]:
+
+def descendants(pid: int | None = None) -> set[int]:
     """Process ids of every descendant of ``pid`` (default: this process), read from /proc;
     empty where /proc is not there."""
     pid = os.getpid() if pid is None else pid
@@ -288,7 +315,7 @@ def alive(pid: int) -> bool:
         return False
 
 
-def kill_descendants(pids: Optional[set[int]] = None, grace: float = 3.0) -> None:
+def kill_descendants(pids: set[int] | None = None, grace: float = 3.0) -> None:
     """SIGTERM ``pids`` (default: every :func:`descendants` of this process), then SIGKILL
     those still :func:`alive` after ``grace`` seconds; returns once all are dead or after the
     SIGKILL."""
@@ -335,6 +362,7 @@ def die_with_parent() -> None:
 
 
 # ------------------------------------------------------------------- process groups
+
 
 def signal_group(proc: subprocess.Popen, sig: int) -> None:
     """Send ``sig`` to the process group led by ``proc`` (started with

@@ -92,6 +92,7 @@ their thresholds in the private direction and refuse an epsilon the grid cannot 
 this replaces, made randomized response's effective epsilon 16.03 at a nominal 16 and infinite
 from 19.1.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -99,7 +100,6 @@ import hmac
 import json
 import math
 import os
-from typing import Union
 
 import numpy as np
 import torch
@@ -109,7 +109,8 @@ from torch import Tensor
 NOISE_SOURCES = ("secure", "secret", "mt19937")
 #: the sources drawing from :class:`SecureRandom` (a CSPRNG)
 CSPRNG_SOURCES = ("secure", "secret")
-from .secret import SECRET_ENV, SECRET_NODE_KEY, check_secret  # noqa: F401 (re-exported)
+from .secret import SECRET_ENV, SECRET_NODE_KEY, check_secret  # noqa: F401, E402 (re-exported)
+
 #: run-config fields that do not change what a client releases (same noise across them)
 NOT_RELEASE_KEYS = frozenset({"device", "output_dir", "run_name", "timeout"})
 
@@ -120,7 +121,7 @@ NOT_RELEASE_KEYS = frozenset({"device", "output_dir", "run_name", "timeout"})
 CHUNK = 1 << 15
 #: bytes one :class:`SecureRandom` may draw: 2^48 AES blocks (4 PiB; CTR's counter has 2^128),
 #: where AES-CTR's distance from a random stream is still below 2^-32 (q^2 / 2^129 for q blocks)
-_MAX_STREAM_BYTES = 16 * 2 ** 48
+_MAX_STREAM_BYTES = 16 * 2**48
 _ZEROS = memoryview(bytes(8 * CHUNK))
 #: the bits of float64 1.0: ``(w >> 12) | _ONE`` is a float64 in [1, 2) on the 2^-52 grid
 _ONE = np.uint64(0x3FF0000000000000)
@@ -159,8 +160,9 @@ class SecureRandom:
         self._raw = bytearray(8 * CHUNK + 64)
         # float64 views of the keystream buffer and work buffers, sliced once here: a torch
         # slice costs microseconds, which per chunk would be a third of the draw's time
-        self._d = torch.from_numpy(np.frombuffer(self._raw, dtype=np.uint64,
-                                                 count=CHUNK).view(np.float64))
+        self._d = torch.from_numpy(
+            np.frombuffer(self._raw, dtype=np.uint64, count=CHUNK).view(np.float64)
+        )
         self._r = torch.empty(CHUNK // 2, dtype=torch.float64)
         self._t = torch.empty(CHUNK // 2, dtype=torch.float64)
         self._z = torch.empty(CHUNK, dtype=torch.float64)
@@ -173,7 +175,7 @@ class SecureRandom:
         self._used += 8 * n
         if self._used > _MAX_STREAM_BYTES:
             raise RuntimeError("SecureRandom: 2^48 AES blocks (4 PiB) drawn under one key")
-        self._stream.update_into(_ZEROS[:8 * n], self._raw)
+        self._stream.update_into(_ZEROS[: 8 * n], self._raw)
         return np.frombuffer(self._raw, dtype=np.uint64, count=n)
 
     def words(self, n: int) -> np.ndarray:
@@ -182,15 +184,29 @@ class SecureRandom:
         out = np.empty(n, dtype=np.uint64)
         for s in range(0, n, CHUNK):
             m = min(CHUNK, n - s)
-            out[s:s + m] = self._keystream(m)
+            out[s : s + m] = self._keystream(m)
         return out
 
     def _views(self, n: int) -> tuple:
         m = (n + 1) // 2
         z, r, t = self._z, self._r, self._t
-        return (m, self._d[:m].numpy(), self._d[m:2 * m].numpy(), r[:m], r[:m].numpy(),
-                r[:n - m].numpy(), t[:m], t[:m].numpy(), t[:n - m], z[:m], z[:m].numpy(),
-                z[m:n], z[m:n].numpy(), z[:n], n)
+        return (
+            m,
+            self._d[:m].numpy(),
+            self._d[m : 2 * m].numpy(),
+            r[:m],
+            r[:m].numpy(),
+            r[: n - m].numpy(),
+            t[:m],
+            t[:m].numpy(),
+            t[: n - m],
+            z[:m],
+            z[:m].numpy(),
+            z[m:n],
+            z[m:n].numpy(),
+            z[:n],
+            n,
+        )
 
     def _box_muller(self, views: tuple, scale: float) -> Tensor:
         """``n`` standard normals (times ``scale``) in float64 (:meth:`gaussians`): ``m =
@@ -225,7 +241,7 @@ class SecureRandom:
             return z
         if self._acc is None:
             self._acc = torch.empty(CHUNK, dtype=torch.float64)
-        acc = self._acc[:views[-1]]
+        acc = self._acc[: views[-1]]
         acc.copy_(z)
         for _ in range(3):
             acc.add_(self._box_muller(views, scale))
@@ -235,7 +251,7 @@ class SecureRandom:
         return "SecureRandom(AES-256-CTR)"
 
 
-Generator = Union[torch.Generator, SecureRandom, None]
+Generator = torch.Generator | SecureRandom | None
 
 
 # --------------------------------------------------------------------------------------------
@@ -254,7 +270,7 @@ def torch_generator(key: bytes) -> torch.Generator:
     if not words.any():  # MT19937's one forbidden state; probability 2^-19968
         raise ValueError("degenerate key")
     raw = state.numpy()
-    raw[24:24 + 624 * 8] = np.frombuffer(words.astype(np.uint64).tobytes(), dtype=np.uint8)
+    raw[24 : 24 + 624 * 8] = np.frombuffer(words.astype(np.uint64).tobytes(), dtype=np.uint8)
     gen.set_state(state)
     return gen
 
@@ -266,8 +282,14 @@ def run_digest(cfg) -> str:
     return hashlib.sha256(json.dumps(fields, sort_keys=True, default=str).encode()).hexdigest()
 
 
-def derive_key(secret: bytes, digest: str, partition_id: int, purpose: str,
-               data_digest: str = "", inputs_digest: str = "") -> bytes:
+def derive_key(
+    secret: bytes,
+    digest: str,
+    partition_id: int,
+    purpose: str,
+    data_digest: str = "",
+    inputs_digest: str = "",
+) -> bytes:
     """``HMAC-SHA256(secret, "<digest>|<data digest>|<partition id>|<purpose>[|<inputs
     digest>]")``: 32 bytes. Without the secret these keys are indistinguishable from random
     (HMAC is a PRF), whatever the server knows of the other inputs. ``data_digest``
@@ -328,8 +350,9 @@ def _run_key(state) -> bytes:
     return bytes(state[RUN_KEY_STATE]["key"])
 
 
-def client_generator(cfg, context, partition_id: int, purpose: str, data=None,
-                     inputs: str = "") -> Generator:
+def client_generator(
+    cfg, context, partition_id: int, purpose: str, data=None, inputs: str = ""
+) -> Generator:
     """The generator of one client release (called by the ClientApp for every draw site).
 
     Every source derives one key per release, ``HMAC-SHA256(root, run digest | partition id |
@@ -379,21 +402,25 @@ def client_generator(cfg, context, partition_id: int, purpose: str, data=None,
 
 def describe(source: str) -> str:
     """One line for the report: where the clients' randomness came from (no secret in it)."""
-    gauss = ("Gaussian noise by Box-Muller in float64, added in float64 and rounded once to "
-             "the release's dtype (float64 draws, DP-SGD and PPGNN's Gaussian mechanism: the sum "
-             "of 4 halved, as Opacus secure_mode)")
-    return {"secure": "AES-256-CTR CSPRNG under HMAC-SHA256 keys per release from fresh OS entropy "
-                      f"per run and client (os.urandom); not reproducible; {gauss}",
-            "secret": "AES-256-CTR CSPRNG under HMAC-SHA256 keys per release from each client's "
-                      f"own secret (node config {SECRET_NODE_KEY!r} or ${SECRET_ENV}; never in "
-                      f"the run config); reproducible; {gauss}",
-            "mt19937": "NOT A CSPRNG (explicit opt-in): PyTorch's MT19937, its whole state "
-                       "from HMAC-SHA256 of fresh OS entropy per release; MT19937's state is a "
-                       "linear function of 624 consecutive outputs and the clients release raw "
-                       "outputs (e.g. GAP's remote rows that cover no edge are exactly sigma * "
-                       "randn), so this does not protect against a server that recovers the "
-                       "state and removes the noise of every draw of a release; nor against "
-                       "floating-point attacks (float32 noise added in float32)"}[source]
+    gauss = (
+        "Gaussian noise by Box-Muller in float64, added in float64 and rounded once to "
+        "the release's dtype (float64 draws, DP-SGD and PPGNN's Gaussian mechanism: the sum "
+        "of 4 halved, as Opacus secure_mode)"
+    )
+    return {
+        "secure": "AES-256-CTR CSPRNG under HMAC-SHA256 keys per release from fresh OS entropy "
+        f"per run and client (os.urandom); not reproducible; {gauss}",
+        "secret": "AES-256-CTR CSPRNG under HMAC-SHA256 keys per release from each client's "
+        f"own secret (node config {SECRET_NODE_KEY!r} or ${SECRET_ENV}; never in "
+        f"the run config); reproducible; {gauss}",
+        "mt19937": "NOT A CSPRNG (explicit opt-in): PyTorch's MT19937, its whole state "
+        "from HMAC-SHA256 of fresh OS entropy per release; MT19937's state is a "
+        "linear function of 624 consecutive outputs and the clients release raw "
+        "outputs (e.g. GAP's remote rows that cover no edge are exactly sigma * "
+        "randn), so this does not protect against a server that recovers the "
+        "state and removes the noise of every draw of a release; nor against "
+        "floating-point attacks (float32 noise added in float32)",
+    }[source]
 
 
 # --------------------------------------------------------------------------------------------
@@ -411,7 +438,7 @@ def rand(shape, generator: Generator = None, dtype: torch.dtype = torch.float32)
     shape = _shape(shape)
     w = generator.words(math.prod(shape))
     bits = 53 if dtype == torch.float64 else 24
-    u = (w >> np.uint64(64 - bits)).astype(np.float64) * 2.0 ** -bits
+    u = (w >> np.uint64(64 - bits)).astype(np.float64) * 2.0**-bits
     return torch.from_numpy(u).reshape(shape).to(dtype)
 
 
@@ -453,8 +480,9 @@ def bernoulli_bits(threshold: Tensor, generator: Generator = None) -> Tensor:
     if not isinstance(threshold, Tensor) or threshold.is_floating_point():
         raise ValueError("threshold: an integer tensor in [0, 2^53] is needed")
     if threshold.numel() and (int(threshold.min()) < 0 or int(threshold.max()) > UNIFORM_SPAN):
-        raise ValueError(f"threshold must lie in [0, 2^53], got [{int(threshold.min())}, "
-                         f"{int(threshold.max())}]")
+        raise ValueError(
+            f"threshold must lie in [0, 2^53], got [{int(threshold.min())}, {int(threshold.max())}]"
+        )
     return uniform_bits(threshold.shape, generator).to(threshold.device) < threshold
 
 
@@ -498,7 +526,7 @@ def laplace_from_bits(k: Tensor) -> Tensor:
     ``tests/test_floating_point_mechanisms.py``)."""
     lower = k < (1 << 52)
     m = torch.where(lower, k + 1, UNIFORM_SPAN - k).double()  # in [1, 2^52], exact
-    mag = torch.log(m * 2.0 ** -52).neg_()
+    mag = torch.log(m * 2.0**-52).neg_()
     return torch.where(lower, -mag, mag)
 
 
@@ -543,7 +571,7 @@ def add_laplace(x: Tensor, scale, generator: Generator = None) -> Tensor:
 def _four(dtype: torch.dtype) -> bool:
     """Whether :class:`SecureRandom` sums four Box-Muller draws for noise of ``dtype``: where
     the release has float64's precision, the sampler's own (module docs)."""
-    return torch.finfo(dtype).eps <= 2.0 ** -52
+    return torch.finfo(dtype).eps <= 2.0**-52
 
 
 def _gaussian_chunks(generator: SecureRandom, n: int, four: bool, scale: float = 1.0):
@@ -564,12 +592,13 @@ def randn(shape, generator: Generator = None, dtype: torch.dtype = torch.float32
     out = torch.empty(math.prod(shape), dtype=dtype)
     dst = out.numpy() if dtype in _NUMPY_DTYPES else out
     for s, chunk in _gaussian_chunks(generator, out.numel(), _four(dtype)):
-        dst[s:s + chunk.numel()] = chunk.numpy() if dst is not out else chunk
+        dst[s : s + chunk.numel()] = chunk.numpy() if dst is not out else chunk
     return out.reshape(shape)
 
 
-def add_gaussian(x: Tensor, sigma, generator: Generator = None,
-                 draw_dtype: torch.dtype | None = None) -> Tensor:
+def add_gaussian(
+    x: Tensor, sigma, generator: Generator = None, draw_dtype: torch.dtype | None = None
+) -> Tensor:
     """``x + sigma * N(0, I)`` as a new tensor of ``x``'s dtype and device (the Gaussian
     mechanism's release). ``sigma``: a number or a tensor broadcastable to ``x``.
 
@@ -593,18 +622,22 @@ def add_gaussian(x: Tensor, sigma, generator: Generator = None,
         return (x.to(wide) + sigma * noise.to(wide)).to(x.dtype)  # rounded once
     if x.device.type != "cpu":
         return _secure_add(x, sigma, generator, draw_dtype)
-    return _secure_add(x, sigma, generator, draw_dtype, torch.empty_like(
-        x, memory_format=torch.contiguous_format))
+    return _secure_add(
+        x, sigma, generator, draw_dtype, torch.empty_like(x, memory_format=torch.contiguous_format)
+    )
 
 
-def add_gaussian_(x: Tensor, sigma, generator: Generator = None,
-                  draw_dtype: torch.dtype | None = None) -> Tensor:
+def add_gaussian_(
+    x: Tensor, sigma, generator: Generator = None, draw_dtype: torch.dtype | None = None
+) -> Tensor:
     """:func:`add_gaussian` in place (``x`` is returned): the same values, without a new
     tensor's allocation (GAP's PMA sums). A :class:`torch.Generator`: exactly ``x += sigma *
     randn(x.shape, generator, draw_dtype or x.dtype).to(x.device, x.dtype)``, as before, where
     the noise's dtype is ``x``'s (a wider one: :func:`add_gaussian`'s one rounding)."""
-    if not isinstance(generator, SecureRandom) and torch.promote_types(
-            draw_dtype or x.dtype, x.dtype) != x.dtype:
+    if (
+        not isinstance(generator, SecureRandom)
+        and torch.promote_types(draw_dtype or x.dtype, x.dtype) != x.dtype
+    ):
         return x.copy_(add_gaussian(x, sigma, generator, draw_dtype))
     if not isinstance(generator, SecureRandom):
         x += sigma * randn(x.shape, generator, draw_dtype or x.dtype).to(x.device, x.dtype)
@@ -619,8 +652,9 @@ def add_gaussian_(x: Tensor, sigma, generator: Generator = None,
 _NUMPY_DTYPES = (torch.float32, torch.float64, torch.float16)
 
 
-def _secure_add(x: Tensor, sigma, generator: SecureRandom, draw_dtype, out: Tensor | None = None
-                ) -> Tensor:
+def _secure_add(
+    x: Tensor, sigma, generator: SecureRandom, draw_dtype, out: Tensor | None = None
+) -> Tensor:
     """``fl(x + sigma * z)`` in float64 (module docs) into ``out`` (CPU, contiguous, ``x``'s
     shape and dtype; may be ``x``), chunk by chunk; ``out=None`` (``x`` on a device): the noise
     is drawn on the CPU, the sum made on the device in float64."""
@@ -634,7 +668,7 @@ def _secure_add(x: Tensor, sigma, generator: SecureRandom, draw_dtype, out: Tens
     if out is None:
         z = torch.empty(n, dtype=torch.float64)
         for s, chunk in _gaussian_chunks(generator, n, four, scale):
-            z[s:s + chunk.numel()].copy_(chunk)
+            z[s : s + chunk.numel()].copy_(chunk)
         if sig is not None:
             z = sig * z.to(x.device)
         return (x.detach().reshape(-1).double() + z.to(x.device)).to(x.dtype).reshape(x.shape)
@@ -667,11 +701,11 @@ def randint(low: int, high: int, shape, generator: Generator = None) -> Tensor:
     n, span = math.prod(shape), int(high) - int(low)
     if span < 1:
         raise ValueError(f"randint: empty range [{low}, {high})")
-    limit = (2 ** 64 // span) * span  # accept words below the largest multiple of span
+    limit = (2**64 // span) * span  # accept words below the largest multiple of span
     out = np.empty(0, dtype=np.uint64)
     while out.size < n:
         w = generator.words(n - out.size)
-        out = np.concatenate([out, w[w < np.uint64(limit)] if limit < 2 ** 64 else w])
+        out = np.concatenate([out, w[w < np.uint64(limit)] if limit < 2**64 else w])
     vals = (out % np.uint64(span)).astype(np.int64) + int(low)
     return torch.from_numpy(vals).reshape(shape)
 
@@ -691,11 +725,18 @@ def device_generator(generator: Generator, device: torch.device) -> Generator:
     (Philox: a 64-bit key), the generator itself on the CPU, a :class:`SecureRandom` as is."""
     if isinstance(generator, SecureRandom) or generator is None or device.type == "cpu":
         return generator
-    return torch.Generator(device=device).manual_seed(int(randint(0, 2 ** 62, (1,), generator)))
+    return torch.Generator(device=device).manual_seed(int(randint(0, 2**62, (1,), generator)))
 
 
-def dp_optimizer(optimizer, *, noise_multiplier: float, max_grad_norm: float,
-                 expected_batch_size: int, generator: Generator, device: torch.device):
+def dp_optimizer(
+    optimizer,
+    *,
+    noise_multiplier: float,
+    max_grad_norm: float,
+    expected_batch_size: int,
+    generator: Generator,
+    device: torch.device,
+):
     """Opacus's :class:`~opacus.optimizers.DPOptimizer` (``loss_reduction="mean"``) whose
     Gaussian noise (std ``noise_multiplier * max_grad_norm`` per coordinate of the summed
     clipped gradient) comes from ``generator``: a torch generator on ``device``
@@ -708,10 +749,14 @@ def dp_optimizer(optimizer, *, noise_multiplier: float, max_grad_norm: float,
     from opacus.optimizers.optimizer import _check_processed_flag, _mark_as_processed
 
     if not isinstance(generator, SecureRandom):
-        return DPOptimizer(optimizer, noise_multiplier=noise_multiplier,
-                           max_grad_norm=max_grad_norm, expected_batch_size=expected_batch_size,
-                           loss_reduction="mean",
-                           generator=device_generator(generator, torch.device(device)))
+        return DPOptimizer(
+            optimizer,
+            noise_multiplier=noise_multiplier,
+            max_grad_norm=max_grad_norm,
+            expected_batch_size=expected_batch_size,
+            loss_reduction="mean",
+            generator=device_generator(generator, torch.device(device)),
+        )
 
     class _SecureDPOptimizer(DPOptimizer):
         def add_noise(self):
@@ -719,10 +764,13 @@ def dp_optimizer(optimizer, *, noise_multiplier: float, max_grad_norm: float,
             for p in self.params:
                 _check_processed_flag(p.summed_grad)
                 # float64 noise (the sum of four) added in float64, rounded once
-                p.grad = add_gaussian(p.summed_grad, std, generator,
-                                      torch.float64).view_as(p)
+                p.grad = add_gaussian(p.summed_grad, std, generator, torch.float64).view_as(p)
                 _mark_as_processed(p.summed_grad)
 
-    return _SecureDPOptimizer(optimizer, noise_multiplier=noise_multiplier,
-                              max_grad_norm=max_grad_norm,
-                              expected_batch_size=expected_batch_size, loss_reduction="mean")
+    return _SecureDPOptimizer(
+        optimizer,
+        noise_multiplier=noise_multiplier,
+        max_grad_norm=max_grad_norm,
+        expected_batch_size=expected_batch_size,
+        loss_reduction="mean",
+    )

@@ -24,6 +24,7 @@ A run-config value selects an extension in one of three ways (:meth:`Registry.re
 3. a name published by an installed package under the entry-point group ``fedgraph.<kind>s``
    (``[project.entry-points."fedgraph.mechanisms"] my-rr = "mypkg.mech:make"``).
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -32,8 +33,9 @@ import importlib.util
 import os
 import re
 import sys
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable, Optional
+from typing import Any
 
 
 class ContractError(ValueError):
@@ -90,8 +92,10 @@ def import_object(spec: str, kind: str = "object") -> Any:
     """
     module, sep, attr = split_spec(spec)
     if not sep or not module or not attr:
-        raise ValueError(f"{kind}: {spec!r} is not an import path 'package.module:attribute' "
-                         "or 'path/to/file.py:attribute'")
+        raise ValueError(
+            f"{kind}: {spec!r} is not an import path 'package.module:attribute' "
+            "or 'path/to/file.py:attribute'"
+        )
     try:
         obj = _import_file(module) if module.endswith(".py") else _import_module(module)
     except (ImportError, SyntaxError) as err:  # a user's file that does not parse, too
@@ -100,8 +104,9 @@ def import_object(spec: str, kind: str = "object") -> Any:
         for part in attr.split("."):
             obj = getattr(obj, part)
     except AttributeError:
-        raise ValueError(f"{kind}: cannot import {spec!r}: module {module!r} has no "
-                         f"attribute {attr!r}") from None
+        raise ValueError(
+            f"{kind}: cannot import {spec!r}: module {module!r} has no attribute {attr!r}"
+        ) from None
     return obj
 
 
@@ -109,8 +114,9 @@ def _import_file(path: str):
     """Load ``path`` as the module ``fedgraph_user_<stem>_<hash of the absolute path>``."""
     file = Path(path).expanduser().resolve()
     if not file.is_file():
-        raise ImportError(f"no file {file} (a relative path is taken from the working "
-                          f"directory {os.getcwd()})")
+        raise ImportError(
+            f"no file {file} (a relative path is taken from the working directory {os.getcwd()})"
+        )
     name = f"fedgraph_user_{file.stem}_{hashlib.sha1(str(file).encode()).hexdigest()[:8]}"
     if name in sys.modules:
         return sys.modules[name]
@@ -153,8 +159,13 @@ class Registry(dict):
             message.
     """
 
-    def __init__(self, kind: str, check: Optional[Callable[[Any, str], None]] = None,
-                 hint: str = "", builtin: tuple[str, ...] = ()):
+    def __init__(
+        self,
+        kind: str,
+        check: Callable[[Any, str], None] | None = None,
+        hint: str = "",
+        builtin: tuple[str, ...] = (),
+    ):
         super().__init__()
         self.kind = kind
         self.check = check
@@ -170,16 +181,20 @@ class Registry(dict):
             ContractError: ``obj`` fails the registry's check.
         """
         if not isinstance(name, str) or not name.strip() or ":" in name:
-            raise ValueError(f"{self.kind} name must be a non-empty string without ':' "
-                             f"(':' marks an import path), got {name!r}")
+            raise ValueError(
+                f"{self.kind} name must be a non-empty string without ':' "
+                f"(':' marks an import path), got {name!r}"
+            )
 
         def deco(o):
             if self.check is not None:
                 self.check(o, name)
             old = self.get(name)
             if old is not None and not replace and _ident(old) != _ident(o):
-                raise ValueError(f"{self.kind} {name!r} is already registered "
-                                 f"({_ident(old)}); pass replace=True to override it")
+                raise ValueError(
+                    f"{self.kind} {name!r} is already registered "
+                    f"({_ident(old)}); pass replace=True to override it"
+                )
             self[name] = o
             return o
 
@@ -203,8 +218,13 @@ class Registry(dict):
         else:
             obj = self._entry_point(spec)
             if obj is None:
-                raise unknown_name_error(self.kind, spec, [*self.builtin, *sorted(self)],
-                                         self.hint, quoted_from=len(self.builtin))
+                raise unknown_name_error(
+                    self.kind,
+                    spec,
+                    [*self.builtin, *sorted(self)],
+                    self.hint,
+                    quoted_from=len(self.builtin),
+                )
         if self.check is not None:
             self.check(obj, spec)
         return obj
@@ -224,8 +244,9 @@ class Registry(dict):
         return None
 
 
-def unknown_name_error(kind: str, spec: str, known: list[str], hint: str = "",
-                       quoted_from: int = 0) -> ValueError:
+def unknown_name_error(
+    kind: str, spec: str, known: list[str], hint: str = "", quoted_from: int = 0
+) -> ValueError:
     """The error for a name that no registry entry, import path or entry point gives:
     ``known[:quoted_from]`` are listed as they are (descriptions such as
     ``facebook100:<College>``), the rest quoted. Shared by :meth:`Registry.resolve` and
@@ -236,9 +257,11 @@ def unknown_name_error(kind: str, spec: str, known: list[str], hint: str = "",
     if "." in spec:  # 'my_module.Thing' for 'my_module:Thing'
         mod, _, attr = spec.rpartition(".")
         near = f" Did you mean '{mod}:{attr}'?"
-    return ValueError(f"{kind}: unknown {spec!r}; allowed: {', '.join(names)}, or an import "
-                      "path 'package.module:attribute' or "
-                      f"'path/to/file.py:attribute'.{near}{hint}")
+    return ValueError(
+        f"{kind}: unknown {spec!r}; allowed: {', '.join(names)}, or an import "
+        "path 'package.module:attribute' or "
+        f"'path/to/file.py:attribute'.{near}{hint}"
+    )
 
 
 def has_entry_point(kind: str, name: str) -> bool:

@@ -1,4 +1,5 @@
 """Run reports: one JSON per run, written atomically, and a short printed table."""
+
 from __future__ import annotations
 
 import json
@@ -17,8 +18,9 @@ from rich.console import Console
 _CONSOLE = Console(stderr=True, highlight=False)
 
 
-def default_run_name(label: str, dataset: str, seed: int, when: float | None = None,
-                     pid: int | None = None) -> str:
+def default_run_name(
+    label: str, dataset: str, seed: int, when: float | None = None, pid: int | None = None
+) -> str:
     """The report name of a run without ``run-name``, the same under ``fedgraph run`` and
     ``flwr run``: ``<label>-<dataset>-seed<seed>-<YYYYmmdd-HHMMSS>-<pid>`` (``label``: the
     strategy's method, under both, whatever preset file the config came from; the dataset is
@@ -31,8 +33,9 @@ def default_run_name(label: str, dataset: str, seed: int, when: float | None = N
 
 def write_json_atomic(path: str | Path, obj) -> Path:
     """Write ``obj`` as JSON to ``path`` via a temporary file and ``os.replace`` (atomic)."""
-    return write_bytes_atomic(path, json.dumps(strict_json(obj), indent=2, allow_nan=False,
-                                               default=_jsonable).encode())
+    return write_bytes_atomic(
+        path, json.dumps(strict_json(obj), indent=2, allow_nan=False, default=_jsonable).encode()
+    )
 
 
 def strict_json(obj):
@@ -98,8 +101,13 @@ class _Phase:
     exchange: float = 0.0  # seconds spent waiting on clients' replies (:func:`exchanged`)
 
     def text(self) -> str:
-        return " ".join([f"{self.label} ...", ", ".join(
-            f"round {v}" if k == "round" else f"{v} {k}" for k, v in self.counters.items())]
+        return " ".join(
+            [
+                f"{self.label} ...",
+                ", ".join(
+                    f"round {v}" if k == "round" else f"{v} {k}" for k, v in self.counters.items()
+                ),
+            ]
         ).rstrip()
 
 
@@ -129,8 +137,9 @@ def _log_line(phase: _Phase) -> None:
     now = time.monotonic()
     if now - max(phase.started, phase.printed) >= PROGRESS_EVERY_S:
         phase.printed = now
-        _CONSOLE.print(f"{phase.text()} ({now - phase.started:.0f} s)", markup=False,
-                       soft_wrap=True)
+        _CONSOLE.print(
+            f"{phase.text()} ({now - phase.started:.0f} s)", markup=False, soft_wrap=True
+        )
 
 
 @contextmanager
@@ -175,7 +184,8 @@ def progress_round() -> None:
 GROUND_TRUTH_NOTE = (
     "the simulation's ground truth about the whole graph, computed by the harness that loaded "
     "it (never sent by a client, not a release, outside every guarantee): for the "
-    "experimenter, not part of what the server learned")
+    "experimenter, not part of what the server learned"
+)
 
 
 def ground_truth(statistics: dict) -> dict:
@@ -274,22 +284,34 @@ class RunReport:
             if sampler is not None:
                 sampler.stop()
                 sampler.sample()
-                self.memory_peaks[name] = round(sampler.peak_rss / 2 ** 20, 1)
+                self.memory_peaks[name] = round(sampler.peak_rss / 2**20, 1)
             if self.progress:
-                mark = ("[green]done[/]" if ok else
-                        "[yellow]interrupted[/]" if interrupted else "[red]failed[/]")
+                mark = (
+                    "[green]done[/]"
+                    if ok
+                    else "[yellow]interrupted[/]"
+                    if interrupted
+                    else "[red]failed[/]"
+                )
                 _CONSOLE.print(f"{self.method}: {name} {mark} in {self.timings[name]:.1f} s")
 
     def to_dict(self) -> dict:
-        return {"fedgraph_report": 1, "method": self.method, "status": self.status,
-                "error": self.error, "config": self.config, "dataset": self.dataset,
-                "accuracy": self.accuracy, "privacy": self.privacy,
-                "timings_s": {**self.timings, "total": round(time.time() - self.started, 3)},
-                "server_cpu_s": dict(self.cpu_timings),
-                "exchange_s": dict(self.exchange_timings),
-                "peak_rss_mib": dict(self.memory_peaks),
-                "host": _host(),
-                **self.extra}
+        return {
+            "fedgraph_report": 1,
+            "method": self.method,
+            "status": self.status,
+            "error": self.error,
+            "config": self.config,
+            "dataset": self.dataset,
+            "accuracy": self.accuracy,
+            "privacy": self.privacy,
+            "timings_s": {**self.timings, "total": round(time.time() - self.started, 3)},
+            "server_cpu_s": dict(self.cpu_timings),
+            "exchange_s": dict(self.exchange_timings),
+            "peak_rss_mib": dict(self.memory_peaks),
+            "host": _host(),
+            **self.extra,
+        }
 
     def write(self, folder: str | Path, name: str) -> Path:
         return write_json_atomic(Path(folder) / f"{name}.json", self.to_dict())
@@ -315,8 +337,11 @@ def _host() -> dict:
     if torch is not None:
         out["torch_threads"] = torch.get_num_threads()
         out["torch_interop_threads"] = torch.get_num_interop_threads()
-    out["env"] = {k: os.environ[k] for k in ("OMP_NUM_THREADS", "OMP_WAIT_POLICY", "MKL_NUM_THREADS",
-                                              "THP_MEM_ALLOC_ENABLE") if k in os.environ}
+    out["env"] = {
+        k: os.environ[k]
+        for k in ("OMP_NUM_THREADS", "OMP_WAIT_POLICY", "MKL_NUM_THREADS", "THP_MEM_ALLOC_ENABLE")
+        if k in os.environ
+    }
     wakeups = sys.modules.get("fedgraph.simulations.wakeups")
     if wakeups is not None:
         out["flower_wakeups"] = wakeups.installed()
@@ -327,8 +352,11 @@ def _host() -> dict:
     if early_ray is not None:
         out["prestarted_actors"] = early_ray.TAKEN["count"]
         # where the clients' large tensors wait between messages (simulations.client_state)
-        out["client_state"] = ("actor memory" if early_ray.TAKEN.get("sole")
-                               and early_ray.TAKEN["count"] == 1 else "object store")
+        out["client_state"] = (
+            "actor memory"
+            if early_ray.TAKEN.get("sole") and early_ray.TAKEN["count"] == 1
+            else "object store"
+        )
     return out
 
 
@@ -347,8 +375,13 @@ def epsilon_warning(config: dict) -> str | None:
     for key, v in config.items():
         if str(key).replace("-", "_") not in _EPSILON_KEYS:
             continue
-        for item in (v.replace(";", ",").split(",") if isinstance(v, str)
-                     else v if isinstance(v, (list, tuple)) else [v]):
+        for item in (
+            v.replace(";", ",").split(",")
+            if isinstance(v, str)
+            else v
+            if isinstance(v, (list, tuple))
+            else [v]
+        ):
             try:
                 values.append(float(item))
             except (TypeError, ValueError):
@@ -356,9 +389,11 @@ def epsilon_warning(config: dict) -> str | None:
     big = [x for x in values if math.isfinite(x) and x > MEANINGFUL_EPSILON]
     if not big:
         return None
-    return (f"WARNING: epsilon {max(big):g} is above any meaningful value (> "
-            f"{MEANINGFUL_EPSILON:g}: e^epsilon bounds nothing), so this run is not private in "
-            f"any useful sense; say 'inf' for no noise, or keep epsilons to a few tens at most")
+    return (
+        f"WARNING: epsilon {max(big):g} is above any meaningful value (> "
+        f"{MEANINGFUL_EPSILON:g}: e^epsilon bounds nothing), so this run is not private in "
+        f"any useful sense; say 'inf' for no noise, or keep epsilons to a few tens at most"
+    )
 
 
 def method_title(report: dict) -> str:
@@ -378,17 +413,22 @@ def method_title(report: dict) -> str:
 def format_table(report: dict) -> str:
     """A short human-readable summary of a report dict."""
     dataset = report["dataset"].get("name") or report.get("config", {}).get("dataset", "?")
-    lines = [f"fedgraph {method_title(report)} on {dataset}: "
-             f"status {report['status']}"
-             + (" (NOT DP: see below)" if report.get("status_note") else "")]
+    lines = [
+        f"fedgraph {method_title(report)} on {dataset}: "
+        f"status {report['status']}" + (" (NOT DP: see below)" if report.get("status_note") else "")
+    ]
     if report.get("status_note"):  # a mode chosen knowing it has no finite epsilon
         lines.append(f"  {report['status_note']}")
     if report.get("error"):
         lines.append(f"  error: {report['error']}")
     acc = report.get("accuracy", {})
     if acc:
-        lines.append("  accuracy  " + "  ".join(
-            f"{k} {v:.4f}" for k, v in acc.items() if isinstance(v, float) and not math.isnan(v)))
+        lines.append(
+            "  accuracy  "
+            + "  ".join(
+                f"{k} {v:.4f}" for k, v in acc.items() if isinstance(v, float) and not math.isnan(v)
+            )
+        )
     privacy = report.get("privacy", {})
     subjects = privacy.get("per_subject", {})
     width = max([10, *(len(s) for s in subjects)])
@@ -400,66 +440,90 @@ def format_table(report: dict) -> str:
             extra += " OVER BUDGET"
         claimed = row.get("claimed") or {}
         if isinstance(claimed.get("epsilon"), (int, float)):
-            extra += (f" (not DP; {', '.join(claimed['by'])} claim "
-                      f"{claimed['epsilon']:.4g}, which does not hold)")
+            extra += (
+                f" (not DP; {', '.join(claimed['by'])} claim "
+                f"{claimed['epsilon']:.4g}, which does not hold)"
+            )
         delta = f", delta {row['delta']:g}" if row.get("delta") else ""
-        releases = ", ".join(r["release"] + (f" ({r['reason']})" if "reason" in r else "")
-                             for r in row["releases"])
-        lines.append(f"  {subject:<{width}} epsilon {row['epsilon']:.4g}{delta}{extra}  "
-                     f"[{releases}]")
+        releases = ", ".join(
+            r["release"] + (f" ({r['reason']})" if "reason" in r else "") for r in row["releases"]
+        )
+        lines.append(
+            f"  {subject:<{width}} epsilon {row['epsilon']:.4g}{delta}{extra}  [{releases}]"
+        )
     own = privacy.get("client_ledgers") or {}
     if own:  # each client's own ledger (fedgraph.client_authority) beside the server's
         differ = [s for s, r in own.items() if not r.get("agree")]
         if differ:
-            lines.append("  WARNING: the clients' own ledgers disagree with the server's: " + ", ".join(
-                f"{s} (client {own[s].get('client')!s:.6}, server {own[s].get('server')!s:.6})"
-                for s in differ) + " (privacy.client_ledgers)")
+            lines.append(
+                "  WARNING: the clients' own ledgers disagree with the server's: "
+                + ", ".join(
+                    f"{s} (client {own[s].get('client')!s:.6}, server {own[s].get('server')!s:.6})"
+                    for s in differ
+                )
+                + " (privacy.client_ledgers)"
+            )
         else:
-            lines.append(f"  clients' own ledgers: all {len(own)} subjects agree with the "
-                         "server's (privacy.client_ledgers)")
+            lines.append(
+                f"  clients' own ledgers: all {len(own)} subjects agree with the "
+                "server's (privacy.client_ledgers)"
+            )
     silent = privacy.get("released_nothing")
     if silent:  # clients with no ledger subject: they spent nothing, and taught nothing
-        lines.append(f"  {', '.join(silent)}: released nothing (epsilon 0; "
-                     f"{privacy.get('released_nothing_why', 'no release')})")
+        lines.append(
+            f"  {', '.join(silent)}: released nothing (epsilon 0; "
+            f"{privacy.get('released_nothing_why', 'no release')})"
+        )
     undirected = privacy.get("undirected_edge_epsilon")
     if undirected:  # edge-unit = directed: a friendship is both directed halves
-        lines.append(f"  edge-unit directed: an undirected edge (both halves) costs epsilon up "
-                     f"to {max(undirected.values()):.4g} per client "
-                     f"(privacy.undirected_edge_epsilon)")
+        lines.append(
+            f"  edge-unit directed: an undirected edge (both halves) costs epsilon up "
+            f"to {max(undirected.values()):.4g} per client "
+            f"(privacy.undirected_edge_epsilon)"
+        )
     # delta >= 1/n lets a mechanism publish some unit's data outright; n: a client's average
     # node count where the guarantees are per client's data (subjects client-<i>), else the
     # nodes (per-user LDP), a lenient floor either way
     deltas = [row["delta"] for row in subjects.values() if row.get("delta")]
-    nodes = (report.get("ground_truth", {}).get("dataset", {}).get("num_nodes")
-             or report.get("dataset", {}).get("num_nodes"))
+    nodes = report.get("ground_truth", {}).get("dataset", {}).get("num_nodes") or report.get(
+        "dataset", {}
+    ).get("num_nodes")
     per_client = any(str(s).startswith("client-") for s in subjects)
     clients = (report.get("config", {}).get("num_clients") or 1) if per_client else 1
     if deltas and nodes and max(deltas) >= clients / nodes:
         unit = "a client's average number of nodes" if per_client else "the users"
-        lines.append(f"  WARNING: delta {max(deltas):g} is not below 1 / {nodes / clients:.0f} "
-                     f"({unit}): with delta >= 1/n an (epsilon, delta) guarantee allows "
-                     f"publishing some unit's data outright; use delta well below 1/n")
+        lines.append(
+            f"  WARNING: delta {max(deltas):g} is not below 1 / {nodes / clients:.0f} "
+            f"({unit}): with delta >= 1/n an (epsilon, delta) guarantee allows "
+            f"publishing some unit's data outright; use delta well below 1/n"
+        )
     # only a majority rate of the test split itself (PrivGNN's public test nodes): the whole
     # graph's rate differs from a split's, and the note would be false
     majority = test_majority_class(report)
     test = acc.get("test")
     if isinstance(majority, float) and isinstance(test, float) and test < majority:
-        lines.append(f"  note: test accuracy {test:.4f} is below the majority-class rate "
-                     f"{majority:.4f}: the model does worse than always guessing the largest "
-                     f"class")
+        lines.append(
+            f"  note: test accuracy {test:.4f} is below the majority-class rate "
+            f"{majority:.4f}: the model does worse than always guessing the largest "
+            f"class"
+        )
     meaningless = epsilon_warning(report.get("config") or {})
     if meaningless:
         lines.append(f"  {meaningless}")
     collusion = privacy.get("collusion")
     if collusion and collusion.get("epsilon"):  # secure aggregation's weak point, stated
         worst = max(collusion["epsilon"].values())
-        lines.append(f"  secure aggregation: against a server colluding with all other "
-                     f"clients, epsilon up to {worst:.4g} per client (own noise share only; "
-                     f"privacy.collusion)")
+        lines.append(
+            f"  secure aggregation: against a server colluding with all other "
+            f"clients, epsilon up to {worst:.4g} per client (own noise share only; "
+            f"privacy.collusion)"
+        )
     if privacy.get("noise_source") == "mt19937":
-        lines.append("  WARNING: noise-source mt19937 is not a CSPRNG: these epsilons do not hold "
-                     "against a server that recovers the generator's state from released "
-                     "pure-noise values (privacy.noise_source_detail)")
+        lines.append(
+            "  WARNING: noise-source mt19937 is not a CSPRNG: these epsilons do not hold "
+            "against a server that recovers the generator's state from released "
+            "pure-noise values (privacy.noise_source_detail)"
+        )
     note = privacy.get("inference_note")
     if note:
         lines.append(f"  note: {note}")
@@ -468,6 +532,8 @@ def format_table(report: dict) -> str:
         lines.append("  time (s)  " + "  ".join(f"{k} {v:.2f}" for k, v in t.items()))
     mem = report.get("peak_rss_mib", {})
     if mem:
-        lines.append("  peak memory (MiB, process tree)  "
-                     + "  ".join(f"{k} {v:.0f}" for k, v in mem.items()))
+        lines.append(
+            "  peak memory (MiB, process tree)  "
+            + "  ".join(f"{k} {v:.0f}" for k, v in mem.items())
+        )
     return "\n".join(lines)

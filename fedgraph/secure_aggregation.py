@@ -75,10 +75,11 @@ on the already noised rows: post-processing, no effect on differential privacy.
 Do not derive masks with Flower's ``secaggplus_utils.pseudo_rand_gen``: it folds the seed to 32
 bits (``np.random.RandomState``), so a server could try every seed.
 """
+
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Mapping
 
 import numpy as np
 from cryptography.hazmat.primitives import hashes
@@ -88,7 +89,7 @@ from cryptography.hazmat.primitives.kdf.hkdf import HKDF
 
 FRAC_BITS = 24  #: fixed-point fraction bits: quantization step 2^-24 (6.0e-8)
 KEY_BYTES = 32  #: X25519 key and ChaCha20 key size
-_SCALE = float(2 ** FRAC_BITS)
+_SCALE = float(2**FRAC_BITS)
 
 
 def generate_key_pair() -> tuple[bytes, bytes]:
@@ -116,8 +117,9 @@ class VerifiedKeys:
         return max(n - 1, 1) if owned else n
 
 
-def verify_key_list(record: Mapping, private_key: bytes | None, identity, *, run_id: int,
-                    method: str, required: int) -> VerifiedKeys:
+def verify_key_list(
+    record: Mapping, private_key: bytes | None, identity, *, run_id: int, method: str, required: int
+) -> VerifiedKeys:
     """A client's check of the key list the server relays (a request's ``secagg`` record:
     ``public-keys``, ``partition-ids``, ``signatures``, ``index``), before it masks anything.
 
@@ -148,13 +150,16 @@ def verify_key_list(record: Mapping, private_key: bytes | None, identity, *, run
     from .identity import key_label, key_statement
 
     def refuse(why: str) -> ValueError:
-        return ValueError(f"secure aggregation: the key list the server relayed cannot be "
-                          f"verified ({why}); refusing to release")
+        return ValueError(
+            f"secure aggregation: the key list the server relayed cannot be "
+            f"verified ({why}); refusing to release"
+        )
 
     if private_key is None:
         raise refuse("this client made no key exchange for it: it holds no private key")
-    missing = [k for k in ("public-keys", "partition-ids", "signatures", "index")
-               if k not in record]
+    missing = [
+        k for k in ("public-keys", "partition-ids", "signatures", "index") if k not in record
+    ]
     if missing:
         raise refuse(f"missing {missing}")
     pks = [bytes(k) for k in record["public-keys"]]
@@ -164,8 +169,9 @@ def verify_key_list(record: Mapping, private_key: bytes | None, identity, *, run
     if not len(pks) == len(pids) == len(sigs):
         raise refuse(f"{len(pks)} keys, {len(pids)} partition ids, {len(sigs)} signatures")
     if len(pks) != int(required):
-        raise refuse(f"{len(pks)} keys, the protocol needs one from each of the "
-                     f"{int(required)} clients")
+        raise refuse(
+            f"{len(pks)} keys, the protocol needs one from each of the {int(required)} clients"
+        )
     if not 0 <= me < len(pks):
         raise refuse(f"this client's index {me} is outside the {len(pks)} keys")
     if len(set(pids)) != len(pids):
@@ -174,22 +180,29 @@ def verify_key_list(record: Mapping, private_key: bytes | None, identity, *, run
         raise refuse("the public keys are not distinct 32-byte X25519 keys")
     own = X25519PrivateKey.from_private_bytes(bytes(private_key)).public_key().public_bytes_raw()
     if pids[me] != identity.partition_id or pks[me] != own:
-        raise refuse(f"index {me} does not hold this client's own key and partition id "
-                     f"{identity.partition_id}")
+        raise refuse(
+            f"index {me} does not hold this client's own key and partition id "
+            f"{identity.partition_id}"
+        )
     label = key_label(method)
     for j, (pk, pid, sig) in enumerate(zip(pks, pids, sigs)):
         if pid not in identity.directory:
-            raise refuse(f"key {j} claims partition {pid}, which is not in this client's "
-                         f"directory of identities")
+            raise refuse(
+                f"key {j} claims partition {pid}, which is not in this client's "
+                f"directory of identities"
+            )
         if not identity.verifies(pid, key_statement(run_id, method, pid, pk, label), sig):
-            raise refuse(f"key {j}'s signature does not verify under partition {pid}'s "
-                         f"identity key (run {run_id}, method {method!r}): a key the server "
-                         f"substituted or replayed")
+            raise refuse(
+                f"key {j}'s signature does not verify under partition {pid}'s "
+                f"identity key (run {run_id}, method {method!r}): a key the server "
+                f"substituted or replayed"
+            )
     return VerifiedKeys(tuple(pks), tuple(pids), me)
 
 
-def advertise(node_config, partition_id: int, run_id: int, method: str,
-              num_clients: int) -> tuple[bytes, dict]:
+def advertise(
+    node_config, partition_id: int, run_id: int, method: str, num_clients: int
+) -> tuple[bytes, dict]:
     """A client's side of the key exchange (``query.<method>_keys``): a fresh X25519 key pair
     (:func:`generate_key_pair`) and its public key signed under the client's identity key
     (:func:`fedgraph.identity.client_identity`, from its node config or the simulation's
@@ -202,27 +215,44 @@ def advertise(node_config, partition_id: int, run_id: int, method: str,
 
     identity = client_identity(node_config, partition_id, num_clients)
     private, public = generate_key_pair()
-    signature = identity.sign(key_statement(run_id, method, partition_id, public,
-                                            key_label(method)))
-    return private, {"public-key": public, "partition-id": int(partition_id),
-                     "signature": signature}
+    signature = identity.sign(
+        key_statement(run_id, method, partition_id, public, key_label(method))
+    )
+    return private, {
+        "public-key": public,
+        "partition-id": int(partition_id),
+        "signature": signature,
+    }
 
 
-def verify_relayed(record: Mapping, private_key: bytes | None, node_config, partition_id: int,
-                   run_id: int, method: str, num_clients: int) -> VerifiedKeys:
+def verify_relayed(
+    record: Mapping,
+    private_key: bytes | None,
+    node_config,
+    partition_id: int,
+    run_id: int,
+    method: str,
+    num_clients: int,
+) -> VerifiedKeys:
     """:func:`verify_key_list` with the client's own identity directory
     (:func:`fedgraph.identity.client_identity`, from its node config or the simulation's
     provisioning, never from the server) and every one of the ``num_clients`` keys
     required."""
     from .identity import client_identity
 
-    return verify_key_list(record, private_key,
-                           client_identity(node_config, partition_id, num_clients),
-                           run_id=run_id, method=method, required=num_clients)
+    return verify_key_list(
+        record,
+        private_key,
+        client_identity(node_config, partition_id, num_clients),
+        run_id=run_id,
+        method=method,
+        required=num_clients,
+    )
 
 
-def pairwise_keys(private_key: bytes, public_keys: list[bytes], me: int,
-                  context: str) -> dict[int, bytes]:
+def pairwise_keys(
+    private_key: bytes, public_keys: list[bytes], me: int, context: str
+) -> dict[int, bytes]:
     """One 32-byte key per peer: HKDF-SHA256 (no salt) of the X25519 shared secret with
     ``info = context || 0x00 || pk_lo || pk_hi`` (the pair's public keys in index order).
 
@@ -255,8 +285,9 @@ def pairwise_keys(private_key: bytes, public_keys: list[bytes], me: int,
         shared = sk.exchange(X25519PublicKey.from_public_bytes(pk))
         lo, hi = sorted((me, j))
         info = context.encode() + b"\x00" + public_keys[lo] + public_keys[hi]
-        out[j] = HKDF(algorithm=hashes.SHA256(), length=KEY_BYTES, salt=None,
-                      info=info).derive(shared)
+        out[j] = HKDF(algorithm=hashes.SHA256(), length=KEY_BYTES, salt=None, info=info).derive(
+            shared
+        )
     return out
 
 
@@ -292,8 +323,9 @@ def quantize(x: np.ndarray, contributors: int) -> np.ndarray:
     """
     x = np.asarray(x, dtype=np.float64)
     if not np.isfinite(x).all():
-        raise ValueError("secure aggregation: a row to mask is not finite (NaN or inf); "
-                         "refusing to release")
+        raise ValueError(
+            "secure aggregation: a row to mask is not finite (NaN or inf); refusing to release"
+        )
     b = clip_bound(contributors)
     return np.rint(np.clip(x, -b, b) * _SCALE).astype(np.int64).view(np.uint64)
 
@@ -303,8 +335,15 @@ def dequantize(q: np.ndarray) -> np.ndarray:
     return np.asarray(q, dtype=np.uint64).view(np.int64).astype(np.float64) / _SCALE
 
 
-def mask_rows(rows: np.ndarray, row_ids: np.ndarray, owner: np.ndarray, me: int,
-              private_key: bytes, public_keys: list[bytes], context: str) -> np.ndarray:
+def mask_rows(
+    rows: np.ndarray,
+    row_ids: np.ndarray,
+    owner: np.ndarray,
+    me: int,
+    private_key: bytes,
+    public_keys: list[bytes],
+    context: str,
+) -> np.ndarray:
     """One client's masked rows, what it sends the server instead of ``rows``.
 
     Args:
@@ -328,10 +367,12 @@ def mask_rows(rows: np.ndarray, row_ids: np.ndarray, owner: np.ndarray, me: int,
     rows, row_ids, owner = np.asarray(rows), np.asarray(row_ids, np.int64), np.asarray(owner)
     n = len(public_keys)
     if rows.ndim != 2 or row_ids.shape != (rows.shape[0],):
-        raise ValueError(f"rows must be [m, e] with m row ids, got {rows.shape} and "
-                         f"{row_ids.shape}")
-    if row_ids.size and (row_ids.min() < 0 or row_ids.max() >= owner.size
-                         or np.unique(row_ids).size != row_ids.size):
+        raise ValueError(
+            f"rows must be [m, e] with m row ids, got {rows.shape} and {row_ids.shape}"
+        )
+    if row_ids.size and (
+        row_ids.min() < 0 or row_ids.max() >= owner.size or np.unique(row_ids).size != row_ids.size
+    ):
         raise ValueError(f"row ids must be distinct ids in [0, {owner.size})")
     own = owner[row_ids]
     if ((own < -1) | (own >= n)).any():
@@ -346,8 +387,9 @@ def mask_rows(rows: np.ndarray, row_ids: np.ndarray, owner: np.ndarray, me: int,
     return out
 
 
-def unmask_sum(contributions: dict[int, tuple[np.ndarray, np.ndarray]], owner: np.ndarray,
-               num_clients: int) -> tuple[np.ndarray, np.ndarray]:
+def unmask_sum(
+    contributions: dict[int, tuple[np.ndarray, np.ndarray]], owner: np.ndarray, num_clients: int
+) -> tuple[np.ndarray, np.ndarray]:
     """The server's step: add the masked rows of each id over its contributors (mod 2^64),
     which cancels the masks, and dequantize.
 
@@ -394,5 +436,6 @@ def unmask_sum(contributions: dict[int, tuple[np.ndarray, np.ndarray]], owner: n
             f"{int(count[short[0]])} of the {int(need[count[ids] != need][0])} contributions "
             f"they need (replies from clients {senders}); the pairwise masks cancel only in the "
             f"sum over every contributor (every client other than the row's owner, if any), "
-            f"and this protocol has no dropout recovery: the round fails")
+            f"and this protocol has no dropout recovery: the round fails"
+        )
     return ids, dequantize(total[ids])

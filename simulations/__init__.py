@@ -1,4 +1,5 @@
 """Flower apps (ServerApp, ClientApp), presets and the command line."""
+
 import os
 
 # torch's CPU threads are OpenMP threads, which by default spin between parallel regions. On

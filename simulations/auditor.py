@@ -39,14 +39,14 @@ Releases audited (the first release of each, whose input does not depend on the 
 Not audited here yet (the report says so): node level (DP-SGD), PrivGNN, PPGNN's level
 subject, labels under ``label-epsilon``.
 """
+
 from __future__ import annotations
 
 import json
-import math
 import time
+from collections.abc import Callable
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
-from typing import Callable
 
 import numpy as np
 import torch
@@ -82,11 +82,19 @@ class SubjectAudit:
 
     def to_dict(self) -> dict:
         r = self.result
-        return {"epsilon": self.epsilon, "epsilon_lower_bound": r.epsilon_lower_bound,
-                "confidence": r.confidence, "trials": min(r.trials), "canary": self.canary,
-                "test": self.test, "release": self.release, "releases": self.releases,
-                "seconds": round(self.seconds, 3), "above": self.above,
-                "statistics": r.to_dict()}
+        return {
+            "epsilon": self.epsilon,
+            "epsilon_lower_bound": r.epsilon_lower_bound,
+            "confidence": r.confidence,
+            "trials": min(r.trials),
+            "canary": self.canary,
+            "test": self.test,
+            "release": self.release,
+            "releases": self.releases,
+            "seconds": round(self.seconds, 3),
+            "above": self.above,
+            "statistics": r.to_dict(),
+        }
 
 
 @contextmanager
@@ -123,26 +131,32 @@ class _Clients:
         self.app, self.config, self.n, self.runs = app, dict(config), num_clients, 0
 
     def context(self, pid: int):
-        from flwr.app import Context, RecordDict
-
         import os
+
+        from flwr.app import Context, RecordDict
 
         from fedgraph.randomness import SECRET_NODE_KEY
 
         self.runs += 1
         # noise-source "secret": a fresh secret per client (the trials' noise independent)
-        return Context(run_id=self.runs, node_id=pid + 1, state=RecordDict(),
-                       run_config=dict(self.config),
-                       node_config={"partition-id": pid, "num-partitions": self.n,
-                                    SECRET_NODE_KEY: os.urandom(32).hex()})
+        return Context(
+            run_id=self.runs,
+            node_id=pid + 1,
+            state=RecordDict(),
+            run_config=dict(self.config),
+            node_config={
+                "partition-id": pid,
+                "num-partitions": self.n,
+                SECRET_NODE_KEY: os.urandom(32).hex(),
+            },
+        )
 
     def call(self, pid: int, message_type: str, records: dict, context=None):
         """``(reply, context)``; the handler's exception is raised."""
         from flwr.app import Message, RecordDict
 
         ctx = context if context is not None else self.context(pid)
-        msg = Message(content=RecordDict(records), dst_node_id=pid + 1,
-                      message_type=message_type)
+        msg = Message(content=RecordDict(records), dst_node_id=pid + 1, message_type=message_type)
         reply = self.app(msg, ctx)
         if reply.has_error():
             raise RuntimeError(f"client {pid} refused {message_type}: {reply.error.reason}")
@@ -191,11 +205,12 @@ def _gap_release() -> EdgeRelease:
         torch.manual_seed(cfg.seed)  # the server's fresh encoder (untrained: any weights do)
         model, _ = gap.inputs(cfg, view, "gap.encoder", None)
         empty = {"ids": torch.zeros(0, dtype=torch.long), "sums": torch.zeros(0, cfg.encoder_dim)}
-        return {"config": _payload(cfg),
-                "pma": ConfigRecord({"hop": 1, "graph": graph(cfg), "object-store": False}),
-                "incoming": ArrayRecord(empty),
-                "encoder": ArrayRecord({k: v.detach().cpu() for k, v in
-                                        model.state_dict().items()})}
+        return {
+            "config": _payload(cfg),
+            "pma": ConfigRecord({"hop": 1, "graph": graph(cfg), "object-store": False}),
+            "incoming": ArrayRecord(empty),
+            "encoder": ArrayRecord({k: v.detach().cpu() for k, v in model.state_dict().items()}),
+        }
 
     def rows(view, recs):
         cfg = _cfg_of(recs)
@@ -228,10 +243,11 @@ def _progap_release() -> EdgeRelease:
         torch.manual_seed(cfg.seed)
         s = view.schema
         model = progap.build_model(cfg, s["num_features"], s["num_classes"])
-        return {"config": _payload(cfg),
-                "agg": ConfigRecord({"stage": 1, "step": "release", "object-store": False}),
-                "arrays": ArrayRecord({k: v.detach().cpu() for k, v in
-                                       model.state_dict().items()})}
+        return {
+            "config": _payload(cfg),
+            "agg": ConfigRecord({"stage": 1, "step": "release", "object-store": False}),
+            "arrays": ArrayRecord({k: v.detach().cpu() for k, v in model.state_dict().items()}),
+        }
 
     def rows(view, recs):
         from fedgraph.nn.gap import normalize_rows
@@ -248,11 +264,14 @@ def _progap_release() -> EdgeRelease:
         return [e for _, e in reply_events(plan, "aggregation")]
 
     def in_graph(cfg, view):
-        return (torch.ones(view.graph.num_nodes, dtype=torch.bool),
-                torch.ones(view.schema["num_nodes"], dtype=torch.bool))
+        return (
+            torch.ones(view.graph.num_nodes, dtype=torch.bool),
+            torch.ones(view.schema["num_nodes"], dtype=torch.bool),
+        )
 
-    return EdgeRelease("query.progap_aggregate", records, rows, events, in_graph,
-                       "aggregation (stage 1)")
+    return EdgeRelease(
+        "query.progap_aggregate", records, rows, events, in_graph, "aggregation (stage 1)"
+    )
 
 
 def _cfg_of(recs):
@@ -273,16 +292,27 @@ def _released_rows(reply, ids: torch.Tensor) -> torch.Tensor:
 
     rel = bulk_tensors(reply.content["partial_sums"])
     if "sums" not in rel:
-        raise ValueError("the release is masked (secure aggregation): the auditor reads "
-                         "unmasked rows; run it with secure-aggregation = false")
+        raise ValueError(
+            "the release is masked (secure aggregation): the auditor reads "
+            "unmasked rows; run it with secure-aggregation = false"
+        )
     pos = torch.searchsorted(rel["ids"], ids)
     if bool((rel["ids"][pos.clamp_max(rel["ids"].numel() - 1)] != ids).any()):
         raise ValueError("the release lacks a canary's row")
     return rel["sums"][pos].float()
 
 
-def audit_edges(cfg, config: dict, spec: EdgeRelease, a: int, trials: int, *, rng,
-                confidence: float = 0.95, repeats: int = 2) -> SubjectAudit:
+def audit_edges(
+    cfg,
+    config: dict,
+    spec: EdgeRelease,
+    a: int,
+    trials: int,
+    *,
+    rng,
+    confidence: float = 0.95,
+    repeats: int = 2,
+) -> SubjectAudit:
     """Client ``a``'s release ``spec`` audited with cross-client canary edges (module
     docstring): ``trials`` a side. ``repeats``: the auditor, as a deviating server, sends each
     client the request that many times (each time another request under the same purpose,
@@ -332,12 +362,13 @@ def audit_edges(cfg, config: dict, spec: EdgeRelease, a: int, trials: int, *, rn
             planted[b] = _with_boundary(vb, eb)
         with planted_views(planted):
             s = torch.zeros(per)
-            for pid, recs, ids, h in ((a, rec_a, gv, h_a[u]), (b, rec_b, gu, h_b[v]))[:1 + both]:
+            for pid, recs, ids, h in ((a, rec_a, gv, h_a[u]), (b, rec_b, gu, h_b[v]))[: 1 + both]:
                 ctx = None
                 for r in range(repeats):  # the server asks again (another request, one purpose)
                     try:
-                        reply, ctx = clients.call(pid, spec.message_type,
-                                                  _nonce(recs, r) if r else recs, ctx)
+                        reply, ctx = clients.call(
+                            pid, spec.message_type, _nonce(recs, r) if r else recs, ctx
+                        )
                     except ReleaseRefused:
                         refused += 1
                         break
@@ -352,15 +383,32 @@ def audit_edges(cfg, config: dict, spec: EdgeRelease, a: int, trials: int, *, rn
         halves = f"both halves (rows of clients {a} and {b})"
     else:
         halves = f"the half into client {b}" + (
-            " (no client with the same sigma: looser by sqrt 2)" if undirected else "")
-    asked = (f"; request repeated x{repeats}: {answered} repeats answered, {refused} refused"
-             if repeats > 1 else "")
-    canary = (f"cross-client edge u -> v, client {a} -> {b}, {per} per release, each present "
-              f"w.p. 1/2; {halves}{asked}")
-    test = ("best threshold on <released row of v, h_u>" + (" + <row of u, h_v>" if both else "")
-            + "; Clopper-Pearson, threshold held out")
-    return SubjectAudit(f"client-{a}", _epsilon(events_a, cfg.delta, cfg.accountant), result,
-                        canary, test, spec.release, releases, time.perf_counter() - started)
+            " (no client with the same sigma: looser by sqrt 2)" if undirected else ""
+        )
+    asked = (
+        f"; request repeated x{repeats}: {answered} repeats answered, {refused} refused"
+        if repeats > 1
+        else ""
+    )
+    canary = (
+        f"cross-client edge u -> v, client {a} -> {b}, {per} per release, each present "
+        f"w.p. 1/2; {halves}{asked}"
+    )
+    test = (
+        "best threshold on <released row of v, h_u>"
+        + (" + <row of u, h_v>" if both else "")
+        + "; Clopper-Pearson, threshold held out"
+    )
+    return SubjectAudit(
+        f"client-{a}",
+        _epsilon(events_a, cfg.delta, cfg.accountant),
+        result,
+        canary,
+        test,
+        spec.release,
+        releases,
+        time.perf_counter() - started,
+    )
 
 
 def _nonce(records: dict, r: int) -> dict:
@@ -390,8 +438,16 @@ def estimate_score(mech, report: dict, num_features: int) -> np.ndarray:
     return est.double().sum(1).numpy()
 
 
-def audit_ppgnn(cfg, config: dict, trials: int, *, rng, confidence: float = 0.95,
-                clients_used: int | None = None, score=None) -> dict[str, SubjectAudit]:
+def audit_ppgnn(
+    cfg,
+    config: dict,
+    trials: int,
+    *,
+    rng,
+    confidence: float = 0.95,
+    clients_used: int | None = None,
+    score=None,
+) -> dict[str, SubjectAudit]:
     """Every level's users audited with their features at the domain's two corners (module
     docstring): ``trials`` a side per subject. ``score(mech, report, num_features)``: the
     distinguisher, per user ``[n]`` from the mechanism's report (higher: the upper corner);
@@ -416,9 +472,14 @@ def audit_ppgnn(cfg, config: dict, trials: int, *, rng, confidence: float = 0.95
     releases = 0
 
     def enough():
-        return all(min(int(np.sum(np.concatenate(labels[s]))) if labels[s] else 0,
-                       int(np.sum(~np.concatenate(labels[s]))) if labels[s] else 0) >= trials
-                   for s in subjects)
+        return all(
+            min(
+                int(np.sum(np.concatenate(labels[s]))) if labels[s] else 0,
+                int(np.sum(~np.concatenate(labels[s]))) if labels[s] else 0,
+            )
+            >= trials
+            for s in subjects
+        )
 
     while not enough():
         pid = order[releases % len(order)]
@@ -439,8 +500,11 @@ def audit_ppgnn(cfg, config: dict, trials: int, *, rng, confidence: float = 0.95
             labels["every-user"].append(present.numpy())
             continue
         # the levels this client drew for its users (the same generator: a run-fixed purpose)
-        levels = with_client_levels(planted.graph, cfg, client_generator(
-            cfg, ctx, pid, "ppgnn:levels", data=planted.graph, inputs="")).levels
+        levels = with_client_levels(
+            planted.graph,
+            cfg,
+            client_generator(cfg, ctx, pid, "ppgnn:levels", data=planted.graph, inputs=""),
+        ).levels
         for t in range(1, len(cfg.budgets) + 1):
             at = (levels == t).numpy()
             scores[f"level-{t}"].append(s[at])
@@ -449,16 +513,23 @@ def audit_ppgnn(cfg, config: dict, trials: int, *, rng, confidence: float = 0.95
     took = time.perf_counter() - started
     for subject, events in subjects.items():
         sc, lab = np.concatenate(scores[subject]), np.concatenate(labels[subject])
-        result = epsilon_lower_bound(sc[~lab], sc[lab], cfg.delta, confidence=confidence,
-                                     rng=rng)
+        result = epsilon_lower_bound(sc[~lab], sc[lab], cfg.delta, confidence=confidence, rng=rng)
         out[subject] = SubjectAudit(
-            subject, _epsilon(events, cfg.delta, "prv"), result,
+            subject,
+            _epsilon(events, cfg.delta, "prv"),
+            result,
             f"a user's features at the domain's opposite corners ({lo:g} vs {hi:g} in every "
             "dimension), every user of a release a canary w.p. 1/2",
-            ("best threshold on the sum of the server's estimate of the user's features"
-             if score is estimate_score else f"best threshold on {_name(score)}")
+            (
+                "best threshold on the sum of the server's estimate of the user's features"
+                if score is estimate_score
+                else f"best threshold on {_name(score)}"
+            )
             + f" (mechanism {cfg.mechanism!r}); Clopper-Pearson, threshold held out",
-            "report (features)", releases, took)
+            "report (features)",
+            releases,
+            took,
+        )
     return out
 
 
@@ -476,9 +547,16 @@ NOT_AUDITED = {
 }
 
 
-def audit_run(config: dict, trials: int = DEFAULT_TRIALS, *, confidence: float = 0.95,
-              subjects: list[str] | None = None, seed: int | None = None,
-              repeats: int = 2, score=None) -> dict:
+def audit_run(
+    config: dict,
+    trials: int = DEFAULT_TRIALS,
+    *,
+    confidence: float = 0.95,
+    subjects: list[str] | None = None,
+    seed: int | None = None,
+    repeats: int = 2,
+    score=None,
+) -> dict:
     """Audit a run config (flat keys, as ``fedgraph run`` takes it): ``{"subjects": {name:
     SubjectAudit.to_dict()}, "not_audited": [...], "method", "delta", "trials", "confidence",
     "seconds"}``. ``subjects``: only these (e.g. ``["client-0"]``); ``seed``: the trials'
@@ -506,20 +584,34 @@ def audit_run(config: dict, trials: int = DEFAULT_TRIALS, *, confidence: float =
         for a in range(cfg.num_clients):
             name = f"client-{a}"
             if subjects is None or name in subjects:
-                audits[name] = audit_edges(cfg, config, spec, a, trials, rng=rng,
-                                           confidence=confidence, repeats=repeats)
+                audits[name] = audit_edges(
+                    cfg, config, spec, a, trials, rng=rng, confidence=confidence, repeats=repeats
+                )
     elif cfg.method == "ppgnn":
-        audits = {k: v for k, v in audit_ppgnn(cfg, config, trials, rng=rng,
-                                               confidence=confidence, score=score).items()
-                  if subjects is None or k in subjects}
+        audits = {
+            k: v
+            for k, v in audit_ppgnn(
+                cfg, config, trials, rng=rng, confidence=confidence, score=score
+            ).items()
+            if subjects is None or k in subjects
+        }
     else:
-        skipped.append(NOT_AUDITED.get((cfg.method, level), NOT_AUDITED.get(
-            (cfg.method, None), f"{cfg.method}: not audited yet")))
-    return {"method": cfg.method, "delta": cfg.delta, "trials": trials,
-            "confidence": confidence,
-            "subjects": {k: v.to_dict() for k, v in audits.items()},
-            "not_audited": skipped, "seconds": round(time.perf_counter() - started, 3),
-            "above": [k for k, v in audits.items() if v.above]}
+        skipped.append(
+            NOT_AUDITED.get(
+                (cfg.method, level),
+                NOT_AUDITED.get((cfg.method, None), f"{cfg.method}: not audited yet"),
+            )
+        )
+    return {
+        "method": cfg.method,
+        "delta": cfg.delta,
+        "trials": trials,
+        "confidence": confidence,
+        "subjects": {k: v.to_dict() for k, v in audits.items()},
+        "not_audited": skipped,
+        "seconds": round(time.perf_counter() - started, 3),
+        "above": [k for k, v in audits.items() if v.above],
+    }
 
 
 def write_audit(out: dict, config: dict, preset: str | None = None):

@@ -8,6 +8,7 @@ and exits non-zero (1: the run failed, 2: invalid config) with the reason
 (see :mod:`fedgraph.simulations.sweep`); ``fedgraph report`` aggregates the cells (see
 :mod:`fedgraph.simulations.results`).
 """
+
 from __future__ import annotations
 
 import os
@@ -15,7 +16,6 @@ import shlex
 import signal
 import sys
 from pathlib import Path
-from typing import List, Optional
 
 import typer
 
@@ -24,8 +24,11 @@ from fedgraph.simulations.run_files import PRESETS, load_run_config
 from fedgraph.simulations.simulate import check_run_config, run_simulation
 from fedgraph.simulations.user_code import user_traceback
 
-cli = typer.Typer(add_completion=False, no_args_is_help=True,
-                  help="Federated simulations of differentially private graph learning.")
+cli = typer.Typer(
+    add_completion=False,
+    no_args_is_help=True,
+    help="Federated simulations of differentially private graph learning.",
+)
 
 
 def _command(fn):
@@ -45,8 +48,11 @@ def version_line() -> str:
             return version(name)
         except PackageNotFoundError:
             return "missing"
-    deps = ", ".join(f"{name} {of(name)}" for name in
-                     ("flwr", "torch", "torch_geometric", "ray", "prv-accountant", "pydantic"))
+
+    deps = ", ".join(
+        f"{name} {of(name)}"
+        for name in ("flwr", "torch", "torch_geometric", "ray", "prv-accountant", "pydantic")
+    )
     return f"fedgraph {of('fedgraph')} ({deps}; Python {sys.version.split()[0]})"
 
 
@@ -57,26 +63,34 @@ def _print_version(value: bool) -> None:
 
 
 @cli.callback()
-def _options(version: bool = typer.Option(  # noqa: ARG001 - handled by its callback
-        False, "--version", callback=_print_version, is_eager=True,
-        help="Print fedgraph's version and its libraries' and exit.")) -> None:
+def _options(
+    version: bool = typer.Option(  # noqa: ARG001 - handled by its callback
+        False,
+        "--version",
+        callback=_print_version,
+        is_eager=True,
+        help="Print fedgraph's version and its libraries' and exit.",
+    ),
+) -> None:
     """Federated simulations of differentially private graph learning."""
 
 
 def _run_help() -> str:
     # The command's help names PRESET (typer 0.20 with click 8.5 drops arguments' own help).
     names = ", ".join(sorted(f.stem for f in PRESETS.glob("*.toml")))
-    return ("Run one simulation; exit 1 if it fails, 2 if the config is invalid, 130 if interrupted (Ctrl-C: once the run has started, its report is written with status interrupted; Ctrl-C twice quits at once), 143 if stopped by SIGTERM (the same way).\n\n"
-            f"PRESET: a preset's name ({names}) or the path of a TOML run config; without it, "
-            "the main job (the defaults of pyproject.toml's \\[tool.flwr.app.config]: PPGNN on "
-            "Cora). Keys set with --set go on top.")
+    return (
+        "Run one simulation; exit 1 if it fails, 2 if the config is invalid, 130 if interrupted (Ctrl-C: once the run has started, its report is written with status interrupted; Ctrl-C twice quits at once), 143 if stopped by SIGTERM (the same way).\n\n"
+        f"PRESET: a preset's name ({names}) or the path of a TOML run config; without it, "
+        "the main job (the defaults of pyproject.toml's \\[tool.flwr.app.config]: PPGNN on "
+        "Cora). Keys set with --set go on top."
+    )
 
 
 @cli.command(help=_run_help())
 def run(
-    preset: Optional[str] = typer.Argument(None, help="preset name or TOML file"),
-    set_: List[str] = typer.Option([], "--set", "-s", help="override a run-config key: key=value"),
-    num_cpus: Optional[int] = typer.Option(None, help="CPUs Ray may use (default: all)"),
+    preset: str | None = typer.Argument(None, help="preset name or TOML file"),
+    set_: list[str] = typer.Option([], "--set", "-s", help="override a run-config key: key=value"),
+    num_cpus: int | None = typer.Option(None, help="CPUs Ray may use (default: all)"),
     cpus_per_client: float = typer.Option(1.0, help="CPUs reserved per client"),
     gpus_per_client: float = typer.Option(0.0, help="GPU share per client (0: CPU)"),
 ) -> None:
@@ -126,15 +140,28 @@ class _Bar:
     """A rich progress bar on a terminal; elsewhere (logs, CI) one line per finished cell."""
 
     def __init__(self, console) -> None:
-        from rich.progress import (BarColumn, MofNCompleteColumn, Progress, TextColumn,
-                                   TimeElapsedColumn, TimeRemainingColumn)
+        from rich.progress import (
+            BarColumn,
+            MofNCompleteColumn,
+            Progress,
+            TextColumn,
+            TimeElapsedColumn,
+            TimeRemainingColumn,
+        )
 
         self.console = console
         self.live = console.is_terminal
-        self.bar = Progress(TextColumn("[bold]cells"), BarColumn(), MofNCompleteColumn(),
-                            TextColumn("{task.fields[status]}"), TimeElapsedColumn(),
-                            TextColumn("left"), TimeRemainingColumn(), console=console,
-                            disable=not self.live)
+        self.bar = Progress(
+            TextColumn("[bold]cells"),
+            BarColumn(),
+            MofNCompleteColumn(),
+            TextColumn("{task.fields[status]}"),
+            TimeElapsedColumn(),
+            TextColumn("left"),
+            TimeRemainingColumn(),
+            console=console,
+            disable=not self.live,
+        )
         self.task, self.total, self.n, self.failed = None, 0, 0, 0
 
     def start(self, total: int) -> None:
@@ -148,9 +175,13 @@ class _Bar:
         self.bar.update(self.task, advance=1, status=f"{self.failed} failed" if self.failed else "")
         if not self.live and result.status == "ok":
             test = f"test {result.test:.4f}" if result.test is not None else ""
-            self.console.print(f"[{self.n}/{self.total}] ok {result.cell.describe()} {test} "
-                               f"({result.wall_s:.0f} s)", markup=False, highlight=False,
-                               soft_wrap=True)
+            self.console.print(
+                f"[{self.n}/{self.total}] ok {result.cell.describe()} {test} "
+                f"({result.wall_s:.0f} s)",
+                markup=False,
+                highlight=False,
+                soft_wrap=True,
+            )
 
     def stop(self) -> None:
         self.bar.stop()
@@ -166,27 +197,40 @@ def _dry_run(sw, console) -> int:
     problems: dict = {}  # (dataset, data-root, min-class-size) -> why it does not load
     states: dict = {}
     for c in sw.cells():
-        key = (c.run_config.get("dataset", "cora"), c.run_config.get("data-root") or None,
-               int(c.run_config.get("min-class-size", 1000)))
+        key = (
+            c.run_config.get("dataset", "cora"),
+            c.run_config.get("data-root") or None,
+            int(c.run_config.get("min-class-size", 1000)),
+        )
         if key not in problems:
             problems[key] = data_problem(*key)
-        state = ("done" if cell_is_done(sw.cell_dir(c), c.run_config)
-                 else "no data" if problems[key] else "to run")
+        state = (
+            "done"
+            if cell_is_done(sw.cell_dir(c), c.run_config)
+            else "no data"
+            if problems[key]
+            else "to run"
+        )
         states[state] = states.get(state, 0) + 1
         console.print(f"{state:<7} {sw.cell_dir(c)}", markup=False)
     missing = dict.fromkeys((k[0], w) for k, w in problems.items() if w)
     for name, why in missing:
         console.print(f"no data: {name}: {why}", markup=False)
     total = sum(states.values())
-    console.print(f"{total} cell{'s' if total != 1 else ''}: " + ", ".join(
-        f"{states.get(k, 0)} {k}" for k in ("done", "to run", "no data")), markup=False)
+    console.print(
+        f"{total} cell{'s' if total != 1 else ''}: "
+        + ", ".join(f"{states.get(k, 0)} {k}" for k in ("done", "to run", "no data")),
+        markup=False,
+    )
     n = states.get("no data", 0)
     if not n or states.get("to run"):
         return 0
     names = ", ".join(dict.fromkeys(name for name, _ in missing))
     which = "the only cell not done lacks" if n == 1 else f"none of the {n} cells not done has"
-    typer.echo(f"fedgraph: no cell can run: {which} its data ({names}: the 'no data' lines "
-               "above say why)", err=True)
+    typer.echo(
+        f"fedgraph: no cell can run: {which} its data ({names}: the 'no data' lines above say why)",
+        err=True,
+    )
     return 2
 
 
@@ -201,11 +245,16 @@ def _raise_interrupt(signum, frame):  # SIGTERM: stop like Ctrl-C (kill the runn
 @_command
 def sweep(
     sweep_file: str = typer.Argument(..., help="sweep TOML file, or a name in simulations/sweeps"),
-    output_dir: Optional[str] = typer.Option(None, "--output-dir", "-o",
-                                             help="where the cells go (default: the file's output-dir)"),
-    parallel: Optional[int] = typer.Option(None, help="cells at a time (default: cores // cpus-per-cell)"),
-    executor: Optional[str] = typer.Option(None, help="local (process pool), ray (Ray tasks) or auto"),
-    dry_run: bool = typer.Option(False, "--dry-run", help="list the cells and which are done; run nothing"),
+    output_dir: str | None = typer.Option(
+        None, "--output-dir", "-o", help="where the cells go (default: the file's output-dir)"
+    ),
+    parallel: int | None = typer.Option(
+        None, help="cells at a time (default: cores // cpus-per-cell)"
+    ),
+    executor: str | None = typer.Option(None, help="local (process pool), ray (Ray tasks) or auto"),
+    dry_run: bool = typer.Option(
+        False, "--dry-run", help="list the cells and which are done; run nothing"
+    ),
 ) -> None:
     """Run a grid of simulations (methods x datasets x epsilons x clients x seeds), resumable:
     cells whose report is ok are skipped. Exit 0 if every cell is ok, 1 if any failed, 2 for
@@ -243,14 +292,23 @@ def sweep(
     bar = _Bar(console)
     previous = signal.signal(signal.SIGTERM, _raise_interrupt)
     try:
-        summary = run_sweep(sw, parallel, executor,
-                            echo=lambda line: console.print(line, markup=False), progress=bar)
+        summary = run_sweep(
+            sw,
+            parallel,
+            executor,
+            echo=lambda line: console.print(line, markup=False),
+            progress=bar,
+        )
     except KeyboardInterrupt as err:
         bar.stop()
-        console.print(f"fedgraph: sweep interrupted; run the same command again to finish the "
-                      f"rest ({sw.output_dir})", markup=False)
-        raise typer.Exit(signal_exit_code(
-            signal.SIGTERM if isinstance(err, _Terminated) else signal.SIGINT))
+        console.print(
+            f"fedgraph: sweep interrupted; run the same command again to finish the "
+            f"rest ({sw.output_dir})",
+            markup=False,
+        )
+        raise typer.Exit(
+            signal_exit_code(signal.SIGTERM if isinstance(err, _Terminated) else signal.SIGINT)
+        )
     finally:
         bar.stop()
         signal.signal(signal.SIGTERM, previous)
@@ -261,10 +319,12 @@ def sweep(
 @_command
 def audit(
     preset: str = typer.Argument(..., help="preset name or TOML file"),
-    set_: List[str] = typer.Option([], "--set", "-s", help="override a run-config key: key=value"),
-    trials: Optional[int] = typer.Option(None, help="trials a side per subject (default 20000)"),
-    subject: List[str] = typer.Option([], "--subject", help="audit only this subject (repeatable)"),
-    seed: Optional[int] = typer.Option(None, help="seed of the canary choices (noise: the clients' own)"),
+    set_: list[str] = typer.Option([], "--set", "-s", help="override a run-config key: key=value"),
+    trials: int | None = typer.Option(None, help="trials a side per subject (default 20000)"),
+    subject: list[str] = typer.Option([], "--subject", help="audit only this subject (repeatable)"),
+    seed: int | None = typer.Option(
+        None, help="seed of the canary choices (noise: the clients' own)"
+    ),
 ) -> None:
     """Audit a run's privacy on the real client code: plant canaries (a cross-client edge, a
     user's features at the domain's corners), run the clients' real release handlers on both
@@ -289,12 +349,13 @@ def audit(
     from fedgraph.simulations.auditor import DEFAULT_TRIALS, audit_run, write_audit
 
     if trials is not None and trials < 1:
-        typer.echo(f"fedgraph: --trials: {trials}; allowed: integers >= 1 (default "
-                   f"{DEFAULT_TRIALS})", err=True)
+        typer.echo(
+            f"fedgraph: --trials: {trials}; allowed: integers >= 1 (default {DEFAULT_TRIALS})",
+            err=True,
+        )
         raise typer.Exit(2)
     try:
-        out = audit_run(cfg, trials or DEFAULT_TRIALS, subjects=list(subject) or None,
-                        seed=seed)
+        out = audit_run(cfg, trials or DEFAULT_TRIALS, subjects=list(subject) or None, seed=seed)
     except ConfigError as err:
         typer.echo(f"fedgraph: {err}", err=True)
         raise typer.Exit(2)
@@ -305,29 +366,37 @@ def audit(
         raise typer.Exit(1)
     missing = sorted(set(subject) - set(out["subjects"]))
     if missing:  # nothing written: an earlier audit is kept
-        typer.echo(f"fedgraph: --subject: {', '.join(map(repr, missing))} is not a subject "
-                   "this audit covers; allowed: the run's client-<i> (GAP, ProGAP) or "
-                   "level-<tau> (PPGNN, the feature subjects); nothing was written", err=True)
+        typer.echo(
+            f"fedgraph: --subject: {', '.join(map(repr, missing))} is not a subject "
+            "this audit covers; allowed: the run's client-<i> (GAP, ProGAP) or "
+            "level-<tau> (PPGNN, the feature subjects); nothing was written",
+            err=True,
+        )
         raise typer.Exit(2)
     path = write_audit(out, cfg, preset)
     typer.echo(audit_table(out))
     typer.echo(f"audit written to {path}")
     if out["above"]:
-        typer.echo(f"fedgraph: audited bound above the ledger's epsilon: {', '.join(out['above'])}",
-                   err=True)
+        typer.echo(
+            f"fedgraph: audited bound above the ledger's epsilon: {', '.join(out['above'])}",
+            err=True,
+        )
         raise typer.Exit(3)
 
 
 def audit_table(out: dict) -> str:
     """The audit's table: one row per subject (ledger epsilon, bound, canary, test, trials)."""
-    rows = [f"audit of {out['method']} at delta {out['delta']:g} "
-            f"({out['confidence']:.0%} confidence, {out['seconds']:.0f} s)",
-            f"{'subject':<12} {'release':<22} {'epsilon':>8} {'bound':>7} {'trials':>7}  "
-            "canary / test"]
+    rows = [
+        f"audit of {out['method']} at delta {out['delta']:g} "
+        f"({out['confidence']:.0%} confidence, {out['seconds']:.0f} s)",
+        f"{'subject':<12} {'release':<22} {'epsilon':>8} {'bound':>7} {'trials':>7}  canary / test",
+    ]
     for name, s in out["subjects"].items():
         flag = "  ABOVE" if s["above"] else ""
-        rows.append(f"{name:<12} {s['release']:<22} {s['epsilon']:>8.3f} "
-                    f"{s['epsilon_lower_bound']:>7.3f} {s['trials']:>7}  {s['canary']}{flag}")
+        rows.append(
+            f"{name:<12} {s['release']:<22} {s['epsilon']:>8.3f} "
+            f"{s['epsilon_lower_bound']:>7.3f} {s['trials']:>7}  {s['canary']}{flag}"
+        )
         rows.append(f"{'':<60}{s['test']}")
     rows += [f"not audited: {line}" for line in out["not_audited"]]
     return "\n".join(rows)
@@ -335,18 +404,26 @@ def audit_table(out: dict) -> str:
 
 @_command
 def report(
-    dirs: List[str] = typer.Argument(..., help="sweep output folders (each holds cells/)"),
-    csv_path: Optional[str] = typer.Option(None, "--csv", help="CSV file (default: DIR/results.csv, "
-                                           "or beside --markdown)"),
-    plots: Optional[str] = typer.Option(None, "--plots", help="folder for the PNGs (default: "
-                                        "DIR/plots, or img/ beside --markdown)"),
-    markdown_path: Optional[str] = typer.Option(None, "--markdown", help="also write a results page"),
-    published: List[str] = typer.Option([], "--published", help="another sweep file whose "
-                                        r"\[\[published]] numbers to show"),
-    formats: str = typer.Option("png", "--format", help="figure formats, comma-separated: "
-                                "png, pdf, svg"),
-    combined: bool = typer.Option(False, "--combined", help="also one figure with every plot "
-                                  "as a panel (combined.<format>)"),
+    dirs: list[str] = typer.Argument(..., help="sweep output folders (each holds cells/)"),
+    csv_path: str | None = typer.Option(
+        None, "--csv", help="CSV file (default: DIR/results.csv, or beside --markdown)"
+    ),
+    plots: str | None = typer.Option(
+        None, "--plots", help="folder for the PNGs (default: DIR/plots, or img/ beside --markdown)"
+    ),
+    markdown_path: str | None = typer.Option(None, "--markdown", help="also write a results page"),
+    published: list[str] = typer.Option(
+        [],
+        "--published",
+        help="another sweep file whose "
+        r"\[\[published]] numbers to show",
+    ),
+    formats: str = typer.Option(
+        "png", "--format", help="figure formats, comma-separated: png, pdf, svg"
+    ),
+    combined: bool = typer.Option(
+        False, "--combined", help="also one figure with every plot as a panel (combined.<format>)"
+    ),
 ) -> None:
     """Aggregate sweep folders: one CSV (mean and std per cell over seeds: accuracy per split,
     epsilon, wall time) and privacy-utility plots (PNG), optionally a markdown page."""
@@ -362,15 +439,23 @@ def report(
     dirs = list(dict.fromkeys(dirs))  # a folder named twice counts once
     for d in dirs:
         if not Path(d).is_dir():
-            refuse("DIRS", f"{d} is a file, not a folder (give sweep output folders)"
-                   if Path(d).exists() else f"no such folder: {d} (give sweep output folders)")
+            refuse(
+                "DIRS",
+                f"{d} is a file, not a folder (give sweep output folders)"
+                if Path(d).exists()
+                else f"no such folder: {d} (give sweep output folders)",
+            )
     rows = results.collect(dirs)
     if not rows:
-        typer.echo(f"fedgraph: no sweep cells (cells/*/cell.json) under {', '.join(dirs)}", err=True)
+        typer.echo(
+            f"fedgraph: no sweep cells (cells/*/cell.json) under {', '.join(dirs)}", err=True
+        )
         raise typer.Exit(2)
     first = Path(dirs[0])
     md = Path(markdown_path) if markdown_path else None
-    csv_file = Path(csv_path) if csv_path else (md.with_suffix(".csv") if md else first / "results.csv")
+    csv_file = (
+        Path(csv_path) if csv_path else (md.with_suffix(".csv") if md else first / "results.csv")
+    )
     plot_dir = Path(plots) if plots else (md.parent / "img" if md else first / "plots")
     # the option a path came from (the CSV and the plots default to beside --markdown)
     csv_option = "--csv" if csv_path else ("--markdown" if md else "DIRS")
@@ -380,20 +465,30 @@ def report(
     for option, path in ((csv_option, csv_file), ("--markdown", md)):
         if path is not None and path.is_dir():
             refuse(option, f"{path} is a folder; name a file")
-    for option, folder in ((csv_option, csv_file.parent), ("--markdown", md and md.parent),
-                           (plots_option, plot_dir)):
+    for option, folder in (
+        (csv_option, csv_file.parent),
+        ("--markdown", md and md.parent),
+        (plots_option, plot_dir),
+    ):
         why = folder and unwritable_folder(folder)
         if why:
             refuse(option, f"{why} (writing to {folder})")
     try:
-        pub = results.load_published([*[Path(d) / "sweep.toml" for d in dirs
-                                        if (Path(d) / "sweep.toml").exists()], *published])
+        pub = results.load_published(
+            [
+                *[Path(d) / "sweep.toml" for d in dirs if (Path(d) / "sweep.toml").exists()],
+                *published,
+            ]
+        )
     except (OSError, ValueError, tomllib.TOMLDecodeError) as err:
         refuse("--published", f"cannot read a sweep file's [[published]] numbers: {err}")
     fmts = [f.strip().lower() for f in formats.split(",") if f.strip()]
     if not fmts or set(fmts) - set(results.FORMATS):
-        typer.echo(f"fedgraph: --format: got {formats!r}; allowed: "
-                   f"{', '.join(results.FORMATS)} (comma-separated)", err=True)
+        typer.echo(
+            f"fedgraph: --format: got {formats!r}; allowed: "
+            f"{', '.join(results.FORMATS)} (comma-separated)",
+            err=True,
+        )
         raise typer.Exit(2)
     groups = results.aggregate(rows)
     try:
@@ -410,22 +505,28 @@ def report(
         eps = "-" if g["epsilon"] is None else f"{g['epsilon']:g}"
         test = results.pct(g["test_mean"], g["test_std"])
         failed = f"  ({g['failed']} failed)" if g["failed"] else ""
-        typer.echo(f"{g['label']:<32} {g['dataset']:<24} eps {eps:<6} clients {g['num_clients']:<4} "
-                   f"seeds {g['seeds']}  test {test}{failed}")
+        typer.echo(
+            f"{g['label']:<32} {g['dataset']:<24} eps {eps:<6} clients {g['num_clients']:<4} "
+            f"seeds {g['seeds']}  test {test}{failed}"
+        )
     typer.echo(f"csv: {csv_file}")
     for f in figures:
         for path in f.paths:
             typer.echo(f"plot: {path}")
     if md:
-        command = "fedgraph report " + " ".join(shlex.quote(d) for d in dirs) + \
-            f" --markdown {shlex.quote(markdown_path)}" + \
-            "".join(f" --published {shlex.quote(p)}" for p in published) + \
-            (f" --csv {shlex.quote(csv_path)}" if csv_path else "") + \
-            (f" --plots {shlex.quote(plots)}" if plots else "") + \
-            (f" --format {shlex.quote(formats)}" if formats != "png" else "") + \
-            (" --combined" if combined else "")
-        text = results.markdown(groups, figures, md, pub, command,
-                                results.sweep_summaries(dirs, rows), csv_file)
+        command = (
+            "fedgraph report "
+            + " ".join(shlex.quote(d) for d in dirs)
+            + f" --markdown {shlex.quote(markdown_path)}"
+            + "".join(f" --published {shlex.quote(p)}" for p in published)
+            + (f" --csv {shlex.quote(csv_path)}" if csv_path else "")
+            + (f" --plots {shlex.quote(plots)}" if plots else "")
+            + (f" --format {shlex.quote(formats)}" if formats != "png" else "")
+            + (" --combined" if combined else "")
+        )
+        text = results.markdown(
+            groups, figures, md, pub, command, results.sweep_summaries(dirs, rows), csv_file
+        )
         try:
             results.write_bytes_atomic(md, text.encode())
         except OSError as err:
@@ -434,30 +535,50 @@ def report(
 
 
 @_command
-def datasets(root: Optional[str] = typer.Option(None, help="dataset root (default: $FEDGRAPH_DATA or cache)")) -> None:
+def datasets(
+    root: str | None = typer.Option(None, help="dataset root (default: $FEDGRAPH_DATA or cache)"),
+) -> None:
     """List the known datasets, their statistics and whether each loads offline; Facebook100
     colleges found under the root with their graph size."""
-    from fedgraph.data import (KNOWN_DATASETS, dataset_statistics, known_datasets, load_dataset,
-                               resolve_root)
+    from fedgraph.data import (
+        KNOWN_DATASETS,
+        dataset_statistics,
+        known_datasets,
+        load_dataset,
+        resolve_root,
+    )
     from fedgraph.simulations.dataset_listing import facebook100_size
 
     if root is not None and not Path(root).expanduser().is_dir():
-        typer.echo(f"fedgraph: --root: {root} is not a folder (give an existing data root, or "
-                   "leave --root out to use $FEDGRAPH_DATA or the user cache)", err=True)
+        typer.echo(
+            f"fedgraph: --root: {root} is not a folder (give an existing data root, or "
+            "leave --root out to use $FEDGRAPH_DATA or the user cache)",
+            err=True,
+        )
         raise typer.Exit(2)
     env = os.environ.get("FEDGRAPH_DATA", "")
     if root is None and env and not Path(env).expanduser().is_dir():
-        typer.echo(f"fedgraph: $FEDGRAPH_DATA = {env} is not a folder (set it to an existing "
-                   "data root, unset it for the user cache, or give --root)", err=True)
+        typer.echo(
+            f"fedgraph: $FEDGRAPH_DATA = {env} is not a folder (set it to an existing "
+            "data root, unset it for the user cache, or give --root)",
+            err=True,
+        )
         raise typer.Exit(2)
-    where = ("--root" if root else "$FEDGRAPH_DATA" if os.environ.get("FEDGRAPH_DATA")
-             else "the user cache; set $FEDGRAPH_DATA or --root to use another folder")
+    where = (
+        "--root"
+        if root
+        else "$FEDGRAPH_DATA"
+        if os.environ.get("FEDGRAPH_DATA")
+        else "the user cache; set $FEDGRAPH_DATA or --root to use another folder"
+    )
     typer.echo(f"data root: {resolve_root(root)} (from {where})")
     for name in known_datasets():
         if name.startswith("facebook100:"):
             colleges = sorted((resolve_root(root) / "facebook100").glob("*.mat"))
             if not colleges:
-                typer.echo(f"{name:<27} none under {resolve_root(root) / 'facebook100'} (no download)")
+                typer.echo(
+                    f"{name:<27} none under {resolve_root(root) / 'facebook100'} (no download)"
+                )
             for path in colleges:
                 typer.echo(f"{'facebook100:' + path.stem:<27} {facebook100_size(path)}")
             continue
@@ -465,37 +586,54 @@ def datasets(root: Optional[str] = typer.Option(None, help="dataset root (defaul
             typer.echo(f"{name:<27} generated (seeded SBM, no files; e.g. synthetic-sbm:2000:10)")
             continue
         if name == "files":  # the user's own graph, read from data-root: nothing to list
-            typer.echo(f"{name:<27} your own graph: data-root names a .pt file or a folder with "
-                       "edges.csv, features.csv, labels.csv (docs: tutorials/own-dataset)")
+            typer.echo(
+                f"{name:<27} your own graph: data-root names a .pt file or a folder with "
+                "edges.csv, features.csv, labels.csv (docs: tutorials/own-dataset)"
+            )
             continue
         try:
             s = dataset_statistics(load_dataset(name, root))
-            typer.echo(f"{name:<27} offline  nodes {s['num_nodes']:>7}  edges {s['num_edges']:>9}  "
-                       f"features {s['num_features']:>5}  classes {s['num_classes']}")
+            typer.echo(
+                f"{name:<27} offline  nodes {s['num_nodes']:>7}  edges {s['num_edges']:>9}  "
+                f"features {s['num_features']:>5}  classes {s['num_classes']}"
+            )
         except Exception as err:  # noqa: BLE001 - missing files; a registered loader's own needs
             if name in KNOWN_DATASETS and isinstance(err, FileNotFoundError):
                 typer.echo(f"{name:<27} not under the data root (downloads when online)")
             else:
                 first = str(err).splitlines()[0] if str(err) else type(err).__name__
-                typer.echo(f"{name:<27} registered; not loadable with this root: "
-                           f"{first if len(first) <= 100 else first[:97] + '...'}")
+                typer.echo(
+                    f"{name:<27} registered; not loadable with this root: "
+                    f"{first if len(first) <= 100 else first[:97] + '...'}"
+                )
 
 
-cluster_cli = typer.Typer(no_args_is_help=True, help=(
-    "A local Ray cluster of your own: start one with its own folder and port, stop exactly "
-    "that one (ray stop would stop every Ray of the machine)."))
+cluster_cli = typer.Typer(
+    no_args_is_help=True,
+    help=(
+        "A local Ray cluster of your own: start one with its own folder and port, stop exactly "
+        "that one (ray stop would stop every Ray of the machine)."
+    ),
+)
 cli.add_typer(cluster_cli, name="cluster")
 
 
-@cluster_cli.command("start", help=(
-    "Start a Ray head on 127.0.0.1 with a temporary folder of its own (--dir, default a new short "
-    "temporary fgray-* folder) and a free port (--port); prints the RAY_ADDRESS to run against it "
-    "and the command that stops it. The folder records the address (fedgraph-cluster.json)."))
+@cluster_cli.command(
+    "start",
+    help=(
+        "Start a Ray head on 127.0.0.1 with a temporary folder of its own (--dir, default a new short "
+        "temporary fgray-* folder) and a free port (--port); prints the RAY_ADDRESS to run against it "
+        "and the command that stops it. The folder records the address (fedgraph-cluster.json)."
+    ),
+)
 def cluster_start(
-        dir: Optional[str] = typer.Option(None, "--dir", help="the cluster's temporary folder (short: Ray's sockets live in it)"),  # noqa: A002
-        port: Optional[int] = typer.Option(None, help="the head's port (default: a free one)"),
-        num_cpus: Optional[int] = typer.Option(None, help="CPUs the head offers (default: Ray's count)"),
-        num_gpus: Optional[int] = typer.Option(None, help="GPUs the head offers (default: Ray's count)")) -> None:
+    dir: str | None = typer.Option(
+        None, "--dir", help="the cluster's temporary folder (short: Ray's sockets live in it)"
+    ),  # noqa: A002
+    port: int | None = typer.Option(None, help="the head's port (default: a free one)"),
+    num_cpus: int | None = typer.Option(None, help="CPUs the head offers (default: Ray's count)"),
+    num_gpus: int | None = typer.Option(None, help="GPUs the head offers (default: Ray's count)"),
+) -> None:
     from fedgraph.simulations import cluster
 
     try:
@@ -508,18 +646,26 @@ def cluster_start(
     typer.echo(f"  stop it:    fedgraph cluster stop {record['folder']}")
 
 
-@cluster_cli.command("stop", help=(
-    "Stop the cluster that `fedgraph cluster start` (or ray start --head --temp-dir=DIR) "
-    "started in DIR: only the processes that name that folder and their workers, SIGTERM "
-    "then SIGKILL after --grace seconds. Exit 1 if some are left."))
+@cluster_cli.command(
+    "stop",
+    help=(
+        "Stop the cluster that `fedgraph cluster start` (or ray start --head --temp-dir=DIR) "
+        "started in DIR: only the processes that name that folder and their workers, SIGTERM "
+        "then SIGKILL after --grace seconds. Exit 1 if some are left."
+    ),
+)
 def cluster_stop(
-        dir: str = typer.Argument(..., help="the cluster's temporary folder"),  # noqa: A002
-        grace: float = typer.Option(10.0, help="seconds between SIGTERM and SIGKILL")) -> None:
+    dir: str = typer.Argument(..., help="the cluster's temporary folder"),  # noqa: A002
+    grace: float = typer.Option(10.0, help="seconds between SIGTERM and SIGKILL"),
+) -> None:
     from fedgraph.simulations import cluster
 
     if not Path(dir).is_dir():
-        typer.echo(f"fedgraph cluster stop: {dir} is not a folder (give the folder that "
-                   "`fedgraph cluster start` printed)", err=True)
+        typer.echo(
+            f"fedgraph cluster stop: {dir} is not a folder (give the folder that "
+            "`fedgraph cluster start` printed)",
+            err=True,
+        )
         raise typer.Exit(2)
     found = cluster.cluster_pids(dir)
     left = cluster.stop(dir, grace)

@@ -9,6 +9,7 @@ each message; every draw comes from the client's own generator
 types and their records: :mod:`fedgraph.protocol` (``tests/test_protocol.py`` holds this file
 and real runs to it).
 """
+
 from __future__ import annotations
 
 # First, before the heavy imports: under flwr run this is the task's own process, whose
@@ -24,7 +25,9 @@ from fedgraph.simulations.handler_times import handler_times
 from fedgraph.simulations.routes import common, gap, ppgnn, privgnn, progap
 
 wakeups.install(if_imported=True)  # flwr run: patch Flower's message threads here (wakeups)
-app = ClientApp(mods=[handler_times])  # off unless a benchmark asks (fedgraph.simulations.handler_times)
+app = ClientApp(
+    mods=[handler_times]
+)  # off unless a benchmark asks (fedgraph.simulations.handler_times)
 
 # PPGNN: the perturbed report, then the clients' counts of correct predictions
 ppgnn_query = app.query("ppgnn")(ppgnn.ppgnn_query)

@@ -3,6 +3,7 @@ holds the rules): its own run config, its transcript of the run, its ledger kept
 ``context.state``, and the release of a reply charged to that ledger before it leaves. Every
 route calls :func:`fedgraph.simulations.routes.common.setup` (own config, transcript) and
 :func:`release` for what it releases."""
+
 from __future__ import annotations
 
 import functools
@@ -92,9 +93,11 @@ def own_config(context: Context):
                 else:
                     own[key] = int(parts)
         return _parsed(json.dumps(own, sort_keys=True, default=str))
-    raise ReleaseRefused("this client has no run config of its own (context.run_config is "
-                         f"empty and ${OWN_CONFIG_ENV} is unset): it cannot know its own budget, "
-                         "so it releases nothing")
+    raise ReleaseRefused(
+        "this client has no run config of its own (context.run_config is "
+        f"empty and ${OWN_CONFIG_ENV} is unset): it cannot know its own budget, "
+        "so it releases nothing"
+    )
 
 
 def request_digest(msg: Message) -> str:
@@ -143,13 +146,20 @@ def _arrays(record) -> dict:
     for k in record.keys():
         arr = record[k]
         data = arr.data
-        if (arr.stype == "numpy.ndarray" and isinstance(data, (bytes, bytearray))
-                and data[:6] == b"\x93NUMPY" and data[6] in (1, 2)):
+        if (
+            arr.stype == "numpy.ndarray"
+            and isinstance(data, (bytes, bytearray))
+            and data[:6] == b"\x93NUMPY"
+            and data[6] in (1, 2)
+        ):
             start = 10 if data[6] == 1 else 12
             size = struct.unpack("<H" if data[6] == 1 else "<I", data[8:start])[0]
-            if b"True" not in data[start:start + size]:  # C order (fortran_order False)
-                out[k] = (np.dtype(arr.dtype).str, tuple(arr.shape),
-                          memoryview(data)[start + size:])
+            if b"True" not in data[start : start + size]:  # C order (fortran_order False)
+                out[k] = (
+                    np.dtype(arr.dtype).str,
+                    tuple(arr.shape),
+                    memoryview(data)[start + size :],
+                )
                 continue
         out[k] = entry(array_view(arr))
     return out
@@ -162,8 +172,11 @@ def _config_digest(text: str) -> str:
     import hashlib
 
     cfg = json.loads(text)
-    return hashlib.sha256(json.dumps({k: v for k, v in cfg.items() if k not in NOT_RELEASE_KEYS},
-                                     sort_keys=True, default=str).encode()).hexdigest()
+    return hashlib.sha256(
+        json.dumps(
+            {k: v for k, v in cfg.items() if k not in NOT_RELEASE_KEYS}, sort_keys=True, default=str
+        ).encode()
+    ).hexdigest()
 
 
 def advance(msg: Message, context: Context) -> tuple[str, str]:
@@ -172,8 +185,9 @@ def advance(msg: Message, context: Context) -> tuple[str, str]:
     from fedgraph.client_authority import transcript
 
     digest = request_digest(msg)
-    before = (str(context.state[TRANSCRIPT_STATE]["digest"])
-              if TRANSCRIPT_STATE in context.state else "")
+    before = (
+        str(context.state[TRANSCRIPT_STATE]["digest"]) if TRANSCRIPT_STATE in context.state else ""
+    )
     after = transcript(before, msg.metadata.message_type, digest)
     context.state[TRANSCRIPT_STATE] = ConfigRecord({"digest": after, "request": digest})
     return digest, after
@@ -209,8 +223,15 @@ def save(context: Context, auth) -> None:
     _remember((int(context.run_id), int(context.node_id)), text, auth)
 
 
-def release(msg: Message, context: Context, auth, purpose: str, charges: list,
-            make_records, with_ledger: bool = True) -> Message:
+def release(
+    msg: Message,
+    context: Context,
+    auth,
+    purpose: str,
+    charges: list,
+    make_records,
+    with_ledger: bool = True,
+) -> Message:
     """The reply of the release ``purpose``, charged to the client's own ledger ``auth``
     (:func:`authority`) before it leaves: ``charges`` (``[(subject, release, event)]``, from the
     method's ``reply_events``); ``make_records()`` computes the reply's records (called only if
@@ -237,8 +258,10 @@ def release(msg: Message, context: Context, auth, purpose: str, charges: list,
     if auth.admit(purpose, digest) == "repeat":
         kept = _LAST_RELEASE.get(slot)
         if kept is None or kept[:2] != (purpose, digest):
-            raise ReleaseRefused(f"release {purpose!r} was already made; this client no longer "
-                                 "holds it to send again, and will not draw it anew")
+            raise ReleaseRefused(
+                f"release {purpose!r} was already made; this client no longer "
+                "holds it to send again, and will not draw it anew"
+            )
         return reply(msg, **kept[2])
     auth.charge(purpose, digest, charges)
     save(context, auth)

@@ -41,6 +41,7 @@ run's only). A client's tensors in the object store are visible to the simulatio
 processes, as the ``Context`` that Flower sends through the same store already is: the
 simulation runs every party on the same cluster; in a deployment nothing of this applies.
 """
+
 from __future__ import annotations
 
 import os
@@ -51,8 +52,7 @@ from flwr.app import ArrayRecord, ConfigRecord, Context
 
 from fedgraph.messaging import free_object
 
-__all__ = ["put_tensors", "get_tensors", "derived", "drop", "in_ray_worker",
-           "keep_in_this_process"]
+__all__ = ["put_tensors", "get_tensors", "derived", "drop", "in_ray_worker", "keep_in_this_process"]
 
 #: (run id, node id, key) -> (token, {name: tensor}): what this process decoded last
 _MEMO: dict[tuple, tuple[str, dict]] = {}
@@ -118,8 +118,9 @@ def put_tensors(context: Context, key: str, tensors: dict[str, torch.Tensor]) ->
 
             ref = ray.put({name: t.numpy() for name, t in tensors.items()})
             _OWNED[slot] = ref
-            context.state[key] = ConfigRecord({"ray-ref": ray.cloudpickle.dumps(ref),
-                                               "token": token})
+            context.state[key] = ConfigRecord(
+                {"ray-ref": ray.cloudpickle.dumps(ref), "token": token}
+            )
         if replaced is not None:  # else pinned until its owner (maybe another actor) exits
             free_object(replaced)
     else:
@@ -151,20 +152,27 @@ def get_tensors(context: Context, key: str) -> dict[str, torch.Tensor]:
         tensors = dict(record.to_torch_state_dict())
     elif IN_PROCESS in record:
         where = str(record[IN_PROCESS])
-        why = ("it was replaced or dropped since" if where == _process_name() else
-               f"this message runs in {_process_name()} (the actor was restarted, or Flower's "
-               "pool grew); rerun the simulation, or with FEDGRAPH_CLIENT_STATE=object-store")
-        raise RuntimeError(f"client state {key!r} of node {context.node_id} was kept in the "
-                           f"memory of the simulation's only client actor ({where}), but {why}")
+        why = (
+            "it was replaced or dropped since"
+            if where == _process_name()
+            else f"this message runs in {_process_name()} (the actor was restarted, or Flower's "
+            "pool grew); rerun the simulation, or with FEDGRAPH_CLIENT_STATE=object-store"
+        )
+        raise RuntimeError(
+            f"client state {key!r} of node {context.node_id} was kept in the "
+            f"memory of the simulation's only client actor ({where}), but {why}"
+        )
     else:
         import ray
 
         try:
             arrays = ray.get(ray.cloudpickle.loads(bytes(record["ray-ref"])))
         except ray.exceptions.RayError as err:
-            raise RuntimeError(f"client state {key!r} of node {context.node_id} was lost with "
-                               "the Ray worker that held it, or replaced since "
-                               f"({type(err).__name__}); rerun the simulation") from err
+            raise RuntimeError(
+                f"client state {key!r} of node {context.node_id} was lost with "
+                "the Ray worker that held it, or replaced since "
+                f"({type(err).__name__}); rerun the simulation"
+            ) from err
         tensors = {name: torch.from_numpy(a.copy()) for name, a in arrays.items()}
     if token is not None:
         _remember(slot, token, tensors)

@@ -10,6 +10,7 @@ cluster names the folder on its command line (Ray passes it to each as its sessi
 folder), and its workers are their children. :func:`stop` signals exactly those processes and
 their descendants (SIGTERM, then SIGKILL after ``grace_s``) and nothing else.
 """
+
 from __future__ import annotations
 
 import json
@@ -58,8 +59,11 @@ def cluster_pids(folder: str | Path) -> list[int]:
     folder = str(Path(folder).resolve())
     names = re.compile(re.escape(folder) + r"(?=/|\s|$)")
     procs = _processes()
-    roots = {pid for pid, (_, cmd) in procs.items()
-             if "ray" in cmd and names.search(cmd) and pid != os.getpid()}
+    roots = {
+        pid
+        for pid, (_, cmd) in procs.items()
+        if "ray" in cmd and names.search(cmd) and pid != os.getpid()
+    }
     found, todo = set(roots), list(roots)
     while todo:
         parent = todo.pop()
@@ -70,9 +74,13 @@ def cluster_pids(folder: str | Path) -> list[int]:
     return sorted(found)
 
 
-def start(folder: str | Path | None = None, port: int | None = None,
-          num_cpus: int | None = None, num_gpus: int | None = None,
-          timeout: float = 300.0) -> dict:
+def start(
+    folder: str | Path | None = None,
+    port: int | None = None,
+    num_cpus: int | None = None,
+    num_gpus: int | None = None,
+    timeout: float = 300.0,
+) -> dict:
     """Start a Ray head on 127.0.0.1 with its own temporary ``folder`` (default: a new one
     under /tmp, short: Ray's unix sockets live in it, 107 bytes at most) and ``port``
     (default: a free one). Returns the record ``{"address", "folder"}``, also written to
@@ -86,25 +94,43 @@ def start(folder: str | Path | None = None, port: int | None = None,
     port = port or _free_port()
     # Ray's other fixed ports (client server 10001, dashboard 8265, its agent 52365, ...)
     # would meet a second cluster's on the same machine: free ones too.
-    extra = {flag: _free_port() for flag in (
-        "--ray-client-server-port", "--dashboard-port", "--dashboard-agent-listen-port",
-        "--dashboard-agent-grpc-port", "--metrics-export-port", "--runtime-env-agent-port")}
+    extra = {
+        flag: _free_port()
+        for flag in (
+            "--ray-client-server-port",
+            "--dashboard-port",
+            "--dashboard-agent-listen-port",
+            "--dashboard-agent-grpc-port",
+            "--metrics-export-port",
+            "--runtime-env-agent-port",
+        )
+    }
     ray = Path(sys.executable).with_name("ray")
-    cmd = [str(ray if ray.exists() else "ray"), "start", "--head", f"--port={port}",
-           "--node-ip-address=127.0.0.1", f"--temp-dir={folder}", "--include-dashboard=false",
-           "--disable-usage-stats", *(f"{flag}={p}" for flag, p in extra.items())]
+    cmd = [
+        str(ray if ray.exists() else "ray"),
+        "start",
+        "--head",
+        f"--port={port}",
+        "--node-ip-address=127.0.0.1",
+        f"--temp-dir={folder}",
+        "--include-dashboard=false",
+        "--disable-usage-stats",
+        *(f"{flag}={p}" for flag, p in extra.items()),
+    ]
     if num_cpus is not None:
         cmd.append(f"--num-cpus={num_cpus}")
     if num_gpus is not None:
         cmd.append(f"--num-gpus={num_gpus}")
     env = {**os.environ, "RAY_USAGE_STATS_ENABLED": "0"}
     env.pop("RAY_ADDRESS", None)
-    res = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=timeout,
-                         stdin=subprocess.DEVNULL)
+    res = subprocess.run(
+        cmd, capture_output=True, text=True, env=env, timeout=timeout, stdin=subprocess.DEVNULL
+    )
     if res.returncode != 0:
         stop(folder)
-        raise RuntimeError(f"ray start failed (exit {res.returncode}):\n"
-                           f"{(res.stdout + res.stderr)[-3000:]}")
+        raise RuntimeError(
+            f"ray start failed (exit {res.returncode}):\n{(res.stdout + res.stderr)[-3000:]}"
+        )
     record = {"address": f"127.0.0.1:{port}", "folder": str(folder)}
     (folder / RECORD).write_text(json.dumps(record, indent=1) + "\n")
     return record
@@ -128,9 +154,13 @@ def stop(folder: str | Path, grace_s: float = 10.0) -> list[int]:
     def alive() -> list[int]:
         for pid in cluster_pids(folder):  # started meanwhile (a worker)
             ours.setdefault(pid, _start_time(pid))
-        return sorted(pid for pid, started in ours.items()
-                      if started is not None and _start_time(pid) == started
-                      and (Path("/proc") / str(pid) / "cmdline").read_bytes() != b"")
+        return sorted(
+            pid
+            for pid, started in ours.items()
+            if started is not None
+            and _start_time(pid) == started
+            and (Path("/proc") / str(pid) / "cmdline").read_bytes() != b""
+        )
 
     for sig, wait in ((signal.SIGTERM, grace_s), (signal.SIGKILL, 5.0)):
         for pid in alive():

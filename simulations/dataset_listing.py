@@ -1,12 +1,12 @@
 """What ``fedgraph datasets`` and ``fedgraph sweep --dry-run`` say about a dataset: why it does
 not load offline (:func:`data_problem`), a Facebook100 file's size (:func:`facebook100_size`)."""
+
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Optional
 
 
-def data_problem(name: str, root: Optional[str], min_class_size: int) -> Optional[str]:
+def data_problem(name: str, root: str | None, min_class_size: int) -> str | None:
     """Why the dataset ``name`` does not load offline with this root (its first line), or
     ``None`` when it loads (``sweep --dry-run``; a cell of such a dataset would fail): first
     what ``fedgraph run`` refuses before it starts (a data root or ``$FEDGRAPH_DATA`` that is
@@ -45,5 +45,7 @@ def facebook100_size(path: Path) -> str:
         adj = scipy.io.loadmat(path, variable_names=["A"])["A"]
     except Exception as err:  # noqa: BLE001 - a damaged file: say so, list the rest
         return f"unreadable: {err}"
-    return (f"offline  nodes {adj.shape[0]:>7}  edges {adj.nnz:>9}  "
-            "class-year task (classes: min-class-size)")
+    return (
+        f"offline  nodes {adj.shape[0]:>7}  edges {adj.nnz:>9}  "
+        "class-year task (classes: min-class-size)"
+    )

@@ -30,6 +30,7 @@ has nothing to autoscale).
 
 Only for a local cluster: with ``RAY_ADDRESS`` (an existing cluster) Flower connects as before.
 """
+
 from __future__ import annotations
 
 import functools
@@ -45,21 +46,34 @@ log = logging.getLogger(__name__)
 #: what the first message of each method's client imports beyond the ClientApp module
 #: (:func:`warm_client`); a custom strategy's clients get the ClientApp module only
 WARM_IMPORTS = {
-    "gap": ("fedgraph.methods.gap.client", "fedgraph.mechanisms",
-            "fedgraph.accounting.calibrate", "dp_accounting.rdp", "scipy.stats"),
+    "gap": (
+        "fedgraph.methods.gap.client",
+        "fedgraph.mechanisms",
+        "fedgraph.accounting.calibrate",
+        "dp_accounting.rdp",
+        "scipy.stats",
+    ),
     "ppgnn": ("fedgraph.methods.ppgnn",),
-    "privgnn": ("fedgraph.methods.privgnn", "fedgraph.mechanisms",
-                "dp_accounting.pld"),
-    "progap": ("fedgraph.methods.progap.client", "fedgraph.accounting.calibrate",
-               "dp_accounting.rdp", "scipy.stats"),
+    "privgnn": ("fedgraph.methods.privgnn", "fedgraph.mechanisms", "dp_accounting.pld"),
+    "progap": (
+        "fedgraph.methods.progap.client",
+        "fedgraph.accounting.calibrate",
+        "dp_accounting.rdp",
+        "scipy.stats",
+    ),
 }
 #: what ``fedgraph run``'s server imports late: ``torch._dynamo`` at its first optimizer step
 #: (about 1 s; every method trains on the server), the accountants' libraries for the report's
 #: privacy summary (about 0.8 s). ``fedgraph.simulations.simulate`` imports them in a background thread while
 #: the run starts (the driver then waits for its clients' setup, and a core is free), instead
 #: of in the first round and after the last one.
-SERVER_WARM_IMPORTS = ("torch._dynamo", "scipy.optimize", "scipy.stats", "dp_accounting",
-                       "prv_accountant")
+SERVER_WARM_IMPORTS = (
+    "torch._dynamo",
+    "scipy.optimize",
+    "scipy.stats",
+    "dp_accounting",
+    "prv_accountant",
+)
 #: prestarted actors not yet taken by Flower's pool: ``(client_resources, actor handle)``
 _PRESTARTED: list = []
 #: how many prestarted actors Flower's pool took in this process (the report's
@@ -72,17 +86,17 @@ class EarlyRay:
     """``ray.init(**init_args)`` in a background thread; :meth:`wait` joins it and re-raises
     its error (a Ray that fails to start is reported, not left for Flower to hang on)."""
 
-    def __init__(self, init_args: dict, client_resources: dict | None = None,
-                 method: str = "") -> None:
+    def __init__(
+        self, init_args: dict, client_resources: dict | None = None, method: str = ""
+    ) -> None:
         self.init_args = dict(init_args)
         self.client_resources, self.method = client_resources, method
         self.error: BaseException | None = None
         self._ready = threading.Event()
         self._release = threading.Event()
-        self._thread = threading.Thread(target=self._init, name="fedgraph-early-ray",
-                                        daemon=True)
+        self._thread = threading.Thread(target=self._init, name="fedgraph-early-ray", daemon=True)
 
-    def start(self) -> "EarlyRay":
+    def start(self) -> EarlyRay:
         self._thread.start()
         return self
 
@@ -122,9 +136,9 @@ class EarlyRay:
         if not self._ready.wait(timeout):
             raise RuntimeError(f"Ray did not start within {timeout:.0f} s")
         if self.error is not None:
-            raise RuntimeError(f"Ray did not start: {type(self.error).__name__}: "
-                               f"{self.error}") from self.error
-
+            raise RuntimeError(
+                f"Ray did not start: {type(self.error).__name__}: {self.error}"
+            ) from self.error
 
 
 def worker_env() -> dict[str, str]:
@@ -146,8 +160,10 @@ def worker_env() -> dict[str, str]:
             env[name] = os.environ[name]
     return env
 
-def start_early_ray(init_args: dict, client_resources: dict | None = None,
-                    method: str = "") -> EarlyRay | None:
+
+def start_early_ray(
+    init_args: dict, client_resources: dict | None = None, method: str = ""
+) -> EarlyRay | None:
     """An :class:`EarlyRay` started for a local cluster; ``None`` with ``RAY_ADDRESS`` (an
     existing cluster: Flower connects to it itself) or ``FEDGRAPH_EARLY_RAY=0``.
     ``client_resources`` (Flower's backend ``client_resources``): also prestart the client
@@ -188,8 +204,7 @@ def prestart_actors(client_resources: dict, method: str = "") -> int:
     is the only one (:func:`warm_client` ``sole``), unless ``FEDGRAPH_CLIENT_STATE=object-store``
     (the clients' state then goes to Ray's object store, as with several actors)."""
     try:
-        from flwr.simulation.ray_transport.ray_actor import (ClientAppActor,
-                                                             pool_size_from_resources)
+        from flwr.simulation.ray_transport.ray_actor import ClientAppActor, pool_size_from_resources
 
         if not _install_hand_over():
             return 0

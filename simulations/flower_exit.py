@@ -9,6 +9,7 @@ registers a handler that first stops the ServerApp as a Ctrl-C of ``fedgraph run
 computation is interrupted at its next Python step), then waits until the strategy has
 written its report (:meth:`fedgraph.strategies.base.PrivateStrategy.start`).
 """
+
 from __future__ import annotations
 
 import threading
@@ -24,8 +25,7 @@ _REGISTERED: list[bool] = []
 
 
 def _server_alive() -> bool:
-    return any(t.ident in interrupt._SERVER_THREAD and t.is_alive()
-               for t in threading.enumerate())
+    return any(t.ident in interrupt._SERVER_THREAD and t.is_alive() for t in threading.enumerate())
 
 
 def stop_and_wait(wait: float = REPORT_WAIT_S) -> bool:

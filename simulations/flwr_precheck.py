@@ -17,11 +17,11 @@ ServerApp refuses, :func:`~fedgraph.simulations.server_app.check_flwr_run_config
 Exit status: 0 (nothing wrong found, or no project file to check against), 2 (the message on
 standard error names the key and the allowed values).
 """
+
 from __future__ import annotations
 
 import difflib
 import sys
-
 
 #: supernodes of ``flwr run``'s local simulation when ``--federation-config`` names none
 DEFAULT_SUPERNODES = 2
@@ -57,20 +57,22 @@ def check(argv: list[str]) -> None:
     parsed = {}
     for option in ("--run-config", "--federation-config"):
         try:
-            parsed[option] = parse_config_args(option_values(
-                argv, option, *(("-c",) if option == "--run-config" else ())))
+            parsed[option] = parse_config_args(
+                option_values(argv, option, *(("-c",) if option == "--run-config" else ()))
+            )
         except (click.ClickException, ValueError, OSError) as err:
-            message = (err.format_message() if isinstance(err, click.ClickException)
-                       else str(err))
+            message = err.format_message() if isinstance(err, click.ClickException) else str(err)
             raise ConfigError(f"{option}: {message}") from None
     overrides = parsed["--run-config"]
     for key in overrides:
         if key not in defaults:
             close = difflib.get_close_matches(key, list(defaults), n=1)
             hint = f" (did you mean {close[0]!r}?)" if close else ""
-            raise ConfigError(f"--run-config: unknown key {key!r}{hint}; flwr run accepts the "
-                              f"keys of pyproject.toml's [tool.flwr.app.config]: "
-                              f"{', '.join(sorted(defaults))}")
+            raise ConfigError(
+                f"--run-config: unknown key {key!r}{hint}; flwr run accepts the "
+                f"keys of pyproject.toml's [tool.flwr.app.config]: "
+                f"{', '.join(sorted(defaults))}"
+            )
     run_config = {**defaults, **overrides}
     federation = parsed["--federation-config"]
     if not run_config.get("num-clients"):  # 0: one client per supernode (the ServerApp's count)

@@ -1,9 +1,10 @@
 """The grid of fedgraph's ServerApp: Flower's, made to give up at Ctrl-C
 (:mod:`fedgraph.simulations.interrupt`) and to wake when a reply is stored (:mod:`fedgraph.simulations.wakeups`)."""
+
 from __future__ import annotations
 
 import time
-from typing import Iterable
+from collections.abc import Iterable
 
 from flwr.serverapp import Grid
 
@@ -53,8 +54,7 @@ class InterruptibleGrid(Grid):
     #: :meth:`send_and_receive` takes ``on_reply`` (:func:`fedgraph.messaging.send_to_all`)
     streams_replies = True
 
-    def send_and_receive(self, messages, *, timeout: float | None = None, on_reply=None,
-                         pushed=()):
+    def send_and_receive(self, messages, *, timeout: float | None = None, on_reply=None, pushed=()):
         """As Flower's: push, then pull until every reply arrived or ``timeout`` passed (between
         two pulls it waits ``poll`` seconds or until a reply was stored: :data:`REPLIED`).
         ``on_reply(message)``, if given, is called with every reply as it is pulled, so the
@@ -73,8 +73,9 @@ class InterruptibleGrid(Grid):
         finally:  # the report's exchange_s
             exchanged(time.perf_counter() - started - self._handling)
 
-    def _exchange(self, messages: list, timeout: float | None, on_reply=None,
-                  pushed: list = ()) -> list:
+    def _exchange(
+        self, messages: list, timeout: float | None, on_reply=None, pushed: list = ()
+    ) -> list:
         """:meth:`send_and_receive`'s push and pulls."""
         from fedgraph.report import progress, progress_round
 

@@ -10,6 +10,7 @@ takes depends on the client's private data (PMA's time on its edge count, which 
 protects), so it must not leave the client through the federation. A Flower mod (``ClientApp(
 mods=[handler_times])``): it wraps every handler the ClientApp registers.
 """
+
 from __future__ import annotations
 
 import json
@@ -31,8 +32,14 @@ def handler_times(msg: Message, context: Context, call_next) -> Message:
     try:
         return call_next(msg, context)
     finally:
-        line = json.dumps({"type": msg.metadata.message_type, "start": round(start, 4),
-                           "seconds": round(time.perf_counter() - t0, 6), "pid": os.getpid()})
+        line = json.dumps(
+            {
+                "type": msg.metadata.message_type,
+                "start": round(start, 4),
+                "seconds": round(time.perf_counter() - t0, 6),
+                "pid": os.getpid(),
+            }
+        )
         # one write per line, O_APPEND: lines of concurrent workers do not interleave
         fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
         try:

@@ -17,11 +17,12 @@ pending) then waited until the run ended, and, with Ray's workers hit by the sam
 ever (the teardown watchdog ended it after :data:`StopOnSignal.TEARDOWN_S`, exit 0, the
 interrupt lost).
 """
+
 from __future__ import annotations
 
 import os
-import sys
 import signal
+import sys
 import threading
 import time
 from pathlib import Path
@@ -52,8 +53,9 @@ def _interrupt_server_thread() -> None:
     import ctypes
 
     for ident in _SERVER_THREAD:
-        ctypes.pythonapi.PyThreadState_SetAsyncExc(ctypes.c_ulong(ident),
-                                                   ctypes.py_object(RunInterrupted))
+        ctypes.pythonapi.PyThreadState_SetAsyncExc(
+            ctypes.c_ulong(ident), ctypes.py_object(RunInterrupted)
+        )
 
 
 def _keep_our_sigterm_handler() -> None:
@@ -169,8 +171,10 @@ class StopOnSignal:
         self.first, self.signum = time.monotonic(), signum
         _interrupt_server_thread()
         self.remember()
-        self.echo("fedgraph: interrupted: stopping the run and writing its report "
-                  "(Ctrl-C again to quit at once)")
+        self.echo(
+            "fedgraph: interrupted: stopping the run and writing its report "
+            "(Ctrl-C again to quit at once)"
+        )
         threading.Thread(target=self._watchdog, daemon=True).start()
 
     def _watchdog(self) -> None:
@@ -178,15 +182,19 @@ class StopOnSignal:
         ``grace`` seconds to wind down (Flower may still be starting Ray in the main thread),
         then end the run's processes and exit with the signal's code (:attr:`exit_code`)."""
         end = time.monotonic() + self.report_wait
-        while time.monotonic() < end and any(t.ident in _SERVER_THREAD and t.is_alive()
-                                             for t in threading.enumerate()):
+        while time.monotonic() < end and any(
+            t.ident in _SERVER_THREAD and t.is_alive() for t in threading.enumerate()
+        ):
             time.sleep(0.1)
         time.sleep(self.grace)
         written = bool(REPORT_PATH) and Path(REPORT_PATH[0]).is_file()
-        self.echo(f"fedgraph: interrupted (Ctrl-C or SIGTERM); report: {REPORT_PATH[0]}"
-                  if written else "fedgraph: interrupted (Ctrl-C or SIGTERM) before the run "
-                  "started (Ray was starting, or the dataset was being loaded or generated and "
-                  "partitioned): no report was written")
+        self.echo(
+            f"fedgraph: interrupted (Ctrl-C or SIGTERM); report: {REPORT_PATH[0]}"
+            if written
+            else "fedgraph: interrupted (Ctrl-C or SIGTERM) before the run "
+            "started (Ray was starting, or the dataset was being loaded or generated and "
+            "partitioned): no report was written"
+        )
         end_all_descendants(self.remember(), within=5.0)
         os._exit(self.exit_code)
 
@@ -197,15 +205,19 @@ class StopOnSignal:
         processes and exit with the report's code (ok 0, interrupted :attr:`exit_code`, else
         1)."""
         while not self._left.is_set() and not (
-                _SERVER_THREAD and not any(t.ident in _SERVER_THREAD and t.is_alive()
-                                           for t in threading.enumerate())):
+            _SERVER_THREAD
+            and not any(t.ident in _SERVER_THREAD and t.is_alive() for t in threading.enumerate())
+        ):
             self._left.wait(0.2)
         if self._left.wait(self.TEARDOWN_S) or STOP.is_set():
             return  # ended, or an interrupt's own watchdog ends it
         status = _report_status()
-        self.echo(f"fedgraph: {'FAILED: ' if status != 'ok' else ''}the simulation did not end "
-                  f"within {self.TEARDOWN_S:g} s of its strategy (report status: {status}"
-                  + (f", {REPORT_PATH[0]}" if REPORT_PATH else "") + "); ending its processes")
+        self.echo(
+            f"fedgraph: {'FAILED: ' if status != 'ok' else ''}the simulation did not end "
+            f"within {self.TEARDOWN_S:g} s of its strategy (report status: {status}"
+            + (f", {REPORT_PATH[0]}" if REPORT_PATH else "")
+            + "); ending its processes"
+        )
         end_all_descendants(self.remember(), within=5.0)
         self._exit({"ok": 0, "interrupted": self.exit_code}.get(status, 1))
 
@@ -232,11 +244,13 @@ class StopOnSignal:
         os.set_blocking(write_fd, False)  # set_wakeup_fd requires it
         self._wakeup = (read_fd, write_fd)
         self._previous_wakeup = signal.set_wakeup_fd(write_fd, warn_on_full_buffer=False)
-        threading.Thread(target=self._watch_signals, args=(read_fd,), daemon=True,
-                         name="fedgraph-signal-watcher").start()
+        threading.Thread(
+            target=self._watch_signals, args=(read_fd,), daemon=True, name="fedgraph-signal-watcher"
+        ).start()
         self._left.clear()
-        threading.Thread(target=self._teardown_watchdog, daemon=True,
-                         name="fedgraph-teardown-watchdog").start()
+        threading.Thread(
+            target=self._teardown_watchdog, daemon=True, name="fedgraph-teardown-watchdog"
+        ).start()
         return self
 
     def __exit__(self, *exc) -> None:

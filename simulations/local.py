@@ -12,6 +12,7 @@ concurrency are not exercised: ``fedgraph run`` / ``flwr run .`` remain the real
     report = run_local({"strategy": "mypkg.mod:MyStrategy", "num-clients": 2, "epochs": 5,
                         "output-dir": "runs"})
 """
+
 from __future__ import annotations
 
 from flwr.app import Context, Error, Message, RecordDict
@@ -44,8 +45,9 @@ class LocalGrid:
     ``os.urandom`` when unset; the clients read it, the strategy never does).
     """
 
-    def __init__(self, num_clients: int, client_app=None, *, fail=None, tamper=None,
-                 record: bool = False):
+    def __init__(
+        self, num_clients: int, client_app=None, *, fail=None, tamper=None, record: bool = False
+    ):
         from flwr.supercore.task_identity import TaskIdentity
 
         from fedgraph.identity import ensure_simulation_secret
@@ -58,9 +60,16 @@ class LocalGrid:
         for attr, value in (("run_id", 1), ("node_id", 0), ("task_id", 0)):
             if getattr(TaskIdentity, f"_{attr}") is None:
                 setattr(TaskIdentity, attr, value)
-        self.contexts = {i + 1: Context(run_id=1, node_id=i + 1, state=RecordDict(), run_config={},
-                                        node_config={"partition-id": i, "num-partitions": num_clients})
-                         for i in range(num_clients)}
+        self.contexts = {
+            i + 1: Context(
+                run_id=1,
+                node_id=i + 1,
+                state=RecordDict(),
+                run_config={},
+                node_config={"partition-id": i, "num-partitions": num_clients},
+            )
+            for i in range(num_clients)
+        }
         self.fail, self.tamper, self.record = fail, tamper, record
         self.log: list[tuple[Message, Message]] = []
         self._queue: list[tuple[str, Message]] = []  # pushed, not yet answered, in push order
@@ -78,10 +87,21 @@ class LocalGrid:
     def get_node_ids(self) -> list[int]:
         return list(self.contexts)
 
-    def create_message(self, content: RecordDict, message_type: str, dst_node_id: int,
-                       group_id: str, ttl: float | None = None) -> Message:
-        return Message(content=content, dst_node_id=dst_node_id, message_type=message_type,
-                       group_id=group_id, ttl=ttl)
+    def create_message(
+        self,
+        content: RecordDict,
+        message_type: str,
+        dst_node_id: int,
+        group_id: str,
+        ttl: float | None = None,
+    ) -> Message:
+        return Message(
+            content=content,
+            dst_node_id=dst_node_id,
+            message_type=message_type,
+            group_id=group_id,
+            ttl=ttl,
+        )
 
     #: :meth:`send_and_receive` takes ``on_reply`` and ``pushed``, as fedgraph's grid over
     #: Flower's (:class:`fedgraph.simulations.grid.InterruptibleGrid`)
@@ -97,8 +117,9 @@ class LocalGrid:
             self._queue.append((ids[-1], m))
         return ids
 
-    def send_and_receive(self, messages, *, timeout: float | None = None, on_reply=None,
-                         pushed=()) -> list[Message]:
+    def send_and_receive(
+        self, messages, *, timeout: float | None = None, on_reply=None, pushed=()
+    ) -> list[Message]:
         """Push ``messages``, then answer the queue in push order (each message by the
         ClientApp of its destination) until the replies of these and of ``pushed`` (ids of
         messages pushed earlier) are in; ``on_reply(reply)`` is called with each as it is

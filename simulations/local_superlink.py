@@ -16,6 +16,7 @@ for a run process that is still going, and says what really happened: ``ok`` whe
 ``ok`` report exists (with Flower's reason beside it where Flower said otherwise), else
 ``FAILED`` with the report's error and Flower's reason (``verdict`` on the command line).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -60,8 +61,10 @@ def run_processes(runtime_address: str) -> list[int]:
             argv = (proc / "cmdline").read_bytes().decode(errors="replace").split("\0")
         except OSError:
             continue
-        if (any(Path(a).name in ("flwr-simulation", "flwr-serverapp") for a in argv[:2])
-                and runtime_address in argv):
+        if (
+            any(Path(a).name in ("flwr-simulation", "flwr-serverapp") for a in argv[:2])
+            and runtime_address in argv
+        ):
             out.append(int(proc.name))
     return out
 
@@ -77,14 +80,16 @@ def state_db_status(run_id: str, home: str | Path | None = None) -> tuple[str, s
     if not db.is_file():
         return None
     rid = int(run_id)
-    rid = rid - 2 ** 64 if rid >= 2 ** 63 else rid  # Flower stores uint64 ids as int64
+    rid = rid - 2**64 if rid >= 2**63 else rid  # Flower stores uint64 ids as int64
     try:
         con = sqlite3.connect(f"file:{db}?mode=ro", uri=True, timeout=10)
         try:
             row = con.execute(
                 "SELECT t.pending_at, t.starting_at, t.running_at, t.finished_at, "
                 "t.sub_status, t.details FROM run r JOIN task t ON t.task_id = "
-                "r.primary_task_id WHERE r.run_id = ?", (rid,)).fetchone()
+                "r.primary_task_id WHERE r.run_id = ?",
+                (rid,),
+            ).fetchone()
         finally:
             con.close()
     except sqlite3.Error:
@@ -92,8 +97,15 @@ def state_db_status(run_id: str, home: str | Path | None = None) -> tuple[str, s
     if row is None:
         return None
     _, starting, running, finished, sub_status, details = row
-    status = (f"finished:{sub_status}" if finished else "running" if running
-              else "starting" if starting else "pending")
+    status = (
+        f"finished:{sub_status}"
+        if finished
+        else "running"
+        if running
+        else "starting"
+        if starting
+        else "pending"
+    )
     return status, details or ""
 
 
@@ -106,9 +118,13 @@ def flower_status(run_id: str, timeout: float = 90.0) -> tuple[str, str] | None:
     if found is not None:
         return found
     try:
-        res = subprocess.run(["flwr", "ls", "--run-id", str(run_id), "--format", "json"],
-                             capture_output=True, text=True, timeout=timeout)
-        runs = json.loads(res.stdout[res.stdout.index("{"):])["runs"]
+        res = subprocess.run(
+            ["flwr", "ls", "--run-id", str(run_id), "--format", "json"],
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+        )
+        runs = json.loads(res.stdout[res.stdout.index("{") :])["runs"]
         return str(runs[0]["status"]), str(runs[0].get("status-details") or "")
     except (OSError, ValueError, KeyError, IndexError, subprocess.TimeoutExpired):
         return None
@@ -121,9 +137,15 @@ def _report_path(log: str, expected: str | None) -> Path | None:
     return Path(expected) if expected else None
 
 
-def verdict(log: str, expected: str | None = None, runtime_address: str | None = None,
-            wait_s: float = 600.0, status=flower_status, processes=run_processes,
-            sleep=time.sleep) -> tuple[int, list[str], list[str]]:
+def verdict(
+    log: str,
+    expected: str | None = None,
+    runtime_address: str | None = None,
+    wait_s: float = 600.0,
+    status=flower_status,
+    processes=run_processes,
+    sleep=time.sleep,
+) -> tuple[int, list[str], list[str]]:
     """The run's outcome from ``flwr run``'s ``log``: ``(exit code, stdout lines, stderr
     lines)``. ``expected``: the report's path when the log names none (the script's own
     output-dir and run-name); ``runtime_address``: the SuperLink's, to wait (at most
@@ -135,35 +157,55 @@ def verdict(log: str, expected: str | None = None, runtime_address: str | None =
     deadline = time.monotonic() + wait_s
     # The log stream ended but the run's process may go on (the SuperLink stopped waiting
     # for it): its report comes when it ends.
-    while (runtime_address and (report is None or not report.exists())
-           and processes(runtime_address) and time.monotonic() < deadline):
+    while (
+        runtime_address
+        and (report is None or not report.exists())
+        and processes(runtime_address)
+        and time.monotonic() < deadline
+    ):
         sleep(2.0)
         report = _report_path(log, expected)
     if flower is None and run_id:
         flower = status(run_id)
-    said = (f"Flower's status of run {run_id}: {flower[0]}"
-            + (f" ({flower[1]})" if flower[1] else "")) if flower else None
+    said = (
+        (f"Flower's status of run {run_id}: {flower[0]}" + (f" ({flower[1]})" if flower[1] else ""))
+        if flower
+        else None
+    )
     failed_by_flower = bool(flower) and flower[0] != "finished:completed"
     hint = []
     if flower and "heartbeat" in flower[1].lower():
-        hint = [f"  the SuperLink stopped waiting for the run's heartbeats (60 s without one); "
-                f"see {TROUBLESHOOTING}#no-heartbeat-received-from-the-task"]
+        hint = [
+            f"  the SuperLink stopped waiting for the run's heartbeats (60 s without one); "
+            f"see {TROUBLESHOOTING}#no-heartbeat-received-from-the-task"
+        ]
     data = None
     if report is not None and report.exists():
         try:
             data = json.loads(report.read_text())
         except (OSError, ValueError) as err:
-            return 1, [], [f"FAILED: the report {report} cannot be read ({err})"] + (
-                [said] if said else [])
+            return (
+                1,
+                [],
+                [f"FAILED: the report {report} cannot be read ({err})"] + ([said] if said else []),
+            )
     if data is None:
         where = f"no report at {report}" if report else "the run wrote no report"
         return 1, [], [f"FAILED: {where} (see the log above)"] + ([said] if said else []) + hint
     if data.get("status") != "ok":
-        return 1, [], [f"FAILED: {data.get('error')}; report {report}"] + (
-            [said] if said and failed_by_flower else []) + hint
+        return (
+            1,
+            [],
+            [f"FAILED: {data.get('error')}; report {report}"]
+            + ([said] if said and failed_by_flower else [])
+            + hint,
+        )
     test = (data.get("accuracy") or {}).get("test")
-    line = (f"ok: test accuracy {test:.4f}; report {report}" if isinstance(test, float)
-            else f"ok: report {report}")
+    line = (
+        f"ok: test accuracy {test:.4f}; report {report}"
+        if isinstance(test, float)
+        else f"ok: report {report}"
+    )
     if data.get("status_note"):  # a mode chosen knowing it has no finite epsilon
         line += f" ({data['status_note'].split(':', 1)[0]})"
     err = []
@@ -180,8 +222,9 @@ def main(argv: list[str] | None = None) -> int:
     v.add_argument("--log", required=True, help="the file holding flwr run's output")
     v.add_argument("--expected", help="the report's path if the log names none")
     v.add_argument("--runtime-address", help="the SuperLink's runtime API (host:port)")
-    v.add_argument("--wait", type=float, default=600.0,
-                   help="seconds to wait for a run process still going")
+    v.add_argument(
+        "--wait", type=float, default=600.0, help="seconds to wait for a run process still going"
+    )
     args = parser.parse_args(argv)
     if args.command == "ports":
         print(*free_ports(2))

@@ -6,6 +6,7 @@ dataset, DP level, epsilon, num-clients). Means and standard deviations are over
 whose run is ``ok``; the standard deviation is the sample one (``ddof = 1``), empty for a
 single seed. Accuracies are fractions in the CSV and percentages in plots and markdown.
 """
+
 from __future__ import annotations
 
 import csv
@@ -15,26 +16,52 @@ import math
 import statistics
 import tomllib
 from collections import defaultdict
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Iterable, Optional
 
 from fedgraph.report import test_majority_class, write_bytes_atomic
 
 from .sweep import Published
 
 SPLITS = ("train", "val", "test")
-DP_TITLES = {"user": "user-level LDP (node features)", "edge": "edge-level DP",
-             "node": "node-level DP", "none": "no privacy"}
-EPS_UNITS = {"user": "epsilon (per user)", "edge": "epsilon (per edge)",
-             "node": "epsilon (per node)"}
-CSV_COLUMNS = (["method", "label", "dataset", "dp_level", "epsilon", "axis_value", "num_clients", "seeds",
-                "failed"] + [f"{s}_{m}" for s in SPLITS for m in ("mean", "std")]
-               + ["majority_class", "epsilon_spent_min", "epsilon_spent_max",
-                  "run_time_s_mean", "run_time_s_std", "cell_wall_s_mean", "cell_wall_s_std"])
+DP_TITLES = {
+    "user": "user-level LDP (node features)",
+    "edge": "edge-level DP",
+    "node": "node-level DP",
+    "none": "no privacy",
+}
+EPS_UNITS = {
+    "user": "epsilon (per user)",
+    "edge": "epsilon (per edge)",
+    "node": "epsilon (per node)",
+}
+CSV_COLUMNS = (
+    [
+        "method",
+        "label",
+        "dataset",
+        "dp_level",
+        "epsilon",
+        "axis_value",
+        "num_clients",
+        "seeds",
+        "failed",
+    ]
+    + [f"{s}_{m}" for s in SPLITS for m in ("mean", "std")]
+    + [
+        "majority_class",
+        "epsilon_spent_min",
+        "epsilon_spent_max",
+        "run_time_s_mean",
+        "run_time_s_std",
+        "cell_wall_s_mean",
+        "cell_wall_s_std",
+    ]
+)
 
 
-def _mean_std(xs: list[float]) -> tuple[Optional[float], Optional[float]]:
+def _mean_std(xs: list[float]) -> tuple[float | None, float | None]:
     xs = [x for x in xs if x is not None and not math.isnan(x)]
     if not xs:
         return None, None
@@ -42,8 +69,11 @@ def _mean_std(xs: list[float]) -> tuple[Optional[float], Optional[float]]:
 
 
 def _epsilons_spent(report: dict) -> list[float]:
-    return [float(row["epsilon"]) for row in
-            report.get("privacy", {}).get("per_subject", {}).values() if "epsilon" in row]
+    return [
+        float(row["epsilon"])
+        for row in report.get("privacy", {}).get("per_subject", {}).values()
+        if "epsilon" in row
+    ]
 
 
 def _read_object(path: Path) -> tuple[dict | None, str | None]:
@@ -68,24 +98,32 @@ def collect(dirs: Iterable[str | Path]) -> list[dict]:
         for cell_json in sorted(Path(base).glob("**/cells/*/cell.json")):
             cell, why = _read_object(cell_json)
             if cell is None:
-                print(f"fedgraph report: left out {cell_json}: not a cell record ({why}); "
-                      f"`fedgraph sweep` runs that cell again", file=sys.stderr)
+                print(
+                    f"fedgraph report: left out {cell_json}: not a cell record ({why}); "
+                    f"`fedgraph sweep` runs that cell again",
+                    file=sys.stderr,
+                )
                 continue
             row = {**cell, "dir": str(cell_json.parent)}
             report_path = cell_json.parent / "report.json"
             report, why = _read_object(report_path) if report_path.exists() else ({}, None)
             if report is None:
-                print(f"fedgraph report: {report_path}: not a run report ({why}); its cell "
-                      f"counts as failed", file=sys.stderr)
+                print(
+                    f"fedgraph report: {report_path}: not a run report ({why}); its cell "
+                    f"counts as failed",
+                    file=sys.stderr,
+                )
                 row.update(status="failed", error=f"report.json unreadable: {why}")
                 report = {}
             if report.get("status") == "ok":  # the report decides (as for the sweep's skip)
                 row["status"] = "ok"
                 acc = report.get("accuracy", {})
-                row.update({s: acc.get(s) for s in SPLITS},
-                           majority_class=test_majority_class(report),
-                           epsilon_spent=_epsilons_spent(report),
-                           run_time_s=report.get("timings_s", {}).get("total"))
+                row.update(
+                    {s: acc.get(s) for s in SPLITS},
+                    majority_class=test_majority_class(report),
+                    epsilon_spent=_epsilons_spent(report),
+                    run_time_s=report.get("timings_s", {}).get("total"),
+                )
             rows.append(row)
     return rows
 
@@ -103,9 +141,12 @@ def aggregate(rows: list[dict]) -> list[dict]:
     for key, rs in groups.items():
         ok = [r for r in rs if r.get("status") == "ok" and r.get("test") is not None]
         g = dict(zip(("method", "dataset", "dp_level", "epsilon", "num_clients"), key))
-        g.update(label=rs[0].get("label") or key[0], seeds=len(ok),
-                 failed=len(rs) - len(ok),
-                 errors=sorted({r.get("error") or r.get("status", "?") for r in rs if r not in ok}))
+        g.update(
+            label=rs[0].get("label") or key[0],
+            seeds=len(ok),
+            failed=len(rs) - len(ok),
+            errors=sorted({r.get("error") or r.get("status", "?") for r in rs if r not in ok}),
+        )
         for s in SPLITS:
             g[f"{s}_mean"], g[f"{s}_std"] = _mean_std([r[s] for r in ok])
         g["majority_class"], _ = _mean_std([r["majority_class"] for r in ok])
@@ -123,12 +164,19 @@ def aggregate(rows: list[dict]) -> list[dict]:
     method_order = {}
     for r in rows:
         method_order.setdefault(r["method"], len(method_order))
-    out.sort(key=lambda g: (g["dataset"], g["dp_level"], method_order[g["method"]],
-                            g["num_clients"], _eps_sort(g["epsilon"])))
+    out.sort(
+        key=lambda g: (
+            g["dataset"],
+            g["dp_level"],
+            method_order[g["method"]],
+            g["num_clients"],
+            _eps_sort(g["epsilon"]),
+        )
+    )
     return out
 
 
-def _eps_sort(e: Optional[float]) -> float:
+def _eps_sort(e: float | None) -> float:
     return math.inf if e is None else e
 
 
@@ -143,6 +191,7 @@ def write_csv(groups: list[dict], path: str | Path) -> Path:
 
 
 # ---------------------------------------------------------------- published numbers
+
 
 def load_published(paths: Iterable[str | Path]) -> list[Published]:
     """``[[published]]`` entries of sweep files (a sweep's own copy is ``DIR/sweep.toml``),
@@ -159,14 +208,18 @@ def load_published(paths: Iterable[str | Path]) -> list[Published]:
     for p in paths:
         entries = tomllib.loads(Path(p).read_text()).get("published", [])
         if not isinstance(entries, list):
-            raise ValueError(f"{p}: published must be a list of tables ([[published]]), got "
-                             f"{type(entries).__name__}")
+            raise ValueError(
+                f"{p}: published must be a list of tables ([[published]]), got "
+                f"{type(entries).__name__}"
+            )
         for i, raw in enumerate(entries):
             try:
                 item = Published.model_validate(raw)
             except ValidationError as err:
-                why = "; ".join(f"{'.'.join(str(x) for x in d['loc']) or 'entry'}: {d['msg']}"
-                                for d in err.errors())
+                why = "; ".join(
+                    f"{'.'.join(str(x) for x in d['loc']) or 'entry'}: {d['msg']}"
+                    for d in err.errors()
+                )
                 raise ValueError(f"{p}: published[{i}]: {why}") from None
             key = (item.method, item.dataset, item.epsilon, item.test)
             if key not in seen:
@@ -177,10 +230,17 @@ def load_published(paths: Iterable[str | Path]) -> list[Published]:
 
 # ---------------------------------------------------------------- plots
 
+
 def _dataset_title(name: str) -> str:
-    known = {"cora": "Cora", "citeseer": "CiteSeer", "pubmed": "PubMed",
-             "facebook-pagepage": "Facebook page-page", "lastfm-asia": "LastFM Asia",
-             "reddit": "Reddit", "ogbn-products": "ogbn-products"}
+    known = {
+        "cora": "Cora",
+        "citeseer": "CiteSeer",
+        "pubmed": "PubMed",
+        "facebook-pagepage": "Facebook page-page",
+        "lastfm-asia": "LastFM Asia",
+        "reddit": "Reddit",
+        "ogbn-products": "ogbn-products",
+    }
     if name.lower().startswith("facebook100:"):
         return f"Facebook100 {name.split(':', 1)[1]}"
     return known.get(name.lower(), name)
@@ -210,11 +270,16 @@ def unplaced_published(published: Iterable[Published], figures: list[Figure]) ->
     for p in published:
         if id(p) in placed:
             continue
-        why = ("it has no finite epsilon" if p.epsilon is None or math.isinf(p.epsilon) else
-               f"no plotted curve of method {p.method!r} on dataset {p.dataset!r}")
+        why = (
+            "it has no finite epsilon"
+            if p.epsilon is None or math.isinf(p.epsilon)
+            else f"no plotted curve of method {p.method!r} on dataset {p.dataset!r}"
+        )
         eps = "-" if p.epsilon is None else f"{p.epsilon:g}"
-        out.append(f"published {p.method} on {p.dataset} at epsilon {eps} ({p.test:g}, "
-                   f"{p.source}) is not on any plot: {why}")
+        out.append(
+            f"published {p.method} on {p.dataset} at epsilon {eps} ({p.test:g}, "
+            f"{p.source}) is not on any plot: {why}"
+        )
     return out
 
 
@@ -223,8 +288,9 @@ def seeds_footer(seeds: list[int]) -> str:
     return f"error bars: ± 1 std over {'/'.join(map(str, seeds))} seed{'' if seeds == [1] else 's'}"
 
 
-def _panel(ax, dataset: str, level: str, here: list[dict], refs: list[dict],
-           published: list[Published]) -> tuple[list[str], list[Published]]:
+def _panel(
+    ax, dataset: str, level: str, here: list[dict], refs: list[dict], published: list[Published]
+) -> tuple[list[str], list[Published]]:
     """Draw the (dataset, DP level) plot of :func:`plot` on ``ax``; returns the names of its
     lines and the published points drawn."""
     from matplotlib.ticker import FixedLocator, NullLocator
@@ -242,27 +308,50 @@ def _panel(ax, dataset: str, level: str, here: list[dict], refs: list[dict],
         name = label + (f", {n} client" + ("s" if n != 1 else "") if n is not None else "")
         # Dodge overlapping error bars a little along x (2% per line on a log axis).
         shift = 0.02 * (i - (len(series) - 1) / 2)
-        xs = [g["epsilon"] * (2 ** shift if log_x else 1) + (0 if log_x else shift)
-              for g in gs]
-        ax.errorbar(xs, [100 * g["test_mean"] for g in gs],
-                    yerr=[100 * (g["test_std"] or 0.0) for g in gs], marker="o",
-                    markersize=5, capsize=4, linewidth=1.8, label=name)
+        xs = [g["epsilon"] * (2**shift if log_x else 1) + (0 if log_x else shift) for g in gs]
+        ax.errorbar(
+            xs,
+            [100 * g["test_mean"] for g in gs],
+            yerr=[100 * (g["test_std"] or 0.0) for g in gs],
+            marker="o",
+            markersize=5,
+            capsize=4,
+            linewidth=1.8,
+            label=name,
+        )
         names.append(name)
     for g in refs:
         name = g["label"] + (" (eps = inf)" if g["epsilon"] else "")
-        line = ax.axhline(100 * g["test_mean"], linestyle="--", linewidth=1.4,
-                          color=f"C{len(names) % 10}", label=name)
+        line = ax.axhline(
+            100 * g["test_mean"],
+            linestyle="--",
+            linewidth=1.4,
+            color=f"C{len(names) % 10}",
+            label=name,
+        )
         if g["test_std"]:
-            ax.axhspan(100 * (g["test_mean"] - g["test_std"]),
-                       100 * (g["test_mean"] + g["test_std"]),
-                       color=line.get_color(), alpha=0.12, linewidth=0)
+            ax.axhspan(
+                100 * (g["test_mean"] - g["test_std"]),
+                100 * (g["test_mean"] + g["test_std"]),
+                color=line.get_color(),
+                alpha=0.12,
+                linewidth=0,
+            )
         names.append(name)
-    pub = [p for p in published if p.dataset == dataset and p.epsilon is not None
-           and not math.isinf(p.epsilon)
-           and any(g["method"] == p.method for g in curves)]
+    pub = [
+        p
+        for p in published
+        if p.dataset == dataset
+        and p.epsilon is not None
+        and not math.isinf(p.epsilon)
+        and any(g["method"] == p.method for g in curves)
+    ]
     # y range from what is drawn (not the majority-class rate, which would squash it)
-    ys = [100 * (g["test_mean"] + sign * (g["test_std"] or 0))
-          for g in curves + refs for sign in (-1, 1)]
+    ys = [
+        100 * (g["test_mean"] + sign * (g["test_std"] or 0))
+        for g in curves + refs
+        for sign in (-1, 1)
+    ]
     ys += [p.test for p in pub]
     low, high = min(ys) - 3, max(ys) + 3
     ax.set_ylim(low, high)
@@ -270,26 +359,62 @@ def _panel(ax, dataset: str, level: str, here: list[dict], refs: list[dict],
     if majority:
         m = 100 * statistics.fmean(majority)
         if low <= m <= high:
-            ax.axhline(m, color="grey", linestyle=":", linewidth=1.2, label="majority class (test split)")
+            ax.axhline(
+                m, color="grey", linestyle=":", linewidth=1.2, label="majority class (test split)"
+            )
         else:
-            ax.text(0.99, 0.02, f"majority class (test split): {m:.1f}%", transform=ax.transAxes,
-                    ha="right", va="bottom", fontsize=8, color="dimgrey")
+            ax.text(
+                0.99,
+                0.02,
+                f"majority class (test split): {m:.1f}%",
+                transform=ax.transAxes,
+                ha="right",
+                va="bottom",
+                fontsize=8,
+                color="dimgrey",
+            )
     seeds = sorted({g["seeds"] for g in curves})
-    ax.text(0.01, 0.02, seeds_footer(seeds),
-            transform=ax.transAxes, ha="left", va="bottom", fontsize=8, color="dimgrey")
+    ax.text(
+        0.01,
+        0.02,
+        seeds_footer(seeds),
+        transform=ax.transAxes,
+        ha="left",
+        va="bottom",
+        fontsize=8,
+        color="dimgrey",
+    )
     for i, p in enumerate(pub):
-        ax.plot([p.epsilon], [p.test], marker="*", markersize=13, color="black",
-                linestyle="none", label="published" if i == 0 else None, zorder=5)
-        ax.annotate(f"{p.source.split(' (')[0]}: {p.test:g}", (p.epsilon, p.test),
-                    textcoords="offset points", xytext=(8, 10), fontsize=8)
+        ax.plot(
+            [p.epsilon],
+            [p.test],
+            marker="*",
+            markersize=13,
+            color="black",
+            linestyle="none",
+            label="published" if i == 0 else None,
+            zorder=5,
+        )
+        ax.annotate(
+            f"{p.source.split(' (')[0]}: {p.test:g}",
+            (p.epsilon, p.test),
+            textcoords="offset points",
+            xytext=(8, 10),
+            fontsize=8,
+        )
     if log_x:
         ax.set_xscale("log", base=2)
         ax.xaxis.set_major_locator(FixedLocator(xs_all))
         ax.xaxis.set_minor_locator(NullLocator())
         ax.set_xticklabels([f"{x:g}" for x in xs_all])
-    ax.set_xlabel(EPS_UNITS[level] + ("; PPGNN: smallest level" if level == "user" and
-                                      any(g["method"].startswith("ppgnn") for g in curves)
-                                      else ""))
+    ax.set_xlabel(
+        EPS_UNITS[level]
+        + (
+            "; PPGNN: smallest level"
+            if level == "user" and any(g["method"].startswith("ppgnn") for g in curves)
+            else ""
+        )
+    )
     ax.set_ylabel("test accuracy (%)")
     ns = sorted({g["num_clients"] for g in here})
     clients = "" if many_n else f", {ns[0]} client{'s' if ns[0] != 1 else ''}"
@@ -310,8 +435,13 @@ def _save(fig, stem: Path, formats: list[str]) -> list[Path]:
     return paths
 
 
-def plot(groups: list[dict], out_dir: str | Path, published: Iterable[Published] = (),
-         formats: Iterable[str] = ("png",), combined: bool = False) -> list[Figure]:
+def plot(
+    groups: list[dict],
+    out_dir: str | Path,
+    published: Iterable[Published] = (),
+    formats: Iterable[str] = ("png",),
+    combined: bool = False,
+) -> list[Figure]:
     """One figure per (dataset, DP level), in each of ``formats`` (:data:`FORMATS`): test
     accuracy (%) against epsilon, one line per method
     (and client count, if several), error bars one std over seeds. Methods without an epsilon
@@ -326,8 +456,10 @@ def plot(groups: list[dict], out_dir: str | Path, published: Iterable[Published]
     formats = list(formats)
     bad = [f for f in formats if f not in FORMATS]
     if bad or not formats:
-        raise ValueError(f"--format: unknown {', '.join(bad) or 'none given'}; allowed: "
-                         f"{', '.join(FORMATS)} (comma-separated)")
+        raise ValueError(
+            f"--format: unknown {', '.join(bad) or 'none given'}; allowed: "
+            f"{', '.join(FORMATS)} (comma-separated)"
+        )
     import matplotlib
 
     matplotlib.use("Agg")
@@ -345,11 +477,20 @@ def plot(groups: list[dict], out_dir: str | Path, published: Iterable[Published]
             fig, ax = plt.subplots(figsize=(7.0, 4.6), dpi=150)
             names, pub = _panel(ax, dataset, level, here, refs, published)
             panels.append((dataset, level, here, refs))
-            missing = [f"{g['label']} eps = {g['epsilon']:g} ({g['failed']} failed)"
-                       for g in everything if g["dp_level"] == level and g["seeds"] == 0]
+            missing = [
+                f"{g['label']} eps = {g['epsilon']:g} ({g['failed']} failed)"
+                for g in everything
+                if g["dp_level"] == level and g["seeds"] == 0
+            ]
             if missing:
-                fig.text(0.01, 0.01, "not plotted, every run failed: " + "; ".join(missing),
-                         fontsize=7, color="dimgrey", wrap=True)
+                fig.text(
+                    0.01,
+                    0.01,
+                    "not plotted, every run failed: " + "; ".join(missing),
+                    fontsize=7,
+                    color="dimgrey",
+                    wrap=True,
+                )
             fig.tight_layout(rect=(0, 0.04 if missing else 0, 1, 1))
             paths = _save(fig, out_dir / f"{slug_name(dataset)}-{level}", formats)
             plt.close(fig)
@@ -357,11 +498,12 @@ def plot(groups: list[dict], out_dir: str | Path, published: Iterable[Published]
     if combined and panels:
         cols = min(len(panels), 2)
         rows = math.ceil(len(panels) / cols)
-        fig, axes = plt.subplots(rows, cols, figsize=(7.0 * cols, 4.6 * rows), dpi=150,
-                                 squeeze=False)
+        fig, axes = plt.subplots(
+            rows, cols, figsize=(7.0 * cols, 4.6 * rows), dpi=150, squeeze=False
+        )
         for ax, panel in zip(axes.flat, panels):
             _panel(ax, *panel, published)
-        for ax in list(axes.flat)[len(panels):]:
+        for ax in list(axes.flat)[len(panels) :]:
             ax.set_visible(False)
         fig.tight_layout()
         paths = _save(fig, out_dir / "combined", formats)
@@ -378,72 +520,131 @@ def slug_name(text: str) -> str:
 
 # ---------------------------------------------------------------- markdown
 
-def pct(mean: Optional[float], std: Optional[float]) -> str:
+
+def pct(mean: float | None, std: float | None) -> str:
     if mean is None:
         return "failed"
     return f"{100 * mean:.1f}" + (f" ± {100 * std:.1f}" if std is not None else "")
 
 
-def markdown(groups: list[dict], figures: list[Figure], md_path: Path,
-             published: list[Published], command: str, sweeps: list[dict],
-             csv_path: Optional[Path] = None) -> str:
+def markdown(
+    groups: list[dict],
+    figures: list[Figure],
+    md_path: Path,
+    published: list[Published],
+    command: str,
+    sweeps: list[dict],
+    csv_path: Path | None = None,
+) -> str:
     """The results page: how it was made, per (dataset, DP level) a table (methods x epsilon,
     test accuracy mean ± std over seeds) and its plot, and the papers' numbers beside ours."""
-    lines = ["# Results", "",
-             "<!-- Generated by `fedgraph report`; do not edit by hand. Regenerate with the "
-             "command below. -->", "",
-             "Regenerate this page (tables, plots under `docs/img/`) from the sweep folders:", "",
-             "```bash", command, "```", ""]
+    lines = [
+        "# Results",
+        "",
+        "<!-- Generated by `fedgraph report`; do not edit by hand. Regenerate with the "
+        "command below. -->",
+        "",
+        "Regenerate this page (tables, plots under `docs/img/`) from the sweep folders:",
+        "",
+        "```bash",
+        command,
+        "```",
+        "",
+    ]
     for s in sweeps:
-        lines += [f"Sweep `{s['name']}` ({s['file']}): {s['cells']} runs, {s['ok']} ok, "
-                  f"{s['failed']} failed; mean wall time per run {s['wall']:.0f} s"
-                  + (f" ({s['parallel']} at a time on {s['cores']} cores)" if s.get("cores") else "")
-                  + (f". {s['description']}" if s.get("description") else "") + ":", "",
-                  "```bash", f"{s.get('env', '')}nice -n 10 fedgraph sweep {s['file']}", "```", ""]
+        lines += [
+            f"Sweep `{s['name']}` ({s['file']}): {s['cells']} runs, {s['ok']} ok, "
+            f"{s['failed']} failed; mean wall time per run {s['wall']:.0f} s"
+            + (f" ({s['parallel']} at a time on {s['cores']} cores)" if s.get("cores") else "")
+            + (f". {s['description']}" if s.get("description") else "")
+            + ":",
+            "",
+            "```bash",
+            f"{s.get('env', '')}nice -n 10 fedgraph sweep {s['file']}",
+            "```",
+            "",
+        ]
     if csv_path is not None:
         rel = Path(_relpath(csv_path, md_path.parent)).as_posix()
         lines += [f"All numbers (every split, epsilon spent, wall time): [{rel}]({rel}).", ""]
-    lines += ["Test accuracy in %, mean ± sample standard deviation over the seeds. Epsilon is "
-              "the privacy budget of the DP level in each heading; for PPGNN (budget set "
-              "E = {e, 2e, 4e}) the column is the smallest level e.", ""]
+    lines += [
+        "Test accuracy in %, mean ± sample standard deviation over the seeds. Epsilon is "
+        "the privacy budget of the DP level in each heading; for PPGNN (budget set "
+        "E = {e, 2e, 4e}) the column is the smallest level e.",
+        "",
+    ]
     by_fig = {(f.dataset, f.dp_level): f for f in figures}
     sections = sorted({(g["dataset"], g["dp_level"]) for g in groups if g["dp_level"] in EPS_UNITS})
     for dataset, level in sections:
-        gs = [g for g in groups if g["dataset"] == dataset and
-              (g["dp_level"] == level or g["epsilon"] is None or math.isinf(g["epsilon"] or 0))]
-        eps = sorted({g["epsilon"] for g in gs if g["epsilon"] is not None
-                      and not math.isinf(g["epsilon"])})
-        ns = sorted({g["num_clients"] for g in gs})
+        gs = [
+            g
+            for g in groups
+            if g["dataset"] == dataset
+            and (g["dp_level"] == level or g["epsilon"] is None or math.isinf(g["epsilon"] or 0))
+        ]
+        eps = sorted(
+            {g["epsilon"] for g in gs if g["epsilon"] is not None and not math.isinf(g["epsilon"])}
+        )
+        sorted({g["num_clients"] for g in gs})
         lines += [f"## {_dataset_title(dataset)}: {DP_TITLES[level]}", ""]
         has_refs = any(g["epsilon"] is None or math.isinf(g["epsilon"]) for g in gs)
-        header = (["method", "clients"] + [f"eps = {e:g}" for e in eps]
-                  + (["no epsilon axis"] if has_refs else []) + ["wall s / run"])
+        header = (
+            ["method", "clients"]
+            + [f"eps = {e:g}" for e in eps]
+            + (["no epsilon axis"] if has_refs else [])
+            + ["wall s / run"]
+        )
         lines += ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
         rows: dict[tuple, dict] = {}
         for g in gs:
             rows.setdefault((g["label"], g["method"], g["num_clients"]), {})[g["epsilon"]] = g
-        for (label, method, n), by_eps in rows.items():
-            cells = [pct(by_eps[e]["test_mean"], by_eps[e]["test_std"]) if e in by_eps else ""
-                     for e in eps]
+        for (label, _method, n), by_eps in rows.items():
+            cells = [
+                pct(by_eps[e]["test_mean"], by_eps[e]["test_std"]) if e in by_eps else ""
+                for e in eps
+            ]
             refs = [g for k, g in by_eps.items() if k is None or math.isinf(k)]
-            ref = pct(refs[0]["test_mean"], refs[0]["test_std"]) + (
-                " (eps = inf)" if refs[0]["epsilon"] else "") if refs else ""
+            ref = (
+                pct(refs[0]["test_mean"], refs[0]["test_std"])
+                + (" (eps = inf)" if refs[0]["epsilon"] else "")
+                if refs
+                else ""
+            )
             walls = [g["cell_wall_s_mean"] for g in by_eps.values() if g["cell_wall_s_mean"]]
             wall = f"{statistics.fmean(walls):.0f}" if walls else ""
-            lines.append("| " + " | ".join([label, str(n), *cells, *([ref] if has_refs else []),
-                                            wall]) + " |")
-        pub = [p for p in published if p.dataset == dataset and
-               any(g["method"] == p.method for g in gs)]
+            lines.append(
+                "| "
+                + " | ".join([label, str(n), *cells, *([ref] if has_refs else []), wall])
+                + " |"
+            )
+        pub = [
+            p
+            for p in published
+            if p.dataset == dataset and any(g["method"] == p.method for g in gs)
+        ]
         for p in pub:
             cells = [f"{p.test:.1f}" if p.epsilon == e else "" for e in eps]
             ref = f"{p.test:.1f}" if p.epsilon is None or math.isinf(p.epsilon) else ""
-            lines.append("| " + " | ".join([f"*{p.source.split(' (')[0]} ({p.method}), published*",
-                                            "", *cells, *([ref] if has_refs else []), ""]) + " |")
+            lines.append(
+                "| "
+                + " | ".join(
+                    [
+                        f"*{p.source.split(' (')[0]} ({p.method}), published*",
+                        "",
+                        *cells,
+                        *([ref] if has_refs else []),
+                        "",
+                    ]
+                )
+                + " |"
+            )
         failed = [g for g in gs if g["failed"]]
         lines.append("")
         for g in failed:
             errors = "; ".join(e if len(e) <= 200 else e[:197] + "..." for e in g["errors"])
-            lines.append(f"- {g['label']} eps = {g['epsilon']}: {g['failed']} failed run(s): {errors}")
+            lines.append(
+                f"- {g['label']} eps = {g['epsilon']}: {g['failed']} failed run(s): {errors}"
+            )
         if failed:
             lines.append("")
         f = by_fig.get((dataset, level))
@@ -451,20 +652,41 @@ def markdown(groups: list[dict], figures: list[Figure], md_path: Path,
             rel = Path(_relpath(f.path, md_path.parent))
             lines += [f"![{_dataset_title(dataset)}, {DP_TITLES[level]}]({rel.as_posix()})", ""]
     if published:
-        lines += ["## Published numbers", "",
-                  "The papers' own figures (their setting: one graph, no federation); ours "
-                  "beside them where a sweep above ran the same method, dataset and epsilon.", "",
-                  "| method | dataset | epsilon | published | ours | source |", "|---|---|---|---|---|---|"]
+        lines += [
+            "## Published numbers",
+            "",
+            "The papers' own figures (their setting: one graph, no federation); ours "
+            "beside them where a sweep above ran the same method, dataset and epsilon.",
+            "",
+            "| method | dataset | epsilon | published | ours | source |",
+            "|---|---|---|---|---|---|",
+        ]
         for p in published:
-            ours = [g for g in groups if g["method"] == p.method and g["dataset"] == p.dataset
-                    and g["epsilon"] == p.epsilon]
-            mine = "; ".join(f"{pct(g['test_mean'], g['test_std'])} ({g['num_clients']} "
-                             f"clients)" for g in ours) or "not run here"
-            eps = "inf" if p.epsilon is not None and math.isinf(p.epsilon) else (
-                "n/a" if p.epsilon is None else f"{p.epsilon:g}")
+            ours = [
+                g
+                for g in groups
+                if g["method"] == p.method
+                and g["dataset"] == p.dataset
+                and g["epsilon"] == p.epsilon
+            ]
+            mine = (
+                "; ".join(
+                    f"{pct(g['test_mean'], g['test_std'])} ({g['num_clients']} clients)"
+                    for g in ours
+                )
+                or "not run here"
+            )
+            eps = (
+                "inf"
+                if p.epsilon is not None and math.isinf(p.epsilon)
+                else ("n/a" if p.epsilon is None else f"{p.epsilon:g}")
+            )
             pubv = f"{p.test:.1f}" + (f" ± {p.std:.1f}" if p.std else "")
-            lines.append(f"| {p.method} | {p.dataset} | {eps} | {pubv} | {mine} | {p.source}"
-                         + (f" ({p.note})" if p.note else "") + " |")
+            lines.append(
+                f"| {p.method} | {p.dataset} | {eps} | {pubv} | {mine} | {p.source}"
+                + (f" ({p.note})" if p.note else "")
+                + " |"
+            )
         lines.append("")
     return "\n".join(lines)
 
@@ -487,10 +709,18 @@ def sweep_summaries(dirs: Iterable[str | Path], rows: list[dict]) -> list[dict]:
         name = spec.get("sweep", {}).get("name") or d.name
         walls = [r["wall_s"] for r in mine if r.get("status") == "ok" and r.get("wall_s")]
         env = f"FEDGRAPH_DATA={meta['FEDGRAPH_DATA']} " if meta.get("FEDGRAPH_DATA") else ""
-        out.append({"name": name, "file": meta.get("source", f"simulations/sweeps/{name}.toml"),
-                    "env": env, "cores": meta.get("cores"), "parallel": meta.get("parallel"),
-                    "description": spec.get("sweep", {}).get("description", ""),
-                    "cells": len(mine), "ok": sum(r.get("status") == "ok" for r in mine),
-                    "failed": sum(r.get("status") != "ok" for r in mine),
-                    "wall": statistics.fmean(walls) if walls else 0.0})
+        out.append(
+            {
+                "name": name,
+                "file": meta.get("source", f"simulations/sweeps/{name}.toml"),
+                "env": env,
+                "cores": meta.get("cores"),
+                "parallel": meta.get("parallel"),
+                "description": spec.get("sweep", {}).get("description", ""),
+                "cells": len(mine),
+                "ok": sum(r.get("status") == "ok" for r in mine),
+                "failed": sum(r.get("status") != "ok" for r in mine),
+                "wall": statistics.fmean(walls) if walls else 0.0,
+            }
+        )
     return out

@@ -1,11 +1,11 @@
 """The run config ``fedgraph run`` reads: the bundled presets (:data:`PRESETS`), a TOML file
 (its relative paths made absolute against the file's folder) and ``--set key=value``
 overrides on top."""
+
 from __future__ import annotations
 
 import tomllib
 from pathlib import Path
-from typing import List, Optional
 
 import typer
 
@@ -19,7 +19,7 @@ def _parse_value(text: str):
         return text
 
 
-def load_run_config(preset: Optional[str], overrides: List[str]) -> dict:
+def load_run_config(preset: str | None, overrides: list[str]) -> dict:
     """Defaults of ``pyproject``'s ``[tool.flwr.app.config]`` are the config models' defaults;
     a preset (name in ``simulations/presets`` or a TOML path) and ``key=value`` overrides go
     on top."""
@@ -31,14 +31,15 @@ def load_run_config(preset: Optional[str], overrides: List[str]) -> dict:
         if not path.exists():
             names = sorted(p.stem for p in PRESETS.glob("*.toml"))
             if preset.endswith(".toml") or "/" in preset or "\\" in preset:
-                raise typer.BadParameter(f"preset file {preset!r} not found (looked at "
-                                         f"{Path(preset).resolve()}); bundled presets: {names}")
+                raise typer.BadParameter(
+                    f"preset file {preset!r} not found (looked at "
+                    f"{Path(preset).resolve()}); bundled presets: {names}"
+                )
             import difflib
 
             close = difflib.get_close_matches(preset, names, n=1)
             hint = f" (did you mean {close[0]!r}?)" if close else ""
-            raise typer.BadParameter(f"preset {preset!r} not found{hint}; known presets: "
-                                     f"{names}")
+            raise typer.BadParameter(f"preset {preset!r} not found{hint}; known presets: {names}")
         try:
             cfg.update(relative_to_file(tomllib.loads(path.read_text()), path))
         except tomllib.TOMLDecodeError as err:
@@ -50,7 +51,8 @@ def load_run_config(preset: Optional[str], overrides: List[str]) -> dict:
         if not v.strip():  # a forgotten value must not run with the default unannounced
             raise typer.BadParameter(
                 f"--set {k.strip()}=: no value; give one, or {k.strip()}='\"\"' (an empty "
-                f"string: the method's default), or leave the key out")
+                f"string: the method's default), or leave the key out"
+            )
         key = k.strip()
         for other in [o for o in cfg if o.replace("_", "-") == key.replace("_", "-")]:
             del cfg[other]  # --set overrides the key however the preset spelled it
@@ -62,7 +64,8 @@ def load_run_config(preset: Optional[str], overrides: List[str]) -> dict:
             raise typer.BadParameter(
                 "num-clients: 0 (one client per supernode) applies under `flwr run`, whose "
                 "federation sets the supernodes; `fedgraph run` starts one supernode per "
-                f"client, so give the count: allowed: integers in [1, {MAX_CLIENTS}]")
+                f"client, so give the count: allowed: integers in [1, {MAX_CLIENTS}]"
+            )
     return cfg
 
 

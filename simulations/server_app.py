@@ -1,4 +1,5 @@
 """The fedgraph ServerApp: validate the run config, run the method's strategy, write the report."""
+
 from __future__ import annotations
 
 # First, before the heavy imports: under flwr run this is the task's own process, whose
@@ -99,8 +100,9 @@ def check_flwr_run_config(run_config: dict, defaults: dict | None = None) -> Non
     if defaults is None:
         return
     user_set = {k: v for k, v in run_config.items() if k not in defaults or defaults[k] != v}
-    reject_keys_of_other_methods({"method": run_config.get("method", defaults.get("method")),
-                                  **user_set})
+    reject_keys_of_other_methods(
+        {"method": run_config.get("method", defaults.get("method")), **user_set}
+    )
 
 
 def make_server_app(overrides: dict | None = None) -> ServerApp:
@@ -115,8 +117,9 @@ def make_server_app(overrides: dict | None = None) -> ServerApp:
         grid = InterruptibleGrid(grid)
         if overrides is None:  # flwr run (fedgraph run checked the keys its user set)
             check_flwr_run_config(dict(context.run_config))
-        run_server(grid, resolve_num_clients(grid, {**dict(context.run_config),
-                                                   **(overrides or {})}))
+        run_server(
+            grid, resolve_num_clients(grid, {**dict(context.run_config), **(overrides or {})})
+        )
 
     return app
 

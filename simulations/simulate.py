@@ -2,13 +2,13 @@
 (:func:`check_run_config`), start Ray early where the config allows (:mod:`fedgraph.simulations.early_ray`),
 run the preflight and Flower's simulation engine, and read back the report the strategy wrote
 (:func:`run_simulation`)."""
+
 from __future__ import annotations
 
 import json
 import os
 import threading
 from pathlib import Path
-from typing import Optional
 
 from fedgraph.simulations.resources import check_resources
 from fedgraph.simulations.user_code import user_code
@@ -26,8 +26,13 @@ def check_run_config(run_config: dict):
             (:func:`fedgraph.config.check_dataset_files`).
     """
     from fedgraph import catalog
-    from fedgraph.config import (ConfigError, check_data_root, check_dataset_files,
-                                 check_output_dir, parse_run_config)
+    from fedgraph.config import (
+        ConfigError,
+        check_data_root,
+        check_dataset_files,
+        check_output_dir,
+        parse_run_config,
+    )
 
     cfg = parse_run_config(run_config)
     check_data_root(cfg)
@@ -39,9 +44,11 @@ def check_run_config(run_config: dict):
         check_secret({})
     identity = os.environ.get("FEDGRAPH_IDENTITY_SECRET", "")  # (fedgraph.identity.IDENTITY_ENV)
     if getattr(cfg, "secure_aggregation", False) and identity and len(identity) < 16:
-        raise ConfigError(f"$FEDGRAPH_IDENTITY_SECRET has {len(identity)} characters; use at "
-                          "least 16 random ones, or unset it (fedgraph run then draws one): it "
-                          "provisions the clients' identity keys for secure aggregation")
+        raise ConfigError(
+            f"$FEDGRAPH_IDENTITY_SECRET has {len(identity)} characters; use at "
+            "least 16 random ones, or unset it (fedgraph run then draws one): it "
+            "provisions the clients' identity keys for secure aggregation"
+        )
     spec = str(run_config.get("strategy", "") or run_config.get("method", "ppgnn"))
     try:
         catalog.check_name("strategy", spec)
@@ -50,9 +57,13 @@ def check_run_config(run_config: dict):
     return cfg
 
 
-def run_simulation(run_config: dict, num_cpus: Optional[int] = None,
-                   cpus_per_client: float = 1.0, gpus_per_client: float = 0.0,
-                   label: Optional[str] = None) -> dict:
+def run_simulation(
+    run_config: dict,
+    num_cpus: int | None = None,
+    cpus_per_client: float = 1.0,
+    gpus_per_client: float = 0.0,
+    label: str | None = None,
+) -> dict:
     """Run one simulation in-process; return the report dict. Without ``run-name`` the report
     is named ``<label or method>-<dataset>-seed<seed>-<time>-<pid>`` (``method``: the
     strategy's, as under ``flwr run``, which writes the same name for the same config; a
@@ -74,20 +85,25 @@ def run_simulation(run_config: dict, num_cpus: Optional[int] = None,
     # config: its budget is its own, not the server's word (fedgraph.client_authority). Set
     # before Ray starts: its workers inherit it.
     os.environ[OWN_CONFIG_ENV] = json.dumps(dict(run_config), sort_keys=True, default=str)
-    backend = {"client_resources": {"num_cpus": cpus_per_client, "num_gpus": gpus_per_client},
-               "init_args": {"num_cpus": num_cpus or os.cpu_count() or 1,
-                             "include_dashboard": False}}
+    backend = {
+        "client_resources": {"num_cpus": cpus_per_client, "num_gpus": gpus_per_client},
+        "init_args": {"num_cpus": num_cpus or os.cpu_count() or 1, "include_dashboard": False},
+    }
     if os.environ.get("RAY_ADDRESS"):  # an existing cluster: its resources, not ours
         backend["init_args"] = {"address": os.environ["RAY_ADDRESS"]}
     # Ray starts while the imports and the preflight below run (fedgraph.simulations.early_ray);
     # Flower then finds it running and uses it.
     # With its client actors, which import while the driver does (fedgraph.simulations.early_ray).
     method = _early_ray_method(run_config)
-    early = None if method is None else start_early_ray(
-        backend["init_args"], backend["client_resources"], method)
+    early = (
+        None
+        if method is None
+        else start_early_ray(backend["init_args"], backend["client_resources"], method)
+    )
     try:
-        flwr_run_simulation, cfg, make_server_app, client_app, default_run_name, spec_label = \
+        flwr_run_simulation, cfg, make_server_app, client_app, default_run_name, spec_label = (
             _prepare(run_config, num_cpus, cpus_per_client, gpus_per_client)
+        )
         if early is not None:
             early.wait()
     except BaseException:
@@ -102,8 +118,17 @@ def run_simulation(run_config: dict, num_cpus: Optional[int] = None,
             early.release()
         raise
     try:
-        return _run(run_config, cfg, label, backend, flwr_run_simulation, make_server_app,
-                    client_app, default_run_name, spec_label)
+        return _run(
+            run_config,
+            cfg,
+            label,
+            backend,
+            flwr_run_simulation,
+            make_server_app,
+            client_app,
+            default_run_name,
+            spec_label,
+        )
     finally:
         if early is not None:
             early.release()
@@ -118,17 +143,30 @@ class _NotOurDeprecation:
         return "`run_simulation` function is deprecated" not in record.getMessage()
 
 
-def _run(run_config, cfg, label, backend, flwr_run_simulation, make_server_app, client_app,
-         default_run_name, spec_label) -> dict:
+def _run(
+    run_config,
+    cfg,
+    label,
+    backend,
+    flwr_run_simulation,
+    make_server_app,
+    client_app,
+    default_run_name,
+    spec_label,
+) -> dict:
     from fedgraph.errors import RunInterrupted
+
     # Default name: the strategy's method and the dataset's, file-name safe; the same rule as
     # the strategy's own under flwr run (fedgraph.strategies.base.PrivateStrategy.report_path).
     from fedgraph.simulations.server_app import validate_run_config
 
     method = label or validate_run_config(run_config)[0].method
     run_name = cfg.run_name or default_run_name(method, spec_label(cfg.dataset), cfg.seed)
-    run_config = {**run_config, "run-name": run_name,
-                  "output-dir": str(Path(cfg.output_dir).expanduser().resolve())}
+    run_config = {
+        **run_config,
+        "run-name": run_name,
+        "output-dir": str(Path(cfg.output_dir).expanduser().resolve()),
+    }
     report_path = Path(run_config["output-dir"]) / f"{run_name}.json"
     report_path.unlink(missing_ok=True)
     from fedgraph.simulations.interrupt import REPORT_PATH
@@ -147,13 +185,19 @@ def _run(run_config, cfg, label, backend, flwr_run_simulation, make_server_app, 
 
             ray.init(address=os.environ["RAY_ADDRESS"], runtime_env={"env_vars": worker_env()})
     try:
-        flwr_run_simulation(server_app=make_server_app(run_config), client_app=client_app,
-                            num_supernodes=cfg.num_clients, backend_config=backend)
+        flwr_run_simulation(
+            server_app=make_server_app(run_config),
+            client_app=client_app,
+            num_supernodes=cfg.num_clients,
+            backend_config=backend,
+        )
     finally:
         flwr_log.removeFilter(quiet)
     if not report_path.exists():
-        raise RuntimeError(f"the run wrote no report at {report_path}: it failed before the "
-                           "strategy started (see the log above)")
+        raise RuntimeError(
+            f"the run wrote no report at {report_path}: it failed before the "
+            "strategy started (see the log above)"
+        )
     report = json.loads(report_path.read_text())
     if report["status"] == "interrupted":
         raise RunInterrupted(f"run interrupted; its report, with what was spent: {report_path}")
@@ -162,7 +206,7 @@ def _run(run_config, cfg, label, backend, flwr_run_simulation, make_server_app, 
     return report
 
 
-def _early_ray_method(run_config: dict) -> Optional[str]:
+def _early_ray_method(run_config: dict) -> str | None:
     """The run's method if :func:`check_run_config` accepts ``run_config`` (no torch import;
     with ``noise-source = secret`` that includes the secret in this environment, which a local
     Ray's workers inherit): only then is Ray started early, with client actors warmed up for
@@ -204,6 +248,7 @@ def _prepare(run_config: dict, num_cpus, cpus_per_client: float, gpus_per_client
         check_secret({})
     from fedgraph.simulations.early_ray import SERVER_WARM_IMPORTS, import_quietly
 
-    threading.Thread(target=import_quietly, args=SERVER_WARM_IMPORTS, daemon=True,
-                     name="fedgraph-server-imports").start()
+    threading.Thread(
+        target=import_quietly, args=SERVER_WARM_IMPORTS, daemon=True, name="fedgraph-server-imports"
+    ).start()
     return flwr_run_simulation, cfg, make_server_app, client_app, default_run_name, spec_label

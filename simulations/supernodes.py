@@ -6,6 +6,7 @@ client per supernode"), so the ServerApp takes the count from ``grid.get_node_id
 ``num-clients`` set explicitly is checked against the simulation's supernodes before anything
 runs, and refused naming both numbers.
 """
+
 from __future__ import annotations
 
 import time
@@ -39,8 +40,7 @@ def _settled_count(grid, settle: float, timeout: float) -> int:
         time.sleep(0.1)
 
 
-def resolve_num_clients(grid, run_config: dict, settle: float = 1.0,
-                        timeout: float = 60.0) -> dict:
+def resolve_num_clients(grid, run_config: dict, settle: float = 1.0, timeout: float = 60.0) -> dict:
     """``run_config`` with ``num-clients`` set from the grid where it is missing or
     :data:`FROM_GRID`; an explicit value on a simulation must equal its supernode count.
 
@@ -68,8 +68,10 @@ def resolve_num_clients(grid, run_config: dict, settle: float = 1.0,
     have = _settled_count(grid, settle, timeout)
     if from_grid:
         if have < 1:
-            raise ConfigError(f"num-clients: no supernode connected within {timeout:g} s (with "
-                              "num-clients = 0 the run has one client per supernode)")
+            raise ConfigError(
+                f"num-clients: no supernode connected within {timeout:g} s (with "
+                "num-clients = 0 the run has one client per supernode)"
+            )
         run_config["num-clients"] = have
     elif have != want:
         raise supernode_mismatch(want, have)
@@ -79,7 +81,9 @@ def resolve_num_clients(grid, run_config: dict, settle: float = 1.0,
 def supernode_mismatch(want: int, have: int) -> ConfigError:
     """The error of an explicit ``num-clients`` (``want``) that differs from a simulation's
     ``have`` supernodes (the ServerApp's check, and ``scripts/main.sh``'s before it starts)."""
-    return ConfigError(f"num-clients: the run config has num-clients={want} but the "
-                       f"federation has {have} supernodes; leave num-clients unset (one "
-                       f"client per supernode) or run with --federation-config "
-                       f"\"num-supernodes={want}\"")
+    return ConfigError(
+        f"num-clients: the run config has num-clients={want} but the "
+        f"federation has {have} supernodes; leave num-clients unset (one "
+        f"client per supernode) or run with --federation-config "
+        f'"num-supernodes={want}"'
+    )

@@ -41,6 +41,7 @@ Sweep file::
 A cell's run config is, later entries winning: the preset, ``[set]``, the method's ``set``,
 ``[dataset-set.<dataset>]``, then the axes (dataset, num-clients, seed, epsilon).
 """
+
 from __future__ import annotations
 
 import math
@@ -48,7 +49,7 @@ import re
 import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal, Optional
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
@@ -66,8 +67,9 @@ def _dashed(name: str) -> str:
 
 
 class _Model(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True, alias_generator=_dashed,
-                              populate_by_name=True)
+    model_config = ConfigDict(
+        extra="forbid", frozen=True, alias_generator=_dashed, populate_by_name=True
+    )
 
 
 class MethodSpec(_Model):
@@ -100,9 +102,9 @@ class Published(_Model):
 
     method: str
     dataset: str
-    epsilon: Optional[float] = None
+    epsilon: float | None = None
     test: float
-    std: Optional[float] = None
+    std: float | None = None
     source: str
     note: str = ""
 
@@ -136,7 +138,7 @@ class SweepFile(_Model):
         return v
 
 
-def preset_path(name: str) -> Optional[Path]:
+def preset_path(name: str) -> Path | None:
     """A preset name in ``simulations/presets`` or a TOML path; None if neither exists."""
     for p in (Path(name), PRESETS / f"{name}.toml"):
         if p.is_file():
@@ -153,7 +155,7 @@ def sweep_path(name: str) -> Path:
     raise SweepError(f"sweep file {name!r} not found; bundled sweeps: {names}")
 
 
-def _fmt(x: Optional[float]) -> str:
+def _fmt(x: float | None) -> str:
     if x is None:
         return "none"
     return f"{x:g}"
@@ -172,7 +174,7 @@ class Cell:
     method: str
     label: str
     dataset: str
-    epsilon: Optional[float]  # None: the method has no epsilon axis
+    epsilon: float | None  # None: the method has no epsilon axis
     num_clients: int
     seed: int
     dp_level: str
@@ -184,17 +186,28 @@ class Cell:
 
     @property
     def name(self) -> str:
-        return (f"{self.method}__{slug(self.dataset)}__eps{_fmt(self.epsilon)}__"
-                f"clients{self.num_clients}__seed{self.seed}")
+        return (
+            f"{self.method}__{slug(self.dataset)}__eps{_fmt(self.epsilon)}__"
+            f"clients{self.num_clients}__seed{self.seed}"
+        )
 
     def describe(self) -> str:
-        return (f"{self.method} {self.dataset} eps={_fmt(self.epsilon)} "
-                f"clients={self.num_clients} seed={self.seed}")
+        return (
+            f"{self.method} {self.dataset} eps={_fmt(self.epsilon)} "
+            f"clients={self.num_clients} seed={self.seed}"
+        )
 
     def params(self) -> dict:
-        return {"method": self.method, "label": self.label, "dataset": self.dataset,
-                "epsilon": self.epsilon, "num_clients": self.num_clients, "seed": self.seed,
-                "dp_level": self.dp_level, "epsilon_from": self.epsilon_from}
+        return {
+            "method": self.method,
+            "label": self.label,
+            "dataset": self.dataset,
+            "epsilon": self.epsilon,
+            "num_clients": self.num_clients,
+            "seed": self.seed,
+            "dp_level": self.dp_level,
+            "epsilon_from": self.epsilon_from,
+        }
 
 
 @dataclass
@@ -222,26 +235,47 @@ class Sweep:
             base.update(m.set)
             if m.strategy:
                 base["strategy"] = m.strategy
-            epsilons: list[Optional[float]] = list(m.epsilons or s.sweep.epsilons)
+            epsilons: list[float | None] = list(m.epsilons or s.sweep.epsilons)
             if not m.epsilon_key:
                 epsilons = [None]
             if not epsilons:
-                raise SweepError(f"methods.{mname}: epsilon-key {m.epsilon_key!r} is set but "
-                                 "neither the method nor [sweep] lists epsilons")
+                raise SweepError(
+                    f"methods.{mname}: epsilon-key {m.epsilon_key!r} is set but "
+                    "neither the method nor [sweep] lists epsilons"
+                )
             for dataset in s.sweep.datasets:
                 for n in s.sweep.num_clients:
                     for eps in epsilons:
                         for seed in s.sweep.seeds:
-                            cfg = {**base, **s.dataset_set.get(dataset, {}),
-                                   "dataset": dataset, "num-clients": n, "seed": seed}
+                            cfg = {
+                                **base,
+                                **s.dataset_set.get(dataset, {}),
+                                "dataset": dataset,
+                                "num-clients": n,
+                                "seed": seed,
+                            }
                             if eps is not None:
                                 cfg[m.epsilon_key] = _epsilon_value(eps, m.epsilon_levels)
                             level = m.dp_level or _infer_dp_level(cfg, eps)
                             if level is None:
-                                raise SweepError(f"methods.{mname}: set dp-level (user, edge "
-                                                 "or node): the plots' unit of epsilon")
-                            out.append(Cell(mname, m.label or mname, dataset, eps, n, seed,
-                                            level, cfg, m.epsilon_from, frozenset(own)))
+                                raise SweepError(
+                                    f"methods.{mname}: set dp-level (user, edge "
+                                    "or node): the plots' unit of epsilon"
+                                )
+                            out.append(
+                                Cell(
+                                    mname,
+                                    m.label or mname,
+                                    dataset,
+                                    eps,
+                                    n,
+                                    seed,
+                                    level,
+                                    cfg,
+                                    m.epsilon_from,
+                                    frozenset(own),
+                                )
+                            )
         names = [c.name for c in out]
         if len(set(names)) != len(names):
             raise SweepError("two cells share a name (duplicate values on an axis?)")
@@ -257,7 +291,7 @@ def _epsilon_value(eps: float, levels: list[float]):
     return eps
 
 
-def _infer_dp_level(cfg: dict, eps: Optional[float]) -> Optional[str]:
+def _infer_dp_level(cfg: dict, eps: float | None) -> str | None:
     """The DP level a cell's epsilon is about, from its config; None if not known. GAP's MLP
     variant and edge-level ProGAP of depth 0 read no edge: ``none``."""
     if eps is None or math.isinf(eps):
@@ -276,15 +310,18 @@ def _allowed_keys(error: dict) -> str:
     if error["type"] != "extra_forbidden":
         return ""
     loc = error["loc"]
-    model = {1: SweepFile}.get(len(loc)) or {"sweep": SweepAxes, "methods": MethodSpec,
-                                             "published": Published}.get(str(loc[0]))
+    model = {1: SweepFile}.get(len(loc)) or {
+        "sweep": SweepAxes,
+        "methods": MethodSpec,
+        "published": Published,
+    }.get(str(loc[0]))
     if model is None:
         return ""
     keys = sorted(f.alias or name for name, f in model.model_fields.items())
     return f" (allowed: {', '.join(keys)})"
 
 
-def load_sweep(path: str | Path, output_dir: Optional[str] = None) -> Sweep:
+def load_sweep(path: str | Path, output_dir: str | None = None) -> Sweep:
     """Parse and validate a sweep file.
 
     Raises:
@@ -297,20 +334,25 @@ def load_sweep(path: str | Path, output_dir: Optional[str] = None) -> Sweep:
     except tomllib.TOMLDecodeError as err:
         raise SweepError(f"{p}: not valid TOML: {err}") from None
     except UnicodeDecodeError as err:
-        raise SweepError(f"{p}: not UTF-8 text ({err.reason} at byte {err.start}); save it "
-                         "as UTF-8") from None
+        raise SweepError(
+            f"{p}: not UTF-8 text ({err.reason} at byte {err.start}); save it as UTF-8"
+        ) from None
     try:
         spec = SweepFile.model_validate(raw)
     except ValidationError as err:
-        lines = [f"{'.'.join(str(x) for x in e['loc'])}: {e['msg']}" + _allowed_keys(e)
-                 for e in err.errors()]
+        lines = [
+            f"{'.'.join(str(x) for x in e['loc'])}: {e['msg']}" + _allowed_keys(e)
+            for e in err.errors()
+        ]
         raise SweepError(f"{p}: invalid sweep file:\n  " + "\n  ".join(lines)) from None
     out = Path(output_dir or spec.sweep.output_dir or Path("runs") / (spec.sweep.name or p.stem))
     sweep = Sweep(p, spec, out.expanduser().resolve())
     if sweep.output_dir.exists() and not sweep.output_dir.is_dir():
-        raise SweepError(f"{'--output-dir' if output_dir else 'output-dir'}: "
-                         f"{sweep.output_dir} is a file, not a folder (the sweep writes its "
-                         "cells under it: name a folder, or one that does not exist yet)")
+        raise SweepError(
+            f"{'--output-dir' if output_dir else 'output-dir'}: "
+            f"{sweep.output_dir} is a file, not a folder (the sweep writes its "
+            "cells under it: name a folder, or one that does not exist yet)"
+        )
     try:
         cells = sweep.cells()  # raises SweepError on an inconsistent grid
         _check_run_config_keys(cells, spec)
@@ -330,9 +372,8 @@ def _check_run_config_values(cells: list[Cell]) -> None:
     runs, which import it where they run; a dataset's missing files too."""
     from fedgraph.config import ConfigError, reject_keys_of_other_methods
     from fedgraph.config.parse import METHOD_CONFIGS
-    from fedgraph.simulations.server_app import validate_run_config
-
     from fedgraph.registry import has_entry_point, unknown_name_error
+    from fedgraph.simulations.server_app import validate_run_config
 
     errors: dict[str, list[str]] = {}
     for cell in cells:
@@ -344,17 +385,28 @@ def _check_run_config_values(cells: list[Cell]) -> None:
                 errors.setdefault(text, []).append(cell.name)
             continue
         try:  # a key given to this method only (not the shared [set]) that it would ignore
-            reject_keys_of_other_methods({k: v for k, v in cell.run_config.items()
-                                          if k in cell.own_keys or k in ("method", "strategy")})
+            reject_keys_of_other_methods(
+                {
+                    k: v
+                    for k, v in cell.run_config.items()
+                    if k in cell.own_keys or k in ("method", "strategy")
+                }
+            )
             validate_run_config(cell.run_config)
         except ConfigError as err:
             text = str(err).removeprefix("invalid run config:").strip()
             errors.setdefault(text, []).append(cell.name)
     if errors:
-        lines = [f"{names[0]}" + (f" (and {len(names) - 1} more cells)" if len(names) > 1
-                                  else "") + f": {text}" for text, names in errors.items()]
-        raise SweepError("invalid sweep file: a cell's run config is refused by its method "
-                         "(no cell ran):\n  " + "\n  ".join(lines))
+        lines = [
+            f"{names[0]}"
+            + (f" (and {len(names) - 1} more cells)" if len(names) > 1 else "")
+            + f": {text}"
+            for text, names in errors.items()
+        ]
+        raise SweepError(
+            "invalid sweep file: a cell's run config is refused by its method "
+            "(no cell ran):\n  " + "\n  ".join(lines)
+        )
 
 
 def _check_run_config_keys(cells: list[Cell], spec: SweepFile) -> None:
@@ -365,14 +417,16 @@ def _check_run_config_keys(cells: list[Cell], spec: SweepFile) -> None:
     ``methods.<m>.epsilon-key``; else the method whose cells hold it)."""
     from fedgraph.config.parse import METHOD_CONFIGS, did_you_mean
 
-    known = {"strategy"} | {k.replace("_", "-") for m in METHOD_CONFIGS.values()
-                            for k in m.model_fields}
+    known = {"strategy"} | {
+        k.replace("_", "-") for m in METHOD_CONFIGS.values() for k in m.model_fields
+    }
     tables = [("[set]", spec.set)]
     tables += [(f"[dataset-set.{d}]", t) for d, t in spec.dataset_set.items()]
     for name, m in spec.methods.items():
-        tables += [(f"methods.{name}.set", m.set),
-                   (f"methods.{name}.epsilon-key", {m.epsilon_key: None} if m.epsilon_key
-                    else {})]
+        tables += [
+            (f"methods.{name}.set", m.set),
+            (f"methods.{name}.epsilon-key", {m.epsilon_key: None} if m.epsilon_key else {}),
+        ]
     tables += [(f"methods.{cell.method}", cell.run_config) for cell in cells]
     bad = {}
     for where, table in tables:
@@ -380,7 +434,10 @@ def _check_run_config_keys(cells: list[Cell], spec: SweepFile) -> None:
             if str(key).replace("_", "-") not in known:
                 bad.setdefault(key, where)
     if bad:
-        lines = [f"{where}: {key}: unknown run-config key"
-                 + did_you_mean(str(key).replace("_", "-"), sorted(known))
-                 + f"; allowed: {', '.join(sorted(known))}" for key, where in bad.items()]
+        lines = [
+            f"{where}: {key}: unknown run-config key"
+            + did_you_mean(str(key).replace("_", "-"), sorted(known))
+            + f"; allowed: {', '.join(sorted(known))}"
+            for key, where in bad.items()
+        ]
         raise SweepError("invalid sweep file:\n  " + "\n  ".join(lines))

@@ -25,6 +25,7 @@ must then be shared). ``auto`` (the default) takes Ray when ``RAY_ADDRESS`` is s
 local pool: on one machine an outer Ray cluster only adds its daemons (about 800 MiB) to the
 per-cell ones. Each cell's torch uses ``cpus-per-cell`` threads (``OMP_NUM_THREADS``).
 """
+
 from __future__ import annotations
 
 import json
@@ -37,10 +38,11 @@ import threading
 import time
 import tomllib
 import warnings
+from collections.abc import Callable
 from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Optional
+from typing import Any
 
 import tomli_w
 
@@ -49,8 +51,8 @@ from fedgraph.report import write_bytes_atomic, write_json_atomic
 
 from .sweep import Cell, Sweep
 
-
 # ---------------------------------------------------------------- cell state on disk
+
 
 def _comparable(run_config: dict) -> dict:
     return {k: v for k, v in run_config.items() if k not in ("output-dir", "run-name")}
@@ -75,9 +77,9 @@ class CellResult:
     cell: Cell
     status: str  # ok / failed / skipped / interrupted
     error: str = ""
-    returncode: Optional[int] = None
+    returncode: int | None = None
     wall_s: float = 0.0
-    test: Optional[float] = None
+    test: float | None = None
 
 
 def _error_from_log(log: str, returncode: int) -> str:
@@ -87,8 +89,8 @@ def _error_from_log(log: str, returncode: int) -> str:
     starts = [i for i, ln in enumerate(lines) if ln.startswith("fedgraph: ")]
     if starts:
         i = starts[-1]
-        msg = [lines[i][len("fedgraph: "):].strip()]
-        msg += [ln.strip() for ln in lines[i + 1:] if ln.startswith("  ") and ln.strip()]
+        msg = [lines[i][len("fedgraph: ") :].strip()]
+        msg += [ln.strip() for ln in lines[i + 1 :] if ln.startswith("  ") and ln.strip()]
         return " ".join(msg)
     tail = [ln.strip() for ln in lines if ln.strip()]
     if returncode < 0:
@@ -97,15 +99,26 @@ def _error_from_log(log: str, returncode: int) -> str:
 
 
 def cell_command(run_toml: Path, cpus: float) -> list[str]:
-    return [sys.executable, "-m", "fedgraph.simulations.cli", "run", str(run_toml),
-            "--num-cpus", str(max(1, math.ceil(cpus)))]
+    return [
+        sys.executable,
+        "-m",
+        "fedgraph.simulations.cli",
+        "run",
+        str(run_toml),
+        "--num-cpus",
+        str(max(1, math.ceil(cpus))),
+    ]
 
 
 def _cell_env(cpus: float) -> dict:
     env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
     threads = str(max(1, math.ceil(cpus)))
-    env.update(OMP_NUM_THREADS=threads, MKL_NUM_THREADS=threads,
-               FLWR_DISABLE_RUNTIME_DEPENDENCY_INSTALLATION="1", PYTHONUNBUFFERED="1")
+    env.update(
+        OMP_NUM_THREADS=threads,
+        MKL_NUM_THREADS=threads,
+        FLWR_DISABLE_RUNTIME_DEPENDENCY_INSTALLATION="1",
+        PYTHONUNBUFFERED="1",
+    )
     return env
 
 
@@ -131,8 +144,9 @@ class _Running:
                 signal_group(p, signal.SIGKILL)
 
 
-def run_cell_process(cell_dir: str, cpus: float, timeout: float,
-                     running: Optional[_Running] = None) -> dict:
+def run_cell_process(
+    cell_dir: str, cpus: float, timeout: float, running: _Running | None = None
+) -> dict:
     """Run the cell in ``cell_dir`` (its ``run.toml`` written) as a ``fedgraph run`` process;
     return ``{"returncode", "wall_s", "error", "timed_out"}``. Used by both executors."""
     d = Path(cell_dir)
@@ -140,9 +154,15 @@ def run_cell_process(cell_dir: str, cpus: float, timeout: float,
     t0 = time.perf_counter()
     timed_out = False
     with open(d / "log.txt", "w") as log:
-        p = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                             env=_cell_env(cpus), start_new_session=True,
-                             preexec_fn=die_with_parent)
+        p = subprocess.Popen(
+            cmd,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            env=_cell_env(cpus),
+            start_new_session=True,
+            preexec_fn=die_with_parent,
+        )
         if running is not None:
             with running.lock:
                 running.procs.add(p)
@@ -169,14 +189,21 @@ def run_cell_process(cell_dir: str, cpus: float, timeout: float,
 
 # ---------------------------------------------------------------- the sweep
 
+
 def _human_command(d: Path, cpus: float) -> str:
     return "fedgraph " + " ".join(cell_command(d / "run.toml", cpus)[3:])
 
 
 def _write_cell(sweep: Sweep, cell: Cell, d: Path, **status) -> None:
-    write_json_atomic(d / "cell.json", {
-        **cell.params(), "sweep": sweep.name, **status,
-        "command": _human_command(d, sweep.spec.sweep.cpus_per_cell)})
+    write_json_atomic(
+        d / "cell.json",
+        {
+            **cell.params(),
+            "sweep": sweep.name,
+            **status,
+            "command": _human_command(d, sweep.spec.sweep.cpus_per_cell),
+        },
+    )
 
 
 def _prepare(sweep: Sweep, cell: Cell) -> Path:
@@ -201,8 +228,15 @@ def _finish(sweep: Sweep, cell: Cell, d: Path, res: dict) -> CellResult:
     ok = report.get("status") == "ok" and (res["returncode"] == 0 or res.get("interrupted"))
     error = "" if ok else (res["error"] or report.get("error") or "the run wrote no report")
     status = "ok" if ok else ("interrupted" if res.get("interrupted") else "failed")
-    _write_cell(sweep, cell, d, status=status, error=error or None,
-                returncode=res["returncode"], wall_s=res["wall_s"])
+    _write_cell(
+        sweep,
+        cell,
+        d,
+        status=status,
+        error=error or None,
+        returncode=res["returncode"],
+        wall_s=res["wall_s"],
+    )
     test = report.get("accuracy", {}).get("test") if ok else None
     return CellResult(cell, status, error, res["returncode"], res["wall_s"], test)
 
@@ -221,8 +255,16 @@ def _mark_ok(sweep: Sweep, cell: Cell) -> None:
     except (OSError, ValueError):
         record = {}
     if record.get("status") != "ok":
-        _write_cell(sweep, cell, d, status="ok", error=None, returncode=record.get("returncode"),
-                    wall_s=record.get("wall_s"), note="report written before the process was stopped")
+        _write_cell(
+            sweep,
+            cell,
+            d,
+            status="ok",
+            error=None,
+            returncode=record.get("returncode"),
+            wall_s=record.get("wall_s"),
+            note="report written before the process was stopped",
+        )
 
 
 def available_cpus() -> int:
@@ -245,8 +287,13 @@ class SweepSummary:
         return [r for r in self.results if r.status != "ok" and r.status != "skipped"]
 
 
-def run_sweep(sweep: Sweep, parallel: Optional[int] = None, executor: Optional[str] = None,
-              echo: Callable[[str], None] = print, progress: Any = None) -> SweepSummary:
+def run_sweep(
+    sweep: Sweep,
+    parallel: int | None = None,
+    executor: str | None = None,
+    echo: Callable[[str], None] = print,
+    progress: Any = None,
+) -> SweepSummary:
     """Run every cell of ``sweep`` that is not done yet.
 
     Args:
@@ -274,15 +321,27 @@ def run_sweep(sweep: Sweep, parallel: Optional[int] = None, executor: Optional[s
     if executor == "auto":
         executor = "ray" if os.environ.get("RAY_ADDRESS") else "local"
     data = os.environ.get("FEDGRAPH_DATA")
-    write_json_atomic(sweep.output_dir / "sweep.json", {
-        "name": sweep.name, "source": _display_path(sweep.path),
-        "FEDGRAPH_DATA": _display_path(Path(data)) if data else None,
-        "cores": cores, "parallel": parallel, "executor": executor})
-    at_once = ("as the Ray cluster's CPUs allow" if executor == "ray" and os.environ.get("RAY_ADDRESS")
-               else f"{parallel} at a time")
-    echo(f"sweep {sweep.name}: {len(cells)} cells, {len(results)} already done, {len(todo)} to run, "
-         f"{at_once} ({axes.cpus_per_cell:g} CPU each, {executor} executor, {cores} cores here) "
-         f"-> {sweep.output_dir}")
+    write_json_atomic(
+        sweep.output_dir / "sweep.json",
+        {
+            "name": sweep.name,
+            "source": _display_path(sweep.path),
+            "FEDGRAPH_DATA": _display_path(Path(data)) if data else None,
+            "cores": cores,
+            "parallel": parallel,
+            "executor": executor,
+        },
+    )
+    at_once = (
+        "as the Ray cluster's CPUs allow"
+        if executor == "ray" and os.environ.get("RAY_ADDRESS")
+        else f"{parallel} at a time"
+    )
+    echo(
+        f"sweep {sweep.name}: {len(cells)} cells, {len(results)} already done, {len(todo)} to run, "
+        f"{at_once} ({axes.cpus_per_cell:g} CPU each, {executor} executor, {cores} cores here) "
+        f"-> {sweep.output_dir}"
+    )
     if progress is not None:
         progress.start(len(todo))
 
@@ -301,8 +360,10 @@ def run_sweep(sweep: Sweep, parallel: Optional[int] = None, executor: Optional[s
     summary = SweepSummary(results, time.perf_counter() - t0)
     if progress is not None and hasattr(progress, "stop"):
         progress.stop()  # the bar's last state before the summary line
-    echo(f"sweep {sweep.name}: {summary.count('ok')} ok, {len(summary.failed)} failed, "
-         f"{summary.count('skipped')} skipped (done before) in {summary.wall_s:.0f} s")
+    echo(
+        f"sweep {sweep.name}: {summary.count('ok')} ok, {len(summary.failed)} failed, "
+        f"{summary.count('skipped')} skipped (done before) in {summary.wall_s:.0f} s"
+    )
     return summary
 
 
@@ -340,9 +401,13 @@ def _run_ray(sweep: Sweep, todo: list[Cell], parallel: int, done) -> None:
     axes = sweep.spec.sweep
     address = os.environ.get("RAY_ADDRESS")
     warnings.filterwarnings("ignore", category=FutureWarning, module=r"ray\.")
-    ray.init(address=address,
-             num_cpus=None if address else math.ceil(parallel * axes.cpus_per_cell),
-             include_dashboard=False, log_to_driver=False, configure_logging=False)
+    ray.init(
+        address=address,
+        num_cpus=None if address else math.ceil(parallel * axes.cpus_per_cell),
+        include_dashboard=False,
+        log_to_driver=False,
+        configure_logging=False,
+    )
     try:
         task = ray.remote(num_cpus=axes.cpus_per_cell, max_retries=0)(run_cell_process)
         refs = {}

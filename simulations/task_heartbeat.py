@@ -24,6 +24,7 @@ HTTP 401/403/404: the SuperLink no longer knows the token). :func:`stats` (the r
 ``host.task_heartbeats``) says how many it sent, how many failed and the longest gap between
 two acknowledged ones: a gap near 60 s is what would have failed the run.
 """
+
 from __future__ import annotations
 
 import sys
@@ -38,14 +39,23 @@ INTERVAL_S = 5.0
 CALL_TIMEOUT_S = 10.0
 
 _LOCK = threading.Lock()
-_STATE: dict = {"thread": None, "stop": threading.Event(), "sent": 0, "acknowledged": 0,
-                "failed": 0, "max_gap_s": 0.0, "max_call_s": 0.0, "ended": None}
+_STATE: dict = {
+    "thread": None,
+    "stop": threading.Event(),
+    "sent": 0,
+    "acknowledged": 0,
+    "failed": 0,
+    "max_gap_s": 0.0,
+    "max_call_s": 0.0,
+    "ended": None,
+}
 
 
 def runtime_args(argv: list[str]) -> tuple[str, str] | None:
     """``(runtime API address, token)`` from a Flower task process's command line
     (``--runtime-api-address ADDR --token TOKEN --insecure``), or ``None`` where the command
     line is not one (or uses TLS, whose certificates this sender does not read)."""
+
     def value(flag: str) -> str | None:
         for i, arg in enumerate(argv):
             if arg == flag and i + 1 < len(argv):
@@ -61,14 +71,21 @@ def runtime_args(argv: list[str]) -> tuple[str, str] | None:
 
 
 def _client(address: str, token: str):
-    from flwr.supercore.interceptors import (RuntimeTokenHttpInterceptor,
-                                             RuntimeVersionHttpInterceptor)
+    from flwr.supercore.interceptors import (
+        RuntimeTokenHttpInterceptor,
+        RuntimeVersionHttpInterceptor,
+    )
     from flwr.supercore.runtime import RuntimeHttpClient
 
-    return RuntimeHttpClient(f"http://{address}", verify=False, timeout=CALL_TIMEOUT_S,
-                             interceptors=[RuntimeVersionHttpInterceptor(
-                                 component_name="flwr-simulation"),
-                                 RuntimeTokenHttpInterceptor(token=token)])
+    return RuntimeHttpClient(
+        f"http://{address}",
+        verify=False,
+        timeout=CALL_TIMEOUT_S,
+        interceptors=[
+            RuntimeVersionHttpInterceptor(component_name="flwr-simulation"),
+            RuntimeTokenHttpInterceptor(token=token),
+        ],
+    )
 
 
 def _run(address: str, token: str, stop_event: threading.Event, interval: float) -> None:
@@ -119,8 +136,12 @@ def start(argv: list[str] | None = None, interval: float = INTERVAL_S) -> bool:
         except Exception:  # noqa: BLE001 - another Flower: leave its own sender alone
             return False
         _STATE["stop"] = threading.Event()
-        thread = threading.Thread(target=_run, args=(*args, _STATE["stop"], interval),
-                                  name="fedgraph-task-heartbeat", daemon=True)
+        thread = threading.Thread(
+            target=_run,
+            args=(*args, _STATE["stop"], interval),
+            name="fedgraph-task-heartbeat",
+            daemon=True,
+        )
         _STATE["thread"] = thread
         thread.start()
     return True
@@ -140,5 +161,8 @@ def stats() -> dict | None:
     sender's start), the slowest call, and why it ended if it did."""
     if _STATE["thread"] is None:
         return None
-    return {k: (round(v, 2) if isinstance(v, float) else v) for k, v in _STATE.items()
-            if k not in ("thread", "stop")}
+    return {
+        k: (round(v, 2) if isinstance(v, float) else v)
+        for k, v in _STATE.items()
+        if k not in ("thread", "stop")
+    }

@@ -1,5 +1,6 @@
 """Which keys of a run config name a user's code (:func:`user_code`), and the traceback of
 what that code raised without fedgraph's own frames (:func:`user_traceback`)."""
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -14,9 +15,14 @@ def user_code(run_config: dict) -> list[str]:
     out = []
     for key in SPEC_KEYS:
         v = run_config.get(key)
-        if isinstance(v, str) and ":" in v and not (
-                key == "dataset" and v.strip().lower().startswith(("facebook100:",
-                                                                   "synthetic-sbm:"))):
+        if (
+            isinstance(v, str)
+            and ":" in v
+            and not (
+                key == "dataset"
+                and v.strip().lower().startswith(("facebook100:", "synthetic-sbm:"))
+            )
+        ):
             out.append(key)
     return out
 
@@ -27,19 +33,28 @@ def user_traceback(err: BaseException) -> str:
     A context that ``raise ... from`` suppressed is not followed (as Python's own traceback)."""
     import traceback
 
-    ours = tuple(str(Path(__file__).resolve().parents[1] / pkg) for pkg in
-                 ("fedgraph", "strategies", "simulations"))
+    ours = tuple(
+        str(Path(__file__).resolve().parents[1] / pkg)
+        for pkg in ("fedgraph", "strategies", "simulations")
+    )
     seen, todo = set(), [err]
     while todo:
         e = todo.pop()
         if e is None or id(e) in seen:
             continue
         seen.add(id(e))
-        frames = [f for f in traceback.extract_tb(e.__traceback__)
-                  if not f.filename.startswith(ours) and "site-packages" not in f.filename
-                  and not f.filename.startswith("<frozen")]
+        frames = [
+            f
+            for f in traceback.extract_tb(e.__traceback__)
+            if not f.filename.startswith(ours)
+            and "site-packages" not in f.filename
+            and not f.filename.startswith("<frozen")
+        ]
         if frames and e is not err:
-            return ("Traceback (the user's code):\n" + "".join(traceback.format_list(frames))
-                    + "".join(traceback.format_exception_only(type(e), e)))
+            return (
+                "Traceback (the user's code):\n"
+                + "".join(traceback.format_list(frames))
+                + "".join(traceback.format_exception_only(type(e), e))
+            )
         todo += [e.__cause__] if e.__suppress_context__ else [e.__cause__, e.__context__]
     return ""

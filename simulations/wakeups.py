@@ -21,6 +21,7 @@ It runs in the process of the simulation (``fedgraph run``'s own, or ``flwr run`
 process, where Flower imports the ClientApp module before it starts these threads); it must
 be installed before the simulation runtime starts its threads.
 """
+
 from __future__ import annotations
 
 import inspect
@@ -37,8 +38,10 @@ REPLIED = threading.Event()
 
 #: Flower's wait between two sweeps (and between two reads of the replies' queue), seconds
 IDLE_WAIT_S = 0.1
-_EXPECTED = {"add_messages_to_queue": ["state", "queue", "nodes_mapping", "f_stop"],
-             "put_message_into_state": ["state", "queue", "f_stop"]}
+_EXPECTED = {
+    "add_messages_to_queue": ["state", "queue", "nodes_mapping", "f_stop"],
+    "put_message_into_state": ["state", "queue", "f_stop"],
+}
 _STATE = {"installed": False}
 _VCE_API = "flwr.server.superlink.fleet.vce.vce_api"
 

@@ -13,11 +13,11 @@ report has a test accuracy in ``[0, 1]``. A strategy is selected with ``strategy
 (:func:`register_strategy`) or ``strategy = "package.module:Class"``; see
 ``docs/extending.md``.
 """
+
 from __future__ import annotations
 
 import json
 import math
-import time
 import traceback
 from abc import ABC, abstractmethod
 from pathlib import Path
@@ -43,8 +43,10 @@ def check_method(strategy: type, config) -> None:
     want = getattr(strategy, "config_method", None)
     have = getattr(config, "method", None)
     if want is not None and have != want:
-        raise ConfigError(f"method: strategy {strategy.__qualname__} needs "
-                          f"method = {want!r} (its config and client handlers), got {have!r}")
+        raise ConfigError(
+            f"method: strategy {strategy.__qualname__} needs "
+            f"method = {want!r} (its config and client handlers), got {have!r}"
+        )
 
 
 class PrivateStrategy(ABC):
@@ -103,12 +105,14 @@ class PrivateStrategy(ABC):
         from fedgraph.messaging import wait_for_nodes
 
         with self.report.phase("connect"):
-            self.nodes = wait_for_nodes(grid, self.config.num_clients,
-                                        timeout=min(self.config.timeout, 60.0))
+            self.nodes = wait_for_nodes(
+                grid, self.config.num_clients, timeout=min(self.config.timeout, 60.0)
+            )
         return self.nodes
 
-    def ask(self, grid, message_type: str, records: dict | None = None,
-            per_node: dict | None = None) -> dict:
+    def ask(
+        self, grid, message_type: str, records: dict | None = None, per_node: dict | None = None
+    ) -> dict:
         """Send ``message_type`` (e.g. ``"query.ppgnn"``) to every node of :meth:`connect`
         and wait for all replies (``config.timeout`` seconds).
 
@@ -129,12 +133,21 @@ class PrivateStrategy(ABC):
         if not self.nodes:
             raise RuntimeError("call self.connect(grid) before self.ask(...)")
         payload = ConfigRecord({"json": json.dumps(self.config.model_dump())})
-        contents = {n: RecordDict({"config": payload, **(records or {}),
-                                   **((per_node or {}).get(n, {}))}) for n in self.nodes}
+        contents = {
+            n: RecordDict({"config": payload, **(records or {}), **((per_node or {}).get(n, {}))})
+            for n in self.nodes
+        }
         return send_to_all(grid, message_type, contents, self.config.timeout)
 
-    def send_and_record(self, grid, message_type: str, contents: dict, record,
-                        on_reply=None, pushed: dict | None = None) -> dict:
+    def send_and_record(
+        self,
+        grid,
+        message_type: str,
+        contents: dict,
+        record,
+        on_reply=None,
+        pushed: dict | None = None,
+    ) -> dict:
         """:func:`fedgraph.messaging.send_to_all`, calling ``record(node, reply)`` for every
         reply that arrived, also when other clients failed (their releases left them: the
         ledger must hold them before the failure propagates). A ``record`` that raises (e.g.
@@ -153,8 +166,9 @@ class PrivateStrategy(ABC):
 
         failure = None
         try:
-            replies = send_to_all(grid, message_type, contents, self.config.timeout,
-                                  on_reply=on_reply, pushed=pushed)
+            replies = send_to_all(
+                grid, message_type, contents, self.config.timeout, on_reply=on_reply, pushed=pushed
+            )
         except ClientFailure as err:
             replies, failure = err.replies, err
         errors = []
@@ -174,8 +188,10 @@ class PrivateStrategy(ABC):
         """``(delta, accountant)`` at which the report composes and cross-checks the ledger:
         the run config's ``delta`` and ``accountant`` where it has them (the delta the clients
         calibrated for), else :attr:`privacy_delta` / :attr:`privacy_accountant`."""
-        return (float(getattr(self.config, "delta", None) or self.privacy_delta),
-                str(getattr(self.config, "accountant", None) or self.privacy_accountant))
+        return (
+            float(getattr(self.config, "delta", None) or self.privacy_delta),
+            str(getattr(self.config, "accountant", None) or self.privacy_accountant),
+        )
 
     def record_accuracy(self, counts: dict, statistics: dict | None = None) -> None:
         """Accuracy per split from the clients' ``<split>_correct`` / ``<split>_total`` counts
@@ -195,8 +211,6 @@ class PrivateStrategy(ABC):
             total = sum(int(c["metrics"][f"{split}_total"]) for c in counts.values())
             self.report.accuracy[split] = correct / total if total else float("nan")
 
-
-
     def note_client_ledgers(self, replies: dict) -> None:
         """Keep the clients' own ledger summaries (record ``ledger`` of a reply: the client's
         epsilon, budget and releases per subject, :mod:`fedgraph.client_authority`), the
@@ -207,7 +221,8 @@ class PrivateStrategy(ABC):
             try:
                 if "ledger" in reply:
                     self.__dict__.setdefault("client_ledgers", {}).update(
-                        json.loads(str(reply["ledger"]["json"])))
+                        json.loads(str(reply["ledger"]["json"]))
+                    )
             except (TypeError, ValueError, KeyError):  # a malformed record: no ledger to show
                 continue
 
@@ -222,11 +237,19 @@ class PrivateStrategy(ABC):
         for subject, mine in sorted(getattr(self, "client_ledgers", {}).items()):
             server = (per_subject.get(subject) or {}).get("epsilon")
             client = mine.get("epsilon")
-            agree = (server is not None and client is not None
-                     and abs(float(server) - float(client))
-                     <= AGREE_ATOL + AGREE_RTOL * abs(float(server)))
-            rows[subject] = {"client": client, "server": server, "budget": mine.get("budget"),
-                             "releases": mine.get("releases"), "agree": bool(agree)}
+            agree = (
+                server is not None
+                and client is not None
+                and abs(float(server) - float(client))
+                <= AGREE_ATOL + AGREE_RTOL * abs(float(server))
+            )
+            rows[subject] = {
+                "client": client,
+                "server": server,
+                "budget": mine.get("budget"),
+                "releases": mine.get("releases"),
+                "agree": bool(agree),
+            }
         return rows
 
     # ------------------------------------------------------------------ contract and report
@@ -252,17 +275,24 @@ class PrivateStrategy(ABC):
             raise ContractError(
                 f"strategy {name} finished with an empty privacy ledger: record every release "
                 "that leaves a client with self.ledger.record(subject, release, event), e.g. "
-                "self.ledger.record('client-0', 'features', PureDP(1.0))")
+                "self.ledger.record('client-0', 'features', PureDP(1.0))"
+            )
         test = self.report.accuracy.get("test")
         if test is None:
             raise ContractError(
                 f"strategy {name} finished without a test accuracy "
                 f"(report.accuracy = {self.report.accuracy}); set it, e.g. with "
-                "self.record_accuracy(counts) on the clients' evaluate replies")
-        if not isinstance(test, (int, float)) or isinstance(test, bool) or math.isnan(test) \
-                or not 0.0 <= test <= 1.0:
-            raise ContractError(f"strategy {name}: test accuracy {test!r} is not a fraction in "
-                                "[0, 1]")
+                "self.record_accuracy(counts) on the clients' evaluate replies"
+            )
+        if (
+            not isinstance(test, (int, float))
+            or isinstance(test, bool)
+            or math.isnan(test)
+            or not 0.0 <= test <= 1.0
+        ):
+            raise ContractError(
+                f"strategy {name}: test accuracy {test!r} is not a fraction in [0, 1]"
+            )
 
     def _privacy_summary(self) -> dict:
         """The ledger's ``per_subject`` rows at the run's delta and accountant."""
@@ -273,7 +303,8 @@ class PrivateStrategy(ABC):
         from fedgraph.report import default_run_name
 
         name = self.config.run_name or default_run_name(
-            self.method, spec_label(self.config.dataset), self.config.seed)
+            self.method, spec_label(self.config.dataset), self.config.seed
+        )
         return Path(self.config.output_dir).expanduser().resolve() / f"{name}.json"
 
     def start(self, grid, ground_truth: dict | None = None) -> dict:
@@ -309,7 +340,8 @@ class PrivateStrategy(ABC):
                 reason = self.report.privacy.get("not_dp_reason") or "no finite epsilon"
                 self.report.extra["status_note"] = (
                     f"NOT DP: {', '.join(not_dp)} released without a finite epsilon, as "
-                    f"the run config asked ({reason})")
+                    f"the run config asked ({reason})"
+                )
         except BaseException as err:
             from fedgraph.errors import RunInterrupted
 
@@ -319,17 +351,20 @@ class PrivateStrategy(ABC):
             self.report.extra["traceback"] = traceback.format_exc()
             raise
         finally:
-            self.report.privacy["per_subject"] = (per_subject if per_subject is not None
-                                                  else self._privacy_summary())
+            self.report.privacy["per_subject"] = (
+                per_subject if per_subject is not None else self._privacy_summary()
+            )
             # the clients' own ledgers beside the server's (fedgraph.client_authority)
             self.report.privacy["client_ledgers"] = self.client_ledger_rows(
-                self.report.privacy["per_subject"])
+                self.report.privacy["per_subject"]
+            )
             delta, accountant = self.privacy_parameters()
             self.report.privacy["composed_at"] = {"delta": delta, "accountant": accountant}
             # where the clients' noise came from (fedgraph.randomness); never the secret itself
             self.report.privacy["noise_source"] = self.config.noise_source
             self.report.privacy["noise_source_detail"] = describe_noise_source(
-                self.config.noise_source)
+                self.config.noise_source
+            )
             if ground_truth is not None:
                 from fedgraph.report import ground_truth as truth
 
@@ -360,10 +395,13 @@ def check_budgets_kept(per_subject: dict, strategy: str = "") -> None:
             r["not_dp"] = True
             del over[s]
     if over:
-        rows = "; ".join(f"{s}: epsilon {r['epsilon']:.4g} > budget {r['budget']:g}"
-                         for s, r in over.items())
-        raise ContractError(f"strategy {strategy or 'the run'} spent more than a privacy "
-                            f"budget ({rows}): the guarantee asked for does not hold")
+        rows = "; ".join(
+            f"{s}: epsilon {r['epsilon']:.4g} > budget {r['budget']:g}" for s, r in over.items()
+        )
+        raise ContractError(
+            f"strategy {strategy or 'the run'} spent more than a privacy "
+            f"budget ({rows}): the guarantee asked for does not hold"
+        )
 
 
 def relayed_keys(replies: dict, nodes: list[int]) -> dict:
@@ -379,9 +417,11 @@ def relayed_keys(replies: dict, nodes: list[int]) -> dict:
     provisioning (identity keys, directory, the simulation's provisioning secret), so a
     server that substitutes or reorders keys is refused, not trusted."""
     recs = [replies[n]["secagg"] for n in nodes]
-    return {"public-keys": [bytes(r["public-key"]) for r in recs],
-            "partition-ids": [int(r["partition-id"]) for r in recs],
-            "signatures": [bytes(r["signature"]) for r in recs]}
+    return {
+        "public-keys": [bytes(r["public-key"]) for r in recs],
+        "partition-ids": [int(r["partition-id"]) for r in recs],
+        "signatures": [bytes(r["signature"]) for r in recs],
+    }
 
 
 def secagg_record(keys: dict, index: int):
@@ -395,17 +435,21 @@ def secagg_record(keys: dict, index: int):
 def _check_strategy(cls, name: str) -> None:
     """Registry check: a concrete subclass of :class:`PrivateStrategy`."""
     if not (isinstance(cls, type) and issubclass(cls, PrivateStrategy)):
-        raise ContractError(f"strategy: {name!r} is not a subclass of fedgraph.strategies.PrivateStrategy "
-                            f"(got {getattr(cls, '__qualname__', type(cls).__name__)})")
+        raise ContractError(
+            f"strategy: {name!r} is not a subclass of fedgraph.strategies.PrivateStrategy "
+            f"(got {getattr(cls, '__qualname__', type(cls).__name__)})"
+        )
     missing = sorted(getattr(cls, "__abstractmethods__", ()))
     if missing:
-        raise ContractError(f"strategy: {name!r} ({cls.__qualname__}) does not implement "
-                            f"{', '.join(missing)}")
+        raise ContractError(
+            f"strategy: {name!r} ({cls.__qualname__}) does not implement {', '.join(missing)}"
+        )
 
 
 #: name -> strategy class (``method`` names select theirs: ``ppgnn``, ``gap``).
-STRATEGIES: Registry = Registry("strategy", check=_check_strategy,
-                                hint="See docs/extending.md, 'A strategy'.")
+STRATEGIES: Registry = Registry(
+    "strategy", check=_check_strategy, hint="See docs/extending.md, 'A strategy'."
+)
 
 
 def register_strategy(name: str, *, replace: bool = False):

@@ -16,6 +16,7 @@ The server step is post-processing of the aggregated arrays: it changes no clien
 subclass, by name (``fedprox``, ``fedadagrad``, ...) or import path (a user's own): the
 ``round-strategy`` and ``round-strategy-args`` run-config keys of GAP.
 """
+
 from __future__ import annotations
 
 import inspect
@@ -26,6 +27,7 @@ from flwr.serverapp.strategy import FedAdam, FedAvg, FedAvgM, FedYogi
 
 from fedgraph.errors import ClientFailure
 from fedgraph.messaging import check_finite_reply, client_label, last_error_line
+
 
 class _QuietSkippedEvaluation(logging.Filter):
     """Drops Flower's "fraction_evaluate is set to 0.0" warning (and nothing else)."""
@@ -77,9 +79,13 @@ class _Strict:
 
     def __init__(self, num_clients: int, select_on_val: bool = False, **kwargs):
         fraction = kwargs.get("fraction_train", 1.0)
-        defaults = {"fraction_train": 1.0, "fraction_evaluate": 1.0 if select_on_val else 0.0,
-                    "min_train_nodes": max(1, int(num_clients * fraction)),
-                    "min_evaluate_nodes": num_clients, "min_available_nodes": num_clients}
+        defaults = {
+            "fraction_train": 1.0,
+            "fraction_evaluate": 1.0 if select_on_val else 0.0,
+            "min_train_nodes": max(1, int(num_clients * fraction)),
+            "min_evaluate_nodes": num_clients,
+            "min_available_nodes": num_clients,
+        }
         accepted = inspect.signature(super().__init__).parameters
         if not any(p.kind is p.VAR_KEYWORD for p in accepted.values()):
             defaults = {k: v for k, v in defaults.items() if k in accepted}
@@ -123,21 +129,29 @@ class _Strict:
         from flwr.app import ArrayRecord
 
         sent = self._train_arrays
-        return ArrayRecord({**{k: v for k, v in arrays.items() if k not in self.frozen},
-                            **{k: sent[k] for k in sent if k in self.frozen}})
+        return ArrayRecord(
+            {
+                **{k: v for k, v in arrays.items() if k not in self.frozen},
+                **{k: sent[k] for k in sent if k in self.frozen},
+            }
+        )
 
     def _check(self, replies, phase: str, server_round: int) -> list:
         replies = list(replies)
         errors = sorted({last_error_line(r.error.reason) for r in replies if r.has_error()})
         expected = self._sent_to.get(phase, self.num_clients)
         if len(replies) < expected:
-            errors.append(f"{expected - len(replies)} of {expected} client(s) did not reply "
-                          "in time")
+            errors.append(
+                f"{expected - len(replies)} of {expected} client(s) did not reply in time"
+            )
         if errors:
             raise ClientFailure(f"{phase} round {server_round}: " + "; ".join(errors))
         for r in replies:
-            check_finite_reply(r.content, client_label(r.metadata.src_node_id, r.content),
-                               f"{phase} round {server_round}")
+            check_finite_reply(
+                r.content,
+                client_label(r.metadata.src_node_id, r.content),
+                f"{phase} round {server_round}",
+            )
         return replies
 
     def aggregate_train(self, server_round, replies):
@@ -149,7 +163,9 @@ class _Strict:
             for r in replies:
                 if not r.has_error():
                     self.on_train_reply(server_round, r)
-        arrays, metrics = super().aggregate_train(server_round, self._check(replies, "train", server_round))
+        arrays, metrics = super().aggregate_train(
+            server_round, self._check(replies, "train", server_round)
+        )
         arrays = self._keep_frozen(arrays)
         self._latest = arrays
         return arrays, metrics
@@ -157,8 +173,9 @@ class _Strict:
     def aggregate_evaluate(self, server_round, replies):
         if getattr(self, "fraction_evaluate", 0.0) == 0.0:
             return None
-        replies = self._check(sorted(replies, key=lambda r: r.metadata.src_node_id),
-                              "evaluate", server_round)
+        replies = self._check(
+            sorted(replies, key=lambda r: r.metadata.src_node_id), "evaluate", server_round
+        )
         metrics = super().aggregate_evaluate(server_round, replies)
         self._consider(server_round, selection_key([r.content for r in replies]), self._latest)
         return metrics
@@ -243,9 +260,17 @@ class StrictFedSGD(_Strict, FedAvg):
         frozen: entries sent but not trained (the clients need not return them; kept as sent).
     """
 
-    def __init__(self, num_clients: int, select_on_val: bool = False, *, lr: float,
-                 keep_gradients: bool = False, param_names=None, weight_decay: float = 0.0,
-                 frozen=()):
+    def __init__(
+        self,
+        num_clients: int,
+        select_on_val: bool = False,
+        *,
+        lr: float,
+        keep_gradients: bool = False,
+        param_names=None,
+        weight_decay: float = 0.0,
+        frozen=(),
+    ):
         super().__init__(num_clients, select_on_val)
         self.lr = lr
         self.weight_decay = weight_decay
@@ -296,12 +321,17 @@ class StrictFedSGD(_Strict, FedAvg):
 
             state = arrays.to_torch_state_dict()
             names = set(state) if self.param_names is None else self.param_names
-            self._params = {k: v.detach().clone().requires_grad_(True)
-                            for k, v in state.items() if k in names and k not in self.frozen}
-            self._buffers = {k: v.clone() for k, v in state.items()
-                             if k not in names and k not in self.frozen}
-            self._adam = torch.optim.Adam(list(self._params.values()), lr=self.lr,
-                                          weight_decay=self.weight_decay)
+            self._params = {
+                k: v.detach().clone().requires_grad_(True)
+                for k, v in state.items()
+                if k in names and k not in self.frozen
+            }
+            self._buffers = {
+                k: v.clone() for k, v in state.items() if k not in names and k not in self.frozen
+            }
+            self._adam = torch.optim.Adam(
+                list(self._params.values()), lr=self.lr, weight_decay=self.weight_decay
+            )
         return super().configure_train(server_round, arrays, config, grid)
 
     def aggregate_train(self, server_round, replies):
@@ -311,19 +341,26 @@ class StrictFedSGD(_Strict, FedAvg):
         mean, metrics = super().aggregate_train(server_round, replies)
         if self._fused(server_round):  # the validation of the weights sent (round - 1's)
             contents = [r.content for r in replies]
-            missing = [k for k in self.VAL_METRICS
-                       if any(k not in next(iter(c.metric_records.values())) for c in contents)]
+            missing = [
+                k
+                for k in self.VAL_METRICS
+                if any(k not in next(iter(c.metric_records.values())) for c in contents)
+            ]
             if missing:
-                raise ClientFailure(f"train round {server_round}: replies without {missing} "
-                                    "(the validation of the weights they received)")
+                raise ClientFailure(
+                    f"train round {server_round}: replies without {missing} "
+                    "(the validation of the weights they received)"
+                )
             self._consider(server_round - 1, selection_key(contents, "val-examples"), self._sent)
             for k in self.VAL_METRICS:  # not training metrics (Flower weighted them by them)
                 metrics.pop(k, None)
         mean = {k: v for k, v in mean.to_torch_state_dict().items() if k not in self.frozen}
         if set(mean) != set(self._params) | set(self._buffers):
-            raise ClientFailure(f"train round {server_round}: the reply's names {sorted(mean)} "
-                                f"differ from the model's "
-                                f"{sorted(set(self._params) | set(self._buffers))}")
+            raise ClientFailure(
+                f"train round {server_round}: the reply's names {sorted(mean)} "
+                f"differ from the model's "
+                f"{sorted(set(self._params) | set(self._buffers))}"
+            )
         for k, p in self._params.items():
             p.grad = mean[k].to(p.dtype).reshape(p.shape)
         self._adam.step()
@@ -332,20 +369,33 @@ class StrictFedSGD(_Strict, FedAvg):
             self._buffers[k] = (v.round() if not b.is_floating_point() else v).to(b.dtype)
         if self.keep_gradients:
             self.gradients.append({k: mean[k].clone() for k in self._params})
-        arrays = self._keep_frozen(ArrayRecord({
-            **{k: p.detach().clone() for k, p in self._params.items()},
-            **{k: b.clone() for k, b in self._buffers.items()}}))
+        arrays = self._keep_frozen(
+            ArrayRecord(
+                {
+                    **{k: p.detach().clone() for k, p in self._params.items()},
+                    **{k: b.clone() for k, b in self._buffers.items()},
+                }
+            )
+        )
         self._latest = arrays
         return arrays, metrics
 
 
 #: ``server-optimizer`` names -> strict strategy classes.
-STRICT_STRATEGIES = {"fedavg": StrictFedAvg, "fedavgm": StrictFedAvgM,
-                     "fedadam": StrictFedAdam, "fedyogi": StrictFedYogi}
+STRICT_STRATEGIES = {
+    "fedavg": StrictFedAvg,
+    "fedavgm": StrictFedAvgM,
+    "fedadam": StrictFedAdam,
+    "fedyogi": StrictFedYogi,
+}
 
 
-def strict_strategy(server_optimizer: str, num_clients: int, select_on_val: bool = False,
-                    server_lr: float | None = None):
+def strict_strategy(
+    server_optimizer: str,
+    num_clients: int,
+    select_on_val: bool = False,
+    server_lr: float | None = None,
+):
     """A strict (see :class:`StrictFedAvg`) Flower strategy with a server optimizer.
 
     Args:
@@ -360,8 +410,10 @@ def strict_strategy(server_optimizer: str, num_clients: int, select_on_val: bool
         ValueError: unknown ``server_optimizer`` (the message lists the allowed names).
     """
     if server_optimizer not in STRICT_STRATEGIES:
-        raise ValueError(f"server-optimizer: unknown {server_optimizer!r}; allowed: "
-                         + ", ".join(STRICT_STRATEGIES))
+        raise ValueError(
+            f"server-optimizer: unknown {server_optimizer!r}; allowed: "
+            + ", ".join(STRICT_STRATEGIES)
+        )
     cls = STRICT_STRATEGIES[server_optimizer]
     kwargs: dict = {}
     if cls is StrictFedAvgM:
@@ -387,9 +439,13 @@ def flower_strategies() -> dict[str, type]:
     out = {}
     for name in flower.__all__:
         obj = getattr(flower, name)
-        if (isinstance(obj, type) and issubclass(obj, flower.Strategy)
-                and obj is not flower.Strategy and not _required_parameters(obj)
-                and name not in NOT_WEIGHT_STRATEGIES):
+        if (
+            isinstance(obj, type)
+            and issubclass(obj, flower.Strategy)
+            and obj is not flower.Strategy
+            and not _required_parameters(obj)
+            and name not in NOT_WEIGHT_STRATEGIES
+        ):
             out[name.lower()] = obj
     return out
 
@@ -397,8 +453,11 @@ def flower_strategies() -> dict[str, type]:
 def _required_parameters(cls: type) -> list[str]:
     """The constructor parameters without a default (the differential-privacy wrappers need
     the ``strategy`` they wrap: not a round strategy by name)."""
-    return [p.name for p in list(inspect.signature(cls.__init__).parameters.values())[1:]
-            if p.default is p.empty and p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)]
+    return [
+        p.name
+        for p in list(inspect.signature(cls.__init__).parameters.values())[1:]
+        if p.default is p.empty and p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)
+    ]
 
 
 def resolve_round_strategy(spec: str) -> type:
@@ -419,20 +478,28 @@ def resolve_round_strategy(spec: str) -> type:
     else:
         known = flower_strategies()
         if spec.lower() in {n.lower() for n in NOT_WEIGHT_STRATEGIES}:
-            raise ValueError(f"round-strategy: {spec!r} aggregates XGBoost trees (one byte array "
-                             "per reply), not a GNN's weights; allowed: "
-                             + ", ".join(sorted(known)))
+            raise ValueError(
+                f"round-strategy: {spec!r} aggregates XGBoost trees (one byte array "
+                "per reply), not a GNN's weights; allowed: " + ", ".join(sorted(known))
+            )
         if spec.lower() not in known:
-            raise ValueError(f"round-strategy: unknown {spec!r}; allowed: a Flower strategy ("
-                             + ", ".join(sorted(known)) + ") or an import path "
-                             "package.module:Class / path/to/file.py:Class")
+            raise ValueError(
+                f"round-strategy: unknown {spec!r}; allowed: a Flower strategy ("
+                + ", ".join(sorted(known))
+                + ") or an import path "
+                "package.module:Class / path/to/file.py:Class"
+            )
         cls = known[spec.lower()]
     if not (isinstance(cls, type) and issubclass(cls, Strategy)):
-        raise ValueError(f"round-strategy: {spec!r} is not a subclass of "
-                         f"flwr.serverapp.strategy.Strategy (got {cls!r})")
+        raise ValueError(
+            f"round-strategy: {spec!r} is not a subclass of "
+            f"flwr.serverapp.strategy.Strategy (got {cls!r})"
+        )
     if inspect.isabstract(cls):
-        raise ValueError(f"round-strategy: {spec!r} ({cls.__qualname__}) does not implement "
-                         + ", ".join(sorted(cls.__abstractmethods__)))
+        raise ValueError(
+            f"round-strategy: {spec!r} ({cls.__qualname__}) does not implement "
+            + ", ".join(sorted(cls.__abstractmethods__))
+        )
     return cls
 
 
@@ -441,9 +508,15 @@ def strict_class(cls: type) -> type:
     ``on_train_reply``, ``select_on_val``); a strict class is returned as it is."""
     if issubclass(cls, _Strict):
         return cls
-    return type(f"Strict{cls.__name__}", (_Strict, cls), {
-        "__module__": cls.__module__, "__qualname__": f"Strict{cls.__qualname__}",
-        "__doc__": f"{cls.__qualname__} made strict (:class:`fedgraph.strategies.fedavg._Strict`)."})
+    return type(
+        f"Strict{cls.__name__}",
+        (_Strict, cls),
+        {
+            "__module__": cls.__module__,
+            "__qualname__": f"Strict{cls.__qualname__}",
+            "__doc__": f"{cls.__qualname__} made strict (:class:`fedgraph.strategies.fedavg._Strict`).",
+        },
+    )
 
 
 def round_strategy(spec: str, args: dict, num_clients: int, select_on_val: bool = False):
@@ -464,8 +537,10 @@ def round_strategy(spec: str, args: dict, num_clients: int, select_on_val: bool 
     except TypeError as err:
         raise ValueError(f"round-strategy-args: {name} refused {args}: {err}") from None
     except Exception as err:  # noqa: BLE001 - a user's constructor: named, its traceback kept
-        raise ValueError(f"round-strategy: {spec!r} ({name}) failed in its constructor with "
-                         f"round-strategy-args {args}: {type(err).__name__}: {err}") from err
+        raise ValueError(
+            f"round-strategy: {spec!r} ({name}) failed in its constructor with "
+            f"round-strategy-args {args}: {type(err).__name__}: {err}"
+        ) from err
 
 
 def client_sampling_note(cfg) -> str | None:
@@ -476,10 +551,12 @@ def client_sampling_note(cfg) -> str | None:
         return None
     n = cfg.num_clients
     k = max(1, int(n * fraction))  # Flower's sample size with fedgraph's min_train_nodes
-    return (f"fraction_train {fraction}: each round the server samples {k} of its {n} clients "
-            "(max(1, int(fraction_train x clients)); a public choice, seeded from the run's "
-            "seed); a client not sampled releases nothing in that "
-            "round and the ledger records only the rounds each client took part in. Each "
-            "client's guarantee is over its own releases: no amplification by client sampling "
-            "is claimed (it would hold only for a guarantee over the union of the clients' "
-            "data, and only if the sampling were secret)")
+    return (
+        f"fraction_train {fraction}: each round the server samples {k} of its {n} clients "
+        "(max(1, int(fraction_train x clients)); a public choice, seeded from the run's "
+        "seed); a client not sampled releases nothing in that "
+        "round and the ledger records only the rounds each client took part in. Each "
+        "client's guarantee is over its own releases: no amplification by client sampling "
+        "is claimed (it would hold only for a guarantee over the union of the clients' "
+        "data, and only if the sampling were secret)"
+    )

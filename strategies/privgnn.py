@@ -53,6 +53,7 @@ paper's ``1 / lambda`` to a sensitivity-2 answer would only be ``2 lambda``-DP p
 with our convention a given ``lam`` reproduces the paper's epsilon and carries twice the
 paper's literal noise: accuracies at the same ``lam`` are lower than the paper's tables.
 """
+
 from __future__ import annotations
 
 import copy
@@ -62,10 +63,11 @@ import math
 import torch
 from flwr.app import ArrayRecord, ConfigRecord, RecordDict
 
+from fedgraph._lazy import LazyModule
 from fedgraph.errors import ClientFailure
 from fedgraph.messaging import send_to_all, tensors, wait_for_nodes
-from fedgraph._lazy import LazyModule
 from fedgraph.report import progress
+
 from .base import PrivateStrategy, register_strategy, relayed_keys, secagg_record
 
 # PyG: imported by PrivGNN runs only
@@ -98,18 +100,32 @@ def calibrate_sigma_votes(cfg) -> tuple:
         sigma = 1.0  # no target: the least noise allowed
     else:
         try:
-            sigma = (pg.ensemble_sigma_for_epsilon(target, cfg.delta, cfg.num_queries)
-                     if not cfg.sigma_threshold else
-                     calibrate(target, cfg.delta, lambda s: pg.ensemble_events(
-                         cfg.num_queries, s, cfg.sigma_threshold), accountant="analytic",
-                         lower=1.0, upper=1e6))
+            sigma = (
+                pg.ensemble_sigma_for_epsilon(target, cfg.delta, cfg.num_queries)
+                if not cfg.sigma_threshold
+                else calibrate(
+                    target,
+                    cfg.delta,
+                    lambda s: pg.ensemble_events(cfg.num_queries, s, cfg.sigma_threshold),
+                    accountant="analytic",
+                    lower=1.0,
+                    upper=1e6,
+                )
+            )
         except ValueError as err:
-            raise ConfigError(f"client-epsilons: no sigma-votes up to 1e6 makes {cfg.num_queries} "
-                              f"histograms cost at most {target:g} at delta {cfg.delta:g} "
-                              f"({err}); raise client-epsilons or lower num-queries") from None
+            raise ConfigError(
+                f"client-epsilons: no sigma-votes up to 1e6 makes {cfg.num_queries} "
+                f"histograms cost at most {target:g} at delta {cfg.delta:g} "
+                f"({err}); raise client-epsilons or lower num-queries"
+            ) from None
     sigma = max(1.0, float(sigma))
-    note = {"sigma_votes": sigma, "source": "calibrated", "target_epsilon": target,
-            "num_queries": cfg.num_queries, "delta": cfg.delta}
+    note = {
+        "sigma_votes": sigma,
+        "source": "calibrated",
+        "target_epsilon": target,
+        "num_queries": cfg.num_queries,
+        "delta": cfg.delta,
+    }
     return cfg.model_copy(update={"sigma_votes": sigma}), note
 
 
@@ -158,19 +174,29 @@ class PrivGNNStrategy(PrivateStrategy):
         keys = None  # secure aggregation: the clients' signed X25519 public keys, by index
         if cfg.secure_aggregation:
             with self.report.phase("secure aggregation: key exchange (clients)"):
-                replies = send_to_all(grid, "query.privgnn_keys", {
-                    n: RecordDict({"config": payload}) for n in nodes}, cfg.timeout)
+                replies = send_to_all(
+                    grid,
+                    "query.privgnn_keys",
+                    {n: RecordDict({"config": payload}) for n in nodes},
+                    cfg.timeout,
+                )
                 keys = relayed_keys(replies, nodes)  # signed; relayed unchanged
         index = {n: i for i, n in enumerate(nodes)}
         with self.report.phase("public graph (server)"):
             public, stats = pg.public_graph(cfg)
-            proj = (pg.public_projection(public.x, cfg.projection_dim, cfg.seed)
-                    if cfg.projection_dim else None)
+            proj = (
+                pg.public_projection(public.x, cfg.projection_dim, cfg.seed)
+                if cfg.projection_dim
+                else None
+            )
         self.report.dataset = stats
         num_classes = int(stats["num_classes"])
         gen = torch.Generator().manual_seed(cfg.seed)
-        sizes = ([cfg.num_queries] if cfg.query_policy == "random" else
-                 [math.ceil(cfg.num_queries / 2), cfg.num_queries // 2])
+        sizes = (
+            [cfg.num_queries]
+            if cfg.query_policy == "random"
+            else [math.ceil(cfg.num_queries / 2), cfg.num_queries // 2]
+        )
         asked = torch.zeros(public.num_nodes, dtype=torch.bool)
         kept_idx, kept_labels, rounds = [], [], []
         clients: dict[int, dict] = {}
@@ -191,21 +217,33 @@ class PrivGNNStrategy(PrivateStrategy):
                 meta = dict(rec["meta"])
                 answers.append(tensors(rec["answers"])["answers"])
                 masked[index[node]] = answers[-1]
-                self._record_answers(int(meta["partition_id"]),
-                                     max(int(answers[-1].shape[0]), int(meta["answered"])))
-                row = clients.setdefault(int(meta["partition_id"]), {
-                    "epsilon_target": meta["epsilon_target"], "asked": 0, "answered": 0,
-                    "refused": 0})
+                self._record_answers(
+                    int(meta["partition_id"]), max(int(answers[-1].shape[0]), int(meta["answered"]))
+                )
+                row = clients.setdefault(
+                    int(meta["partition_id"]),
+                    {
+                        "epsilon_target": meta["epsilon_target"],
+                        "asked": 0,
+                        "answered": 0,
+                        "refused": 0,
+                    },
+                )
                 row["limit"] = int(meta["limit"])
                 for k in ("asked", "answered", "refused"):
                     row[k] += int(meta[k])
                 if keys is not None:  # in the report as soon as the release is
                     self._collusion(clients)
-                progress("queries answered", sum(int(a.shape[0]) for a in answers),
-                         int(qidx.numel()) * len(nodes))
+                progress(
+                    "queries answered",
+                    sum(int(a.shape[0]) for a in answers),
+                    int(qidx.numel()) * len(nodes),
+                )
                 if int(answers[-1].shape[0]) != int(meta["answered"]):
-                    raise RuntimeError(f"client {meta['partition_id']} sent "
-                                       f"{answers[-1].shape[0]} answers, said {meta['answered']}")
+                    raise RuntimeError(
+                        f"client {meta['partition_id']} sent "
+                        f"{answers[-1].shape[0]} answers, said {meta['answered']}"
+                    )
 
             contents = {n: RecordDict({"config": payload, "queries": arrays}) for n in nodes}
             if keys is not None:
@@ -217,68 +255,108 @@ class PrivGNNStrategy(PrivateStrategy):
                 except ClientFailure as err:
                     if keys is None:
                         raise
-                    raise ClientFailure(f"{err}. Secure aggregation has no dropout recovery: "
-                                        f"the masks of a client that fails or does not reply "
-                                        f"do not cancel, so the round fails",
-                                        replies=err.replies) from err
+                    raise ClientFailure(
+                        f"{err}. Secure aggregation has no dropout recovery: "
+                        f"the masks of a client that fails or does not reply "
+                        f"do not cancel, so the round fails",
+                        replies=err.replies,
+                    ) from err
             if keys is not None:  # the server learns only the sum
-                agg = pg.aggregate_ensemble([pg.unmask_histograms(masked, len(nodes))],
-                                            int(qidx.numel()), num_classes, cfg.threshold,
-                                            cfg.keep_fraction)
+                agg = pg.aggregate_ensemble(
+                    [pg.unmask_histograms(masked, len(nodes))],
+                    int(qidx.numel()),
+                    num_classes,
+                    cfg.threshold,
+                    cfg.keep_fraction,
+                )
             elif cfg.answer_mode == "ensemble":
-                agg = pg.aggregate_ensemble(answers, int(qidx.numel()), num_classes,
-                                            cfg.threshold, cfg.keep_fraction)
+                agg = pg.aggregate_ensemble(
+                    answers, int(qidx.numel()), num_classes, cfg.threshold, cfg.keep_fraction
+                )
             else:
                 agg = pg.aggregate_partial(answers, int(qidx.numel()), num_classes)
             kept_idx.append(qidx[agg.kept])
             kept_labels.append(agg.labels)
-            rounds.append({"policy": policy, "asked": int(qidx.numel()),
-                           "kept": int(agg.kept.sum()), "dropped": int((~agg.kept).sum()),
-                           "answers_per_query_mean": float(agg.votes.float().mean())})
+            rounds.append(
+                {
+                    "policy": policy,
+                    "asked": int(qidx.numel()),
+                    "kept": int(agg.kept.sum()),
+                    "dropped": int((~agg.kept).sum()),
+                    "answers_per_query_mean": float(agg.votes.float().mean()),
+                }
+            )
         self.report.extra["clients"] = {f"client-{p}": clients[p] for p in sorted(clients)}
         silent = [f"client-{p}" for p in sorted(clients) if not int(clients[p]["answered"])]
         if silent:  # no ledger subject: say so rather than leave them out of the table
             self.report.privacy["released_nothing"] = silent
             self.report.privacy["released_nothing_why"] = (
                 "answered no query: a budget too small for one answer, or no query asked; "
-                "report clients.<client>")
-        self.report.extra["queries"] = {"asked": int(asked.sum()),
-                                        "kept": sum(x["kept"] for x in rounds),
-                                        "dropped": sum(x["dropped"] for x in rounds),
-                                        "rounds": rounds}
+                "report clients.<client>"
+            )
+        self.report.extra["queries"] = {
+            "asked": int(asked.sum()),
+            "kept": sum(x["kept"] for x in rounds),
+            "dropped": sum(x["dropped"] for x in rounds),
+            "rounds": rounds,
+        }
         if not sum(x["kept"] for x in rounds):
             answered = sum(int(c["answered"]) for c in clients.values())
             if cfg.answer_mode != "ensemble":
-                why = ("every client's epsilon budget allows 0 answers at this lam, gamma, "
-                       "delta): raise client-epsilons or lower lam")
+                why = (
+                    "every client's epsilon budget allows 0 answers at this lam, gamma, "
+                    "delta): raise client-epsilons or lower lam"
+                )
             elif answered:
-                why = (f"the clients released {answered} histograms but the threshold check "
-                       f"kept none): lower threshold ({cfg.threshold:g}) or sigma-threshold")
+                why = (
+                    f"the clients released {answered} histograms but the threshold check "
+                    f"kept none): lower threshold ({cfg.threshold:g}) or sigma-threshold"
+                )
             else:
-                why = ("every client's epsilon budget allows 0 histograms at this sigma-votes, "
-                       "sigma-threshold, delta" + (", and with secure-aggregation every client "
-                       "answers as many as the strictest client-epsilons allows" if
-                       cfg.secure_aggregation else "") + "): raise client-epsilons or "
-                       "sigma-votes")
+                why = (
+                    "every client's epsilon budget allows 0 histograms at this sigma-votes, "
+                    "sigma-threshold, delta"
+                    + (
+                        ", and with secure-aggregation every client "
+                        "answers as many as the strictest client-epsilons allows"
+                        if cfg.secure_aggregation
+                        else ""
+                    )
+                    + "): raise client-epsilons or "
+                    "sigma-votes"
+                )
             raise RuntimeError(f"no query was labelled ({why}")
         with self.report.phase("student (server)"):
             st = self._student(public, kept_idx, kept_labels)
         idx, labels = torch.cat(kept_idx), torch.cat(kept_labels)
-        self.report.accuracy.update({
-            "test": st.test_accuracy,
-            **({} if math.isnan(st.holdout_accuracy) else {"holdout": st.holdout_accuracy}),
-            "pseudo_label": float((labels == public.y[idx]).float().mean()),
-            "majority_class": pg.majority_accuracy(public)})
-        self.report.extra["training"] = {"best_epoch": st.train.best_epoch,
-                                         "epochs_run": st.train.epochs}
+        self.report.accuracy.update(
+            {
+                "test": st.test_accuracy,
+                **({} if math.isnan(st.holdout_accuracy) else {"holdout": st.holdout_accuracy}),
+                "pseudo_label": float((labels == public.y[idx]).float().mean()),
+                "majority_class": pg.majority_accuracy(public),
+            }
+        )
+        self.report.extra["training"] = {
+            "best_epoch": st.train.best_epoch,
+            "epochs_run": st.train.epochs,
+        }
 
     def _student(self, public, kept_idx, kept_labels) -> pg.StudentResult:
         cfg = self.config
-        return pg.train_student(public, torch.cat(kept_idx), torch.cat(kept_labels),
-                                hidden=cfg.hidden, dropout=cfg.dropout, epochs=cfg.epochs,
-                                lr=cfg.lr, weight_decay=cfg.weight_decay, seed=cfg.seed,
-                                propagation=cfg.student_propagation,
-                                holdout_fraction=cfg.student_holdout)
+        return pg.train_student(
+            public,
+            torch.cat(kept_idx),
+            torch.cat(kept_labels),
+            hidden=cfg.hidden,
+            dropout=cfg.dropout,
+            epochs=cfg.epochs,
+            lr=cfg.lr,
+            weight_decay=cfg.weight_decay,
+            seed=cfg.seed,
+            propagation=cfg.student_propagation,
+            holdout_fraction=cfg.student_holdout,
+        )
 
     def _collusion(self, clients: dict) -> None:
         """Secure aggregation's weak point, in the report: each client's epsilon against a
@@ -286,12 +364,20 @@ class PrivGNNStrategy(PrivateStrategy):
         cfg = self.config
         self.report.privacy["collusion"] = {
             "threat": "a server colluding with all other clients subtracts their noise "
-                      "shares from the sum: only the client's own share (std sigma / sqrt n) "
-                      "protects it",
-            "epsilon": {f"client-{p}": pg.ensemble_collusion_epsilon(
-                int(clients[p]["answered"]), cfg.sigma_votes, cfg.sigma_threshold or None,
-                cfg.delta, cfg.num_clients) for p in sorted(clients)},
-            "delta": cfg.delta}
+            "shares from the sum: only the client's own share (std sigma / sqrt n) "
+            "protects it",
+            "epsilon": {
+                f"client-{p}": pg.ensemble_collusion_epsilon(
+                    int(clients[p]["answered"]),
+                    cfg.sigma_votes,
+                    cfg.sigma_threshold or None,
+                    cfg.delta,
+                    cfg.num_clients,
+                )
+                for p in sorted(clients)
+            },
+            "delta": cfg.delta,
+        }
 
     def _record_answers(self, partition_id: int, answered: int) -> None:
         """Ledger: ``answered`` more answers of client ``partition_id`` left it (recorded when
@@ -302,9 +388,12 @@ class PrivGNNStrategy(PrivateStrategy):
         cfg = self.config
         if cfg.answer_mode not in (*pg.DP_MODES, "ensemble"):  # log-softmax-paper: no epsilon
             self.ledger.record_unprotected(
-                f"client-{partition_id}", "noisy answers (log-softmax, paper's rule)",
-                pg.NOT_DP_REASON, claimed=pg.privgnn_events(answered, cfg.gamma, cfg.lam),
-                claimed_by="Olatunji et al. (TMLR 2023)")
+                f"client-{partition_id}",
+                "noisy answers (log-softmax, paper's rule)",
+                pg.NOT_DP_REASON,
+                claimed=pg.privgnn_events(answered, cfg.gamma, cfg.lam),
+                claimed_by="Olatunji et al. (TMLR 2023)",
+            )
             return
         for name, event in reply_events(cfg, answered):
             self.ledger.record(f"client-{partition_id}", name, event)
@@ -312,73 +401,84 @@ class PrivGNNStrategy(PrivateStrategy):
     def _describe_privacy(self) -> None:
         cfg = self.config
         if cfg.answer_mode == "log-softmax-paper":
-            self.report.privacy.update({
-                "model": "NONE: not differentially private (a reproduction of the authors' "
-                         "release rule)",
-                "unit": "no finite epsilon; privacy.per_subject[...].claimed is the paper's "
-                        "figure for the same answers, which does not hold",
-                "mechanism": f"Laplace, scale 1/lam = {1.0 / cfg.lam:g}, on log-softmax "
-                             f"outputs (unbounded sensitivity), Poisson subsample "
-                             f"gamma={cfg.gamma}",
-                "not_dp_reason": pg.NOT_DP_REASON,
-            })
+            self.report.privacy.update(
+                {
+                    "model": "NONE: not differentially private (a reproduction of the authors' "
+                    "release rule)",
+                    "unit": "no finite epsilon; privacy.per_subject[...].claimed is the paper's "
+                    "figure for the same answers, which does not hold",
+                    "mechanism": f"Laplace, scale 1/lam = {1.0 / cfg.lam:g}, on log-softmax "
+                    f"outputs (unbounded sensitivity), Poisson subsample "
+                    f"gamma={cfg.gamma}",
+                    "not_dp_reason": pg.NOT_DP_REASON,
+                }
+            )
             return
         if cfg.answer_mode == "ensemble":
-            check = (f"; threshold copy N(0, {cfg.sigma_threshold:g}^2) for the Confident-GNMax "
-                     f"check (T = {cfg.threshold:g} on the summed copies)"
-                     if cfg.sigma_threshold else "")
+            check = (
+                f"; threshold copy N(0, {cfg.sigma_threshold:g}^2) for the Confident-GNMax "
+                f"check (T = {cfg.threshold:g} on the summed copies)"
+                if cfg.sigma_threshold
+                else ""
+            )
             if cfg.secure_aggregation:
-                self.report.privacy.update({
-                    "model": "node-level DP per client (its private nodes), for every reply "
-                             "and the released student; against the server (it does not "
-                             "collude with clients; the public keys are signed under identity "
-                             "keys provisioned outside it, and every client verifies them, so "
-                             "it learns only the sum of the clients' masked histograms), "
-                             "other clients that do not collude with it, and "
-                             "third parties; against a server colluding with the other "
-                             "clients see privacy.collusion",
-                    "unit": "epsilon per client for the whole run (all its released "
-                            "histograms), at delta; data-independent (the guarantee)",
-                    "mechanism": f"{cfg.num_teachers} teachers per client on disjoint groups "
-                                 "of its nodes (each node's teacher drawn independently: "
-                                 "one node changes one teacher); per query the vote "
-                                 f"histogram (L2 sensitivity sqrt 2) + a 1/{cfg.num_clients} "
-                                 "share of N(0, "
-                                 f"{cfg.sigma_votes:g}^2) per class{check}, pairwise-masked "
-                                 f"(secure aggregation); the summed noise is N(0, "
-                                 f"{cfg.sigma_votes:g}^2); the server takes the argmax of the "
-                                 "sum (GNMax, post-processing)",
-                    "aggregation": "secure aggregation (pairwise masking as in SecAgg, "
-                                   "Bonawitz et al. 2017, without dropout recovery: a missing "
-                                   "client fails the round); every client answers the same "
-                                   "queries (the smallest client limit)",
-                })
+                self.report.privacy.update(
+                    {
+                        "model": "node-level DP per client (its private nodes), for every reply "
+                        "and the released student; against the server (it does not "
+                        "collude with clients; the public keys are signed under identity "
+                        "keys provisioned outside it, and every client verifies them, so "
+                        "it learns only the sum of the clients' masked histograms), "
+                        "other clients that do not collude with it, and "
+                        "third parties; against a server colluding with the other "
+                        "clients see privacy.collusion",
+                        "unit": "epsilon per client for the whole run (all its released "
+                        "histograms), at delta; data-independent (the guarantee)",
+                        "mechanism": f"{cfg.num_teachers} teachers per client on disjoint groups "
+                        "of its nodes (each node's teacher drawn independently: "
+                        "one node changes one teacher); per query the vote "
+                        f"histogram (L2 sensitivity sqrt 2) + a 1/{cfg.num_clients} "
+                        "share of N(0, "
+                        f"{cfg.sigma_votes:g}^2) per class{check}, pairwise-masked "
+                        f"(secure aggregation); the summed noise is N(0, "
+                        f"{cfg.sigma_votes:g}^2); the server takes the argmax of the "
+                        "sum (GNMax, post-processing)",
+                        "aggregation": "secure aggregation (pairwise masking as in SecAgg, "
+                        "Bonawitz et al. 2017, without dropout recovery: a missing "
+                        "client fails the round); every client answers the same "
+                        "queries (the smallest client limit)",
+                    }
+                )
                 return
-            self.report.privacy.update({
-                "model": "node-level DP per client (its private nodes), for every reply and "
-                         "the released student; against the server (honest-but-curious: "
-                         "it sees every client's noisy histograms), the other clients and "
-                         "third parties",
-                "unit": "epsilon per client for the whole run (all its released histograms), "
-                        "at delta; data-independent (the guarantee)",
-                "mechanism": f"{cfg.num_teachers} teachers per client on disjoint groups of "
-                             "its nodes (each node's teacher drawn independently: one node "
-                             "changes one teacher); per query the vote histogram (L2 "
-                             f"sensitivity sqrt 2) + N(0, {cfg.sigma_votes:g}^2) per "
-                             f"class{check}; the server sums "
-                             "over clients and takes the argmax (GNMax, post-processing)",
-                "data_dependent": "PATE's data-dependent bound needs the noise-free summed "
-                                  "votes, which no party of the federation holds; it is "
-                                  "measured in bench/privgnn_federation.py (a simulation-only "
-                                  "figure, itself data-dependent: not a released guarantee)",
-            })
+            self.report.privacy.update(
+                {
+                    "model": "node-level DP per client (its private nodes), for every reply and "
+                    "the released student; against the server (honest-but-curious: "
+                    "it sees every client's noisy histograms), the other clients and "
+                    "third parties",
+                    "unit": "epsilon per client for the whole run (all its released histograms), "
+                    "at delta; data-independent (the guarantee)",
+                    "mechanism": f"{cfg.num_teachers} teachers per client on disjoint groups of "
+                    "its nodes (each node's teacher drawn independently: one node "
+                    "changes one teacher); per query the vote histogram (L2 "
+                    f"sensitivity sqrt 2) + N(0, {cfg.sigma_votes:g}^2) per "
+                    f"class{check}; the server sums "
+                    "over clients and takes the argmax (GNMax, post-processing)",
+                    "data_dependent": "PATE's data-dependent bound needs the noise-free summed "
+                    "votes, which no party of the federation holds; it is "
+                    "measured in bench/privgnn_federation.py (a simulation-only "
+                    "figure, itself data-dependent: not a released guarantee)",
+                }
+            )
             return
-        self.report.privacy.update({
-            "model": "node-level DP per client (its private nodes), for every answer and the "
-                     "released student",
-            "unit": "epsilon per client for the whole run (all its answers), at delta; "
-                    "clients that answered nothing spent 0",
-            "mechanism": f"Poisson-subsampled (gamma={cfg.gamma}) Laplace, scale 2/lam = "
-                         f"{2.0 / cfg.lam:g} on an answer of L1 sensitivity 2 "
-                         f"(noise multiplier 1/lam)",
-        })
+        self.report.privacy.update(
+            {
+                "model": "node-level DP per client (its private nodes), for every answer and the "
+                "released student",
+                "unit": "epsilon per client for the whole run (all its answers), at delta; "
+                "clients that answered nothing spent 0",
+                "mechanism": f"Poisson-subsampled (gamma={cfg.gamma}) Laplace, scale 2/lam = "
+                f"{2.0 / cfg.lam:g} on an answer of L1 sensitivity 2 "
+                f"(noise multiplier 1/lam)",
+            }
+        )

@@ -21,6 +21,7 @@ Ledger: per client, ``aggregation`` (one Gaussian mechanism per stage after the 
 release reply arrives and, node level, ``stage dp-sgd`` per round; with one client and no noise
 this is the centralized algorithm (:func:`fedgraph.methods.progap.run_progap`).
 """
+
 from __future__ import annotations
 
 import json
@@ -29,12 +30,19 @@ import torch
 from flwr.app import ArrayRecord, ConfigRecord, RecordDict
 
 from fedgraph.errors import ClientFailure
-from fedgraph.messaging import (bulk_record, bulk_tensors, object_store_available,
-                                record_workers, release_bulk, tensors)
+from fedgraph.messaging import (
+    bulk_record,
+    bulk_tensors,
+    object_store_available,
+    record_workers,
+    release_bulk,
+    tensors,
+)
 from fedgraph.methods.gap.privacy import undirected_edge_epsilon
 from fedgraph.methods.gap.server import unmask_partial_sums
 from fedgraph.methods.progap.client import build_model
 from fedgraph.methods.progap.privacy import plan_events, remote_noise, reply_events
+
 from .base import PrivateStrategy, register_strategy, relayed_keys, secagg_record
 from .fedavg import StrictFedAvg, StrictFedSGD, client_sampling_note, round_strategy
 from .gap import aggregation_note, streamed_sums
@@ -63,30 +71,49 @@ class ProGAPStrategy(PrivateStrategy):
             self._plans[n] = plan
             self.ledger.set_budget(f"client-{plan['partition_id']}", plan["epsilon_target"])
             if cfg.level == "edge" and cfg.depth == 0:  # stage 0 only: no edge is read
-                self.ledger.record_unused(f"client-{plan['partition_id']}", "training",
-                                          "depth 0: no edge is read")
-        self.report.extra["clients"] = {f"client-{p['partition_id']}": {
-            k: p[k] for k in ("epsilon_target", "delta", "noise_multiplier", "sigma",
-                              "sensitivity", "num_nodes", "num_train")}
-            for p in self._plans.values()}
+                self.ledger.record_unused(
+                    f"client-{plan['partition_id']}", "training", "depth 0: no edge is read"
+                )
+        self.report.extra["clients"] = {
+            f"client-{p['partition_id']}": {
+                k: p[k]
+                for k in (
+                    "epsilon_target",
+                    "delta",
+                    "noise_multiplier",
+                    "sigma",
+                    "sensitivity",
+                    "num_nodes",
+                    "num_train",
+                )
+            }
+            for p in self._plans.values()
+        }
         sigmas = [p["sigma"] for p in self._plans.values()]
         self._remote = remote_noise(cfg, sigmas)
-        self.report.privacy.update({
-            "model": f"{cfg.level}-level DP per client ({cfg.level} unit"
-                     + (f": {cfg.edge_unit} edge" if cfg.level == "edge" else
-                        f": a node of the graph with out-degrees bounded by {cfg.max_degree}")
-                     + f"); {cfg.depth} private aggregation{'s' if cfg.depth != 1 else ''} "
-                     "(Gaussian, sensitivity "
-                     f"{next(iter(self._plans.values()))['sensitivity']:.4g} each)"
-                     + ("; every stage trained with DP-SGD" if cfg.level == "node" else ""),
-            "unit": "epsilon per client for the whole run, at the client's delta",
-            "evaluation": "the clients' correct/total counts per split are evaluation outputs, "
-                          "outside the guarantee, as in the paper"})
+        self.report.privacy.update(
+            {
+                "model": f"{cfg.level}-level DP per client ({cfg.level} unit"
+                + (
+                    f": {cfg.edge_unit} edge"
+                    if cfg.level == "edge"
+                    else f": a node of the graph with out-degrees bounded by {cfg.max_degree}"
+                )
+                + f"); {cfg.depth} private aggregation{'s' if cfg.depth != 1 else ''} "
+                "(Gaussian, sensitivity "
+                f"{next(iter(self._plans.values()))['sensitivity']:.4g} each)"
+                + ("; every stage trained with DP-SGD" if cfg.level == "node" else ""),
+                "unit": "epsilon per client for the whole run, at the client's delta",
+                "evaluation": "the clients' correct/total counts per split are evaluation outputs, "
+                "outside the guarantee, as in the paper",
+            }
+        )
         if client_sampling_note(cfg):
             self.report.privacy["client_sampling"] = client_sampling_note(cfg)
         if cfg.level == "edge" and cfg.edge_unit == "directed":  # as GAP's: K = depth
             self.report.privacy["undirected_edge_epsilon"] = undirected_edge_epsilon(
-                cfg, [{**p, "hops": p["depth"]} for p in self._plans.values()])
+                cfg, [{**p, "hops": p["depth"]} for p in self._plans.values()]
+            )
         if self._remote is not None:
             self.report.privacy["aggregation"] = aggregation_note(cfg, self._remote, sigmas)
         self._keys = None
@@ -103,14 +130,18 @@ class ProGAPStrategy(PrivateStrategy):
             if stage > 0:
                 with self.report.phase(f"stage {stage}: aggregation (clients, via server)"):
                     self._aggregate(grid, stage, state, owner)
-            with self.report.phase(f"stage {stage}: training rounds ({self._server_name()})",
-                                   rounds=cfg.epochs):
+            with self.report.phase(
+                f"stage {stage}: training rounds ({self._server_name()})", rounds=cfg.epochs
+            ):
                 state, best = self._train(grid, model, stage, state)
                 selected.append(best)
         self.report.extra["training"] = {"selected_round_per_stage": selected}
         with self.report.phase("evaluate (clients)"):
-            counts = self.ask(grid, "query.progap_eval", {
-                "arrays": ArrayRecord(state), "stage": ConfigRecord({"stage": cfg.depth})})
+            counts = self.ask(
+                grid,
+                "query.progap_eval",
+                {"arrays": ArrayRecord(state), "stage": ConfigRecord({"stage": cfg.depth})},
+            )
         self.record_accuracy(counts)
 
     # ------------------------------------------------------------------ training rounds
@@ -123,8 +154,14 @@ class ProGAPStrategy(PrivateStrategy):
         strategy = self._trainer(stage, model)
         strategy.on_train_reply = lambda rnd, r: self._released(r.metadata.src_node_id, "train")
         stage_cfg = ConfigRecord({"json": json.dumps(cfg.model_dump()), "stage": stage})
-        result = strategy.start(grid, ArrayRecord(state), cfg.epochs, cfg.timeout,
-                                stage_cfg, ConfigRecord(dict(stage_cfg.items())))
+        result = strategy.start(
+            grid,
+            ArrayRecord(state),
+            cfg.epochs,
+            cfg.timeout,
+            stage_cfg,
+            ConfigRecord(dict(stage_cfg.items())),
+        )
         if cfg.level == "edge":  # the round with the best validation (StrictFedSGD's)
             _, rnd, arrays = strategy.best
         else:  # node level: the last round (validation labels are private)
@@ -147,11 +184,16 @@ class ProGAPStrategy(PrivateStrategy):
         buffers = {k for k, _ in model.named_buffers()}
         frozen = frozenset(k for k in model.state_dict() if k not in names and k not in buffers)
         if cfg.level == "edge":
-            strategy = StrictFedSGD(cfg.num_clients, True, lr=cfg.lr, param_names=names,
-                                    weight_decay=cfg.weight_decay, frozen=frozen)
+            strategy = StrictFedSGD(
+                cfg.num_clients,
+                True,
+                lr=cfg.lr,
+                param_names=names,
+                weight_decay=cfg.weight_decay,
+                frozen=frozen,
+            )
         elif cfg.round_strategy:
-            strategy = round_strategy(cfg.round_strategy, cfg.round_strategy_args,
-                                      cfg.num_clients)
+            strategy = round_strategy(cfg.round_strategy, cfg.round_strategy_args, cfg.num_clients)
             strategy.sampling_seed = cfg.seed * 16 + stage
         else:
             strategy = StrictFedAvg(cfg.num_clients)
@@ -177,7 +219,10 @@ class ProGAPStrategy(PrivateStrategy):
         shared = object_store_available()  # the rows by Ray's object store (messaging)
         agg = {"stage": stage, "step": "release", "object-store": shared}
         if self._remote is not None:
-            agg["remote-sigma"], agg["remote-contributors"] = float(self._remote[0]), self._remote[1]
+            agg["remote-sigma"], agg["remote-contributors"] = (
+                float(self._remote[0]),
+                self._remote[1],
+            )
         contents = self._contents({"arrays": ArrayRecord(state), "agg": ConfigRecord(agg)})
         if self._keys is not None:
             for i, n in enumerate(self.nodes):
@@ -186,26 +231,44 @@ class ProGAPStrategy(PrivateStrategy):
         # summed as each reply arrives, in the clients' order (strategies.gap's PMA)
         total, add = streamed_sums(owner, len(self.nodes)) if self._keys is None else (None, None)
         try:
-            replies = self.send_and_record(grid, "query.progap_aggregate", contents,
-                                           lambda n, r: self._released(n, "aggregation"),
-                                           on_reply=add)
+            replies = self.send_and_record(
+                grid,
+                "query.progap_aggregate",
+                contents,
+                lambda n, r: self._released(n, "aggregation"),
+                on_reply=add,
+            )
         except ClientFailure as err:
             if self._keys is None:
                 raise
-            raise ClientFailure(f"{err}. Secure aggregation has no dropout recovery: the round "
-                                f"fails", replies=err.replies) from err
-        empty = {"ids": torch.zeros(0, dtype=torch.long), "sums": torch.zeros(0, self.config.hidden)}
+            raise ClientFailure(
+                f"{err}. Secure aggregation has no dropout recovery: the round fails",
+                replies=err.replies,
+            ) from err
+        empty = {
+            "ids": torch.zeros(0, dtype=torch.long),
+            "sums": torch.zeros(0, self.config.hidden),
+        }
         if self._keys is not None:
             unmasked = unmask_partial_sums(
-                [bulk_tensors(replies[n]["partial_sums"]) for n in self.nodes], owner,
-                self.config.hidden)
+                [bulk_tensors(replies[n]["partial_sums"]) for n in self.nodes],
+                owner,
+                self.config.hidden,
+            )
             incoming = {n: {"ids": i, "sums": s} for n, (i, s) in zip(self.nodes, unmasked)}
         else:
-            incoming = {n: {"ids": i, "sums": s} if i.numel() else empty
-                        for n, (i, s) in zip(self.nodes, total.routed())}
+            incoming = {
+                n: {"ids": i, "sums": s} if i.numel() else empty
+                for n, (i, s) in zip(self.nodes, total.routed())
+            }
         slots = {n: ("progap.incoming", n) if shared else None for n in self.nodes}
-        finish = {n: {"agg": ConfigRecord({"stage": stage, "step": "finish"}),
-                      "incoming": bulk_record(incoming[n], slots[n])} for n in self.nodes}
+        finish = {
+            n: {
+                "agg": ConfigRecord({"stage": stage, "step": "finish"}),
+                "incoming": bulk_record(incoming[n], slots[n]),
+            }
+            for n in self.nodes
+        }
         self.ask(grid, "query.progap_aggregate", per_node=finish)
         for slot in slots.values():
             release_bulk(slot)
@@ -222,8 +285,9 @@ class ProGAPStrategy(PrivateStrategy):
         cfg, plan = self.config, self._plans[node]
         subject = f"client-{plan['partition_id']}"
         if not plan_events(plan):
-            if subject not in self.ledger.subjects and (phase == "aggregation"
-                                                        or cfg.level == "node"):
+            if subject not in self.ledger.subjects and (
+                phase == "aggregation" or cfg.level == "node"
+            ):
                 self.ledger.record_unprotected(subject, phase, "epsilon target inf: no noise")
             return
         if phase == "aggregation" or cfg.level == "node":

@@ -5,6 +5,7 @@ such a test is reported as *skipped*, with the reason and Ray's own line, instea
 the suite for something the code did not do (issue 17, item 8). Every other failure stays a
 failure.
 """
+
 from __future__ import annotations
 
 import importlib.util
@@ -19,7 +20,7 @@ import pytest
 #: every Ray the suite starts (in-process or in a subprocess, which inherits the environment)
 #: caps its object store at 512 MiB instead of 30 % of the machine's memory: the suite's
 #: graphs are small, and a busy CI host keeps its memory for the workers
-os.environ.setdefault("RAY_DEFAULT_OBJECT_STORE_MAX_MEMORY_BYTES", str(512 * 2 ** 20))
+os.environ.setdefault("RAY_DEFAULT_OBJECT_STORE_MAX_MEMORY_BYTES", str(512 * 2**20))
 
 #: the suite's partition cache (fedgraph.partition_cache) is its own, removed at the end by
 #: the process that made it: the user's cache gets no test graphs, and no entry of an earlier
@@ -44,10 +45,12 @@ def load_script():
 
     def load(relative: str):
         spec = importlib.util.spec_from_file_location(
-            "script_" + Path(relative).stem, root / relative)
+            "script_" + Path(relative).stem, root / relative
+        )
         mod = importlib.util.module_from_spec(spec)
         spec.loader.exec_module(mod)
         return mod
+
     return load
 
 
@@ -61,12 +64,16 @@ def free_port():
         with socket.socket() as s:
             s.bind(("127.0.0.1", 0))
             return s.getsockname()[1]
+
     return port
 
 
 #: what Ray prints when its memory monitor kills a task or actor
-RAY_OOM = re.compile(r"OutOfMemoryError|running low on memory|memory usage threshold|"
-                     r"killed by the memory monitor", re.IGNORECASE)
+RAY_OOM = re.compile(
+    r"OutOfMemoryError|running low on memory|memory usage threshold|"
+    r"killed by the memory monitor",
+    re.IGNORECASE,
+)
 
 
 def ray_oom_line(text: str) -> str | None:
@@ -85,6 +92,9 @@ def pytest_runtest_makereport(item, call):
         line = ray_oom_line(report.longreprtext or "")
         if line:
             report.outcome = "skipped"
-            report.longrepr = (str(item.path), item.location[1] or 0,
-                               "Skipped: Ray's memory monitor killed a worker (this machine "
-                               f"was short of memory, not a fedgraph failure): {line}")
+            report.longrepr = (
+                str(item.path),
+                item.location[1] or 0,
+                "Skipped: Ray's memory monitor killed a worker (this machine "
+                f"was short of memory, not a fedgraph failure): {line}",
+            )

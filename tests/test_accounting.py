@@ -6,6 +6,7 @@ and its code (github.com/iyempissy/privGnn: ``rdp_bank.RDP_laplace({'b': 1/lambd
 noise multiplier 1/lambda at sensitivity 1, composed with autodp's
 ``compose_poisson_subsampled_mechanisms`` and ``get_eps``).
 """
+
 import math
 
 import numpy as np
@@ -14,13 +15,24 @@ from scipy.optimize import brentq
 from scipy.special import gammaln
 from scipy.stats import norm
 
-from fedgraph.accounting import (ApproxDP, Gaussian, Laplace, PrivacyLedger, PrvAccountant,
-                                 PureDP, RdpAccountant, SubsampledGaussian, calibrate, compose,
-                                 compose_epsilon, to_dp_event)
+from fedgraph.accounting import (
+    ApproxDP,
+    Gaussian,
+    Laplace,
+    PrivacyLedger,
+    PrvAccountant,
+    PureDP,
+    RdpAccountant,
+    SubsampledGaussian,
+    calibrate,
+    compose,
+    compose_epsilon,
+    to_dp_event,
+)
 from fedgraph.accounting.rdp import DEFAULT_ORDERS, laplace_rdp, subsampled_laplace_rdp
 
-
 # ------------------------------------------------------------------ analytic Gaussian mechanism
+
 
 def analytic_delta(eps: float, s: float) -> float:
     """delta(eps) of one Gaussian mechanism with noise multiplier s (Balle & Wang 2018)."""
@@ -38,6 +50,7 @@ def analytic_sigma(eps: float, delta: float, k: int) -> float:
 
 
 # ------------------------------------------------------------------ ENVIRONMENT.md figures
+
 
 def test_gaussian_cross_check_figures():
     """Gaussian, noise 1.0, 10 compositions, delta 1e-5: 17.857 (exact/PLD/prv), RDP 19.054."""
@@ -77,6 +90,7 @@ def test_subsampled_gaussian_cross_check_figures():
 
 # ------------------------------------------------------------------ GAP: calibration
 
+
 @pytest.mark.parametrize("target", [1.0, 2.0, 4.0, 8.0])
 def test_gap_calibration_matches_analytic_gaussian(target):
     """K = 2 Gaussian compositions, sensitivity 1, delta 1e-7: calibrated sigma within 1% of
@@ -92,7 +106,10 @@ def test_gap_calibration_matches_analytic_gaussian(target):
 def test_calibrate_bracket_and_tolerance():
     """Deterministic accountant (RDP, closed form for Gaussian): the result meets the target
     and one rtol step less noise does not."""
-    make = lambda s: [SubsampledGaussian(1.0, s, 50)]  # sample rate 1: plain Gaussian
+
+    def make(s):
+        return [SubsampledGaussian(1.0, s, 50)]  # sample rate 1: plain Gaussian
+
     sigma = calibrate(3.0, 1e-5, make, accountant="rdp", rtol=1e-3)
     assert compose_epsilon(make(sigma), 1e-5, "rdp") <= 3.0
     assert compose_epsilon(make(sigma / 1.002), 1e-5, "rdp") > 3.0
@@ -102,7 +119,9 @@ def test_calibrate_bracket_and_tolerance():
 
 
 def test_calibrate_errors():
-    make = lambda s: [Gaussian(s, count=2)]
+    def make(s):
+        return [Gaussian(s, count=2)]
+
     with pytest.raises(ValueError, match="unreachable target"):
         calibrate(0.01, 1e-7, make, accountant="rdp", upper=2.0)
     for bad in (0.0, -1.0, math.nan, math.inf):
@@ -151,10 +170,11 @@ def test_subsampled_laplace_rdp_is_exact():
 
     def binomial(b, q, a):
         terms = [(a - 1) * math.log1p(-q) + math.log(a * q - q + 1)]
-        for l in range(2, a + 1):
-            log_comb = gammaln(a + 1) - gammaln(l + 1) - gammaln(a - l + 1)
-            terms.append(log_comb + (a - l) * math.log1p(-q) + l * math.log(q)
-                         + (l - 1) * laplace_rdp(b, l))
+        for j in range(2, a + 1):
+            log_comb = gammaln(a + 1) - gammaln(j + 1) - gammaln(a - j + 1)
+            terms.append(
+                log_comb + (a - j) * math.log1p(-q) + j * math.log(q) + (j - 1) * laplace_rdp(b, j)
+            )
         return float(np.logaddexp.reduce(terms)) / (a - 1)
 
     for b, q in [(10.0, 0.3), (2.5, 0.3), (0.5, 0.05)]:
@@ -171,14 +191,19 @@ def test_pld_equals_dp_accounting_pld_accountant():
     from dp_accounting import dp_event
     from dp_accounting.pld import PLDAccountant
 
-    events = [Laplace(3.0, count=40, sample_rate=0.2), Gaussian(4.0, count=3),
-              SubsampledGaussian(0.05, 1.5, 30), Laplace(20.0, count=2)]
+    events = [
+        Laplace(3.0, count=40, sample_rate=0.2),
+        Gaussian(4.0, count=3),
+        SubsampledGaussian(0.05, 1.5, 30),
+        Laplace(20.0, count=2),
+    ]
     acc = PLDAccountant()
     acc.compose(dp_event.ComposedDpEvent([to_dp_event(e) for e in events]))
     assert compose_epsilon(events, 1e-6, "pld") == pytest.approx(acc.get_epsilon(1e-6), rel=1e-3)
 
 
 # ------------------------------------------------------------------ pure events, fallbacks
+
 
 def test_pure_events_prv_corrected_and_capped_by_basic():
     """prv-accountant 0.2.0's PureDPMechanism has a wrong RDP curve and then underestimates
@@ -203,6 +228,7 @@ def test_prv_numerical_failure_falls_back_to_pld():
 
 
 # ------------------------------------------------------------------ the ledger
+
 
 def test_a_pure_cross_check_where_prv_fails_says_why_and_still_checks():
     """PPGNN's level at budget 2 (MLR 1.8 + ESW 0.2) at delta 1e-5: prv-accountant's
@@ -261,29 +287,39 @@ def test_ledger_composition_equals_direct_accountant_and_summary():
         assert row["cross_check"]["agrees"], (s, row["cross_check"])
         assert row["epsilon"] > 0 and row["delta"] >= 0
     assert [r["release"] for r in rows["client-1"]["releases"]] == ["dp-sgd", "final stats"]
-    table = format_table({"method": "x", "dataset": {"name": "d"}, "status": "ok",
-                          "privacy": {"per_subject": summary}})
+    table = format_table(
+        {
+            "method": "x",
+            "dataset": {"name": "d"},
+            "status": "ok",
+            "privacy": {"per_subject": summary},
+        }
+    )
     assert "client-4" in table and "histogram" in table
 
 
 # ------------------------------------------------------------------ validation
 
-@pytest.mark.parametrize("make,field", [
-    (lambda: Gaussian(0.0), "noise_multiplier"),
-    (lambda: Gaussian(math.nan), "noise_multiplier"),
-    (lambda: Gaussian(1.0, count=0), "count"),
-    (lambda: Gaussian(1.0, count=1.5), "count"),
-    (lambda: SubsampledGaussian(0.0, 1.0, 10), "sample_rate"),
-    (lambda: SubsampledGaussian(1.5, 1.0, 10), "sample_rate"),
-    (lambda: SubsampledGaussian(0.1, -1.0, 10), "noise_multiplier"),
-    (lambda: SubsampledGaussian(0.1, 1.0, 0), "steps"),
-    (lambda: Laplace(math.inf), "noise_multiplier"),
-    (lambda: Laplace(1.0, count=-2), "count"),
-    (lambda: Laplace(1.0, sample_rate=0.0), "sample_rate"),
-    (lambda: PureDP(1.0, count=0), "count"),
-    (lambda: ApproxDP(1.0, -0.1), "delta"),
-    (lambda: ApproxDP(1.0, 1e-6, count=True), "count"),
-])
+
+@pytest.mark.parametrize(
+    "make,field",
+    [
+        (lambda: Gaussian(0.0), "noise_multiplier"),
+        (lambda: Gaussian(math.nan), "noise_multiplier"),
+        (lambda: Gaussian(1.0, count=0), "count"),
+        (lambda: Gaussian(1.0, count=1.5), "count"),
+        (lambda: SubsampledGaussian(0.0, 1.0, 10), "sample_rate"),
+        (lambda: SubsampledGaussian(1.5, 1.0, 10), "sample_rate"),
+        (lambda: SubsampledGaussian(0.1, -1.0, 10), "noise_multiplier"),
+        (lambda: SubsampledGaussian(0.1, 1.0, 0), "steps"),
+        (lambda: Laplace(math.inf), "noise_multiplier"),
+        (lambda: Laplace(1.0, count=-2), "count"),
+        (lambda: Laplace(1.0, sample_rate=0.0), "sample_rate"),
+        (lambda: PureDP(1.0, count=0), "count"),
+        (lambda: ApproxDP(1.0, -0.1), "delta"),
+        (lambda: ApproxDP(1.0, 1e-6, count=True), "count"),
+    ],
+)
 def test_event_validation_names_the_field(make, field):
     with pytest.raises(ValueError, match=field):
         make()
@@ -375,27 +411,31 @@ def test_opacus_does_not_configure_the_root_logger():
     import subprocess
     import sys
 
-    code = ("import logging\n"
-            "from fedgraph.accounting.rdp import _subsampled_gaussian_step as step\n"
-            "step(0.1, 1.0, (2.0, 4.0))\n"
-            "from fedgraph import randomness\n"
-            "import torch\n"
-            "opt = torch.optim.SGD([torch.zeros(1, requires_grad=True)], lr=0.1)\n"
-            "randomness.dp_optimizer(opt, noise_multiplier=1.0, max_grad_norm=1.0,\n"
-            "                        expected_batch_size=4, generator=torch.Generator(),\n"
-            "                        device=torch.device('cpu'))\n"
-            "import opacus\n"
-            "print(len(logging.root.handlers))\n")
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                         timeout=120)
+    code = (
+        "import logging\n"
+        "from fedgraph.accounting.rdp import _subsampled_gaussian_step as step\n"
+        "step(0.1, 1.0, (2.0, 4.0))\n"
+        "from fedgraph import randomness\n"
+        "import torch\n"
+        "opt = torch.optim.SGD([torch.zeros(1, requires_grad=True)], lr=0.1)\n"
+        "randomness.dp_optimizer(opt, noise_multiplier=1.0, max_grad_norm=1.0,\n"
+        "                        expected_batch_size=4, generator=torch.Generator(),\n"
+        "                        device=torch.device('cpu'))\n"
+        "import opacus\n"
+        "print(len(logging.root.handlers))\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip().splitlines()[-1] == "0"
 
 
-@pytest.mark.parametrize("events", [
-    [Gaussian(2.0), ApproxDP(0.5, 1e-3)],  # a PPGNN mechanism with delta > 0 beside PMA's
-    [ApproxDP(0.3, 1e-4, count=3), Laplace(1.0)],
-])
+@pytest.mark.parametrize(
+    "events",
+    [
+        [Gaussian(2.0), ApproxDP(0.5, 1e-3)],  # a PPGNN mechanism with delta > 0 beside PMA's
+        [ApproxDP(0.3, 1e-4, count=3), Laplace(1.0)],
+    ],
+)
 def test_the_analytic_accountant_defers_to_prv_at_the_delta_it_reports(events):
     """The analytic accountant's fallback for non-Gaussian events passed the total delta
     (requested + the ApproxDP events' deltas) to PRV, which added those deltas again: the

@@ -2,6 +2,7 @@
 routed sums, PPGNN reports) built with one copy; it must decode to the same tensors as
 Flower's own ``ArrayRecord(tensors)`` through every reader, with the same bytes where Flower
 writes C order."""
+
 import pytest
 import torch
 from flwr.app import ArrayRecord
@@ -9,10 +10,19 @@ from flwr.app import ArrayRecord
 from fedgraph.messaging import array_record, read_only_tensors, tensors
 
 
-@pytest.mark.parametrize("value", [
-    torch.randn(5, 3), torch.zeros(0, 16), torch.arange(7), torch.tensor(3.0),
-    torch.ones(2, 2, dtype=torch.float16), torch.tensor([True, False]),
-    torch.zeros(3, dtype=torch.uint8), torch.randn(2, 3, 4, dtype=torch.float64)])
+@pytest.mark.parametrize(
+    "value",
+    [
+        torch.randn(5, 3),
+        torch.zeros(0, 16),
+        torch.arange(7),
+        torch.tensor(3.0),
+        torch.ones(2, 2, dtype=torch.float16),
+        torch.tensor([True, False]),
+        torch.zeros(3, dtype=torch.uint8),
+        torch.randn(2, 3, 4, dtype=torch.float64),
+    ],
+)
 def test_same_bytes_and_values_as_flowers_array_record(value):
     ours, flowers = array_record({"x": value}), ArrayRecord({"x": value})
     assert ours["x"].data == flowers["x"].data

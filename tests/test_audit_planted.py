@@ -2,6 +2,7 @@
 test, the audit runs the clients' real handlers (:mod:`fedgraph.simulations.auditor`), and
 the audited lower bound must rise above the epsilon the ledger charges; the honest code's
 bound stays below it. Small Cora runs, a few seconds each."""
+
 from __future__ import annotations
 
 import json
@@ -12,9 +13,18 @@ from fedgraph.simulations.auditor import audit_run
 
 #: one PMA hop at epsilon 2 (delta 1e-4), directed edges (sensitivity 1): a one-hop Gaussian
 #: whose bound the audit can reach with 20000 trials once its noise is halved
-GAP = {"method": "gap", "dataset": "cora", "num-clients": 2, "partitioner": "random",
-       "client-epsilons": "2", "hops": 1, "delta": 1e-4, "edge-unit": "directed",
-       "encoder-rounds": 1, "classifier-rounds": 1}
+GAP = {
+    "method": "gap",
+    "dataset": "cora",
+    "num-clients": 2,
+    "partitioner": "random",
+    "client-epsilons": "2",
+    "hops": 1,
+    "delta": 1e-4,
+    "edge-unit": "directed",
+    "encoder-rounds": 1,
+    "classifier-rounds": 1,
+}
 TRIALS = 20000
 
 
@@ -33,8 +43,9 @@ def _client0(out):
 
 
 def test_the_honest_gap_release_is_below_its_claim(one_thread, tmp_path):
-    out = audit_run({**GAP, "output-dir": str(tmp_path)}, TRIALS // 2, subjects=["client-0"],
-                    seed=1)
+    out = audit_run(
+        {**GAP, "output-dir": str(tmp_path)}, TRIALS // 2, subjects=["client-0"], seed=1
+    )
     s = _client0(out)
     assert not out["above"] and s["epsilon_lower_bound"] <= s["epsilon"], s
     assert s["epsilon_lower_bound"] > 0.25 * s["epsilon"], s  # the audit has power
@@ -54,8 +65,7 @@ def test_halved_noise_is_caught(one_thread, monkeypatch, tmp_path):
         return real(h_prev, local, boundary, sigma / 2, generator, **kw)
 
     monkeypatch.setattr(gap, "pma_partial_sums", halved)
-    out = audit_run({**GAP, "output-dir": str(tmp_path)}, TRIALS, subjects=["client-0"],
-                    seed=2)
+    out = audit_run({**GAP, "output-dir": str(tmp_path)}, TRIALS, subjects=["client-0"], seed=2)
     s = _client0(out)
     assert out["above"] == ["client-0"], s
     assert s["epsilon_lower_bound"] > s["epsilon"]
@@ -67,8 +77,9 @@ def test_a_release_repeated_under_one_purpose_is_caught(one_thread, monkeypatch,
     from fedgraph.client_authority import ClientAuthority
 
     monkeypatch.setattr(ClientAuthority, "admit", lambda self, purpose, request: "new")
-    out = audit_run({**GAP, "output-dir": str(tmp_path)}, TRIALS // 4, subjects=["client-0"],
-                    seed=3, repeats=8)
+    out = audit_run(
+        {**GAP, "output-dir": str(tmp_path)}, TRIALS // 4, subjects=["client-0"], seed=3, repeats=8
+    )
     s = _client0(out)
     assert "0 refused" in s["canary"], s["canary"]
     assert out["above"] == ["client-0"], s
@@ -81,14 +92,32 @@ def test_the_cli_exits_3_on_a_planted_bug(one_thread, monkeypatch, tmp_path):
     from fedgraph.simulations.cli import cli
 
     real = gap.pma_partial_sums
-    monkeypatch.setattr(gap, "pma_partial_sums", lambda h, lo, bo, sigma, g, **kw: real(
-        h, lo, bo, sigma / 2, g, **{**kw, "remote_sigma": None}))
+    monkeypatch.setattr(
+        gap,
+        "pma_partial_sums",
+        lambda h, lo, bo, sigma, g, **kw: real(
+            h, lo, bo, sigma / 2, g, **{**kw, "remote_sigma": None}
+        ),
+    )
     sets = [a for k, v in GAP.items() if k != "method" for a in ("--set", f"{k}={v}")]
     toml = tmp_path / "gap-planted.toml"
     toml.write_text('method = "gap"\n')
-    res = CliRunner().invoke(cli, ["audit", str(toml), *sets, "--set",
-                                   f"output-dir={tmp_path}", "--trials", str(TRIALS),
-                                   "--subject", "client-0", "--seed", "4"])
+    res = CliRunner().invoke(
+        cli,
+        [
+            "audit",
+            str(toml),
+            *sets,
+            "--set",
+            f"output-dir={tmp_path}",
+            "--trials",
+            str(TRIALS),
+            "--subject",
+            "client-0",
+            "--seed",
+            "4",
+        ],
+    )
     assert res.exit_code == 3, res.output
     assert "ABOVE" in res.output
     written = json.loads((tmp_path / "gap-planted-audit.audit.json").read_text())
@@ -177,15 +206,21 @@ def test_the_old_float32_laplace_plug_in_is_caught(one_thread, monkeypatch, tmp_
 
     cls = _float32_laplace_class()
     monkeypatch.setitem(FEATURE_MECHANISMS, cls.name, cls)
-    config = {"method": "ppgnn", "dataset": "cora", "num-clients": 2, "partitioner": "users",
-              "budgets": "1", "mechanism": cls.name, "epsilon": 1.0,
-              "output-dir": str(tmp_path)}
+    config = {
+        "method": "ppgnn",
+        "dataset": "cora",
+        "num-clients": 2,
+        "partitioner": "users",
+        "budgets": "1",
+        "mechanism": cls.name,
+        "epsilon": 1.0,
+        "output-dir": str(tmp_path),
+    }
     out = audit_run(config, 300, seed=6, score=float32_lattice_score)
-    (name, s), = out["subjects"].items()
+    ((name, s),) = out["subjects"].items()
     assert out["above"] == [name], s
     assert s["epsilon_lower_bound"] > s["epsilon"] == 1.0
     # the shipped Laplace (float64 sum, rounded once) gives the same attack nothing
-    out = audit_run({**config, "mechanism": "laplace"}, 300, seed=7,
-                    score=float32_lattice_score)
-    (name, s), = out["subjects"].items()
+    out = audit_run({**config, "mechanism": "laplace"}, 300, seed=7, score=float32_lattice_score)
+    ((name, s),) = out["subjects"].items()
     assert not out["above"] and s["epsilon_lower_bound"] < 0.5, s

@@ -2,6 +2,7 @@
 samples drawn with numpy (no fedgraph mechanism): the bound holds below the true epsilon, comes
 within half of it given enough trials, and exceeds the claim of a mechanism whose noise is
 halved."""
+
 from __future__ import annotations
 
 import math
@@ -10,8 +11,12 @@ import numpy as np
 import pytest
 from scipy.stats import binomtest
 
-from fedgraph.auditing import (clopper_pearson_upper, epsilon_from_rates, epsilon_lower_bound,
-                               gaussian_epsilon)
+from fedgraph.auditing import (
+    clopper_pearson_upper,
+    epsilon_from_rates,
+    epsilon_lower_bound,
+    gaussian_epsilon,
+)
 
 DELTA = 1e-3
 
@@ -43,7 +48,8 @@ def test_gaussian_epsilon_is_the_accountants():
 
     for z in (0.7, 1.0, 3.0):
         assert gaussian_epsilon(1 / z, 1e-5) == pytest.approx(
-            analytic_gaussian_epsilon(z, 1e-5), rel=1e-6)
+            analytic_gaussian_epsilon(z, 1e-5), rel=1e-6
+        )
 
 
 @pytest.mark.parametrize("mu", [0.5, 1.0, 2.0])
@@ -52,8 +58,9 @@ def test_the_bound_is_below_the_true_epsilon(mu):
     for seed in range(10):
         absent, present, rng = _gaussian(mu, 20000, seed)
         for method, grid in (("holdout", None), ("bonferroni", np.linspace(-3, 6, 60))):
-            res = epsilon_lower_bound(absent, present, DELTA, method=method, thresholds=grid,
-                                      rng=rng)
+            res = epsilon_lower_bound(
+                absent, present, DELTA, method=method, thresholds=grid, rng=rng
+            )
             assert 0.0 <= res.epsilon_lower_bound <= truth, (seed, method, res)
             assert res.epsilon_lower_bound <= res.epsilon_point + 1e-12
 

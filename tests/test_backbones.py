@@ -1,4 +1,5 @@
 """The GNN backbones: fedgraph's GraphSAGE (projection before aggregation) is PyG's GraphSAGE."""
+
 import pytest
 import torch
 from torch_geometric.nn.models import GraphSAGE
@@ -20,8 +21,9 @@ def test_sage_projecting_first_is_pyg_graphsage(graph_form):
     torch.manual_seed(0)
     ours = make_backbone("sage", d, 5, 16, 2, 0.0)
     torch.manual_seed(0)
-    pyg = GraphSAGE(in_channels=d, hidden_channels=16, num_layers=2, out_channels=5,
-                    dropout=0.0, act="selu")
+    pyg = GraphSAGE(
+        in_channels=d, hidden_channels=16, num_layers=2, out_channels=5, dropout=0.0, act="selu"
+    )
     assert ours.state_dict().keys() == pyg.state_dict().keys()
     assert all(torch.equal(v, pyg.state_dict()[k]) for k, v in ours.state_dict().items())
     a, b = ours(x, graph), pyg(x, graph)

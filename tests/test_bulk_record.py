@@ -3,6 +3,7 @@ simulation (issue 31), an ArrayRecord otherwise. Outside Ray nothing changes; un
 (a subprocess with its own cluster, GAP's PMA handler in two actors) the reader gets the same
 rows as inline, without a copy, and each release is freed once read. Also exercised by every
 Ray run of GAP and ProGAP (``tests/test_gap_federated.py``'s Flower run, ``bench/scale.py``)."""
+
 import pytest
 import torch
 from flwr.app import ArrayRecord, ConfigRecord
@@ -40,7 +41,7 @@ def test_check_finite_reply_still_reads_array_records():
 # GAP's PMA handler run hop by hop in two Ray actors, one told the server reads the object
 # store and one not; the driver (the server) reads each hop's reply before it sends the next
 # hop, as strategies.gap does (a release is freed when the next one is put).
-_RAY_SCRIPT = r'''
+_RAY_SCRIPT = r"""
 import json, os, sys, tempfile
 import ray, torch
 from flwr.app import ArrayRecord, ConfigRecord, Context, Message, RecordDict
@@ -124,7 +125,7 @@ for k in (1, 2, 3):
     del ta, tb  # the server keeps no view of a reply past its hop (strategies.gap)
     messaging.release_bulk(("server", k))
 print(json.dumps(out))
-'''
+"""
 
 
 def test_a_ray_client_sends_the_same_rows_by_the_object_store_as_inline(tmp_path):
@@ -137,11 +138,20 @@ def test_a_ray_client_sends_the_same_rows_by_the_object_store_as_inline(tmp_path
     root = Path(__file__).resolve().parents[1]
     script = tmp_path / "bulk_ray.py"
     script.write_text(_RAY_SCRIPT)
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(root), os.environ.get(
-        "PYTHONPATH", "")]), "RAY_ACCEL_ENV_VAR_OVERRIDE_ON_ZERO": "0"}
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join([str(root), os.environ.get("PYTHONPATH", "")]),
+        "RAY_ACCEL_ENV_VAR_OVERRIDE_ON_ZERO": "0",
+    }
     env.pop("RAY_ADDRESS", None)
-    proc = subprocess.run([sys.executable, str(script)], cwd=root, capture_output=True,
-                          text=True, timeout=300, env=env)
+    proc = subprocess.run(
+        [sys.executable, str(script)],
+        cwd=root,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env=env,
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     out = json.loads(proc.stdout.strip().splitlines()[-1])
     # hops 1-2 release rows (by the object store, read-only views); hop 3 only finishes

@@ -1,4 +1,5 @@
 """The command line's help and bad-root messages (issue 17, item 4) and the plot's plurals."""
+
 from __future__ import annotations
 
 from typer.testing import CliRunner
@@ -42,8 +43,9 @@ def test_version_names_fedgraph_and_the_libraries_it_runs_on():
 
     res = CliRunner().invoke(cli, ["--version"])
     assert res.exit_code == 0, res.output
-    assert res.output.startswith(f"fedgraph {version('fedgraph')} (flwr {version('flwr')}, "
-                                 f"torch {version('torch')}, ")
+    assert res.output.startswith(
+        f"fedgraph {version('fedgraph')} (flwr {version('flwr')}, torch {version('torch')}, "
+    )
     assert f"ray {version('ray')}" in res.output and res.output.count("\n") == 1
 
 
@@ -76,8 +78,9 @@ def test_gpu_request_without_a_gpu_is_refused_before_ray_starts(monkeypatch):
         pytest.skip("this machine has a GPU")
     monkeypatch.delenv("RAY_ADDRESS", raising=False)
     t0 = time.time()
-    res = CliRunner().invoke(cli, ["run", "--gpus-per-client", "0.5", "--num-cpus", "2",
-                                   "--set", "num-clients=1"])
+    res = CliRunner().invoke(
+        cli, ["run", "--gpus-per-client", "0.5", "--num-cpus", "2", "--set", "num-clients=1"]
+    )
     assert res.exit_code == 2, res.output
     assert "--gpus-per-client" in res.output and "no GPU" in res.output
     assert time.time() - t0 < 20
@@ -85,10 +88,12 @@ def test_gpu_request_without_a_gpu_is_refused_before_ray_starts(monkeypatch):
 
 def test_impossible_cpu_requests_are_refused(monkeypatch):
     monkeypatch.delenv("RAY_ADDRESS", raising=False)
-    for args, key in ((["--cpus-per-client", "0"], "--cpus-per-client"),
-                      (["--num-cpus", "1", "--cpus-per-client", "2"], "--cpus-per-client"),
-                      (["--num-cpus", "0"], "--num-cpus"),
-                      (["--gpus-per-client", "-1"], "--gpus-per-client")):
+    for args, key in (
+        (["--cpus-per-client", "0"], "--cpus-per-client"),
+        (["--num-cpus", "1", "--cpus-per-client", "2"], "--cpus-per-client"),
+        (["--num-cpus", "0"], "--num-cpus"),
+        (["--gpus-per-client", "-1"], "--gpus-per-client"),
+    ):
         res = CliRunner().invoke(cli, ["run", *args, "--set", "num-clients=1"])
         assert res.exit_code == 2 and key in res.output, (args, res.output)
 
@@ -116,8 +121,12 @@ def test_flowers_run_simulation_deprecation_is_not_shown_to_fedgraph_run_users()
         return logging.LogRecord("flwr", logging.WARNING, __file__, 1, text, None, None)
 
     quiet = _NotOurDeprecation()
-    assert not quiet.filter(record("DEPRECATED FEATURE: The `run_simulation` function is "
-                                   "deprecated and will be removed in a future version"))
+    assert not quiet.filter(
+        record(
+            "DEPRECATED FEATURE: The `run_simulation` function is "
+            "deprecated and will be removed in a future version"
+        )
+    )
     assert quiet.filter(record("Manually terminating ClientAppActor"))
 
 

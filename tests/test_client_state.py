@@ -1,5 +1,6 @@
 """``fedgraph.simulations.client_state``: a client's large tensors between messages, in the Flower
 ``Context`` outside Ray and in Ray's object store (a reference in the ``Context``) under it."""
+
 import pickle
 import subprocess
 import sys
@@ -13,8 +14,13 @@ from fedgraph.simulations import client_state
 
 
 def _context(node_id: int = 1, run_id: int = 7) -> Context:
-    return Context(run_id=run_id, node_id=node_id, node_config={"partition-id": 0},
-                   state=RecordDict(), run_config={})
+    return Context(
+        run_id=run_id,
+        node_id=node_id,
+        node_config={"partition-id": 0},
+        state=RecordDict(),
+        run_config={},
+    )
 
 
 def test_outside_ray_the_tensors_stay_in_the_context_and_are_memoized():
@@ -87,12 +93,16 @@ def test_the_only_client_actor_keeps_the_tensors_in_its_memory(monkeypatch):
     with pytest.raises(RuntimeError, match=r"only client actor \(pid .*\), but it was replaced"):
         client_state.get_tensors(old, "k")  # replaced since: never the new value
     elsewhere = pickle.loads(pickle.dumps(ctx))
-    elsewhere.state["k"] = ConfigRecord({client_state.IN_PROCESS: "pid 1 on another-host",
-                                         "token": str(ctx.state["k"]["token"])})
+    elsewhere.state["k"] = ConfigRecord(
+        {client_state.IN_PROCESS: "pid 1 on another-host", "token": str(ctx.state["k"]["token"])}
+    )
     client_state._MEMO.clear()  # as another process, which never held them
-    with pytest.raises(RuntimeError, match="kept in the memory of the simulation's only client "
-                       "actor \\(pid 1 on another-host\\), but this message runs in pid .* "
-                       "restarted"):
+    with pytest.raises(
+        RuntimeError,
+        match="kept in the memory of the simulation's only client "
+        "actor \\(pid 1 on another-host\\), but this message runs in pid .* "
+        "restarted",
+    ):
         client_state.get_tensors(elsewhere, "k")
     client_state.drop(ctx, "k")
     with pytest.raises(KeyError):
@@ -169,8 +179,9 @@ RAY_SCRIPT = textwrap.dedent("""
 
 
 def test_under_ray_the_context_carries_a_reference_that_any_actor_resolves():
-    res = subprocess.run([sys.executable, "-c", RAY_SCRIPT], capture_output=True, text=True,
-                         timeout=180)
+    res = subprocess.run(
+        [sys.executable, "-c", RAY_SCRIPT], capture_output=True, text=True, timeout=180
+    )
     assert res.returncode == 0, res.stderr[-2000:]
     import json
 
@@ -197,6 +208,7 @@ def test_derived_is_built_once_per_context_and_rebuilt_for_a_new_one():
         def b():
             calls.append(value)
             return value
+
         return b
 
     ctx = _context()

@@ -14,26 +14,29 @@ def test_defaults_and_flat_keys():
     assert parse_run_config({"epsilon": ""}).epsilon is None
 
 
-@pytest.mark.parametrize("key,value,expect", [
-    ("budgets", "0,1", "budgets"),
-    ("budgets", "1,nan", "budgets"),
-    ("budgets", "2,1", "strictly increasing"),
-    ("epsilon", -1.0, "epsilon"),
-    ("epsilon", math.nan, "epsilon"),
-    ("epsilon", 0.0, "epsilon"),
-    ("gamma", 1.5, "gamma"),
-    ("dataset", "nope", "allowed: cora"),
-    ("partitioner", "nope", "partitioner"),
-    ("num-clients", 0, "num-clients"),
-    ("mechanism", "nope", "allowed:"),
-    ("backbone", "mlp", "backbone"),
-    ("level-shares", "0.5,0.5", "one share per level"),
-    ("level-shares", "0.5,0.4,0.4", "sum to 1"),
-    ("method", "nope", "method"),
-    ("no-such-key", 1, "unknown key"),
-    ("num-client", 5, "unknown key (did you mean 'num-clients'?)"),
-    ("client-epsilons", "nan", "must be numbers > 0 or inf (no noise), not nan (got 'nan')"),
-])
+@pytest.mark.parametrize(
+    "key,value,expect",
+    [
+        ("budgets", "0,1", "budgets"),
+        ("budgets", "1,nan", "budgets"),
+        ("budgets", "2,1", "strictly increasing"),
+        ("epsilon", -1.0, "epsilon"),
+        ("epsilon", math.nan, "epsilon"),
+        ("epsilon", 0.0, "epsilon"),
+        ("gamma", 1.5, "gamma"),
+        ("dataset", "nope", "allowed: cora"),
+        ("partitioner", "nope", "partitioner"),
+        ("num-clients", 0, "num-clients"),
+        ("mechanism", "nope", "allowed:"),
+        ("backbone", "mlp", "backbone"),
+        ("level-shares", "0.5,0.5", "one share per level"),
+        ("level-shares", "0.5,0.4,0.4", "sum to 1"),
+        ("method", "nope", "method"),
+        ("no-such-key", 1, "unknown key"),
+        ("num-client", 5, "unknown key (did you mean 'num-clients'?)"),
+        ("client-epsilons", "nan", "must be numbers > 0 or inf (no noise), not nan (got 'nan')"),
+    ],
+)
 def test_bad_values_name_the_key(key, value, expect):
     with pytest.raises(ConfigError) as err:
         parse_run_config({key: value})
@@ -41,24 +44,35 @@ def test_bad_values_name_the_key(key, value, expect):
     assert expect in str(err.value)
 
 
-@pytest.mark.parametrize("key,value", [("budgets", "1e-30,1"), ("budgets", "1e-300"),
-                                       ("epsilon", 1e-9)])
+@pytest.mark.parametrize(
+    "key,value", [("budgets", "1e-30,1"), ("budgets", "1e-300"), ("epsilon", 1e-9)]
+)
 def test_a_feature_epsilon_below_the_float32_floor_is_refused_naming_it(key, value):
     """budgets=1e-30 trained on overflowed estimates and reported majority-class accuracy
     as a result (fresh user, 12-07); 1e-300 failed after Ray started, naming no key."""
-    with pytest.raises(ConfigError, match=rf"{key}: .*must be at least 1e-06 \(allowed: "
-                                          rf"\[1e-06, inf\).*got 1e-"):
+    with pytest.raises(
+        ConfigError,
+        match=rf"{key}: .*must be at least 1e-06 \(allowed: "
+        rf"\[1e-06, inf\).*got 1e-",
+    ):
         parse_run_config({key: value})
     assert parse_run_config({"budgets": "1e-6,1"}).budgets == [1e-6, 1.0]
 
 
-@pytest.mark.parametrize("config,expect", [
-    ({"method": "gap", "num-clients": 0}, "num-clients: Input should be greater than or equal "
-                                          "to 1 (got 0); allowed: [1, 100000]"),
-    ({"method": "privgnn", "public-fraction": 1.5}, "public-fraction: Input should be less "
-                                                    "than 1 (got 1.5); allowed: (0, 1)"),
-    ({"method": "privgnn", "gamma": 0}, "allowed: (0, 1]"),
-])
+@pytest.mark.parametrize(
+    "config,expect",
+    [
+        (
+            {"method": "gap", "num-clients": 0},
+            "num-clients: Input should be greater than or equal to 1 (got 0); allowed: [1, 100000]",
+        ),
+        (
+            {"method": "privgnn", "public-fraction": 1.5},
+            "public-fraction: Input should be less than 1 (got 1.5); allowed: (0, 1)",
+        ),
+        ({"method": "privgnn", "gamma": 0}, "allowed: (0, 1]"),
+    ],
+)
 def test_a_value_out_of_its_bounds_names_the_allowed_interval(config, expect):
     with pytest.raises(ConfigError) as err:
         parse_run_config(config)
@@ -75,8 +89,10 @@ def test_pyproject_declares_every_key():
     keys = set(declared["tool"]["flwr"]["app"]["config"]) - {"strategy"}
     fields = {k.replace("_", "-") for m in METHOD_CONFIGS.values() for k in m.model_fields}
     assert keys == fields
-    parse_run_config({k: v for k, v in declared["tool"]["flwr"]["app"]["config"].items()
-                      if k != "strategy"} | {"num-clients": 10})  # 0: set from the grid
+    parse_run_config(
+        {k: v for k, v in declared["tool"]["flwr"]["app"]["config"].items() if k != "strategy"}
+        | {"num-clients": 10}
+    )  # 0: set from the grid
 
 
 def test_every_preset_validates():
@@ -100,14 +116,17 @@ def test_keys_of_other_methods_are_found_and_rejected_by_fedgraph_run(tmp_path):
     from fedgraph.simulations.cli import cli
 
     assert keys_of_other_methods({"method": "gap", "budgets": "1,2", "hops": 2, "seed": 1}) == {
-        "budgets": ["ppgnn"]}
+        "budgets": ["ppgnn"]
+    }
     assert keys_of_other_methods({"strategy": "privgnn", "server-optimizer": "fedadam"}) == {
-        "server-optimizer": ["gap"]}
+        "server-optimizer": ["gap"]
+    }
     assert keys_of_other_methods({"gamma": 0.2, "denoiser": "kprop"}) == {}  # ppgnn's own
     # flwr run passes every declared key: parse_run_config still ignores them
     assert parse_run_config({"method": "gap", "budgets": "1,2"}).method == "gap"
-    res = CliRunner().invoke(cli, ["run", "gap-edge-cora", "-s", "budgets=1,2", "-s",
-                                   f"output-dir={tmp_path}"])
+    res = CliRunner().invoke(
+        cli, ["run", "gap-edge-cora", "-s", "budgets=1,2", "-s", f"output-dir={tmp_path}"]
+    )
     assert res.exit_code == 2
     assert "budgets: a key of method 'ppgnn', not of this run's method 'gap'" in res.output
     assert not list(tmp_path.iterdir())  # nothing started, nothing written
@@ -120,8 +139,10 @@ def test_default_run_name_does_not_repeat_the_dataset():
     stamp = __import__("time").strftime("%Y%m%d-%H%M%S", __import__("time").localtime(t))
     assert default_run_name("gap-edge-cora", "cora", 0, t, 7) == f"gap-edge-cora-seed0-{stamp}-7"
     assert default_run_name("ppgnn", "cora", 3, t, 7) == f"ppgnn-cora-seed3-{stamp}-7"
-    assert default_run_name("gap-edge-cora", "citeseer", 0, t, 7) == \
-        f"gap-edge-cora-citeseer-seed0-{stamp}-7"
+    assert (
+        default_run_name("gap-edge-cora", "citeseer", 0, t, 7)
+        == f"gap-edge-cora-citeseer-seed0-{stamp}-7"
+    )
     assert default_run_name("mycora", "cora", 0, t, 7) == f"mycora-cora-seed0-{stamp}-7"
 
 
@@ -148,7 +169,9 @@ def test_flwr_run_reports_are_named_like_fedgraph_run_reports(tmp_path):
 def test_run_name_is_a_file_name_not_a_path_out_of_output_dir(method, name):
     with pytest.raises(ConfigError, match="run-name: must be a plain file name"):
         parse_run_config({"method": method, "run-name": name})
-    assert parse_run_config({"method": method, "run-name": "seed-0_ok.v2"}).run_name == "seed-0_ok.v2"
+    assert (
+        parse_run_config({"method": method, "run-name": "seed-0_ok.v2"}).run_name == "seed-0_ok.v2"
+    )
 
 
 @pytest.mark.parametrize("value,name", [(123, "123"), (float("inf"), "inf"), (2.5, "2.5")])
@@ -196,18 +219,24 @@ def test_pyproject_values_are_the_ppgnn_defaults():
         assert getattr(from_pyproject, field) == getattr(defaults, field), field
 
 
-@pytest.mark.parametrize("given,schedule,rounds", [
-    ({}, "fedsgd", (100, 100, 1)),                                  # edge level: FedSGD
-    ({"level": "node"}, "fedavg", (10, 10, 10)),                    # DP-SGD on the clients
-    ({"local-epochs": 5}, "fedavg", (10, 10, 5)),                   # a FedAvg key
-    ({"batch-size": 64}, "fedavg", (10, 10, 10)),
-    ({"server-optimizer": "fedadam"}, "fedavg", (10, 10, 10)),
-    ({"local-epochs": 1}, "fedsgd", (100, 100, 1)),
-    ({"schedule": "fedavg"}, "fedavg", (10, 10, 10)),
-    ({"encoder-rounds": 3}, "fedsgd", (3, 100, 1)),                 # only the unset follow
-    ({"schedule": "auto", "encoder-rounds": "", "classifier-rounds": "", "local-epochs": ""},
-     "fedsgd", (100, 100, 1)),                                      # what flwr run passes
-])
+@pytest.mark.parametrize(
+    "given,schedule,rounds",
+    [
+        ({}, "fedsgd", (100, 100, 1)),  # edge level: FedSGD
+        ({"level": "node"}, "fedavg", (10, 10, 10)),  # DP-SGD on the clients
+        ({"local-epochs": 5}, "fedavg", (10, 10, 5)),  # a FedAvg key
+        ({"batch-size": 64}, "fedavg", (10, 10, 10)),
+        ({"server-optimizer": "fedadam"}, "fedavg", (10, 10, 10)),
+        ({"local-epochs": 1}, "fedsgd", (100, 100, 1)),
+        ({"schedule": "fedavg"}, "fedavg", (10, 10, 10)),
+        ({"encoder-rounds": 3}, "fedsgd", (3, 100, 1)),  # only the unset follow
+        (
+            {"schedule": "auto", "encoder-rounds": "", "classifier-rounds": "", "local-epochs": ""},
+            "fedsgd",
+            (100, 100, 1),
+        ),  # what flwr run passes
+    ],
+)
 def test_gap_schedule_auto_and_the_rounds_it_implies(given, schedule, rounds):
     """Issue 14: FedSGD (the measured best for clients holding communities) is GAP's default
     at edge level; the report's config holds the resolved schedule and rounds."""
@@ -256,11 +285,11 @@ def test_fedgraph_run_preset_and_flwr_run_name_the_report_alike(tmp_path):
     import tomllib
     from pathlib import Path
 
-    from fedgraph.report import default_run_name
     from fedgraph.registry import spec_label
+    from fedgraph.report import default_run_name
     from fedgraph.simulations.run_files import PRESETS
-    from fedgraph.simulations.simulate import _run
     from fedgraph.simulations.server_app import validate_run_config
+    from fedgraph.simulations.simulate import _run
 
     preset = tomllib.loads((Path(PRESETS) / "gap-edge-cora.toml").read_text())
     run_config = {**preset, "output-dir": str(tmp_path)}
@@ -273,8 +302,7 @@ def test_fedgraph_run_preset_and_flwr_run_name_the_report_alike(tmp_path):
         names.append(REPORT_PATH[0].stem)
         REPORT_PATH[0].write_text(json.dumps({"status": "ok"}))
 
-    _run(run_config, cfg, None, {}, simulate, lambda rc: None, None, default_run_name,
-         spec_label)
+    _run(run_config, cfg, None, {}, simulate, lambda rc: None, None, default_run_name, spec_label)
     under_flwr_run = strategy_cls(cfg).report_path().stem
     pattern = r"-\d{8}-\d{6}-\d+$"
     assert re.sub(pattern, "", names[0]) == re.sub(pattern, "", under_flwr_run) == "gap-cora-seed0"
@@ -289,10 +317,13 @@ def test_one_key_in_both_spellings_is_refused_unless_the_values_agree():
     from fedgraph.config import ConfigError, parse_run_config
     from fedgraph.simulations.run_files import load_run_config
 
-    with pytest.raises(ConfigError, match="encoder-rounds: given twice, as encoder-rounds = 1 "
-                                          "and encoder_rounds = 2"):
+    with pytest.raises(
+        ConfigError,
+        match="encoder-rounds: given twice, as encoder-rounds = 1 and encoder_rounds = 2",
+    ):
         parse_run_config({"method": "gap", "encoder-rounds": 1, "encoder_rounds": 2})
-    assert parse_run_config({"method": "gap", "encoder-rounds": 2,
-                             "encoder_rounds": 2}).encoder_rounds == 2
-    assert load_run_config(None, ["encoder-rounds=1", "encoder_rounds=3"]) == {
-        "encoder_rounds": 3}
+    assert (
+        parse_run_config({"method": "gap", "encoder-rounds": 2, "encoder_rounds": 2}).encoder_rounds
+        == 2
+    )
+    assert load_run_config(None, ["encoder-rounds=1", "encoder_rounds=3"]) == {"encoder_rounds": 3}

@@ -11,6 +11,7 @@ GAP rows' residual norms were ``[0, 0, 0, 0, 1]``: the noise-free sums).
 
 This file runs on the code before the fix too (``-k default``): the new module is optional.
 """
+
 import copy
 import json
 import zlib
@@ -32,15 +33,44 @@ except ImportError:  # pragma: no cover - only on the code before the fix
 SECRET = "curious-server-test-secret-1f3a"
 PID = 1
 
-GAP = {"method": "gap", "dataset": "cora", "num-clients": 2, "client-epsilons": "1",
-       "hops": 1, "encoder-dim": 8, "hidden": 8, "seed": 3}
-PROGAP = {"method": "progap", "dataset": "cora", "num-clients": 2, "client-epsilons": "1",
-          "depth": 1, "hidden": 8, "accountant": "rdp", "seed": 3}
+GAP = {
+    "method": "gap",
+    "dataset": "cora",
+    "num-clients": 2,
+    "client-epsilons": "1",
+    "hops": 1,
+    "encoder-dim": 8,
+    "hidden": 8,
+    "seed": 3,
+}
+PROGAP = {
+    "method": "progap",
+    "dataset": "cora",
+    "num-clients": 2,
+    "client-epsilons": "1",
+    "depth": 1,
+    "hidden": 8,
+    "accountant": "rdp",
+    "seed": 3,
+}
 PPGNN = {"method": "ppgnn", "dataset": "cora", "num-clients": 2, "label-epsilon": 0.5, "seed": 3}
-PRIVGNN = {"method": "privgnn", "dataset": "cora", "num-clients": 2, "num-queries": 4,
-           "lam": 1.0, "gamma": 0.3, "delta": 1e-4, "num-neighbours": 20, "teacher-epochs": 3,
-           "teacher-hidden": 8, "teacher-batch-size": 4, "projection-dim": 16,
-           "neighbourhood-size": 10, "client-epsilons": "inf", "seed": 3}
+PRIVGNN = {
+    "method": "privgnn",
+    "dataset": "cora",
+    "num-clients": 2,
+    "num-queries": 4,
+    "lam": 1.0,
+    "gamma": 0.3,
+    "delta": 1e-4,
+    "num-neighbours": 20,
+    "teacher-epochs": 3,
+    "teacher-hidden": 8,
+    "teacher-batch-size": 4,
+    "projection-dim": 16,
+    "neighbourhood-size": 10,
+    "client-epsilons": "inf",
+    "seed": 3,
+}
 
 #: "default": no noise-source key, i.e. ``secure`` (on the old code: what ran there)
 SOURCES = ["default", "secret", "secure", "mt19937"]
@@ -59,8 +89,13 @@ def _config(base: dict, source: str, monkeypatch):
 
 
 def _context() -> Context:
-    return Context(run_id=1, node_id=PID + 1, node_config={"partition-id": PID},
-                   state=RecordDict(), run_config={})
+    return Context(
+        run_id=1,
+        node_id=PID + 1,
+        node_config={"partition-id": PID},
+        state=RecordDict(),
+        run_config={},
+    )
 
 
 def _own(cfg, ctx: Context) -> Context:
@@ -70,8 +105,9 @@ def _own(cfg, ctx: Context) -> Context:
 
 
 def _message(cfg, message_type: str, **records) -> Message:
-    content = RecordDict({"config": ConfigRecord({"json": json.dumps(cfg.model_dump())}),
-                          **records})
+    content = RecordDict(
+        {"config": ConfigRecord({"json": json.dumps(cfg.model_dump())}), **records}
+    )
     return Message(content=content, dst_node_id=PID + 1, message_type=message_type)
 
 
@@ -87,8 +123,11 @@ def _guesses(cfg, purpose: str):
     out["global RNG after torch.manual_seed(seed)"] = None
     if hasattr(cfg, "noise_source"):  # the construction of the run's noise source, wrong root key
         digest = randomness.run_digest(cfg)
-        make = randomness.SecureRandom if cfg.noise_source in ("secure", "secret") else \
-            randomness.torch_generator
+        make = (
+            randomness.SecureRandom
+            if cfg.noise_source in ("secure", "secret")
+            else randomness.torch_generator
+        )
         for guess in (b"", str(seed).encode(), json.dumps(cfg.model_dump()).encode()):
             key = randomness.derive_key(guess, digest, PID, purpose)
             out[f"{make.__name__} keyed from {guess[:12]!r}"] = make(key)
@@ -115,8 +154,12 @@ def _gap_release(cfg):
     s = view.statistics
     torch.manual_seed(0)
     encoder = build_encoder(cfg, s["num_features"], s["num_classes"])
-    msg = _message(cfg, "query.gap_pma", pma=ConfigRecord({"hop": 1, "graph": "all"}),
-                   encoder=ArrayRecord(encoder.state_dict()))
+    msg = _message(
+        cfg,
+        "query.gap_pma",
+        pma=ConfigRecord({"hop": 1, "graph": "all"}),
+        encoder=ArrayRecord(encoder.state_dict()),
+    )
     reply = client_app.gap_pma(msg, _own(cfg, _context()))
     out = tensors(reply.content["partial_sums"])
     from fedgraph.methods.gap.privacy import privacy_plan
@@ -129,8 +172,9 @@ def _gap_release(cfg):
         local, boundary = client_edges(view.graph, cfg, gen, None)
         return pma_partial_sums(h0, local, boundary, sigma, gen, remote_ids=out["ids"])[2]
 
-    clean = pma_partial_sums(h0, *client_edges(view.graph, cfg, None, None), 0.0, None,
-                             remote_ids=out["ids"])[2]
+    clean = pma_partial_sums(
+        h0, *client_edges(view.graph, cfg, None, None), 0.0, None, remote_ids=out["ids"]
+    )[2]
     return out["sums"], clean, sigma, rerun
 
 
@@ -157,7 +201,8 @@ def _assert_no_guess_removes_row_noise(cfg, source, purpose, rerun, released, cl
         assert float(err.median()) > 0.5 * scale, (
             f"{source}: the server removes the noise with '{name}': residual norms of the "
             f"first rows {residual[:5].norm(dim=1).tolist()} against the clean "
-            f"{clean[:5].norm(dim=1).tolist()}")
+            f"{clean[:5].norm(dim=1).tolist()}"
+        )
 
 
 # ---------------------------------------------------------------------------------- PPGNN
@@ -173,15 +218,19 @@ def test_server_cannot_replay_ppgnn_reports(source, monkeypatch):
     random_keys = [k for k in report if k.startswith("mech.")] + ["labels"]
 
     def rerun(gen):
-        return ppgnn.client_report(view.graph, cfg, view.feature_domain,
-                                   view.statistics["num_classes"], gen)
+        return ppgnn.client_report(
+            view.graph, cfg, view.feature_domain, view.statistics["num_classes"], gen
+        )
 
     for name, gen in _guesses(cfg, "ppgnn").items():
         replayed = _replay(rerun, gen, cfg.seed)
         if replayed is None:
             continue
-        same = sum(int((replayed[k] == report[k]).sum()) for k in random_keys
-                   if replayed[k].shape == report[k].shape)  # another shape: nothing replayed
+        same = sum(
+            int((replayed[k] == report[k]).sum())
+            for k in random_keys
+            if replayed[k].shape == report[k].shape
+        )  # another shape: nothing replayed
         total = sum(report[k].numel() for k in random_keys)
         # independent draws agree on part of the entries (bits, signs, levels), never on all
         assert same / total < 0.99, f"{source}: '{name}' replays {same}/{total} report entries"
@@ -190,10 +239,10 @@ def test_server_cannot_replay_ppgnn_reports(source, monkeypatch):
 # ---------------------------------------------------------------------------------- PrivGNN
 @pytest.mark.parametrize("source", SOURCES)
 def test_server_cannot_remove_privgnn_answer_noise(source, monkeypatch):
+    from test_device_clients import _queries  # the queries the strategy sends
+
     from fedgraph.methods import privgnn as pf
     from fedgraph.simulations import client_app
-
-    from test_device_clients import _queries  # the queries the strategy sends
 
     cfg = _config(PRIVGNN, source, monkeypatch)
     arrays = _queries(cfg, 4)
@@ -227,17 +276,31 @@ def test_server_cannot_replay_gap_dp_sgd(source, monkeypatch):
     from fedgraph.methods.gap.privacy import privacy_plan
     from fedgraph.simulations import client_app
 
-    cfg = _config({**GAP, "level": "node", "local-epochs": 1, "client-epsilons": "8",
-                   "accountant": "rdp"}, source,  # fast calibration; the noise is the point
-                  monkeypatch)
+    cfg = _config(
+        {**GAP, "level": "node", "local-epochs": 1, "client-epsilons": "8", "accountant": "rdp"},
+        source,  # fast calibration; the noise is the point
+        monkeypatch,
+    )
     view = client_view(cfg, PID)
     s, g = view.statistics, view.graph
     torch.manual_seed(0)
     sent = build_encoder(cfg, s["num_features"], s["num_classes"]).state_dict()
-    msg = Message(RecordDict({
-        "config": ConfigRecord({"json": json.dumps(cfg.model_dump()), "phase": "gap.encoder",
-                                "server-round": 1}),
-        "arrays": ArrayRecord(sent)}), dst_node_id=PID + 1, message_type="train")
+    msg = Message(
+        RecordDict(
+            {
+                "config": ConfigRecord(
+                    {
+                        "json": json.dumps(cfg.model_dump()),
+                        "phase": "gap.encoder",
+                        "server-round": 1,
+                    }
+                ),
+                "arrays": ArrayRecord(sent),
+            }
+        ),
+        dst_node_id=PID + 1,
+        message_type="train",
+    )
     back = client_app.gap_train(msg, _own(cfg, _context())).content["arrays"].to_torch_state_dict()
     dp = privacy_plan(cfg, cfg.client_epsilon(PID), int(g.train_mask.sum())).dpsgd(cfg)
     assert dp is not None and dp.noise_multiplier > 0
@@ -245,8 +308,17 @@ def test_server_cannot_replay_gap_dp_sgd(source, monkeypatch):
     def rerun(gen):
         model = build_encoder(cfg, s["num_features"], s["num_classes"])
         model.load_state_dict(sent)
-        local_train(model, g.x, g.y, g.train_mask, cfg.local_epochs, cfg.dpsgd_batch_size,
-                    cfg.lr, dp, generator=gen)
+        local_train(
+            model,
+            g.x,
+            g.y,
+            g.train_mask,
+            cfg.local_epochs,
+            cfg.dpsgd_batch_size,
+            cfg.lr,
+            dp,
+            generator=gen,
+        )
         return model.state_dict()
 
     _assert_no_guess_replays_dp_sgd(cfg, source, "gap:gap.encoder:1", rerun, back)
@@ -285,9 +357,15 @@ def test_server_cannot_remove_progap_aggregation_noise(source, monkeypatch):
     cfg = _config(PROGAP, source, monkeypatch)
     view = client_view(cfg, PID)
     model = _progap_model(cfg, view)
-    msg = _message(cfg, "query.progap_aggregate", arrays=ArrayRecord(model.state_dict()),
-                   agg=ConfigRecord({"stage": 1, "step": "release"}))
-    released = tensors(client_app.progap_aggregate(msg, _own(cfg, _context())).content["partial_sums"])
+    msg = _message(
+        cfg,
+        "query.progap_aggregate",
+        arrays=ArrayRecord(model.state_dict()),
+        agg=ConfigRecord({"stage": 1, "step": "release"}),
+    )
+    released = tensors(
+        client_app.progap_aggregate(msg, _own(cfg, _context())).content["partial_sums"]
+    )
     sigma = client_plan(cfg, PID, view).sigma
     model.set_stage(0)
     with torch.no_grad():
@@ -298,10 +376,12 @@ def test_server_cannot_remove_progap_aggregation_noise(source, monkeypatch):
         local, boundary = client_edges(view.graph, edges, gen)
         return pma_partial_sums(h, local, boundary, sigma, gen, remote_ids=released["ids"])[2]
 
-    clean = pma_partial_sums(h, *client_edges(view.graph, edges, None), 0.0, None,
-                             remote_ids=released["ids"])[2]
-    _assert_no_guess_removes_row_noise(cfg, source, "progap:aggregation1", rerun,
-                                       released["sums"], clean, sigma)
+    clean = pma_partial_sums(
+        h, *client_edges(view.graph, edges, None), 0.0, None, remote_ids=released["ids"]
+    )[2]
+    _assert_no_guess_removes_row_noise(
+        cfg, source, "progap:aggregation1", rerun, released["sums"], clean, sigma
+    )
 
 
 @pytest.mark.parametrize("source", SOURCES)
@@ -312,26 +392,48 @@ def test_server_cannot_replay_progap_dp_sgd(source, monkeypatch):
     from fedgraph.methods.progap.client import client_plan
     from fedgraph.simulations import client_app
 
-    cfg = _config({**PROGAP, "level": "node", "epochs": 1, "client-epsilons": "8",
-                   "batch-size": 4096}, source,  # full batches: one noised step, fast
-                  monkeypatch)
+    cfg = _config(
+        {**PROGAP, "level": "node", "epochs": 1, "client-epsilons": "8", "batch-size": 4096},
+        source,  # full batches: one noised step, fast
+        monkeypatch,
+    )
     view = client_view(cfg, PID)
     g = view.graph
     initial = _progap_model(cfg, view)
     sent = initial.state_dict()
-    msg = Message(content=RecordDict({
-        "config": ConfigRecord({"json": json.dumps(cfg.model_dump()), "stage": 0,
-                                "server-round": 1}),
-        "arrays": ArrayRecord(sent)}), dst_node_id=PID + 1, message_type="train.progap_stage")
-    back = client_app.progap_train(msg, _own(cfg, _context())).content["arrays"].to_torch_state_dict()
+    msg = Message(
+        content=RecordDict(
+            {
+                "config": ConfigRecord(
+                    {"json": json.dumps(cfg.model_dump()), "stage": 0, "server-round": 1}
+                ),
+                "arrays": ArrayRecord(sent),
+            }
+        ),
+        dst_node_id=PID + 1,
+        message_type="train.progap_stage",
+    )
+    back = (
+        client_app.progap_train(msg, _own(cfg, _context())).content["arrays"].to_torch_state_dict()
+    )
     dp = client_plan(cfg, PID, view).dpsgd(cfg.max_grad_norm)
     assert dp is not None and dp.noise_multiplier > 0
 
     def rerun(gen):
         model = copy.deepcopy(initial)  # the weights sent, no draw from the global RNG
         model.set_stage(0)
-        local_train(model, g.x, g.y, g.train_mask, cfg.local_epochs, cfg.dpsgd_batch_size,
-                    cfg.lr, dp, generator=gen, num_public=int(g.train_mask.sum()))
+        local_train(
+            model,
+            g.x,
+            g.y,
+            g.train_mask,
+            cfg.local_epochs,
+            cfg.dpsgd_batch_size,
+            cfg.lr,
+            dp,
+            generator=gen,
+            num_public=int(g.train_mask.sum()),
+        )
         return model.state_dict()
 
     _assert_no_guess_replays_dp_sgd(cfg, source, "progap:train:0:1", rerun, back)

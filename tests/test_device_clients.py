@@ -2,6 +2,7 @@
 random draws come from the seeded CPU generator, and what goes into the Flower message is a CPU
 tensor. CI has no GPU: the CPU path (``cpu`` and ``auto``) is what runs there; the CUDA
 comparisons run only where a GPU is visible."""
+
 import json
 
 import pytest
@@ -11,14 +12,28 @@ from flwr.supercore.task_identity import TaskIdentity
 from torch_geometric.data import Data
 
 from fedgraph.config import ConfigError, parse_run_config
-from fedgraph.methods import privgnn as pg
 from fedgraph.methods import privgnn as pf
+from fedgraph.methods import privgnn as pg
 
 #: tiny and fast: Cora (bundled), small teachers on a 16-dim public PCA
-SMALL = {"method": "privgnn", "dataset": "cora", "num-clients": 2, "num-queries": 6,
-         "lam": 1.0, "gamma": 0.3, "delta": 1e-4, "num-neighbours": 20, "teacher-epochs": 5,
-         "teacher-hidden": 8, "teacher-batch-size": 8, "projection-dim": 16, "epochs": 20,
-         "hidden": 8, "neighbourhood-size": 10, "client-epsilons": "inf"}
+SMALL = {
+    "method": "privgnn",
+    "dataset": "cora",
+    "num-clients": 2,
+    "num-queries": 6,
+    "lam": 1.0,
+    "gamma": 0.3,
+    "delta": 1e-4,
+    "num-neighbours": 20,
+    "teacher-epochs": 5,
+    "teacher-hidden": 8,
+    "teacher-batch-size": 8,
+    "projection-dim": 16,
+    "epochs": 20,
+    "hidden": 8,
+    "neighbourhood-size": 10,
+    "client-epsilons": "inf",
+}
 
 has_gpu = torch.cuda.is_available()
 needs_gpu = pytest.mark.skipif(not has_gpu, reason="no GPU visible (CI): CPU path only")
@@ -47,14 +62,19 @@ def test_privgnn_answers_identical_on_cpu_and_auto():
         assert torch.equal(cpu.answers, auto.answers)
     # the seed decides everything: a rerun is identical, another seed is not
     assert torch.equal(_answer("cpu", arrays).answers, cpu.answers)
-    other = pf.client_answer(parse_run_config(SMALL), 0, arrays, 0,
-                             torch.Generator().manual_seed(8))
+    other = pf.client_answer(
+        parse_run_config(SMALL), 0, arrays, 0, torch.Generator().manual_seed(8)
+    )
     assert not torch.equal(other.answers, cpu.answers)
 
 
 def _message(cfg, arrays) -> Message:
-    content = RecordDict({"config": ConfigRecord({"json": json.dumps(cfg.model_dump())}),
-                          "queries": ArrayRecord(arrays)})
+    content = RecordDict(
+        {
+            "config": ConfigRecord({"json": json.dumps(cfg.model_dump())}),
+            "queries": ArrayRecord(arrays),
+        }
+    )
     return Message(content=content, dst_node_id=1, message_type="query.privgnn")
 
 
@@ -76,15 +96,25 @@ def test_privgnn_handler_puts_cpu_answers_in_the_message(monkeypatch):
     got = {}
     for device in ("cpu", "auto"):
         cfg = parse_run_config({**SMALL, "device": device, "noise-source": "secret"})
-        ctx = Context(run_id=1, node_id=1, node_config={"partition-id": 1}, state=RecordDict(),
-                      run_config=cfg.model_dump())  # the client's own config
+        ctx = Context(
+            run_id=1,
+            node_id=1,
+            node_config={"partition-id": 1},
+            state=RecordDict(),
+            run_config=cfg.model_dump(),
+        )  # the client's own config
         reply = client_app.privgnn_query(_message(cfg, arrays), ctx)
         answers = reply.content["answers"].to_torch_state_dict()["answers"]
         assert answers.device.type == "cpu" and answers.shape == (3, 7)
-        expect = pf.client_answer(cfg, 1, arrays, 0,
-                                  client_generator(cfg, ctx, 1, "privgnn:0",
-                                                   data=pf.client_graph(cfg, 1)[0],
-                                                   inputs=transcript(ctx)))
+        expect = pf.client_answer(
+            cfg,
+            1,
+            arrays,
+            0,
+            client_generator(
+                cfg, ctx, 1, "privgnn:0", data=pf.client_graph(cfg, 1)[0], inputs=transcript(ctx)
+            ),
+        )
         assert torch.equal(answers, expect.answers)
         assert reply.content["meta"]["answered"] == 3
         got[device] = answers
@@ -107,15 +137,27 @@ def _continuous_private(n=60, f=6, c=3, seed=0):
     x = torch.randn(n, f, generator=g)
     src = torch.randint(0, n, (200,), generator=g)
     dst = torch.randint(0, n, (200,), generator=g)
-    return Data(x=x, y=torch.randint(0, c, (n,), generator=g),
-                edge_index=torch.stack([src, dst]), num_nodes=n)
+    return Data(
+        x=x,
+        y=torch.randint(0, c, (n,), generator=g),
+        edge_index=torch.stack([src, dst]),
+        num_nodes=n,
+    )
 
 
 def _answer_queries(device, private, query_x):
     teacher = pg.TeacherConfig(hidden=8, epochs=5, batch_size=4)
-    return pg.answer_queries(private, query_x, rate=0.5, k=10, lam=1.0, num_classes=3,
-                             teacher=teacher, generator=torch.Generator().manual_seed(3),
-                             device=device)
+    return pg.answer_queries(
+        private,
+        query_x,
+        rate=0.5,
+        k=10,
+        lam=1.0,
+        num_classes=3,
+        teacher=teacher,
+        generator=torch.Generator().manual_seed(3),
+        device=device,
+    )
 
 
 def test_answer_queries_device_argument_cpu():

@@ -5,6 +5,7 @@ must list every run-config key and every report field with an explanation; the R
 short and names only commands, presets and pages that exist. The site build itself runs in
 .ci/run (scripts/docs.sh), not here.
 """
+
 from __future__ import annotations
 
 import importlib.util
@@ -44,7 +45,8 @@ def test_every_run_config_key_is_in_the_generated_reference():
     assert not missing, f"run-config keys missing from docs/reference/config.md: {sorted(missing)}"
     assert not refs.undocumented_keys(), (
         "keys with neither a pydantic description nor a note in docs/_gen/config_notes.toml: "
-        f"{refs.undocumented_keys()}")
+        f"{refs.undocumented_keys()}"
+    )
 
 
 def test_reference_gives_each_key_its_default_per_method_and_allowed_values():
@@ -63,7 +65,8 @@ def test_every_report_field_of_a_real_run_is_explained(tmp_path):
     assert all(r["status"] == "ok" for r in reports.values())
     assert not refs.unexplained_fields(reports), (
         "report fields without an entry in docs/_gen/report_fields.toml: "
-        f"{refs.unexplained_fields(reports)}")
+        f"{refs.unexplained_fields(reports)}"
+    )
     page = refs.report_page(reports)
     for field in refs.report_fields(reports):
         assert f"| `{field}` |" in page
@@ -94,12 +97,19 @@ def test_protocol_reference_has_every_message_type_and_key():
 
 def test_api_reference_walks_the_packages():
     mods = refs.modules()
-    for must in ("fedgraph", "fedgraph.config", "fedgraph.accounting.ledger", "fedgraph.strategies.base",
-                 "fedgraph.simulations.local"):
+    for must in (
+        "fedgraph",
+        "fedgraph.config",
+        "fedgraph.accounting.ledger",
+        "fedgraph.strategies.base",
+        "fedgraph.simulations.local",
+    ):
         assert must in mods
-    on_disk = {p.relative_to(ROOT).with_suffix("").as_posix().replace("/", ".")
-               for p in (ROOT / "fedgraph").rglob("*.py")
-               if not any(part.startswith("_") for part in p.relative_to(ROOT).parts)}
+    on_disk = {
+        p.relative_to(ROOT).with_suffix("").as_posix().replace("/", ".")
+        for p in (ROOT / "fedgraph").rglob("*.py")
+        if not any(part.startswith("_") for part in p.relative_to(ROOT).parts)
+    }
     assert on_disk <= set(mods)
 
 
@@ -117,7 +127,9 @@ def test_readme_commands_exist():
     presets = {p.stem for p in (ROOT / "simulations" / "presets").glob("*.toml")}
     shell = "\n".join(re.findall(r"```bash\n(.*?)```", README, flags=re.S))
     shell += "\n" + "\n".join(re.findall(r"`([^`\n]+)`", README))
-    named = re.findall(r"(?:^|[\s=])fedgraph ([a-z][a-z-]*)(?: ([a-z0-9][\w./-]*))?", shell, flags=re.M)
+    named = re.findall(
+        r"(?:^|[\s=])fedgraph ([a-z][a-z-]*)(?: ([a-z0-9][\w./-]*))?", shell, flags=re.M
+    )
     assert named
     for cmd, arg in named:
         assert cmd in commands, f"README names `fedgraph {cmd}`, which does not exist"
@@ -129,8 +141,14 @@ def test_readme_commands_exist():
         assert (ROOT / sweep).exists(), sweep
 
 
-GENERATED = {"reference/config.md", "reference/presets.md", "reference/report.md",
-             "reference/cli.md", "reference/protocol.md", "reference/api/index.md"}
+GENERATED = {
+    "reference/config.md",
+    "reference/presets.md",
+    "reference/report.md",
+    "reference/cli.md",
+    "reference/protocol.md",
+    "reference/api/index.md",
+}
 
 
 @pytest.mark.parametrize("page", ["README.md", "CHANGELOG.md"])
@@ -145,7 +163,8 @@ def test_links_to_docs_pages_exist(page):
         path = (ROOT / target).resolve()
         rel = path.relative_to(ROOT).as_posix() if path.is_relative_to(ROOT) else target
         assert rel.removeprefix("docs/") not in GENERATED, (
-            f"{page} links to {target}, generated only when the site is built")
+            f"{page} links to {target}, generated only when the site is built"
+        )
         assert path.exists(), f"{page} links to {target}, which does not exist"
 
 
@@ -159,8 +178,11 @@ def test_readme_run_commands_are_valid_configs():
     from fedgraph.simulations.simulate import check_run_config
 
     shell = "\n".join(re.findall(r"```bash\n(.*?)```", README, flags=re.S))
-    runs = [line.split("#")[0] for line in shell.splitlines()
-            if line.strip().startswith("fedgraph run ")]
+    runs = [
+        line.split("#")[0]
+        for line in shell.splitlines()
+        if line.strip().startswith("fedgraph run ")
+    ]
     assert len(runs) >= 5
     for line in runs:
         args = shlex.split(line)[2:]

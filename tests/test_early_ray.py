@@ -1,5 +1,6 @@
 """``fedgraph run`` starts Ray while it imports and checks (fedgraph.simulations.early_ray), and exits
 without the interpreter's finalization (fedgraph.simulations.cli.main): the failure paths."""
+
 import importlib.util
 import subprocess
 import sys
@@ -39,9 +40,18 @@ def test_no_early_start_for_an_existing_cluster_or_when_switched_off(monkeypatch
 
 def test_the_console_script_keeps_its_exit_codes_and_messages():
     """main() ends ``run`` with os._exit: the code and the message still come out."""
-    proc = subprocess.run([sys.executable, "-c", "import sys; sys.argv = ['fedgraph', 'run', "
-                           "'--set', 'budgets=-1']; from fedgraph.simulations.cli import main; main()"],
-                          cwd=ROOT, capture_output=True, text=True, timeout=120)
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            "import sys; sys.argv = ['fedgraph', 'run', "
+            "'--set', 'budgets=-1']; from fedgraph.simulations.cli import main; main()",
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert proc.returncode == 2, proc.stderr[-2000:]
     assert "budgets: every epsilon must be finite and > 0" in proc.stderr
 
@@ -49,6 +59,7 @@ def test_the_console_script_keeps_its_exit_codes_and_messages():
 class _FakeActorType:
     """Stands in for Flower's ClientAppActor: ``options(...).remote(...)`` makes a new name;
     ``inits``: each actor's init function (``on_actor_init_fn``), if it was given one."""
+
     made: list = []
     inits: list = []
 
@@ -61,6 +72,7 @@ class _FakeActorType:
                 if "on_actor_init_fn" in kwargs:
                     cls.inits.append(kwargs["on_actor_init_fn"])
                 return f"flower-made-{len(cls.made)}"
+
         return _Remote
 
 
@@ -73,19 +85,26 @@ def test_flowers_pool_takes_the_prestarted_actors_first_then_makes_its_own(monke
     assert early_ray._install_hand_over()  # this Flower's pool can take them
     monkeypatch.setattr(ray_actor, "ClientAppActor", _FakeActorType)
     monkeypatch.setattr(ray_actor, "pool_size_from_resources", lambda resources: 2)
-    monkeypatch.setattr(early_ray, "_PRESTARTED", [({"num_cpus": 1, "num_gpus": 0.0}, "ours-1"),
-                                                  ({"num_cpus": 2, "num_gpus": 0.0}, "other")])
+    monkeypatch.setattr(
+        early_ray,
+        "_PRESTARTED",
+        [({"num_cpus": 1, "num_gpus": 0.0}, "ours-1"), ({"num_cpus": 2, "num_gpus": 0.0}, "other")],
+    )
     monkeypatch.setitem(early_ray.TAKEN, "count", 0)
     _FakeActorType.made = []
     resources = {"num_cpus": 1, "num_gpus": 0.0}
-    pool = ray_actor.BasicActorPool(actor_type=_FakeActorType, client_resources=resources,
-                                    actor_kwargs={})
+    pool = ray_actor.BasicActorPool(
+        actor_type=_FakeActorType, client_resources=resources, actor_kwargs={}
+    )
     pool.add_actors_to_pool(pool.actors_capacity)
     assert pool.pool == ["ours-1", "flower-made-1"] and _FakeActorType.made == [resources]
     assert early_ray.TAKEN["count"] == 1
     # Flower's pool with actor arguments (e.g. its TensorFlow init) makes its own
-    pool = ray_actor.BasicActorPool(actor_type=_FakeActorType, client_resources={"num_cpus": 2, "num_gpus": 0.0},
-                                    actor_kwargs={"on_actor_init_fn": print})
+    pool = ray_actor.BasicActorPool(
+        actor_type=_FakeActorType,
+        client_resources={"num_cpus": 2, "num_gpus": 0.0},
+        actor_kwargs={"on_actor_init_fn": print},
+    )
     pool.add_actors_to_pool(1)
     assert pool.pool == ["flower-made-2"] and early_ray.TAKEN["count"] == 1
 
@@ -111,8 +130,7 @@ def test_a_prestart_that_cannot_run_leaves_flower_to_start_its_actors(monkeypatc
 
 
 @pytest.mark.parametrize("count, sole", [(1, True), (2, False), (3, False)])
-def test_only_a_pool_of_one_actor_keeps_the_clients_state_in_its_process(monkeypatch, count,
-                                                                         sole):
+def test_only_a_pool_of_one_actor_keeps_the_clients_state_in_its_process(monkeypatch, count, sole):
     """prestart_actors tells its actor it is the only one (client_state.keep_in_this_process)
     when Flower's pool holds one, never when it holds several (their messages move between
     processes)."""
@@ -167,20 +185,26 @@ def test_ray_shutdown_ends_the_autoscaler_monitor_first_without_grace():
 
     class FakeNode:
         def __init__(self):
-            self.all_processes = {k: [object()] for k in
-                                  ("raylet", "gcs_server", "monitor", "log_monitor", "reaper")}
+            self.all_processes = {
+                k: [object()] for k in ("raylet", "gcs_server", "monitor", "log_monitor", "reaper")
+            }
             self.calls = []
 
-        def _kill_process_type(self, process_type, check_alive=True, allow_graceful=False,
-                               wait=False):
+        def _kill_process_type(
+            self, process_type, check_alive=True, allow_graceful=False, wait=False
+        ):
             self.calls.append((process_type, allow_graceful))
             del self.all_processes[process_type]
 
     node = FakeNode()
     Node.kill_all_processes(node, check_alive=False, allow_graceful=True)
     assert node.calls[0] == ("monitor", False)
-    assert node.calls[1:] == [("raylet", True), ("gcs_server", True), ("log_monitor", True),
-                              ("reaper", True)]
+    assert node.calls[1:] == [
+        ("raylet", True),
+        ("gcs_server", True),
+        ("log_monitor", True),
+        ("reaper", True),
+    ]
 
 
 def test_ray_starts_early_for_a_secret_run_only_with_the_secret_set(monkeypatch):

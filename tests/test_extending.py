@@ -2,6 +2,7 @@
 contract are caught with a clear message. In-process (fedgraph.simulations.local.run_local: same
 strategy, handlers and ledger); the custom-dataset example's real Flower run is in
 tests/test_ray_cluster.py."""
+
 import json
 import math
 import textwrap
@@ -12,13 +13,26 @@ import torch
 from torch_geometric.data import Data
 
 from fedgraph.config import ConfigError, parse_run_config
-from fedgraph.data import (DATASETS, PARTITIONERS, check_graph, load_dataset, partition,
-                           read_graph_files, register_dataset, register_partitioner)
-from fedgraph.mechanisms import (FEATURE_MECHANISMS, FeatureMechanism, check_mechanism,
-                                 make_mechanism, register_mechanism)
+from fedgraph.data import (
+    DATASETS,
+    PARTITIONERS,
+    check_graph,
+    load_dataset,
+    partition,
+    read_graph_files,
+    register_dataset,
+    register_partitioner,
+)
+from fedgraph.mechanisms import (
+    FEATURE_MECHANISMS,
+    FeatureMechanism,
+    check_mechanism,
+    make_mechanism,
+    register_mechanism,
+)
 from fedgraph.registry import ContractError, Registry, import_object
-from fedgraph.simulations.run_files import load_run_config
 from fedgraph.simulations.local import LocalGrid, run_local
+from fedgraph.simulations.run_files import load_run_config
 from fedgraph.strategies import PrivateStrategy, register_strategy, resolve_strategy
 
 ROOT = Path(__file__).parents[1]
@@ -33,8 +47,9 @@ def _repo_root(monkeypatch, tmp_path):
 
 
 def example_config(name, tmp_path, *overrides):
-    return load_run_config(str(EXAMPLES / name / "run.toml"),
-                           [f"output-dir='{tmp_path / 'runs'}'", *overrides])
+    return load_run_config(
+        str(EXAMPLES / name / "run.toml"), [f"output-dir='{tmp_path / 'runs'}'", *overrides]
+    )
 
 
 def write_module(tmp_path, name, code) -> str:
@@ -65,8 +80,12 @@ def test_custom_mechanism_example(tmp_path):
     check_mechanism(mech, num_features=8, num_levels=2)
     # unbiased: the mean estimate of n users with the same x is x (CLT bound per column)
     n, x = 40_000, torch.tensor([[-0.9, -0.2, 0.3, 1.0]])
-    est, level_hat = mech.estimate(mech.perturb(x.expand(n, 4), torch.ones(n, dtype=torch.long),
-                                                torch.Generator().manual_seed(1)), 4)
+    est, level_hat = mech.estimate(
+        mech.perturb(
+            x.expand(n, 4), torch.ones(n, dtype=torch.long), torch.Generator().manual_seed(1)
+        ),
+        4,
+    )
     assert level_hat is None
     assert bool(((est.mean(0) - x[0]).abs() <= 4 * est.std(0) / math.sqrt(n)).all())
     report = run_local(example_config("custom_mechanism", tmp_path, *FAST))
@@ -83,9 +102,17 @@ def test_custom_strategy_example(tmp_path):
     assert report["accuracy"]["test"] > report["ground_truth"]["majority_class"]
     eps = {s: r["epsilon"] for s, r in report["privacy"]["per_subject"].items()}
     # features per level, and what the whole report reveals about the level (features fixed)
-    assert eps == pytest.approx({"level-1": 1.0, "level-2": 2.0, "level-3": 4.0,
-                                 "level-1 (level)": 2.6832, "level-2 (level)": 2.0078,
-                                 "level-3 (level)": 2.6832}, abs=1e-4)
+    assert eps == pytest.approx(
+        {
+            "level-1": 1.0,
+            "level-2": 2.0,
+            "level-3": 4.0,
+            "level-1 (level)": 2.6832,
+            "level-2 (level)": 2.0078,
+            "level-3 (level)": 2.6832,
+        },
+        abs=1e-4,
+    )
     assert (tmp_path / "runs" / "example-custom-strategy.json").is_file()
 
 
@@ -116,8 +143,11 @@ class _Overspends(PrivateStrategy):
 def test_strategy_that_spends_past_a_budget_fails_the_run(tmp_path):
     """The report is written with the subject flagged, but the run is failed, not ok."""
     cfg = parse_run_config({"num-clients": 2, "output-dir": str(tmp_path), "run-name": "over"})
-    with pytest.raises(ContractError, match=r"spent more than a privacy budget \(client-0: "
-                                            r"epsilon 1\.25 > budget 1\)"):
+    with pytest.raises(
+        ContractError,
+        match=r"spent more than a privacy budget \(client-0: "
+        r"epsilon 1\.25 > budget 1\)",
+    ):
         _Overspends(cfg).start(LocalGrid(2))
     report = json.loads((tmp_path / "over.json").read_text())
     assert report["status"] == "failed" and "privacy budget" in report["error"]
@@ -125,8 +155,9 @@ def test_strategy_that_spends_past_a_budget_fails_the_run(tmp_path):
     assert row["over_budget"] is True and row["epsilon"] == pytest.approx(1.25)
 
 
-@pytest.mark.parametrize("cls,message", [(_NoLedger, "empty privacy ledger"),
-                                         (_NoAccuracy, "without a test accuracy")])
+@pytest.mark.parametrize(
+    "cls,message", [(_NoLedger, "empty privacy ledger"), (_NoAccuracy, "without a test accuracy")]
+)
 def test_strategy_that_breaks_the_contract_fails_the_run(tmp_path, cls, message):
     cfg = parse_run_config({"num-clients": 2, "output-dir": str(tmp_path), "run-name": "bad"})
     with pytest.raises(ContractError, match=message):
@@ -143,8 +174,9 @@ def test_strategy_needs_its_method(tmp_path):
     from fedgraph.simulations.server_app import validate_run_config
 
     with pytest.raises(ConfigError, match="needs method = 'ppgnn'"):  # before anything starts
-        validate_run_config({"method": "gap",
-                             "strategy": "examples/custom_strategy/strategy.py:PPGNNWithAPPNP"})
+        validate_run_config(
+            {"method": "gap", "strategy": "examples/custom_strategy/strategy.py:PPGNNWithAPPNP"}
+        )
 
 
 def test_strategy_resolution_errors(tmp_path):
@@ -152,7 +184,9 @@ def test_strategy_resolution_errors(tmp_path):
         resolve_strategy("nope")
     with pytest.raises(ValueError, match="cannot import"):
         resolve_strategy("no.such.module:Strategy")
-    with pytest.raises(ContractError, match="not a subclass of fedgraph.strategies.PrivateStrategy"):
+    with pytest.raises(
+        ContractError, match="not a subclass of fedgraph.strategies.PrivateStrategy"
+    ):
         resolve_strategy("fedgraph.config:PPGNNConfig")
     with pytest.raises(ContractError, match="does not implement run"):
         register_strategy("abstract-one")(type("Abstract", (PrivateStrategy,), {}))
@@ -211,11 +245,14 @@ class _NegativeEpsilon(_Identity):
         return {"identity": -1.0 if level == 2 else 1.0}
 
 
-@pytest.mark.parametrize("mech,message", [
-    (_Identity(), "raw feature matrix"),
-    (_WrongShape(), r"x_hat of shape \(32, 1\), expected \[32, 8\]"),
-    (_NegativeEpsilon(), r"privacy_spent\(level=2\).*finite number > 0"),
-])
+@pytest.mark.parametrize(
+    "mech,message",
+    [
+        (_Identity(), "raw feature matrix"),
+        (_WrongShape(), r"x_hat of shape \(32, 1\), expected \[32, 8\]"),
+        (_NegativeEpsilon(), r"privacy_spent\(level=2\).*finite number > 0"),
+    ],
+)
 def test_check_mechanism_catches(mech, message):
     with pytest.raises(ContractError, match=message):
         check_mechanism(mech, num_features=8, num_levels=3)
@@ -223,7 +260,11 @@ def test_check_mechanism_catches(mech, message):
 
 def test_preflight_refuses_a_mechanism_that_leaks_raw_features(tmp_path):
     """The dry run happens before any client perturbs real data: the run never starts."""
-    spec = write_module(tmp_path, "leaky", """
+    spec = (
+        write_module(
+            tmp_path,
+            "leaky",
+            """
         from fedgraph.mechanisms import FeatureMechanism
 
         class Leaky(FeatureMechanism):
@@ -240,16 +281,21 @@ def test_preflight_refuses_a_mechanism_that_leaks_raw_features(tmp_path):
 
             def estimate(self, report, num_features):
                 return report["x"], None
-        """) + ":Leaky"
+        """,
+        )
+        + ":Leaky"
+    )
     with pytest.raises(ConfigError, match=r"mechanism: .*raw feature matrix"):
-        run_local({"mechanism": spec, "num-clients": 2, "output-dir": str(tmp_path),
-                   "run-name": "leak"})
+        run_local(
+            {"mechanism": spec, "num-clients": 2, "output-dir": str(tmp_path), "run-name": "leak"}
+        )
     assert not (tmp_path / "leak.json").exists()
 
 
 def test_strategy_runs_are_seeded(tmp_path):
     """PrivateStrategy.start seeds torch with the run's seed: a strategy that draws server-side
     randomness without seeding it itself is still reproducible."""
+
     class _Draws(_NoAccuracy):
         def run(self, grid):
             super().run(grid)
@@ -257,8 +303,9 @@ def test_strategy_runs_are_seeded(tmp_path):
 
     tests = []
     for seed in (3, 3, 4):
-        cfg = parse_run_config({"num-clients": 1, "seed": seed, "output-dir": str(tmp_path),
-                                "run-name": f"s{seed}"})
+        cfg = parse_run_config(
+            {"num-clients": 1, "seed": seed, "output-dir": str(tmp_path), "run-name": f"s{seed}"}
+        )
         tests.append(_Draws(cfg).start(LocalGrid(1))["accuracy"]["test"])
     assert tests[0] == tests[1] != tests[2]
 
@@ -277,47 +324,72 @@ def test_mechanism_registration_and_unknown_name():
 
 # ------------------------------------------------------------------------------ datasets
 def _graph(**changes):
-    data = Data(x=torch.rand(6, 3), y=torch.tensor([0, 1, 2, 0, 1, 2]),
-                edge_index=torch.tensor([[0, 1, 2, 3], [1, 2, 3, 4]]), feature_domain=(0.0, 1.0))
+    data = Data(
+        x=torch.rand(6, 3),
+        y=torch.tensor([0, 1, 2, 0, 1, 2]),
+        edge_index=torch.tensor([[0, 1, 2, 3], [1, 2, 3, 4]]),
+        feature_domain=(0.0, 1.0),
+    )
     for key, value in changes.items():
         data[key] = value
     return data
 
 
-@pytest.mark.parametrize("changes,message", [
-    ({"x": None}, "x must be a float tensor .*None"),
-    ({"x": torch.ones(6, 3, dtype=torch.long)}, "x must be a float tensor"),
-    ({"y": torch.tensor([0, 1, 2, 0, 1])}, r"y must be an integer tensor \[6\]"),
-    ({"y": torch.tensor([0, 1, 2, 0, 1, -1])}, r"labels must lie in \[0, 3\).*the first "
-                                               r"outside is -1 at node 5"),
-    ({"y": torch.tensor([0, 1, 2, 0, 1, 3]), "num_classes": 3}, r"labels must lie in \[0, 3\)"),
-    ({"y": torch.tensor([1, 2, 3, 1, 2, 3])}, r"classes \[0\] have no node \(1-based"),
-    ({"y": torch.tensor([0, 1, 2, 0, 1, 99])}, r"the labels take the values \[0, 1, 2, 99\], so "
-     r"classes \[3, 4, .*12, \.\.\.\] \(96 in all\) have no node \(the largest label, 99, "
-     r"is at node\(s\) \[5\]"),
-    ({"edge_index": torch.tensor([[0, 1, 2]])}, r"edge_index must be an integer tensor \[2, num_edges\]"),
-    ({"edge_index": torch.tensor([[0, 6], [1, 2]])}, r"node ids in \[0, 6\], outside \[0, 6\)"),
-    ({"x": torch.full((6, 3), 2.0)}, "outside the declared feature_domain"),
-    ({"feature_domain": (1.0, 0.0)}, "low < high"),
-    ({"train_mask": torch.ones(5, dtype=torch.bool)}, r"train_mask must be a bool tensor \[6\]"),
-])
+@pytest.mark.parametrize(
+    "changes,message",
+    [
+        ({"x": None}, "x must be a float tensor .*None"),
+        ({"x": torch.ones(6, 3, dtype=torch.long)}, "x must be a float tensor"),
+        ({"y": torch.tensor([0, 1, 2, 0, 1])}, r"y must be an integer tensor \[6\]"),
+        (
+            {"y": torch.tensor([0, 1, 2, 0, 1, -1])},
+            r"labels must lie in \[0, 3\).*the first "
+            r"outside is -1 at node 5",
+        ),
+        ({"y": torch.tensor([0, 1, 2, 0, 1, 3]), "num_classes": 3}, r"labels must lie in \[0, 3\)"),
+        ({"y": torch.tensor([1, 2, 3, 1, 2, 3])}, r"classes \[0\] have no node \(1-based"),
+        (
+            {"y": torch.tensor([0, 1, 2, 0, 1, 99])},
+            r"the labels take the values \[0, 1, 2, 99\], so "
+            r"classes \[3, 4, .*12, \.\.\.\] \(96 in all\) have no node \(the largest label, 99, "
+            r"is at node\(s\) \[5\]",
+        ),
+        (
+            {"edge_index": torch.tensor([[0, 1, 2]])},
+            r"edge_index must be an integer tensor \[2, num_edges\]",
+        ),
+        ({"edge_index": torch.tensor([[0, 6], [1, 2]])}, r"node ids in \[0, 6\], outside \[0, 6\)"),
+        ({"x": torch.full((6, 3), 2.0)}, "outside the declared feature_domain"),
+        ({"feature_domain": (1.0, 0.0)}, "low < high"),
+        (
+            {"train_mask": torch.ones(5, dtype=torch.bool)},
+            r"train_mask must be a bool tensor \[6\]",
+        ),
+    ],
+)
 def test_check_graph_catches(changes, message):
     with pytest.raises(ContractError, match=f"dataset 'mine': .*{message}"):
         check_graph(_graph(**changes), "mine")
 
 
 def test_bad_loader_fails_preflight_naming_the_field(tmp_path):
-    spec = write_module(tmp_path, "badgraph", """
+    spec = (
+        write_module(
+            tmp_path,
+            "badgraph",
+            """
         import torch
         from torch_geometric.data import Data
 
         def load(root):
             return Data(x=torch.rand(10, 4), y=torch.arange(10) % 3 + 1,  # 1-based
                         edge_index=torch.tensor([[0], [1]]), feature_domain=(0.0, 1.0))
-        """) + ":load"
+        """,
+        )
+        + ":load"
+    )
     with pytest.raises(ConfigError, match=r"dataset/data-root: .*classes \[0\] have no node"):
-        run_local({"method": "gap", "dataset": spec, "num-clients": 2,
-                   "output-dir": str(tmp_path)})
+        run_local({"method": "gap", "dataset": spec, "num-clients": 2, "output-dir": str(tmp_path)})
 
 
 def test_dataset_registration_and_unknown_name():
@@ -342,33 +414,49 @@ def test_a_malformed_graph_file_is_named_with_its_layout(tmp_path):
     """The ``files`` dataset: a header line without ``#``, a ragged feature row and a broken
     graph.toml each name the file and what it should hold (numpy's and tomllib's own words
     alone named neither)."""
-    def folder(edges="0,1\n1,2\n", features="1,0\n0,1\n1,1\n", labels="0\n1\n0\n",
-               toml=None):
+
+    def folder(edges="0,1\n1,2\n", features="1,0\n0,1\n1,1\n", labels="0\n1\n0\n", toml=None):
         d = tmp_path / f"g{len(list(tmp_path.iterdir()))}"
         d.mkdir()
-        for name, text in (("edges.csv", edges), ("features.csv", features),
-                           ("labels.csv", labels), ("graph.toml", toml)):
+        for name, text in (
+            ("edges.csv", edges),
+            ("features.csv", features),
+            ("labels.csv", labels),
+            ("graph.toml", toml),
+        ):
             if text is not None:
                 (d / name).write_text(text)
         return d
 
     assert read_graph_files(folder()).num_nodes == 3
     bad = folder(edges="source,target\n0,1\n")
-    with pytest.raises(ValueError, match=r"edges.csv: .*'source'.*a header line must start "
-                                         r"with '#'"):
+    with pytest.raises(
+        ValueError,
+        match=r"edges.csv: .*'source'.*a header line must start "
+        r"with '#'",
+    ):
         read_graph_files(bad)
     with pytest.raises(ValueError, match=r"features.csv: data line 2 .*column\(s\).*same number"):
         read_graph_files(folder(features="1,0\n0,1,1\n1,1\n"))
     with pytest.raises(ValueError, match=r"graph.toml: not valid TOML"):
         read_graph_files(folder(toml="feature_domain = [0, 1"))
-    with pytest.raises(ValueError, match=r"features.csv: data line 2, column 2 is nan "
-                                         r"\(counting data lines and columns from 1"):
+    with pytest.raises(
+        ValueError,
+        match=r"features.csv: data line 2, column 2 is nan "
+        r"\(counting data lines and columns from 1",
+    ):
         read_graph_files(folder(features="1,0\n0,nan\n1,1\n"))
-    with pytest.raises(ValueError, match=r"labels.csv has 2 data lines but .*features.csv "
-                                         r"has 3: one label per node"):
+    with pytest.raises(
+        ValueError,
+        match=r"labels.csv has 2 data lines but .*features.csv "
+        r"has 3: one label per node",
+    ):
         read_graph_files(folder(labels="0\n1\n"))
-    with pytest.raises(ValueError, match=r"edges.csv: data line 2 \(counted from 1\) has the "
-                                         r"edge 1,3; node ids must lie in \[0, 3\)"):
+    with pytest.raises(
+        ValueError,
+        match=r"edges.csv: data line 2 \(counted from 1\) has the "
+        r"edge 1,3; node ids must lie in \[0, 3\)",
+    ):
         read_graph_files(folder(edges="# source,target\n0,1\n1,3\n"))
     for name in ("edges", "features", "labels"):  # (numpy only warned for an empty file)
         with pytest.raises(ValueError, match=rf"{name}.csv: no data line \(expected"):
@@ -378,8 +466,9 @@ def test_a_malformed_graph_file_is_named_with_its_layout(tmp_path):
 # ------------------------------------------------------------------------------ partitioners
 def test_a_partitioner_leaving_clients_empty_is_warned_about():
     """Empty clients get one node each (fix_empty_clients), not silently: a warning names them."""
-    register_partitioner("all-zero")(lambda data, num_clients, seed, **o:
-                                     torch.zeros(data.num_nodes, dtype=torch.long))
+    register_partitioner("all-zero")(
+        lambda data, num_clients, seed, **o: torch.zeros(data.num_nodes, dtype=torch.long)
+    )
     try:
         with pytest.warns(UserWarning, match=r"left client\(s\) 1, 2 of 3 empty"):
             parts = partition(_graph(), 3, "all-zero", seed=0)
@@ -410,7 +499,8 @@ def test_entry_point_names_resolve(tmp_path, monkeypatch):
     """An installed package can publish a mechanism under group 'fedgraph.mechanisms'."""
     (tmp_path / "mypkg_ep.py").write_text(
         "from fedgraph.mechanisms import LaplaceMechanism\n"
-        "def make(budgets, **_):\n    return LaplaceMechanism(min(budgets))\n")
+        "def make(budgets, **_):\n    return LaplaceMechanism(min(budgets))\n"
+    )
     info = tmp_path / "mypkg_ep-0.1.dist-info"
     info.mkdir()
     (info / "METADATA").write_text("Metadata-Version: 2.1\nName: mypkg-ep\nVersion: 0.1\n")
@@ -432,8 +522,10 @@ def test_paths_in_a_toml_are_relative_to_that_file(tmp_path, monkeypatch):
     assert cfg["partitioner"] == f"{EXAMPLES / 'custom_dataset' / 'loader.py'}:by_blocks"
     toml = tmp_path / "sub" / "run.toml"
     toml.parent.mkdir()
-    toml.write_text('data-root = "data"\noutput-dir = "runs"\n'
-                    'mechanism = "examples/custom_mechanism/mechanism.py:PiecewiseMechanism"\n')
+    toml.write_text(
+        'data-root = "data"\noutput-dir = "runs"\n'
+        'mechanism = "examples/custom_mechanism/mechanism.py:PiecewiseMechanism"\n'
+    )
     cfg = load_run_config(str(toml), ["run-name='x'"])
     assert cfg["data-root"] == str(toml.parent / "data")
     assert cfg["output-dir"] == str(toml.parent / "runs")
@@ -448,16 +540,22 @@ def test_a_pt_file_as_data_root_of_the_files_dataset_passes_the_config_check(tmp
 
     graph = read_graph_files(EXAMPLES / "custom_dataset" / "graph")
     torch.save(graph, tmp_path / "graph.pt")
-    cfg = parse_run_config({"method": "gap", "dataset": "files",
-                            "data-root": str(tmp_path / "graph.pt")})
+    cfg = parse_run_config(
+        {"method": "gap", "dataset": "files", "data-root": str(tmp_path / "graph.pt")}
+    )
     check_data_root(cfg)
     assert load_dataset("files", str(tmp_path / "graph.pt")).num_nodes == graph.num_nodes
-    missing = parse_run_config({"method": "gap", "dataset": "files",
-                                "data-root": str(tmp_path / "none.pt")})
-    with pytest.raises(ConfigError, match=r"data-root: .*none\.pt is not a file \(dataset "
-                                          r"'files' reads a \.pt file"):
+    missing = parse_run_config(
+        {"method": "gap", "dataset": "files", "data-root": str(tmp_path / "none.pt")}
+    )
+    with pytest.raises(
+        ConfigError,
+        match=r"data-root: .*none\.pt is not a file \(dataset "
+        r"'files' reads a \.pt file",
+    ):
         check_data_root(missing)
-    other = parse_run_config({"method": "gap", "dataset": "cora",
-                              "data-root": str(tmp_path / "graph.pt")})
+    other = parse_run_config(
+        {"method": "gap", "dataset": "cora", "data-root": str(tmp_path / "graph.pt")}
+    )
     with pytest.raises(ConfigError, match=r"graph\.pt is not a folder"):
         check_data_root(other)  # only the files dataset reads a .pt

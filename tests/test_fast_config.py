@@ -1,5 +1,6 @@
 """``fedgraph run`` validates the run config before importing torch, PyG, Flower or Ray
 (fedgraph.catalog): checked by what a fresh process has imported, not by a wall clock."""
+
 import importlib
 import json
 import subprocess
@@ -39,42 +40,65 @@ BAD = [  # (args, words the message must hold)
     (["no-such-preset"], ["preset 'no-such-preset' not found"]),
     (["gap-edge-cor"], ["preset 'gap-edge-cor' not found (did you mean 'gap-edge-cora'?)"]),
     (["--set", "epsilon=nan"], ["epsilon: must be a finite number"]),
-    (["ppgnn-cora", "--set", "budgets=nan"],
-     ["budgets: must be a finite number", "allowed: comma-separated epsilons in (0, inf)"]),
-    (["gap-edge-cora", "--set", "delta=nan"], ["delta: must be a finite number",
-                                                "allowed: [1e-12, 1)"]),
+    (
+        ["ppgnn-cora", "--set", "budgets=nan"],
+        ["budgets: must be a finite number", "allowed: comma-separated epsilons in (0, inf)"],
+    ),
+    (
+        ["gap-edge-cora", "--set", "delta=nan"],
+        ["delta: must be a finite number", "allowed: [1e-12, 1)"],
+    ),
     (["gap-edge-cora", "--set", "hops=inf"], ["hops: must be a finite number", "allowed: [0, "]),
-    (["gap-edge-cora", "--set", "hops=two"], ["hops: Input should be a valid integer",
-                                              "allowed: [0, 10]"]),
+    (
+        ["gap-edge-cora", "--set", "hops=two"],
+        ["hops: Input should be a valid integer", "allowed: [0, 10]"],
+    ),
     (["gap-edge-cora", "--set", "client-epsilons=4,nan"], ["client-epsilons: an epsilon is NaN"]),
-    (["--set", "method=gap", "--set", "dataset=files"],
-     ["data-root: dataset 'files' reads the folder", "set data-root"]),
+    (
+        ["--set", "method=gap", "--set", "dataset=files"],
+        ["data-root: dataset 'files' reads the folder", "set data-root"],
+    ),
     (["--set", "dataset=no-such-graph"], ["dataset: unknown 'no-such-graph'; allowed: cora"]),
     (["--set", "partitioner=nope"], ["partitioner: unknown 'nope'", "'louvain'"]),
     (["--set", "mechanism=nope"], ["mechanism: unknown 'nope'", "'ppm'"]),
     (["--set", "strategy=nope"], ["strategy: unknown 'nope'", "'privgnn'"]),
-    (["gap-edge-cora", "--cpus-per-client", "0"],
-     ["--cpus-per-client: must be a finite number > 0"]),
+    (
+        ["gap-edge-cora", "--cpus-per-client", "0"],
+        ["--cpus-per-client: must be a finite number > 0"],
+    ),
     (["--set", "data-root=/no/such/folder"], ["data-root: /no/such/folder is not a folder"]),
     # a folder without the dataset's files (docs/ has none): named before Ray, without torch
-    (["--set", "dataset=citeseer", "--set", "data-root=docs"],
-     ["dataset/data-root: Raw files of dataset 'citeseer' not found (looked for: "
-      "docs/planetoid/CiteSeer/raw/ind.citeseer.x"]),
+    (
+        ["--set", "dataset=citeseer", "--set", "data-root=docs"],
+        [
+            "dataset/data-root: Raw files of dataset 'citeseer' not found (looked for: "
+            "docs/planetoid/CiteSeer/raw/ind.citeseer.x"
+        ],
+    ),
     (["--set", "self-loops=maybe"], ["self-loops: must be true or false (got 'maybe')"]),
     (["--set", "patience=-1"], ["patience", "greater than or equal to 0"]),
     # under a file (README.md): no folder can be made there
-    (["--set", "output-dir=README.md/runs"], ["output-dir: cannot write reports to README.md/runs"]),
-    (["--set", "strategy=no_such_pkg.mod:Cls"],
-     ["strategy: cannot import 'no_such_pkg.mod:Cls'", "No module named 'no_such_pkg'"]),
+    (
+        ["--set", "output-dir=README.md/runs"],
+        ["output-dir: cannot write reports to README.md/runs"],
+    ),
+    (
+        ["--set", "strategy=no_such_pkg.mod:Cls"],
+        ["strategy: cannot import 'no_such_pkg.mod:Cls'", "No module named 'no_such_pkg'"],
+    ),
     (["--set", "strategy=examples/nope.py:X"], ["strategy: cannot import", "no file"]),
     (["lpgnn-cora", "--set", "epsilon=2"], ["epsilon: 2 is above the smallest level's budget 1"]),
     (["ppgnn-cora", "--set", "epsilon=0.5"], ["epsilon: has no effect with mechanism 'ppm'"]),
     (["--set", "num-clients=5000"], ["num-clients: must lie in [1, 2708] for dataset 'cora'"]),
     (["gap-edge-cora", "--set", "hops=0"], ["hops: must be >= 1", "variant = 'mlp'"]),
-    (["gap-edge-cora", "--set", "num-clients=2", "--set", "client-epsilons=1,2,3"],
-     ["client-epsilons: 3 values for 2 client(s)"]),
-    (["--set", "dataset=synthetic-sbm:40:3", "--set", "num-clients=41"],
-     ["num-clients: must lie in [1, 40] for dataset 'synthetic-sbm:40:3:0'"]),
+    (
+        ["gap-edge-cora", "--set", "num-clients=2", "--set", "client-epsilons=1,2,3"],
+        ["client-epsilons: 3 values for 2 client(s)"],
+    ),
+    (
+        ["--set", "dataset=synthetic-sbm:40:3", "--set", "num-clients=41"],
+        ["num-clients: must lie in [1, 40] for dataset 'synthetic-sbm:40:3:0'"],
+    ),
 ]
 
 
@@ -95,15 +119,22 @@ def test_known_node_counts_are_the_loaders(monkeypatch):
             checked += 1
             break
     assert checked >= 1  # the bundled Cora at least
-    assert load_dataset("synthetic-sbm:40:3").num_nodes == catalog.known_num_nodes(
-        "synthetic-sbm:40:3:0") == 40
+    assert (
+        load_dataset("synthetic-sbm:40:3").num_nodes
+        == catalog.known_num_nodes("synthetic-sbm:40:3:0")
+        == 40
+    )
     assert catalog.known_num_nodes("facebook100:Caltech36") is None  # depends on the config
 
 
 def test_config_errors_are_reported_before_torch_flower_or_ray_are_imported():
-    proc = subprocess.run([sys.executable, "-c", SCRIPT, json.dumps([a for a, _ in BAD]),
-                           json.dumps(HEAVY)], cwd=ROOT, capture_output=True, text=True,
-                          timeout=120)
+    proc = subprocess.run(
+        [sys.executable, "-c", SCRIPT, json.dumps([a for a, _ in BAD]), json.dumps(HEAVY)],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert proc.returncode == 0, proc.stderr
     out = json.loads(proc.stdout.strip().splitlines()[-1])
     for (args, words), (code, text) in zip(BAD, out["runs"]):
@@ -119,14 +150,24 @@ def test_catalog_names_are_what_the_registries_hold(kind):
     that register use names of their own) and the registry's builtin list and hint."""
     k = catalog.KINDS[kind]
     registry = getattr(importlib.import_module(k.module), k.attr)
-    own = {n for n, obj in registry.items()
-           if getattr(obj, "__module__", "").split(".")[0] in ("fedgraph", "strategies")}
+    own = {
+        n
+        for n, obj in registry.items()
+        if getattr(obj, "__module__", "").split(".")[0] in ("fedgraph", "strategies")
+    }
     assert set(k.registered) == own
     assert registry.builtin == k.builtin and registry.hint == k.hint
 
 
-@pytest.mark.parametrize("kind,name", [("dataset", "no-such-graph"), ("partitioner", "nope"),
-                                       ("mechanism", "my_mod.Mech"), ("strategy", "nope")])
+@pytest.mark.parametrize(
+    "kind,name",
+    [
+        ("dataset", "no-such-graph"),
+        ("partitioner", "nope"),
+        ("mechanism", "my_mod.Mech"),
+        ("strategy", "nope"),
+    ],
+)
 def test_catalog_gives_the_registrys_message_and_answers(kind, name, monkeypatch):
     """Without the registry's module imported, an unknown name gets the registry's message
     (names registered at run time aside), a built-in name passes, an import path whose module
@@ -158,8 +199,9 @@ def test_catalog_gives_the_registrys_message_and_answers(kind, name, monkeypatch
     assert catalog.check_name(kind, name) is None  # imported: the registry decides
 
 
-@pytest.mark.parametrize("name", ["Cora", "pubmed", "facebook100:Caltech36", "FILES",
-                                  "synthetic-sbm:2000:10", "nope"])
+@pytest.mark.parametrize(
+    "name", ["Cora", "pubmed", "facebook100:Caltech36", "FILES", "synthetic-sbm:2000:10", "nope"]
+)
 def test_catalog_dataset_spec_matches_dataset_spec(name, monkeypatch):
     from fedgraph.data import dataset_spec
 
@@ -209,8 +251,9 @@ print(json.dumps({"config": before, "client": [m for m in ("torch_geometric", "t
 def test_a_synthetic_dataset_validates_without_torch_and_gaps_client_path_without_pyg():
     """Parsing ``synthetic-sbm:...`` imports no torch; a GAP client (its app, GAP's client
     functions, its part of the partition cache's key) imports no PyG (about 2 s a process)."""
-    proc = subprocess.run([sys.executable, "-c", LIGHT_CLIENT], cwd=ROOT, capture_output=True,
-                          text=True, timeout=120)
+    proc = subprocess.run(
+        [sys.executable, "-c", LIGHT_CLIENT], cwd=ROOT, capture_output=True, text=True, timeout=120
+    )
     assert proc.returncode == 0, proc.stderr[-2000:]
     out = json.loads(proc.stdout.strip().splitlines()[-1])
     assert out == {"config": [], "client": [], "partition": True}
@@ -240,18 +283,23 @@ def test_a_ray_address_where_no_cluster_answers_is_refused_before_anything_start
         listening.listen()
         with pytest.raises(ConfigError, match="but not Ray's GCS within 0.5 s"):
             check_ray_address(f"127.0.0.1:{listening.getsockname()[1]}", timeout=0.5)
-    for bad, words in (("http://127.0.0.1:80", "unknown scheme 'http://'"),
-                       ("127.0.0.1", "RAY_ADDRESS='127.0.0.1'")):
+    for bad, words in (
+        ("http://127.0.0.1:80", "unknown scheme 'http://'"),
+        ("127.0.0.1", "RAY_ADDRESS='127.0.0.1'"),
+    ):
         with pytest.raises(ConfigError, match=words):
             check_ray_address(bad)
     # a real cluster passes: tests/test_ray_cluster.py (marked slow) runs on one
 
 
-@pytest.mark.parametrize("budgets,words", [
-    ("1e308", "with one level: budgets below 22002.2)"),  # the level analysis's scan
-    ("1,1e308", "gamma = 0.1: budgets below 7000"),  # ESW's exp(0.1 x budget) overflows
-    ("1,7100", "ESW epsilon of gamma x 7100 = 710"),
-])
+@pytest.mark.parametrize(
+    "budgets,words",
+    [
+        ("1e308", "with one level: budgets below 22002.2)"),  # the level analysis's scan
+        ("1,1e308", "gamma = 0.1: budgets below 7000"),  # ESW's exp(0.1 x budget) overflows
+        ("1,7100", "ESW epsilon of gamma x 7100 = 710"),
+    ],
+)
 def test_ppm_budgets_past_what_its_analysis_evaluates_are_config_errors(budgets, words):
     """Refused by the config (well under a second), not by the preflight's contract check
     after Ray started (which saw level_epsilon = nan there)."""

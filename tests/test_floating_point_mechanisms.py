@@ -17,6 +17,7 @@ corners of the domain) must each be reachable from the other input:
   implementation is driven at the threshold boundaries to show it uses those thresholds, and an
   epsilon beyond the grid is refused. The old float32 comparison fails the same check.
 """
+
 from __future__ import annotations
 
 import math
@@ -27,11 +28,24 @@ import pytest
 import torch
 
 from fedgraph import randomness as rng
-from fedgraph.mechanisms import (FEATURE_MECHANISMS, binary_effective_epsilon, binary_thresholds,
-                                 esw, esw_effective_epsilon, esw_thresholds, gaussian, laplace,
-                                 multi_bit, one_bit, ppm, PPMParams, randomized_response,
-                                 randomized_response_effective_epsilon,
-                                 randomized_response_range, randomized_response_thresholds)
+from fedgraph.mechanisms import (
+    FEATURE_MECHANISMS,
+    PPMParams,
+    binary_effective_epsilon,
+    binary_thresholds,
+    esw,
+    esw_effective_epsilon,
+    esw_thresholds,
+    gaussian,
+    laplace,
+    multi_bit,
+    one_bit,
+    ppm,
+    randomized_response,
+    randomized_response_effective_epsilon,
+    randomized_response_range,
+    randomized_response_thresholds,
+)
 from fedgraph.mechanisms.additive import laplace_scale
 from fedgraph.mechanisms.thresholds import BINARY_EPSILON_MAX
 
@@ -52,10 +66,12 @@ def _dec_exp(eps: float) -> Decimal:
 def _drive_rand(monkeypatch, words: torch.Tensor):
     """Make ``torch.rand(..., float64)`` (what a torch.Generator's draws go through,
     ``fedgraph.randomness.rand``/``uniform_bits``) return ``words * 2^-53``."""
+
     def fake(shape, generator=None, dtype=None, **_):
         shape = (shape,) if isinstance(shape, int) else tuple(shape)
         assert dtype == torch.float64 and shape == tuple(words.shape)
-        return words.double() * 2.0 ** -53
+        return words.double() * 2.0**-53
+
     monkeypatch.setattr(torch, "rand", fake)
 
 
@@ -79,10 +95,12 @@ def _unreachable_laplace(mech, monkeypatch, y: torch.Tensor, x_other: torch.Tens
     """Fraction of the coordinates of ``y`` that no uniform on the 2^-53 grid makes
     ``mech(x_other, EPS, torch.Generator())`` output (the release is non-decreasing in the
     uniform, for the new sampler and the old one alike)."""
+
     def release(k):
         with monkeypatch.context() as m:
             _drive_rand(m, k)
             return mech(x_other, EPS, torch.Generator())
+
     return 1.0 - float(_bisect(release, y, 0, SPAN - 1).double().mean())
 
 
@@ -210,6 +228,7 @@ def test_gaussian_outputs_are_reachable_from_the_neighbouring_input(four):
 
             def release_with(g):
                 return rng.add_gaussian(x_other, sigma, g).reshape(-1)
+
         assert y.dtype == torch.float32
         assert _unreachable_gaussian(release_with, y[0], x_other[0], four) == 0.0
 
@@ -235,9 +254,11 @@ def test_the_old_float32_gaussian_fails_the_same_kind_of_check(monkeypatch):
 
         def fake(shape, generator=None, dtype=None, **_):
             return f.clone()
+
         with monkeypatch.context() as m:
             m.setattr(torch, "randn", fake)
             return old_float32_gaussian(x_other, sigma, torch.Generator())
+
     reach = _bisect(release, y, -top, top)
     assert float(1.0 - reach.double().mean()) > 0.01
 
@@ -284,8 +305,8 @@ def test_randomized_response_matches_its_thresholds(monkeypatch):
 def old_float32_rr_effective_epsilon(eps: float, k: int) -> float:
     """cea4199: ``rand(float32) < keep_p`` (24-bit uniforms, keep_p rounded to float32)."""
     keep_p = np.float32(math.exp(eps) / (math.exp(eps) + k - 1))
-    keep = math.ceil(float(keep_p) * 2 ** 24)
-    other = (2 ** 24 - keep) / (k - 1)
+    keep = math.ceil(float(keep_p) * 2**24)
+    other = (2**24 - keep) / (k - 1)
     return math.inf if other == 0 else math.log(keep / other)
 
 
@@ -329,8 +350,12 @@ def test_one_bit_and_multi_bit_match_their_thresholds(monkeypatch):
     # multi-bit / MLR: one sampled dimension, the same sign thresholds at epsilon / m
     x1 = torch.tensor([[1.0], [-1.0]])
     for k, want in ((hi - 1, [1, -1]), (lo - 1, [1, 1]), (hi, [-1, -1])):
-        calls = iter([torch.zeros(2, 1, dtype=torch.float64),
-                      torch.full((2,), k, dtype=torch.float64) * 2.0 ** -53])
+        calls = iter(
+            [
+                torch.zeros(2, 1, dtype=torch.float64),
+                torch.full((2,), k, dtype=torch.float64) * 2.0**-53,
+            ]
+        )
         with monkeypatch.context() as m:
             m.setattr(torch, "rand", lambda *a, **kw: next(calls))
             bits = multi_bit(x1, eps, num_dims=1, generator=torch.Generator())
@@ -379,13 +404,13 @@ def test_esw_matches_its_thresholds_and_refuses_beyond_the_grid(monkeypatch):
         esw(torch.tensor([1]), 40.0, f, b)
 
 
-@pytest.mark.parametrize("rate", [1e-9, 0.0123, 0.3, 1 / 3, 0.5, 1 - 2 ** -40, 1.0])
+@pytest.mark.parametrize("rate", [1e-9, 0.0123, 0.3, 1 / 3, 0.5, 1 - 2**-40, 1.0])
 def test_poisson_sampling_never_exceeds_its_rate(rate):
     """DP-SGD's and PrivGNN's Poisson sampling: the real rate t / 2^53 is in (rate - 2^-53,
     rate]; the old float32 comparison rounded 0.3 up."""
     t = rng.rate_threshold(rate)
     assert Decimal(t) <= Decimal(rate) * SPAN < Decimal(t) + 1
-    old = math.ceil(float(np.float32(rate)) * 2 ** 24) / 2 ** 24
+    old = math.ceil(float(np.float32(rate)) * 2**24) / 2**24
     if rate == 0.3:
         assert old > rate  # the old pattern amplified with a rate below the real one
     assert rng.bernoulli(rate, 1000, rng.SecureRandom(b"\x05" * 32)).dtype == torch.bool
@@ -402,13 +427,20 @@ def test_ppm_reports_are_exact_and_refuse_beyond_the_grid():
     # ESW's own draw refuses a window budget it cannot carry
     ppm(torch.ones(1, 1), torch.tensor([1]), PPMParams((60.0,)), generator=torch.Generator())
     with pytest.raises(ValueError, match="must lie in"):
-        ppm(torch.ones(1, 1), torch.tensor([2]), PPMParams((1.0, 1000.0)),
-            generator=torch.Generator())
+        ppm(
+            torch.ones(1, 1),
+            torch.tensor([2]),
+            PPMParams((1.0, 1000.0)),
+            generator=torch.Generator(),
+        )
 
 
 def test_every_registered_mechanism_is_covered():
     """A built-in mechanism registered later needs its floating-point check here (a user's
     plug-in, such as the examples' that other tests register, is the user's to check)."""
-    builtin = {name for name, cls in FEATURE_MECHANISMS.items()
-               if getattr(cls, "__module__", "").startswith("fedgraph.")}
+    builtin = {
+        name
+        for name, cls in FEATURE_MECHANISMS.items()
+        if getattr(cls, "__module__", "").startswith("fedgraph.")
+    }
     assert builtin <= {"ppm", "multi-bit", "one-bit", "laplace", "gaussian"}

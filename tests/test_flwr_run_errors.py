@@ -1,6 +1,7 @@
 """What ``flwr run`` shows when a run cannot start (issue 17, item 2): one plain line naming the
 bad key (no traceback), and a supernode count that does not match ``num-clients`` fails at once
 instead of after the 60 s connect timeout."""
+
 from __future__ import annotations
 
 import logging
@@ -20,8 +21,15 @@ def _record_for(err: BaseException) -> logging.LogRecord:
     except RuntimeError:
         import sys
 
-        return logging.LogRecord("flwr", logging.ERROR, __file__, 1,
-                                 "%s raised an exception", ("Simulation",), sys.exc_info())
+        return logging.LogRecord(
+            "flwr",
+            logging.ERROR,
+            __file__,
+            1,
+            "%s raised an exception",
+            ("Simulation",),
+            sys.exc_info(),
+        )
 
 
 def test_config_error_is_one_line_without_traceback():
@@ -110,7 +118,8 @@ def test_a_num_clients_out_of_range_is_left_to_the_range_check(bad):
     from fedgraph.simulations.supernodes import resolve_num_clients
 
     assert resolve_num_clients(InMemoryGrid(2), {"num-clients": bad}, settle=0.1) == {
-        "num-clients": bad}
+        "num-clients": bad
+    }
     if bad is not True:
         with pytest.raises(ConfigError, match=r"num-clients: .*allowed: \[1, 100000\]"):
             parse_run_config({"method": "gap", "num-clients": bad})
@@ -125,7 +134,6 @@ def test_a_deployment_keeps_an_explicit_num_clients():
     assert resolve_num_clients(Grid(2), {"num-clients": 5})["num-clients"] == 5
 
 
-
 def test_flwr_run_refuses_a_key_of_another_method_the_user_set(monkeypatch):
     """Under ``flwr run`` every key of pyproject.toml reaches the ServerApp; one the user set
     (its value is not the file's default) that belongs only to another method would be
@@ -137,8 +145,9 @@ def test_flwr_run_refuses_a_key_of_another_method_the_user_set(monkeypatch):
     server_app.check_flwr_run_config(dict(defaults))  # the defaults alone: nothing set
     server_app.check_flwr_run_config({**defaults, "method": "gap", "hops": 5})  # GAP's own
     for bad in ({"hops": 5}, {"hops": "two"}):
-        with pytest.raises(ConfigError, match="hops: a key of method 'gap'.*not of this run's "
-                                              "method 'ppgnn'"):
+        with pytest.raises(
+            ConfigError, match="hops: a key of method 'gap'.*not of this run's method 'ppgnn'"
+        ):
             server_app.check_flwr_run_config({**defaults, **bad})
 
     class Context:  # what the ServerApp reads under flwr run

@@ -1,4 +1,5 @@
 """GAP: PMA, degree bounding, sensitivities, accounting, DP-SGD training, a small end-to-end run."""
+
 import math
 from pathlib import Path
 
@@ -6,9 +7,22 @@ import pytest
 import torch
 from torch_geometric.utils import coalesce
 
-from fedgraph.methods.gap import (DPSGD, aggregate, calibrate_gap, default_delta, dpsgd_schedule,
-                                  edge_sensitivity, evaluate, gap_events, local_train,
-                                  node_sensitivity, normalize_rows, perturb, pma, run_gap)
+from fedgraph.methods.gap import (
+    DPSGD,
+    aggregate,
+    calibrate_gap,
+    default_delta,
+    dpsgd_schedule,
+    edge_sensitivity,
+    evaluate,
+    gap_events,
+    local_train,
+    node_sensitivity,
+    normalize_rows,
+    perturb,
+    pma,
+    run_gap,
+)
 from fedgraph.nn.gap import GAPClassifier, GAPEncoder
 from fedgraph.utils import bound_degree, bound_in_degree, bound_out_degree, in_degree, out_degree
 
@@ -24,10 +38,12 @@ def _graph(n=200, m=3000, seed=0):
 
 def _accounting():
     acc = pytest.importorskip("fedgraph.accounting")
-    if not all(hasattr(acc, k) for k in ("Gaussian", "SubsampledGaussian", "compose_epsilon",
-                                         "calibrate")):
-        pytest.skip("fedgraph.accounting has no Gaussian/SubsampledGaussian/compose_epsilon/"
-                    "calibrate yet")
+    if not all(
+        hasattr(acc, k) for k in ("Gaussian", "SubsampledGaussian", "compose_epsilon", "calibrate")
+    ):
+        pytest.skip(
+            "fedgraph.accounting has no Gaussian/SubsampledGaussian/compose_epsilon/calibrate yet"
+        )
     return acc
 
 
@@ -105,8 +121,7 @@ def test_in_place_row_normalization_gives_the_same_values_and_keeps_zero_rows():
         assert normalize_rows_(got) is got
         assert torch.equal(got, expect)  # the same division, so the same bits
         assert float(got[7].abs().sum()) == 0.0
-        assert torch.allclose(got[torch.arange(300) != 7].norm(dim=1),
-                              torch.ones(299, dtype=dtype))
+        assert torch.allclose(got[torch.arange(300) != 7].norm(dim=1), torch.ones(299, dtype=dtype))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -116,8 +131,9 @@ def test_in_place_row_normalization_gives_the_same_values_and_keeps_zero_rows():
 def test_bound_degree_keeps_at_most_d_and_exactly_d_for_high_degree(direction):
     n, d = 300, 7
     ei = _graph(n, 4000, seed=4)
-    kept, mask = bound_degree(ei, n, d, torch.Generator().manual_seed(0), direction=direction,
-                              return_mask=True)
+    kept, mask = bound_degree(
+        ei, n, d, torch.Generator().manual_seed(0), direction=direction, return_mask=True
+    )
     deg = in_degree if direction == "in" else out_degree
     before, after = deg(ei, n), deg(kept, n)
     assert int(after.max()) <= d
@@ -170,7 +186,7 @@ def test_sensitivities_and_their_empirical_bounds():
         assert float(diff) <= math.sqrt(d) + 1e-9
     # an undirected edge changes two rows by unit vectors: sqrt(2); a directed one: 1
     u, v = int(ei[0, 0]), int(ei[1, 0])
-    both = (((ei[0] == u) & (ei[1] == v)) | ((ei[0] == v) & (ei[1] == u)))
+    both = ((ei[0] == u) & (ei[1] == v)) | ((ei[0] == v) & (ei[1] == u))
     one = torch.zeros_like(both)
     one[0] = True
     assert float((aggregate(x, ei[:, ~one], n) - full).norm()) == pytest.approx(1.0)
@@ -194,8 +210,9 @@ def test_gap_events_and_calibration():
     assert len(ev) == 1 and isinstance(ev[0], acc.Gaussian)
     with pytest.raises(ValueError):
         gap_events(2.0, 3, node_level=True)
-    ev = gap_events(2.0, 3, node_level=True, encoder_dpsgd=(0.02, 2.0, 100),
-                    classifier_dpsgd=(0.02, 2.0, 0))
+    ev = gap_events(
+        2.0, 3, node_level=True, encoder_dpsgd=(0.02, 2.0, 100), classifier_dpsgd=(0.02, 2.0, 0)
+    )
     assert [type(e).__name__ for e in ev] == ["Gaussian", "SubsampledGaussian"]
 
     delta = 1e-6
@@ -207,10 +224,16 @@ def test_gap_events_and_calibration():
     assert calibrate_gap(4.0, delta, num_hops=0) == 0.0  # no hop: no edge is touched
 
     sched = dpsgd_schedule(10000, 256, 5)
-    z_node = calibrate_gap(8.0, delta, num_hops=2, level="node", encoder_schedule=sched,
-                           classifier_schedule=sched)
-    events = gap_events(z_node, 2, node_level=True, encoder_dpsgd=(sched[0], z_node, sched[1]),
-                        classifier_dpsgd=(sched[0], z_node, sched[1]))
+    z_node = calibrate_gap(
+        8.0, delta, num_hops=2, level="node", encoder_schedule=sched, classifier_schedule=sched
+    )
+    events = gap_events(
+        z_node,
+        2,
+        node_level=True,
+        encoder_dpsgd=(sched[0], z_node, sched[1]),
+        classifier_dpsgd=(sched[0], z_node, sched[1]),
+    )
     eps = acc.compose_epsilon(events, delta)
     assert eps <= 8.0 + 1e-6 and eps > 7.5
     # the budget is shared: PMA alone at that multiplier spends only part of it
@@ -235,7 +258,7 @@ def test_classifier_shapes_and_opacus_per_example_gradients(combine):
     gsm._close()
     for i in range(5):  # grad_sample[i] is the gradient of example i alone
         model.zero_grad()
-        torch.nn.functional.cross_entropy(model(x[i:i + 1]), y[i:i + 1]).backward()
+        torch.nn.functional.cross_entropy(model(x[i : i + 1]), y[i : i + 1]).backward()
         for name, p in model.named_parameters():
             assert torch.allclose(per_example[name][i], p.grad, atol=1e-5), name
     with pytest.raises(ValueError):
@@ -264,8 +287,9 @@ def test_local_train_with_dpsgd_returns_a_plain_model_and_learns():
     num, loss = local_train(model, x, y, None, 8, 64, 0.05, DPSGD(0.8, 1.0), generator=g)
     assert num == n and math.isfinite(loss)
     assert set(model.state_dict()) == keys  # no "_module." prefix, hooks removed
-    assert not any(hasattr(p, "grad_sample") and p.grad_sample is not None
-                   for p in model.parameters())
+    assert not any(
+        hasattr(p, "grad_sample") and p.grad_sample is not None for p in model.parameters()
+    )
     assert any(not torch.equal(before[k], v) for k, v in model.state_dict().items())
     assert evaluate(model, x, y, None)["accuracy"] > 0.8
     # a tiny client: Poisson batches may be empty; the noisy step still happens
@@ -273,7 +297,7 @@ def test_local_train_with_dpsgd_returns_a_plain_model_and_learns():
     assert num == 3
     # BatchNorm mixes examples: refused under DP-SGD
     bn_model = GAPEncoder(10, 2, batch_norm=True)
-    with pytest.raises(Exception):
+    with pytest.raises(Exception):  # noqa: B017 (Opacus's own error type varies by version)
         local_train(bn_model, x, y, None, 1, 64, 0.05, DPSGD(1.0), generator=g)
     with pytest.raises(ValueError):
         local_train(model, x, y, None, 1, None, 0.05, DPSGD(1.0))

@@ -1,5 +1,6 @@
 """GAP paper baselines (issue #3 item 4): GraphSAGE without DP and with DP-SGD at node level,
 and the benchmark's config names for them and for MLP-DP."""
+
 import math
 
 import pytest
@@ -7,11 +8,15 @@ import torch
 import torch.nn.functional as F
 from torch_geometric.utils import coalesce
 
-from fedgraph.methods.gap import (mean_aggregate, run_gap, sage_dp_events, sage_dp_features,
-                                  sage_dp_sensitivity)
+from fedgraph.methods.gap import (
+    mean_aggregate,
+    run_gap,
+    sage_dp_events,
+    sage_dp_features,
+    sage_dp_sensitivity,
+)
 from fedgraph.nn.gap import MLP
 from fedgraph.utils import bound_out_degree, in_degree, out_degree
-
 
 
 @pytest.fixture(scope="module")
@@ -33,8 +38,11 @@ def _gaussian_epsilon(s: float, delta: float) -> float:
     from scipy.stats import norm
 
     def excess(eps):
-        return (norm.cdf(-eps * s + 1 / (2 * s))
-                - math.exp(eps + norm.logcdf(-eps * s - 1 / (2 * s))) - delta)
+        return (
+            norm.cdf(-eps * s + 1 / (2 * s))
+            - math.exp(eps + norm.logcdf(-eps * s - 1 / (2 * s)))
+            - delta
+        )
 
     return brentq(excess, 0.0, 200.0, xtol=1e-12)
 
@@ -49,7 +57,8 @@ def test_sage_without_dp_beats_majority_on_cora(cora):
 
 
 def test_sage_dp_gives_opacus_the_group_sensitivity_and_epsilon_is_exact_gaussian(
-        cora, monkeypatch):
+    cora, monkeypatch
+):
     import opacus.optimizers
 
     made = []
@@ -61,8 +70,16 @@ def test_sage_dp_gives_opacus_the_group_sensitivity_and_epsilon_is_exact_gaussia
 
     monkeypatch.setattr(opacus.optimizers, "DPOptimizer", Spy)
     d, c, eps = 5, 0.7, 8.0
-    r = run_gap(cora, method="sage", level="node", epsilon=eps, max_degree=d,
-                max_grad_norm=c, classifier_epochs=3, seed=0)
+    r = run_gap(
+        cora,
+        method="sage",
+        level="node",
+        epsilon=eps,
+        max_degree=d,
+        max_grad_norm=c,
+        classifier_epochs=3,
+        seed=0,
+    )
     z = r["noise_multiplier"]
     assert len(made) == 1
     opt = made[0]
@@ -105,7 +122,7 @@ def test_sage_dp_removing_a_node_stays_within_the_sensitivities():
         total = torch.zeros(sum(p.numel() for p in model.parameters()))
         for i in nodes:
             model.zero_grad()
-            F.cross_entropy(model(feats[i:i + 1]), y[i:i + 1]).backward()
+            F.cross_entropy(model(feats[i : i + 1]), y[i : i + 1]).backward()
             grad = torch.cat([p.grad.flatten() for p in model.parameters()])
             total += grad * min(1.0, c / float(grad.norm()))
         return total

@@ -1,6 +1,7 @@
 """GAP's client state between PMA hops goes in and out of :func:`fedgraph.methods.gap.client.
 pma_step` explicitly: what to keep after each hop, the stacked hops after the last, and a
 refusal when a later hop finds no state."""
+
 import pytest
 import torch
 
@@ -12,8 +13,9 @@ from fedgraph.methods.gap.client import PMARequest, pma_hop, pma_state_key, pma_
 
 
 def _client(hops=2):
-    cfg = parse_run_config({"method": "gap", "num-clients": 2, "hops": hops, "encoder-dim": 4,
-                            "partitioner": "random"})
+    cfg = parse_run_config(
+        {"method": "gap", "num-clients": 2, "hops": hops, "encoder-dim": 4, "partitioner": "random"}
+    )
     data = sbm_graph(120, 6.0, num_classes=3, num_features=8, seed=0)
     data.train_mask = torch.rand(120, generator=torch.Generator().manual_seed(0)) < 0.5
     data.val_mask = data.test_mask = ~data.train_mask
@@ -66,8 +68,15 @@ def test_edge_sums_built_once_give_the_hops_built_every_hop(level):
         steps = {}
         for memoized in (True, False):
             torch.manual_seed(0)
-            steps[memoized] = pma_step(cfg, 0, view, PMARequest(hop, incoming=inc),
-                                       kept[memoized], _gen, keep if memoized else None)
+            steps[memoized] = pma_step(
+                cfg,
+                0,
+                view,
+                PMARequest(hop, incoming=inc),
+                kept[memoized],
+                _gen,
+                keep if memoized else None,
+            )
             kept[memoized] = steps[memoized].pending
         assert torch.equal(steps[True].release["sums"], steps[False].release["sums"])
         assert torch.equal(steps[True].release["ids"], steps[False].release["ids"])
@@ -97,8 +106,15 @@ def test_the_release_block_is_reused_across_hops_with_the_same_rows(monkeypatch,
         inc = None if hop == 1 else {"ids": client.node_ids[:3], "sums": torch.ones(3, 4)}
         for memoized in (True, False):
             torch.manual_seed(0)
-            step = pma_step(cfg, 0, view, PMARequest(hop, incoming=inc), kept[memoized], _gen,
-                            keep if memoized else None)
+            step = pma_step(
+                cfg,
+                0,
+                view,
+                PMARequest(hop, incoming=inc),
+                kept[memoized],
+                _gen,
+                keep if memoized else None,
+            )
             kept[memoized] = step.pending
             released[memoized].append((step.release["sums"], step.release["sums"].clone()))
         assert torch.equal(released[True][-1][1], released[False][-1][1])
@@ -133,21 +149,37 @@ def test_the_clientapp_keeps_the_pma_state_through_client_state(monkeypatch):
     for attr in ("_run_id", "_task_id", "_node_id"):
         monkeypatch.setattr(TaskIdentity, attr, 1)
     monkeypatch.setenv("FEDGRAPH_NOISE_SECRET", "client-state-test-secret-0123")
-    cfg = parse_run_config({"method": "gap", "dataset": "cora", "num-clients": 2, "hops": 2,
-                            "encoder-dim": 8, "noise-source": "secret"})
+    cfg = parse_run_config(
+        {
+            "method": "gap",
+            "dataset": "cora",
+            "num-clients": 2,
+            "hops": 2,
+            "encoder-dim": 8,
+            "noise-source": "secret",
+        }
+    )
     view = client_view(cfg, 0)
-    ctx = Context(run_id=1, node_id=1, node_config={"partition-id": 0}, state=RecordDict(),
-                  run_config=cfg.model_dump())  # the client's own config
+    ctx = Context(
+        run_id=1,
+        node_id=1,
+        node_config={"partition-id": 0},
+        state=RecordDict(),
+        run_config=cfg.model_dump(),
+    )  # the client's own config
     enc = build_encoder(cfg, view.statistics["num_features"], view.statistics["num_classes"])
     key, n = pma_state_key("all"), view.graph.num_nodes
     incoming = {"ids": view.graph.node_ids[:2], "sums": torch.ones(2, 8)}
     for hop in (1, 2, 3):
-        records = {"config": ConfigRecord({"json": json.dumps(cfg.model_dump())}),
-                   "pma": ConfigRecord({"hop": hop, "graph": "all"}),
-                   "encoder": ArrayRecord(enc.state_dict()),
-                   "incoming": ArrayRecord(incoming)}
-        reply = client_app.gap_pma(Message(content=RecordDict(records), dst_node_id=1,
-                                           message_type="query.gap_pma"), ctx)
+        records = {
+            "config": ConfigRecord({"json": json.dumps(cfg.model_dump())}),
+            "pma": ConfigRecord({"hop": hop, "graph": "all"}),
+            "encoder": ArrayRecord(enc.state_dict()),
+            "incoming": ArrayRecord(incoming),
+        }
+        reply = client_app.gap_pma(
+            Message(content=RecordDict(records), dst_node_id=1, message_type="query.gap_pma"), ctx
+        )
         released = tensors(reply.content["partial_sums"])
         if hop <= 2:
             assert released["sums"].shape == (2708 - n, 8)

@@ -18,6 +18,7 @@ unseeded global RNG (every run, hence every partition, started elsewhere), and t
 was chosen on a float mean of the clients' validation accuracies, which breaks ties between
 rounds differently for different partitions.
 """
+
 import pytest
 import torch
 
@@ -30,16 +31,31 @@ from fedgraph.simulations.server_app import validate_run_config
 from fedgraph.strategies.gap import _seeded_init
 
 ROUNDS = 15
-BASE = {"method": "gap", "dataset": "synthetic-sbm:600:6", "client-epsilons": "inf",
-        "encoder-rounds": ROUNDS, "classifier-rounds": ROUNDS, "schedule": "fedsgd", "hops": 2,
-        "device": "cpu", "seed": 0,
-        "lr": 0.05}  # the encoder's best validation round is then not its last (seed 0)
+BASE = {
+    "method": "gap",
+    "dataset": "synthetic-sbm:600:6",
+    "client-epsilons": "inf",
+    "encoder-rounds": ROUNDS,
+    "classifier-rounds": ROUNDS,
+    "schedule": "fedsgd",
+    "hops": 2,
+    "device": "cpu",
+    "seed": 0,
+    "lr": 0.05,
+}  # the encoder's best validation round is then not its last (seed 0)
 
 
 def _run(tmp_path, num_clients: int, partitioner: str, **extra):
-    cls, cfg = validate_run_config({**BASE, "num-clients": num_clients,
-                                    "partitioner": partitioner, "output-dir": str(tmp_path),
-                                    "run-name": f"{partitioner}-{num_clients}", **extra})
+    cls, cfg = validate_run_config(
+        {
+            **BASE,
+            "num-clients": num_clients,
+            "partitioner": partitioner,
+            "output-dir": str(tmp_path),
+            "run-name": f"{partitioner}-{num_clients}",
+            **extra,
+        }
+    )
     strategy = cls(cfg)
     strategy.keep_gradients = True
     from fedgraph.federation import preflight
@@ -53,7 +69,7 @@ def _run(tmp_path, num_clients: int, partitioner: str, **extra):
 def _hops(cfg, grid) -> dict[int, torch.Tensor]:
     """Global node id -> its hops ``[K + 1, e]`` as the client holding it computed them."""
     out = {}
-    for node, ctx in grid.contexts.items():
+    for _node, ctx in grid.contexts.items():
         view = client_view(cfg, int(ctx.node_config["partition-id"]))
         stacked = client_state.get_tensors(ctx, "gap.hops")["hops"]
         out.update(zip(view.graph.node_ids.tolist(), stacked))
@@ -66,15 +82,17 @@ def one_client(tmp_path_factory):
     return _run(tmp_path_factory.mktemp("one"), 1, "random")
 
 
-@pytest.mark.parametrize("partitioner,num_clients", [("random", 2), ("louvain", 3),
-                                                     ("label-skew", 5)])
+@pytest.mark.parametrize(
+    "partitioner,num_clients", [("random", 2), ("louvain", 3), ("label-skew", 5)]
+)
 def test_federated_gap_without_noise_follows_the_one_client_run(
-        one_client, tmp_path, partitioner, num_clients):
+    one_client, tmp_path, partitioner, num_clients
+):
     cfg1, st1, grid1, rep1 = one_client
     cfg, st, grid, rep = _run(tmp_path, num_clients, partitioner)
     data, clients = load_federated(cfg)
     assert len(clients) == num_clients
-    assert sum(int((c.boundary_edge_index.size(1))) for c in clients) > 0  # cross-client edges
+    assert sum(int(c.boundary_edge_index.size(1)) for c in clients) > 0  # cross-client edges
 
     # PMA across clients = the centralized aggregation of the assembled hop 0
     hops, hops1 = _hops(cfg, grid), _hops(cfg1, grid1)
@@ -92,8 +110,9 @@ def test_federated_gap_without_noise_follows_the_one_client_run(
         for r, (a, b) in enumerate(zip(g, g1), 1):
             assert a.keys() == b.keys()
             for k in a:
-                torch.testing.assert_close(a[k], b[k], rtol=1e-4, atol=1e-6,
-                                           msg=lambda m: f"{module} round {r} {k}: {m}")
+                torch.testing.assert_close(
+                    a[k], b[k], rtol=1e-4, atol=1e-6, msg=lambda m: f"{module} round {r} {k}: {m}"
+                )
 
     # the same rounds selected, the same accuracy
     assert rep["training"]["selected_round"] == rep1["training"]["selected_round"]
@@ -123,8 +142,9 @@ def test_batch_norm_with_several_clients_runs_fedsgd_and_fedavg(tmp_path):
     training; the server keeps the running statistics' train-node-weighted mean, in the
     buffers' dtypes): both schedules run and learn."""
     for schedule in ("fedsgd", "fedavg"):
-        _, _, _, rep = _run(tmp_path, 3, "louvain", **{"batch-norm": True, "schedule": schedule,
-                                                 "local-epochs": 2})
+        _, _, _, rep = _run(
+            tmp_path, 3, "louvain", **{"batch-norm": True, "schedule": schedule, "local-epochs": 2}
+        )
         assert rep["accuracy"]["test"] > 2 * rep["ground_truth"]["majority_class"], schedule
 
 
@@ -132,15 +152,25 @@ def _check_centralized(cfg, st, grid, rep):
     data, _ = load_federated(cfg)
     nf, nc = data.x.size(1), int(data.y.max()) + 1
     enc = _seeded_init(build_encoder, cfg, nf, nc)
-    enc_res = fit(enc, data.x, data.y, data.train_mask, data.val_mask, epochs=ROUNDS,
-                  lr=cfg.lr, select_on_val=True)
+    enc_res = fit(
+        enc,
+        data.x,
+        data.y,
+        data.train_mask,
+        data.val_mask,
+        epochs=ROUNDS,
+        lr=cfg.lr,
+        select_on_val=True,
+    )
     x = torch.stack(pma(enc.embed(data.x), data.edge_index, cfg.hops, 0.0), dim=1)
     clf = _seeded_init(build_classifier, cfg, nf, nc)
-    res = fit(clf, x, data.y, data.train_mask, data.val_mask, epochs=ROUNDS, lr=cfg.lr,
-              select_on_val=True)
+    res = fit(
+        clf, x, data.y, data.train_mask, data.val_mask, epochs=ROUNDS, lr=cfg.lr, select_on_val=True
+    )
     hops = _hops(cfg, grid)
-    torch.testing.assert_close(torch.stack([hops[i] for i in range(data.num_nodes)]), x,
-                               rtol=0, atol=1e-5)
+    torch.testing.assert_close(
+        torch.stack([hops[i] for i in range(data.num_nodes)]), x, rtol=0, atol=1e-5
+    )
     assert rep["training"]["encoder_selected_round"] == enc_res.best_epoch
     assert rep["training"]["selected_round"] == res.best_epoch
     acc = float((clf(x[data.test_mask]).argmax(-1) == data.y[data.test_mask]).float().mean())
@@ -151,8 +181,10 @@ def _check_centralized(cfg, st, grid, rep):
 def test_fedsgd_refuses_what_would_change_the_trajectory():
     from fedgraph.config import ConfigError, parse_run_config
 
-    for bad, field in (({"level": "node"}, "schedule"),
-                       ({"server-optimizer": "fedadam"}, "schedule"),
-                       ({"batch-size": 64}, "schedule")):
+    for bad, field in (
+        ({"level": "node"}, "schedule"),
+        ({"server-optimizer": "fedadam"}, "schedule"),
+        ({"batch-size": 64}, "schedule"),
+    ):
         with pytest.raises(ConfigError, match=field):
             parse_run_config({**BASE, **bad})

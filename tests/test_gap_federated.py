@@ -1,4 +1,5 @@
 """Federated GAP: what leaves a client is noised, partial sums add up, calibration per client."""
+
 import json
 import math
 from pathlib import Path
@@ -17,8 +18,9 @@ SHARED = Path(__file__).parents[2] / "shared" / "data"
 def _toy_client(n=40, e=8, seed=0):
     g = torch.Generator().manual_seed(seed)
     local = torch.randint(0, n, (2, 200), generator=g)
-    boundary = torch.stack([torch.randint(0, n, (60,), generator=g),
-                            1000 + torch.randint(0, 15, (60,), generator=g)])
+    boundary = torch.stack(
+        [torch.randint(0, n, (60,), generator=g), 1000 + torch.randint(0, 15, (60,), generator=g)]
+    )
     h = normalize_rows(torch.randn(n, e, generator=g))
     return h, local, boundary
 
@@ -31,7 +33,9 @@ def test_released_partial_sums_are_noised_with_std_sigma():
     clean_local, ids, clean_remote = pma_partial_sums(h, local, boundary, 0.0, torch.Generator())
     resid = []
     for s in range(500):
-        loc, ids2, rem = pma_partial_sums(h, local, boundary, sigma, torch.Generator().manual_seed(s))
+        loc, ids2, rem = pma_partial_sums(
+            h, local, boundary, sigma, torch.Generator().manual_seed(s)
+        )
         assert torch.equal(ids, ids2)
         assert not bool(((rem - clean_remote).abs().sum(1) == 0).any()), "a released row is clean"
         resid.append(rem - clean_remote)
@@ -48,8 +52,12 @@ def test_released_ids_do_not_depend_on_the_edges():
     edges: two clients with different boundary edges release the same ids."""
     h, local, boundary = _toy_client()
     remote = torch.arange(1000, 1015)
-    _, ids_a, _ = pma_partial_sums(h, local, boundary, 0.5, torch.Generator().manual_seed(0), remote)
-    _, ids_b, _ = pma_partial_sums(h, local, boundary[:, :3], 0.5, torch.Generator().manual_seed(0), remote)
+    _, ids_a, _ = pma_partial_sums(
+        h, local, boundary, 0.5, torch.Generator().manual_seed(0), remote
+    )
+    _, ids_b, _ = pma_partial_sums(
+        h, local, boundary[:, :3], 0.5, torch.Generator().manual_seed(0), remote
+    )
     assert torch.equal(ids_a, remote) and torch.equal(ids_b, remote)
     with pytest.raises(ValueError, match="every boundary target"):
         pma_partial_sums(h, local, boundary, 0.5, torch.Generator(), remote[:3])
@@ -98,9 +106,13 @@ def test_each_client_calibrates_its_own_epsilon():
         events = [e for _, e in plan_events(p.to_dict())]
         eps = compose_epsilon(events, 1e-7, accountant="pld")  # independent of the calibration
         assert eps <= target * 1.01 and eps >= target * 0.97
-    undirected = privacy_plan(parse_run_config({"method": "gap", "edge-unit": "undirected"}), 4.0, 10)
+    undirected = privacy_plan(
+        parse_run_config({"method": "gap", "edge-unit": "undirected"}), 4.0, 10
+    )
     assert undirected.sensitivity == pytest.approx(math.sqrt(2))
-    assert privacy_plan(parse_run_config({"method": "gap", "variant": "gap-inf"}), 4.0, 10).sigma == 0
+    assert (
+        privacy_plan(parse_run_config({"method": "gap", "variant": "gap-inf"}), 4.0, 10).sigma == 0
+    )
 
 
 def test_node_level_bounds_out_degree_over_local_and_boundary_edges():
@@ -118,7 +130,9 @@ def test_node_level_bounds_out_degree_over_local_and_boundary_edges():
     assert bool((boundary[1] >= 1000).all())  # remote ids survive the bounding
 
 
-@pytest.mark.skipif(not (SHARED / "facebook100" / "Caltech36.mat").exists(), reason="needs ../shared/data")
+@pytest.mark.skipif(
+    not (SHARED / "facebook100" / "Caltech36.mat").exists(), reason="needs ../shared/data"
+)
 def test_gap_flower_run_two_clients(tmp_path):
     """Two clients with their own epsilon targets, through Flower, with an adaptive server
     optimizer (Flower's FedAdam, kept strict) and secure aggregation of the remote rows (each
@@ -131,12 +145,37 @@ def test_gap_flower_run_two_clients(tmp_path):
     out = tmp_path / "runs"
     env = {**os.environ, "FEDGRAPH_DATA": str(SHARED), "XDG_CACHE_HOME": str(tmp_path / "cache")}
     res = subprocess.run(
-        [sys.executable, "-m", "fedgraph.simulations.cli", "run", "gap-edge-caltech", "--num-cpus", "2",
-         "--set", "num-clients=2", "--set", "client-epsilons='2,8'", "--set", "encoder-rounds=3",
-         "--set", "classifier-rounds=3", "--set", "server-optimizer=fedadam",
-         "--set", "secure-aggregation=true",
-         "--set", f"output-dir='{out}'", "--set", "run-name='gap'"],
-        cwd=Path(__file__).parents[1], env=env, capture_output=True, text=True, timeout=600)
+        [
+            sys.executable,
+            "-m",
+            "fedgraph.simulations.cli",
+            "run",
+            "gap-edge-caltech",
+            "--num-cpus",
+            "2",
+            "--set",
+            "num-clients=2",
+            "--set",
+            "client-epsilons='2,8'",
+            "--set",
+            "encoder-rounds=3",
+            "--set",
+            "classifier-rounds=3",
+            "--set",
+            "server-optimizer=fedadam",
+            "--set",
+            "secure-aggregation=true",
+            "--set",
+            f"output-dir='{out}'",
+            "--set",
+            "run-name='gap'",
+        ],
+        cwd=Path(__file__).parents[1],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert res.returncode == 0, res.stderr[-3000:]
     report = json.loads((out / "gap.json").read_text())
     per = report["privacy"]["per_subject"]

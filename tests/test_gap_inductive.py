@@ -1,5 +1,6 @@
 """Federated GAP with inductive inference: the edge split, a whole run, its privacy and what
 leaves a client (issue #3 item 3)."""
+
 import math
 
 import pytest
@@ -8,9 +9,17 @@ import torch
 from fedgraph.config import ConfigError, parse_run_config
 from fedgraph.methods.gap.client_pma import client_edges, graph_nodes
 
-CORA = {"method": "gap", "dataset": "cora", "min-class-size": 1, "num-clients": 3,
-        "partitioner": "louvain", "encoder-rounds": 5, "classifier-rounds": 10,
-        "local-epochs": 10, "client-epsilons": "4"}
+CORA = {
+    "method": "gap",
+    "dataset": "cora",
+    "min-class-size": 1,
+    "num-clients": 3,
+    "partitioner": "louvain",
+    "encoder-rounds": 5,
+    "classifier-rounds": 10,
+    "local-epochs": 10,
+    "client-epsilons": "4",
+}
 
 
 def test_bad_inference_names_the_key_and_allowed_values():
@@ -65,9 +74,16 @@ def _pma_releases(log):
     leaves a client."""
     from fedgraph.messaging import tensors
 
-    return [(int(m.metadata.dst_node_id), str(m.content["pma"]["graph"]),
-             int(m.content["pma"]["hop"]), tensors(r.content["partial_sums"]))
-            for m, r in log if m.metadata.message_type == "query.gap_pma" and not r.has_error()]
+    return [
+        (
+            int(m.metadata.dst_node_id),
+            str(m.content["pma"]["graph"]),
+            int(m.content["pma"]["hop"]),
+            tensors(r.content["partial_sums"]),
+        )
+        for m, r in log
+        if m.metadata.message_type == "query.gap_pma" and not r.has_error()
+    ]
 
 
 def _run(tmp_path, name, **overrides):
@@ -75,8 +91,9 @@ def _run(tmp_path, name, **overrides):
     from fedgraph.simulations.local import LocalGrid
     from fedgraph.simulations.server_app import validate_run_config
 
-    strategy_cls, cfg = validate_run_config({**CORA, **overrides, "output-dir": str(tmp_path),
-                                             "run-name": name})
+    strategy_cls, cfg = validate_run_config(
+        {**CORA, **overrides, "output-dir": str(tmp_path), "run-name": name}
+    )
     stats = preflight(cfg)
     grid = LocalGrid(cfg.num_clients, record=True)
     report = strategy_cls(cfg).start(grid, ground_truth=stats)
@@ -89,9 +106,11 @@ def _run(tmp_path, name, **overrides):
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("gap-inductive")
-    return {"inductive": _run(tmp, "inductive", inference="inductive"),
-            "transductive": _run(tmp, "transductive"),
-            "clean": _run(tmp, "clean", inference="inductive", variant="gap-inf")}
+    return {
+        "inductive": _run(tmp, "inductive", inference="inductive"),
+        "transductive": _run(tmp, "transductive"),
+        "clean": _run(tmp, "clean", inference="inductive", variant="gap-inf"),
+    }
 
 
 def test_inductive_run_accuracy_and_epsilon(runs):

@@ -11,6 +11,7 @@ all its edges (in and out, on every client; it becomes isolated, the released id
 and stay), on the degree-bounded graph (the out-degree sampling taken as given, see
 ``fedgraph.utils.graph``); its own row at its own client is never released (it is the node's
 own data; ``fedgraph.methods.gap.node_sensitivity``, point 3), every other row is."""
+
 import math
 
 import pytest
@@ -26,16 +27,21 @@ from fedgraph.nn.gap import normalize_rows
 
 DIM = 4
 # Small DP-SGD schedules so that node-level calibration is quick; the PMA part is the same.
-NODE = {"method": "gap", "level": "node", "encoder-rounds": 1, "classifier-rounds": 1,
-        "local-epochs": 1, "delta": 1e-5}
+NODE = {
+    "method": "gap",
+    "level": "node",
+    "encoder-rounds": 1,
+    "classifier-rounds": 1,
+    "local-epochs": 1,
+    "delta": 1e-5,
+}
 
 
 def _graph(edges: list[tuple[int, int]], n: int) -> Data:
     """Undirected graph on ``n`` nodes, each edge stored as two directed halves."""
     e = torch.tensor(edges, dtype=torch.long).t()
     ei = torch.unique(torch.cat([e, e.flip(0)], 1), dim=1)
-    return Data(x=torch.zeros(n, 1), y=torch.zeros(n, dtype=torch.long), edge_index=ei,
-                num_nodes=n)
+    return Data(x=torch.zeros(n, 1), y=torch.zeros(n, dtype=torch.long), edge_index=ei, num_nodes=n)
 
 
 def _plans(cfg, num_clients):
@@ -48,8 +54,9 @@ def _client_edge_sets(cfg, clients, seed=0):
     out = []
     for c in clients:
         local, boundary = client_edges(c, cfg, torch.Generator().manual_seed(seed + c.client_id))
-        out.append(torch.cat([c.node_ids[local], torch.stack([c.node_ids[boundary[0]],
-                                                              boundary[1]])], 1))
+        out.append(
+            torch.cat([c.node_ids[local], torch.stack([c.node_ids[boundary[0]], boundary[1]])], 1)
+        )
     return out
 
 
@@ -70,11 +77,15 @@ def _released(cfg, clients, edge_sets, h, plans, seed=0):
         others = torch.ones(n, dtype=torch.bool)
         others[c.node_ids] = False
         loc, ids, rem = pma_partial_sums(
-            h[c.node_ids], local, boundary, plan.sigma,
+            h[c.node_ids],
+            local,
+            boundary,
+            plan.sigma,
             torch.Generator().manual_seed(1000 * seed + c.client_id),
             remote_ids=others.nonzero().flatten(),
             remote_sigma=None if remote is None else remote[0],
-            remote_norm=plan.remote_norm)
+            remote_norm=plan.remote_norm,
+        )
         for i, v in enumerate(c.node_ids.tolist()):
             rows[("local", v)] = (loc[i], plan.sigma)
         std = plan.sigma if remote is None else remote[0]
@@ -109,8 +120,7 @@ def _remove_node(edge_sets, w):
 
 
 def _remove_edge(edge_sets, u, v):
-    return [e[:, ~(((e[0] == u) & (e[1] == v)) | ((e[0] == v) & (e[1] == u)))]
-            for e in edge_sets]
+    return [e[:, ~(((e[0] == u) & (e[1] == v)) | ((e[0] == v) & (e[1] == u)))] for e in edge_sets]
 
 
 def _node_removal(cfg, data, assign, w, h, num_clients, seed=0):
@@ -160,8 +170,15 @@ def test_node_removal_on_random_graphs_and_partitions(trial):
     assign[:k] = torch.arange(k)
     d = [1, 2, 3, 5][trial % 4]
     eps = "2,8" if trial % 2 else "4"
-    cfg = parse_run_config({**NODE, "num-clients": k, "max-degree": d, "client-epsilons": eps,
-                            "secure-aggregation": trial % 3 == 2})
+    cfg = parse_run_config(
+        {
+            **NODE,
+            "num-clients": k,
+            "max-degree": d,
+            "client-epsilons": eps,
+            "secure-aggregation": trial % 3 == 2,
+        }
+    )
     h = normalize_rows(torch.randn(n, DIM, generator=g) if trial % 2 else torch.ones(n, DIM))
     data = _graph(edges, n)
     for w in {hub, int(torch.randint(0, n, (1,), generator=g))}:
@@ -177,13 +194,15 @@ def test_node_level_plan_sensitivity_and_remote_noise():
     their sum (secure aggregation), sqrt(D) for one client or without cross-client edges;
     remote rows are clipped to norm 1 (only then) and get sigma_max when the clients' sigmas
     differ."""
+
     def plan(**kw):
         return privacy_plan(parse_run_config({**NODE, "max-degree": 10, **kw}), 4.0, 50)
 
     assert plan(**{"num-clients": 5}).sensitivity == pytest.approx(math.sqrt(14))
     assert plan(**{"num-clients": 5}).remote_norm == 1.0
-    assert plan(**{"num-clients": 5, "secure-aggregation": True}).sensitivity == \
-        pytest.approx(math.sqrt(26))
+    assert plan(**{"num-clients": 5, "secure-aggregation": True}).sensitivity == pytest.approx(
+        math.sqrt(26)
+    )
     for kw in ({"num-clients": 1}, {"num-clients": 5, "cross-client-edges": False}):
         assert plan(**kw).sensitivity == pytest.approx(math.sqrt(10))
         assert plan(**kw).remote_norm is None
@@ -198,8 +217,9 @@ def test_node_level_plan_sensitivity_and_remote_noise():
 def test_remote_rows_are_clipped_before_the_noise():
     h = normalize_rows(torch.ones(6, DIM))
     boundary = torch.tensor([[0, 1, 2, 3, 4, 5], [9, 9, 9, 9, 9, 8]])
-    _, ids, rem = pma_partial_sums(h, boundary[:, :0], boundary, 1e-9, torch.Generator(),
-                                   remote_norm=1.0)
+    _, ids, rem = pma_partial_sums(
+        h, boundary[:, :0], boundary, 1e-9, torch.Generator(), remote_norm=1.0
+    )
     assert ids.tolist() == [8, 9]
     assert rem.norm(dim=1).tolist() == pytest.approx([1.0, 1.0], abs=1e-6)
     with pytest.raises(ValueError, match="remote_norm"):
@@ -245,8 +265,7 @@ def test_default_unit_covers_one_undirected_edge(cross):
     u, v = (0, 4) if cross else (1, 2)
     h = normalize_rows(torch.ones(n, DIM))
     cfg = parse_run_config({"method": "gap", "num-clients": 2})
-    plans, (joint, noise_ratio, largest) = _edge_removal(cfg, _graph(edges, n), assign, u, v,
-                                                         h, 2)
+    plans, (joint, noise_ratio, largest) = _edge_removal(cfg, _graph(edges, n), assign, u, v, h, 2)
     assert joint <= plans[0].sensitivity + 1e-5
     assert noise_ratio <= 1 / plans[0].noise_multiplier + 1e-6
     assert joint == pytest.approx(math.sqrt(2), abs=1e-5) and largest <= 1 + 1e-5
@@ -287,10 +306,13 @@ def test_directed_unit_reports_what_an_undirected_edge_costs():
     K = 2, delta 1e-7), more for the client whose cross-client partner has less noise."""
     from fedgraph.methods.gap.privacy import undirected_edge_epsilon
 
-    cfg = parse_run_config({"method": "gap", "edge-unit": "directed", "num-clients": 2,
-                            "client-epsilons": "4,8"})
-    plans = [{**privacy_plan(cfg, cfg.client_epsilon(c), 1).to_dict(), "partition_id": c}
-             for c in range(2)]
+    cfg = parse_run_config(
+        {"method": "gap", "edge-unit": "directed", "num-clients": 2, "client-epsilons": "4,8"}
+    )
+    plans = [
+        {**privacy_plan(cfg, cfg.client_epsilon(c), 1).to_dict(), "partition_id": c}
+        for c in range(2)
+    ]
     assert plans[0]["noise_multiplier"] == pytest.approx(1.8356, abs=1e-3)
     eps = undirected_edge_epsilon(cfg, plans)
     alone = parse_run_config({"method": "gap", "edge-unit": "directed", "num-clients": 1})

@@ -1,6 +1,7 @@
 """Federated GAP with secure aggregation (``secure-aggregation = true``): every client adds a
 share sigma_max / sqrt(n - 1) of the noise to its remote rows; the summed row that the server
 and the owner see has std sigma_max, at least every client's own sigma."""
+
 import math
 
 import numpy as np
@@ -29,10 +30,15 @@ def test_the_summed_row_is_at_least_as_noisy_as_every_clients_plan():
     total = torch.zeros(rows, dim)
     for c in range(n - 1):
         h = torch.zeros(1, dim)  # no edge to these nodes: pure noise
-        _, _, remote = pma_partial_sums(h, torch.zeros(2, 0, dtype=torch.long),
-                                        torch.zeros(2, 0, dtype=torch.long), sigmas[c],
-                                        torch.Generator().manual_seed(c),
-                                        remote_ids=torch.arange(rows), remote_sigma=share)
+        _, _, remote = pma_partial_sums(
+            h,
+            torch.zeros(2, 0, dtype=torch.long),
+            torch.zeros(2, 0, dtype=torch.long),
+            sigmas[c],
+            torch.Generator().manual_seed(c),
+            remote_ids=torch.arange(rows),
+            remote_sigma=share,
+        )
         total += remote
     # std of 64,000 draws: relative standard error ~0.3 %; 2 % is > 6 standard errors
     assert float(total.std()) == pytest.approx(max(sigmas), rel=0.02)
@@ -44,16 +50,35 @@ def test_remote_and_local_rows_get_their_own_noise():
     n, e = 3000, 16
     h = normalize_rows(torch.randn(n, e, generator=g))
     empty = torch.zeros(2, 0, dtype=torch.long)
-    local, ids, remote = pma_partial_sums(h, empty, empty, 2.0, torch.Generator().manual_seed(1),
-                                          remote_ids=torch.arange(10_000, 13_000),
-                                          remote_sigma=0.5)
+    local, ids, remote = pma_partial_sums(
+        h,
+        empty,
+        empty,
+        2.0,
+        torch.Generator().manual_seed(1),
+        remote_ids=torch.arange(10_000, 13_000),
+        remote_sigma=0.5,
+    )
     assert float(local.std()) == pytest.approx(2.0, rel=0.03)  # own nodes: own sigma
     assert float(remote.std()) == pytest.approx(0.5, rel=0.03)  # remote rows: the share
     # remote_sigma None (no secure aggregation) draws exactly what it drew before
-    a = pma_partial_sums(h, empty, empty, 2.0, torch.Generator().manual_seed(1),
-                         remote_ids=torch.arange(10_000, 13_000))
-    b = pma_partial_sums(h, empty, empty, 2.0, torch.Generator().manual_seed(1),
-                         remote_ids=torch.arange(10_000, 13_000), remote_sigma=2.0)
+    a = pma_partial_sums(
+        h,
+        empty,
+        empty,
+        2.0,
+        torch.Generator().manual_seed(1),
+        remote_ids=torch.arange(10_000, 13_000),
+    )
+    b = pma_partial_sums(
+        h,
+        empty,
+        empty,
+        2.0,
+        torch.Generator().manual_seed(1),
+        remote_ids=torch.arange(10_000, 13_000),
+        remote_sigma=2.0,
+    )
     assert all(torch.equal(x, y) for x, y in zip(a, b))
 
 
@@ -89,8 +114,10 @@ def test_undirected_cross_client_edge_keeps_every_clients_guarantee():
     sigma_max on both halves, the pair's effective noise, 1 / sqrt(sum 1 / s^2), is at least
     both clients' planned sigma / sqrt 2; with each client's own sigma it is not."""
     sigmas = [1.0, 3.0]
+
     def effective(halves):
-        return 1 / math.sqrt(sum(1 / s ** 2 for s in halves))
+        return 1 / math.sqrt(sum(1 / s**2 for s in halves))
+
     own = effective(sigmas)  # default before the fix: c's half at 1.0, i's half at 3.0
     assert own < sigmas[1] / math.sqrt(2)  # the client with sigma 3 gets less than it planned
     std, _ = remote_noise(_gap(**{"edge-unit": "undirected", "num-clients": 2}), sigmas)
@@ -105,9 +132,18 @@ def test_secure_aggregation_without_remote_rows_is_a_config_error():
 
 
 # ------------------------------- a whole run, played by a curious server (real client handlers)
-CORA = {"method": "gap", "dataset": "cora", "min-class-size": 1, "num-clients": 3,
-        "partitioner": "louvain", "encoder-rounds": 1, "classifier-rounds": 2,
-        "local-epochs": 2, "client-epsilons": "4", "secure-aggregation": True}
+CORA = {
+    "method": "gap",
+    "dataset": "cora",
+    "min-class-size": 1,
+    "num-clients": 3,
+    "partitioner": "louvain",
+    "encoder-rounds": 1,
+    "classifier-rounds": 2,
+    "local-epochs": 2,
+    "client-epsilons": "4",
+    "secure-aggregation": True,
+}
 
 
 class _CuriousServer:
@@ -159,8 +195,9 @@ class _CuriousServer:
 def _secure_run(tmp_path, monkeypatch, drop=None, strip_keys=False):
     from fedgraph.simulations.server_app import validate_run_config
 
-    strategy_cls, cfg = validate_run_config({**CORA, "output-dir": str(tmp_path),
-                                             "run-name": "secure"})
+    strategy_cls, cfg = validate_run_config(
+        {**CORA, "output-dir": str(tmp_path), "run-name": "secure"}
+    )
     grid = _CuriousServer(cfg.num_clients, monkeypatch, drop, strip_keys)
     return cfg, grid, strategy_cls(cfg).start(grid)
 
@@ -197,8 +234,9 @@ def test_a_curious_server_cannot_read_a_clients_rows(secure_run):
         arrays = tensors(reply["partial_sums"])
         for name, a in arrays.items():
             if a.shape == rows.shape:
-                assert not torch.allclose(a.double(), rows.double(), atol=1e-2), \
+                assert not torch.allclose(a.double(), rows.double(), atol=1e-2), (
                     f"the server reads client {key[0]}'s rows in the clear ({name!r})"
+                )
         assert set(arrays) == {"ids", "masked"} and arrays["masked"].dtype == torch.int64
         assert torch.equal(arrays["ids"], ids)  # the ids are public (every node held elsewhere)
         from fedgraph.secure_aggregation import dequantize
@@ -221,12 +259,12 @@ def test_the_sums_the_owners_get_are_the_plaintext_sums(secure_run):
     n = cfg.num_clients
     for k in range(1, cfg.hops + 1):
         exact = {}
-        for (node, hop, graph), (ids, rows) in grid.plain.items():
+        for (_node, hop, _graph), (ids, rows) in grid.plain.items():
             if hop == k:
                 for i, r in zip(ids.tolist(), rows.double()):
                     exact[i] = exact.get(i, 0) + r
         routed = 0
-        for (node, hop, graph), content in grid.sent.items():
+        for (_node, hop, _graph), content in grid.sent.items():
             if hop != k + 1:
                 continue
             inc = tensors(content["incoming"])
@@ -250,22 +288,30 @@ def test_the_server_holds_only_public_keys(secure_run):
             for v in rec.values():
                 yield from (v if isinstance(v, list) else [v])
 
-    every = [c for pair in grid.other for c in pair] + list(grid.sent.values()) + \
-        list(grid.received.values())
+    every = (
+        [c for pair in grid.other for c in pair]
+        + list(grid.sent.values())
+        + list(grid.received.values())
+    )
     seen = {b for c in every for b in blobs(c) if isinstance(b, bytes)}
     assert not seen & set(private)
     from fedgraph.identity import client_identity  # nor any client's identity key
 
-    assert not seen & {client_identity({}, i, cfg.num_clients).private_key
-                       for i in range(cfg.num_clients)}
+    assert not seen & {
+        client_identity({}, i, cfg.num_clients).private_key for i in range(cfg.num_clients)
+    }
     public = {bytes(rep["secagg"]["public-key"]) for _, rep in grid.other if "secagg" in rep}
     assert len(public) == cfg.num_clients
-    for (node, _, _), content in grid.sent.items():
+    for (_node, _, _), content in grid.sent.items():
         assert set(content["secagg"]["public-keys"]) == public
     note = report["privacy"]["aggregation"]
-    for phrase in ("X25519", "only masked rows", "provisioned outside the server",
-                   "no collusion",
-                   "no dropout tolerance"):
+    for phrase in (
+        "X25519",
+        "only masked rows",
+        "provisioned outside the server",
+        "no collusion",
+        "no dropout tolerance",
+    ):
         assert phrase in note
     assert "secure aggregation: key exchange (clients)" in report["timings_s"]
 

@@ -7,6 +7,7 @@
   where the server receives replies (``send_to_all`` and the FedAvg-family strategies);
 * every mechanism and noise-adding function validates its noise scale / epsilon.
 """
+
 from __future__ import annotations
 
 import json
@@ -20,9 +21,18 @@ import pytest
 import torch
 from flwr.app import ArrayRecord, ConfigRecord, MetricRecord, RecordDict
 
-from fedgraph.accounting import (DELTA_FLOOR, CalibrationError, Gaussian, PldAccountant,
-                                 PrivacyLedger, PrvAccountant, RdpAccountant,
-                                 SubsampledGaussian, calibrate, compose)
+from fedgraph.accounting import (
+    DELTA_FLOOR,
+    CalibrationError,
+    Gaussian,
+    PldAccountant,
+    PrivacyLedger,
+    PrvAccountant,
+    RdpAccountant,
+    SubsampledGaussian,
+    calibrate,
+    compose,
+)
 from fedgraph.config import ConfigError, parse_run_config
 from fedgraph.errors import ClientFailure
 from fedgraph.messaging import check_finite_reply, client_label, send_to_all
@@ -103,16 +113,19 @@ def test_calibrate_gap_with_a_tiny_delta_fails_fast_and_clearly():
     """Used not to return in 400 s; now a clear ValueError in well under a minute (run in a
     child process that is killed at the deadline, so the old code fails the test instead of
     hanging the suite)."""
-    code = ("from fedgraph.methods.gap import calibrate_gap, dpsgd_schedule\n"
-            "s = dpsgd_schedule(1000, 256, 100)\n"
-            "try:\n"
-            "    calibrate_gap(4.0, 1e-15, num_hops=2, level='node', encoder_schedule=s,\n"
-            "                  classifier_schedule=s, accountant='prv')\n"
-            "except ValueError as err:\n"
-            "    print('ValueError:', err)\n")
+    code = (
+        "from fedgraph.methods.gap import calibrate_gap, dpsgd_schedule\n"
+        "s = dpsgd_schedule(1000, 256, 100)\n"
+        "try:\n"
+        "    calibrate_gap(4.0, 1e-15, num_hops=2, level='node', encoder_schedule=s,\n"
+        "                  classifier_schedule=s, accountant='prv')\n"
+        "except ValueError as err:\n"
+        "    print('ValueError:', err)\n"
+    )
     try:
-        out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                             timeout=60)
+        out = subprocess.run(
+            [sys.executable, "-c", code], capture_output=True, text=True, timeout=60
+        )
     except subprocess.TimeoutExpired:
         pytest.fail("calibrate_gap(delta=1e-15) did not finish within 60 s")
     assert "ValueError: delta must lie in [1e-12, 1)" in out.stdout, out.stderr[-2000:]
@@ -123,7 +136,10 @@ def _gaussian(z):
 
 
 def test_calibration_stops_at_its_evaluation_budget_naming_the_target():
-    with pytest.raises(CalibrationError, match=r"target_epsilon=1, delta=1e-05 did not finish: stopped after 3 accountant evaluations"):
+    with pytest.raises(
+        CalibrationError,
+        match=r"target_epsilon=1, delta=1e-05 did not finish: stopped after 3 accountant evaluations",
+    ):
         calibrate(1.0, 1e-5, _gaussian, accountant="prv", max_evaluations=3)
     # the budget is generous enough for an ordinary search
     assert calibrate(1.0, 1e-5, _gaussian, accountant="prv") > 0
@@ -140,8 +156,9 @@ def test_calibration_stops_at_its_time_budget():
     assert time.monotonic() - start < 5
 
 
-@pytest.mark.parametrize("kwargs", [{"max_evaluations": 0}, {"time_budget_s": 0.0},
-                                    {"time_budget_s": float("nan")}])
+@pytest.mark.parametrize(
+    "kwargs", [{"max_evaluations": 0}, {"time_budget_s": 0.0}, {"time_budget_s": float("nan")}]
+)
 def test_calibration_budget_arguments_are_checked(kwargs):
     with pytest.raises(ValueError, match=next(iter(kwargs))):
         calibrate(1.0, 1e-5, _gaussian, **kwargs)
@@ -153,16 +170,20 @@ def _meta(pid):
 
 
 @pytest.mark.parametrize("bad", [float("nan"), float("inf"), -float("inf")])
-@pytest.mark.parametrize("field,make", [
-    ("partial_sums['0']", lambda v: {"partial_sums": ArrayRecord([np.array([[1.0, v]])])}),
-    ("answers['answers']",
-     lambda v: {"answers": ArrayRecord({"answers": torch.tensor([[0.5, v]])})}),
-    ("metrics['train-loss']", lambda v: {"metrics": MetricRecord({"train-loss": v})}),
-    ("metrics['losses']", lambda v: {"metrics": MetricRecord({"losses": [1.0, v]})}),
-])
+@pytest.mark.parametrize(
+    "field,make",
+    [
+        ("partial_sums['0']", lambda v: {"partial_sums": ArrayRecord([np.array([[1.0, v]])])}),
+        (
+            "answers['answers']",
+            lambda v: {"answers": ArrayRecord({"answers": torch.tensor([[0.5, v]])})},
+        ),
+        ("metrics['train-loss']", lambda v: {"metrics": MetricRecord({"train-loss": v})}),
+        ("metrics['losses']", lambda v: {"metrics": MetricRecord({"losses": [1.0, v]})}),
+    ],
+)
 def test_check_finite_reply_names_the_field(bad, field, make):
-    content = RecordDict({**make(bad), "meta": _meta(1)} if "meta" not in make(bad)
-                         else make(bad))
+    content = RecordDict({**make(bad), "meta": _meta(1)} if "meta" not in make(bad) else make(bad))
     with pytest.raises(ClientFailure) as err:
         check_finite_reply(content, client_label(5, content), "query.x")
     assert field in str(err.value) and "node 5" in str(err.value)
@@ -175,21 +196,26 @@ def test_check_finite_reply_rejects_nan_metadata():
 
 
 def test_check_finite_reply_accepts_finite_and_integer_fields():
-    content = RecordDict({"report": ArrayRecord({"sign": torch.tensor([1, -1], dtype=torch.int8),
-                                                 "x": torch.tensor([0.5, -2.0])}),
-                          "metrics": MetricRecord({"num-examples": 3, "loss": 0.1}),
-                          "meta": _meta(0)})
+    content = RecordDict(
+        {
+            "report": ArrayRecord(
+                {"sign": torch.tensor([1, -1], dtype=torch.int8), "x": torch.tensor([0.5, -2.0])}
+            ),
+            "metrics": MetricRecord({"num-examples": 3, "loss": 0.1}),
+            "meta": _meta(0),
+        }
+    )
     check_finite_reply(content, "node 1")
     assert client_label(1, content) == "node 1 (partition 0)"
-    check_finite_reply(RecordDict({"meta": ConfigRecord({"epsilon_target": float("inf")})}),
-                       "node 1")
+    check_finite_reply(
+        RecordDict({"meta": ConfigRecord({"epsilon_target": float("inf")})}), "node 1"
+    )
 
 
 def test_check_finite_reply_accepts_finite_values_whose_sum_overflows():
     # the check's one pass is a float64 sum: finite values may overflow it, and are finite
     big = np.full(4, np.finfo(np.float64).max)
-    check_finite_reply(RecordDict({"partial_sums": ArrayRecord([big]), "meta": _meta(0)}),
-                       "node 1")
+    check_finite_reply(RecordDict({"partial_sums": ArrayRecord([big]), "meta": _meta(0)}), "node 1")
     big[2] = np.nan
     with pytest.raises(ClientFailure, match="partial_sums"):
         check_finite_reply(RecordDict({"partial_sums": ArrayRecord([big])}), "node 1")
@@ -198,10 +224,16 @@ def test_check_finite_reply_accepts_finite_values_whose_sum_overflows():
         check_finite_reply(RecordDict({"partial_sums": ArrayRecord([halves])}), "node 1")
 
 
-@pytest.mark.parametrize("array", [
-    np.arange(12, dtype=np.float32).reshape(3, 4), np.arange(5, dtype=np.int64),
-    np.asfortranarray(np.ones((3, 2))),
-    np.zeros((0, 16), dtype=np.float32), np.float64(2.5)])
+@pytest.mark.parametrize(
+    "array",
+    [
+        np.arange(12, dtype=np.float32).reshape(3, 4),
+        np.arange(5, dtype=np.int64),
+        np.asfortranarray(np.ones((3, 2))),
+        np.zeros((0, 16), dtype=np.float32),
+        np.float64(2.5),
+    ],
+)
 def test_read_only_tensors_equal_the_copies_and_share_the_message_bytes(array):
     from fedgraph.messaging import array_view, read_only_tensors, tensors
 
@@ -236,27 +268,62 @@ class _ReplyGrid:
 
 def test_send_to_all_fails_the_round_on_a_nan_reply():
     good = RecordDict({"partial_sums": ArrayRecord({"s": torch.ones(2, 3)}), "meta": _meta(0)})
-    bad = RecordDict({"partial_sums": ArrayRecord({"s": torch.full((2, 3), float("nan"))}),
-                      "meta": _meta(1)})
+    bad = RecordDict(
+        {"partial_sums": ArrayRecord({"s": torch.full((2, 3), float("nan"))}), "meta": _meta(1)}
+    )
     grid = _ReplyGrid({1: good, 2: bad})
-    with pytest.raises(ClientFailure, match=r"query.gap_pma: node 2 \(partition 1\).*"
-                                            r"partial_sums\['s'\]"):
+    with pytest.raises(
+        ClientFailure,
+        match=r"query.gap_pma: node 2 \(partition 1\).*"
+        r"partial_sums\['s'\]",
+    ):
         send_to_all(grid, "query.gap_pma", {1: RecordDict(), 2: RecordDict()}, 10)
-    assert set(send_to_all(_ReplyGrid({1: good, 2: good}), "query.gap_pma",
-                           {1: RecordDict(), 2: RecordDict()}, 10)) == {1, 2}
+    assert set(
+        send_to_all(
+            _ReplyGrid({1: good, 2: good}), "query.gap_pma", {1: RecordDict(), 2: RecordDict()}, 10
+        )
+    ) == {1, 2}
 
 
 # End to end: each method's real strategy and ClientApp in one process; one client's reply of a
 # given type is corrupted on its way to the server.
-GAP = {"method": "gap", "dataset": "cora", "min-class-size": 1, "num-clients": 2,
-       "partitioner": "louvain", "encoder-rounds": 1, "classifier-rounds": 1,
-       "local-epochs": 1, "client-epsilons": "4"}
-PRIVGNN = {"method": "privgnn", "dataset": "cora", "num-clients": 2, "num-queries": 6,
-           "lam": 1.0, "gamma": 0.3, "delta": 1e-4, "num-neighbours": 20, "teacher-epochs": 5,
-           "teacher-hidden": 8, "teacher-batch-size": 8, "projection-dim": 16, "epochs": 20,
-           "hidden": 8, "neighbourhood-size": 10, "client-epsilons": "inf"}
-PPGNN = {"method": "ppgnn", "dataset": "cora", "num-clients": 2, "mechanism": "laplace",
-         "epsilon": 1.0, "epochs": 5}
+GAP = {
+    "method": "gap",
+    "dataset": "cora",
+    "min-class-size": 1,
+    "num-clients": 2,
+    "partitioner": "louvain",
+    "encoder-rounds": 1,
+    "classifier-rounds": 1,
+    "local-epochs": 1,
+    "client-epsilons": "4",
+}
+PRIVGNN = {
+    "method": "privgnn",
+    "dataset": "cora",
+    "num-clients": 2,
+    "num-queries": 6,
+    "lam": 1.0,
+    "gamma": 0.3,
+    "delta": 1e-4,
+    "num-neighbours": 20,
+    "teacher-epochs": 5,
+    "teacher-hidden": 8,
+    "teacher-batch-size": 8,
+    "projection-dim": 16,
+    "epochs": 20,
+    "hidden": 8,
+    "neighbourhood-size": 10,
+    "client-epsilons": "inf",
+}
+PPGNN = {
+    "method": "ppgnn",
+    "dataset": "cora",
+    "num-clients": 2,
+    "mechanism": "laplace",
+    "epsilon": 1.0,
+    "epochs": 5,
+}
 
 
 def _corrupting(message_type, record, value):
@@ -265,8 +332,11 @@ def _corrupting(message_type, record, value):
     ``.corrupted``."""
 
     def tamper(m, r):
-        if m.metadata.message_type == message_type and m.metadata.dst_node_id == 2 \
-                and not r.has_error():
+        if (
+            m.metadata.message_type == message_type
+            and m.metadata.dst_node_id == 2
+            and not r.has_error()
+        ):
             rec = r.content[record]
             if isinstance(rec, MetricRecord):
                 rec[next(iter(rec))] = value
@@ -283,22 +353,33 @@ def _corrupting(message_type, record, value):
 
 
 @pytest.mark.parametrize("value", [float("nan"), float("inf")])
-@pytest.mark.parametrize("run_config,message_type,record", [
-    (GAP, "query.gap_pma", "partial_sums"),
-    (GAP, "train", "arrays"),
-    (GAP, "train", "metrics"),
-    (PRIVGNN, "query.privgnn", "answers"),
-    (PPGNN, "query.ppgnn", "report"),
-], ids=["gap-partial-sums", "gap-trained-arrays", "gap-train-metrics", "privgnn-answers",
-        "ppgnn-report"])
-def test_a_non_finite_reply_fails_the_run_naming_the_client(tmp_path, value, run_config,
-                                                            message_type, record):
+@pytest.mark.parametrize(
+    "run_config,message_type,record",
+    [
+        (GAP, "query.gap_pma", "partial_sums"),
+        (GAP, "train", "arrays"),
+        (GAP, "train", "metrics"),
+        (PRIVGNN, "query.privgnn", "answers"),
+        (PPGNN, "query.ppgnn", "report"),
+    ],
+    ids=[
+        "gap-partial-sums",
+        "gap-trained-arrays",
+        "gap-train-metrics",
+        "privgnn-answers",
+        "ppgnn-report",
+    ],
+)
+def test_a_non_finite_reply_fails_the_run_naming_the_client(
+    tmp_path, value, run_config, message_type, record
+):
     from fedgraph.federation import preflight
     from fedgraph.simulations.local import LocalGrid
     from fedgraph.simulations.server_app import validate_run_config
 
-    strategy_cls, cfg = validate_run_config({**run_config, "output-dir": str(tmp_path),
-                                             "run-name": "run"})
+    strategy_cls, cfg = validate_run_config(
+        {**run_config, "output-dir": str(tmp_path), "run-name": "run"}
+    )
     preflight(cfg)
     tamper = _corrupting(message_type, record, value)
     with pytest.raises(ClientFailure) as err:
@@ -338,12 +419,23 @@ def _cases():
         ("gap.pma", "sigma", lambda v: G.pma(x, ei, 2, v), True),
         ("gap.sage_dp_features", "sigma", lambda v: G.sage_dp_features(x, ei, 4, v), True),
         ("gap.DPSGD", "noise_multiplier", lambda v: G.DPSGD(v), False),
-        ("gap.train_sage_dp", "noise_multiplier", lambda v: G.train_sage_dp(
-            torch.nn.Linear(3, 2), x, y, torch.ones(4, dtype=torch.bool), epochs=1,
-            batch_size=None, noise_multiplier=v, max_grad_norm=1.0), False),
+        (
+            "gap.train_sage_dp",
+            "noise_multiplier",
+            lambda v: G.train_sage_dp(
+                torch.nn.Linear(3, 2),
+                x,
+                y,
+                torch.ones(4, dtype=torch.bool),
+                epochs=1,
+                batch_size=None,
+                noise_multiplier=v,
+                max_grad_norm=1.0,
+            ),
+            False,
+        ),
         ("privgnn.laplace_noise", "scale", lambda v: P.laplace_noise((2, 3), v), False),
-        ("privgnn.noisy_answers", "lam", lambda v: P.noisy_answers(torch.ones(2, 3) / 3, v),
-         False),
+        ("privgnn.noisy_answers", "lam", lambda v: P.noisy_answers(torch.ones(2, 3) / 3, v), False),
         ("mechanisms.laplace", "epsilon", lambda v: M.laplace(x, v), False),
         ("mechanisms.gaussian", "epsilon", lambda v: M.gaussian(x, v, 1e-5), False),
         ("mechanisms.gaussian", "delta", lambda v: M.gaussian(x, 1.0, v), False),
@@ -351,13 +443,27 @@ def _cases():
         ("mechanisms.local_randomizer", "epsilon", lambda v: M.local_randomizer(x, v), False),
         ("mechanisms.multi_bit", "epsilon", lambda v: M.multi_bit(x, v), False),
         ("mechanisms.esw", "epsilon", lambda v: M.esw(lv, v, 2, 0), False),
-        ("mechanisms.randomized_response", "epsilon",
-         lambda v: M.randomized_response(y, 2, v), False),
-        *[(f"mechanisms.make_mechanism({name!r})", "epsilon",
-           lambda v, name=name: M.make_mechanism(name, budgets=[1.0], epsilon=v), False)
-          for name in ("laplace", "gaussian", "one-bit", "multi-bit")],
-        ("mechanisms.make_mechanism('ppm')", "budgets",
-         lambda v: M.make_mechanism("ppm", budgets=[v, 5.0]), False),
+        (
+            "mechanisms.randomized_response",
+            "epsilon",
+            lambda v: M.randomized_response(y, 2, v),
+            False,
+        ),
+        *[
+            (
+                f"mechanisms.make_mechanism({name!r})",
+                "epsilon",
+                lambda v, name=name: M.make_mechanism(name, budgets=[1.0], epsilon=v),
+                False,
+            )
+            for name in ("laplace", "gaussian", "one-bit", "multi-bit")
+        ],
+        (
+            "mechanisms.make_mechanism('ppm')",
+            "budgets",
+            lambda v: M.make_mechanism("ppm", budgets=[v, 5.0]),
+            False,
+        ),
     ]
 
 

@@ -2,6 +2,7 @@
 ``interrupted``, and no process it started outlives the command; a second Ctrl-C quits at once.
 Real runs (Ray backend) in a subprocess; every process of the run carries a marker in its
 environment, so leftovers are found whoever their parent is by then."""
+
 from __future__ import annotations
 
 import json
@@ -15,9 +16,9 @@ from pathlib import Path
 
 import pytest
 
-from fedgraph.simulations.grid import InterruptibleGrid
 from fedgraph.procstats import PROCFS, descendants
-from fedgraph.simulations.interrupt import RunInterrupted, STOP
+from fedgraph.simulations.grid import InterruptibleGrid
+from fedgraph.simulations.interrupt import STOP, RunInterrupted
 
 ROOT = Path(__file__).parents[1]
 #: Linux's process file system (an OS interface, not a project path)
@@ -38,10 +39,28 @@ def _marked(marker: str) -> list[int]:
 def _start(tmp_path, marker):
     env = {**os.environ, "FEDGRAPH_TEST_MARKER": marker, "XDG_CACHE_HOME": str(tmp_path / "c")}
     log = open(tmp_path / "log.txt", "w")
-    proc = subprocess.Popen([sys.executable, "-u", "-m", "fedgraph.simulations.cli", "run", "ppgnn-cora",
-                             "--num-cpus", "2", "--set", "num-clients=3",
-                             "--set", f"output-dir='{tmp_path}'", "--set", "run-name='run'"],
-                            cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT)
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-u",
+            "-m",
+            "fedgraph.simulations.cli",
+            "run",
+            "ppgnn-cora",
+            "--num-cpus",
+            "2",
+            "--set",
+            "num-clients=3",
+            "--set",
+            f"output-dir='{tmp_path}'",
+            "--set",
+            "run-name='run'",
+        ],
+        cwd=ROOT,
+        env=env,
+        stdout=log,
+        stderr=subprocess.STDOUT,
+    )
     deadline = time.time() + 300
     while "connect done" not in (tmp_path / "log.txt").read_text():
         assert proc.poll() is None, (tmp_path / "log.txt").read_text()[-3000:]
@@ -216,8 +235,7 @@ def _quiet_stop(monkeypatch, lines, exits):
     return stop
 
 
-def test_a_signal_another_thread_receives_stops_the_run_while_the_main_thread_waits(
-        monkeypatch):
+def test_a_signal_another_thread_receives_stops_the_run_while_the_main_thread_waits(monkeypatch):
     """Flower keeps the main thread in ``Thread.join`` for the whole run, and the kernel may
     deliver a Ctrl-C to any other thread (Ray's, gRPC's). Python runs its handler only in the
     main thread once that returns to Python: the interrupt used to wait for the run's end (and
@@ -232,8 +250,7 @@ def test_a_signal_another_thread_receives_stops_the_run_while_the_main_thread_wa
         other.start()
         blocked = threading.Lock()
         blocked.acquire()
-        unblock = threading.Thread(target=lambda: STOP.wait(10) and blocked.release(),
-                                   daemon=True)
+        unblock = threading.Thread(target=lambda: STOP.wait(10) and blocked.release(), daemon=True)
         unblock.start()
         threading.Timer(0.2, signal.pthread_kill, (other.ident, signal.SIGINT)).start()
         t0 = time.monotonic()
@@ -363,23 +380,41 @@ def test_flwr_stop_leaves_an_interrupted_report_with_the_releases_so_far(tmp_pat
     PMA releases made before the stop."""
     marker = uuid.uuid4().hex
     bin_dir = Path(sys.executable).parent
-    env = {**os.environ, "FEDGRAPH_TEST_MARKER": marker, "XDG_CACHE_HOME": str(tmp_path / "c"),
-           "FLWR_HOME": str(tmp_path / "flwr"), "PATH": f"{bin_dir}:{os.environ['PATH']}",
-           "FLWR_DISABLE_RUNTIME_DEPENDENCY_INSTALLATION": "1",
-           "FLWR_LOCAL_SUPERLINK_HTTP_API_PORT": str(free_port()),
-           "FLWR_LOCAL_CONTROL_API_PORT": str(free_port())}
+    env = {
+        **os.environ,
+        "FEDGRAPH_TEST_MARKER": marker,
+        "XDG_CACHE_HOME": str(tmp_path / "c"),
+        "FLWR_HOME": str(tmp_path / "flwr"),
+        "PATH": f"{bin_dir}:{os.environ['PATH']}",
+        "FLWR_DISABLE_RUNTIME_DEPENDENCY_INSTALLATION": "1",
+        "FLWR_LOCAL_SUPERLINK_HTTP_API_PORT": str(free_port()),
+        "FLWR_LOCAL_CONTROL_API_PORT": str(free_port()),
+    }
     log_path = tmp_path / "log.txt"
-    config = (f"method='gap' classifier-rounds=100000 output-dir='{tmp_path}' "
-              "run-name='stopped'")
+    config = f"method='gap' classifier-rounds=100000 output-dir='{tmp_path}' run-name='stopped'"
     # The SuperLink `flwr run` would start (its command), started here: on a loaded machine
     # it takes longer than the 15 s `flwr run` waits for it.
     http_port = env["FLWR_LOCAL_SUPERLINK_HTTP_API_PORT"]
     superlink = subprocess.Popen(
-        [str(bin_dir / "flower-superlink"), "--insecure", "--simulation", "--isolation",
-         "subprocess", "--control-api-address",
-         f"127.0.0.1:{env['FLWR_LOCAL_CONTROL_API_PORT']}", "--host", "127.0.0.1", "--port",
-         http_port, "--database", str(tmp_path / "state.db")],
-        env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        [
+            str(bin_dir / "flower-superlink"),
+            "--insecure",
+            "--simulation",
+            "--isolation",
+            "subprocess",
+            "--control-api-address",
+            f"127.0.0.1:{env['FLWR_LOCAL_CONTROL_API_PORT']}",
+            "--host",
+            "127.0.0.1",
+            "--port",
+            http_port,
+            "--database",
+            str(tmp_path / "state.db"),
+        ],
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     try:
         import urllib.request
 
@@ -391,17 +426,27 @@ def test_flwr_stop_leaves_an_interrupted_report_with_the_releases_so_far(tmp_pat
             except OSError:
                 assert superlink.poll() is None and time.time() < deadline, "no SuperLink"
                 time.sleep(1)
-        proc = subprocess.Popen([str(bin_dir / "flwr"), "run", ".", "--stream",
-                                 "--run-config", config], cwd=ROOT, env=env,
-                                stdout=open(log_path, "w"), stderr=subprocess.STDOUT)
+        proc = subprocess.Popen(
+            [str(bin_dir / "flwr"), "run", ".", "--stream", "--run-config", config],
+            cwd=ROOT,
+            env=env,
+            stdout=open(log_path, "w"),
+            stderr=subprocess.STDOUT,
+        )
         deadline = time.time() + 400
         while "PMA (clients, via server) done" not in log_path.read_text():
             assert proc.poll() is None, log_path.read_text()[-3000:]
             assert time.time() < deadline, log_path.read_text()[-3000:]
             time.sleep(1)
         run_id = log_path.read_text().split("Successfully started run ")[1].split()[0]
-        subprocess.run([str(bin_dir / "flwr"), "stop", run_id], cwd=tmp_path, env=env,
-                       check=True, capture_output=True, timeout=60)
+        subprocess.run(
+            [str(bin_dir / "flwr"), "stop", run_id],
+            cwd=tmp_path,
+            env=env,
+            check=True,
+            capture_output=True,
+            timeout=60,
+        )
         report = tmp_path / "stopped.json"
         deadline = time.time() + 120  # Flower's heartbeat brings the stop within ~30 s
         while not report.exists():

@@ -88,8 +88,13 @@ def test_a_claimed_figure_never_becomes_the_epsilon_of_a_release_that_is_not_dp(
 
     led = PrivacyLedger()
     for _ in range(2):  # two rounds merge into one claimed event
-        led.record_unprotected("client-0", "answers", "unbounded sensitivity",
-                               claimed=[Laplace(1.0, count=3)], claimed_by="a paper")
+        led.record_unprotected(
+            "client-0",
+            "answers",
+            "unbounded sensitivity",
+            claimed=[Laplace(1.0, count=3)],
+            claimed_by="a paper",
+        )
     row = led.summary(1e-5, "pld")["client-0"]
     assert row["epsilon"] == float("inf") and row["accountant"] == "none"
     assert row["claimed"]["holds"] is False and row["claimed"]["by"] == ["a paper"]
@@ -110,8 +115,9 @@ def test_summary_composes_each_distinct_event_list_once(monkeypatch):
     ledger.record("client-3", "pma", Gaussian(3.0, count=2))
     calls = []
     figures = PrivacyLedger._summary_figures
-    monkeypatch.setattr(PrivacyLedger, "_summary_figures",
-                        lambda self, *a: calls.append(a) or figures(self, *a))
+    monkeypatch.setattr(
+        PrivacyLedger, "_summary_figures", lambda self, *a: calls.append(a) or figures(self, *a)
+    )
     rows = ledger.summary(1e-5, "prv")
     assert len(calls) == 2
     alone = PrivacyLedger()
@@ -143,8 +149,10 @@ def test_the_cross_check_is_another_accountant_than_the_one_it_checks(accountant
         expected = PrvAccountant().compose(events, delta).bounds
     else:
         assert check["accountant"] == "pld"
-        expected = (PldAccountant(pessimistic=False).compose(events, delta).epsilon,
-                    *[PldAccountant().compose(events, delta).epsilon] * 2)
+        expected = (
+            PldAccountant(pessimistic=False).compose(events, delta).epsilon,
+            *[PldAccountant().compose(events, delta).epsilon] * 2,
+        )
     got = (check["epsilon_lower"], check["epsilon_estimate"], check["epsilon_upper"])
     assert got == pytest.approx(expected, rel=1e-9)
     assert check["agrees"]

@@ -4,6 +4,7 @@ after the script had said there was none (fresh user, 12-07). It now stops the r
 exits 130 (SIGTERM: 143, 128 + the signal's number, as ``fedgraph run``). A SIGTERM sent to
 the script alone (not its process group) waited for the whole run, then claimed to have stopped
 it (fresh user, 12-07, afternoon)."""
+
 from __future__ import annotations
 
 import json
@@ -29,16 +30,25 @@ def _descendants(pid: int) -> list[int]:
 
 @pytest.mark.parametrize("signum, code", [(signal.SIGINT, 130), (signal.SIGTERM, 143)])
 def test_ctrl_c_on_the_main_script_stops_the_run_and_says_so(tmp_path, free_port, signum, code):
-    env = {**os.environ, "FLWR_HOME": str(tmp_path / "flwr"),  # a SuperLink of its own
-           "FLWR_LOCAL_SUPERLINK_HTTP_API_PORT": str(free_port()),
-           "FLWR_LOCAL_CONTROL_API_PORT": str(free_port()),
-           "XDG_CACHE_HOME": str(tmp_path / "cache")}
-    proc = subprocess.Popen(["bash", "scripts/main.sh", "--run-config", "epochs=400"], cwd=ROOT,
-                            env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                            start_new_session=True,
-                            # a terminal's Ctrl-C: SIGINT as the default action, even where
-                            # this test runs with it ignored (a background job of a script)
-                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+    env = {
+        **os.environ,
+        "FLWR_HOME": str(tmp_path / "flwr"),  # a SuperLink of its own
+        "FLWR_LOCAL_SUPERLINK_HTTP_API_PORT": str(free_port()),
+        "FLWR_LOCAL_CONTROL_API_PORT": str(free_port()),
+        "XDG_CACHE_HOME": str(tmp_path / "cache"),
+    }
+    proc = subprocess.Popen(
+        ["bash", "scripts/main.sh", "--run-config", "epochs=400"],
+        cwd=ROOT,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        start_new_session=True,
+        # a terminal's Ctrl-C: SIGINT as the default action, even where
+        # this test runs with it ignored (a background job of a script)
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
+    )
     lines, started = [], None
     try:
         deadline = time.time() + 240
@@ -66,8 +76,11 @@ def test_ctrl_c_on_the_main_script_stops_the_run_and_says_so(tmp_path, free_port
             os.killpg(proc.pid, signal.SIGKILL)
     out = "".join(lines) + rest
     assert proc.returncode == code, out[-3000:]
-    said = re.search(r"interrupted: the run was stopped \(run \d+\); no complete report "
-                     r"at (\S+\.json)", out)
+    said = re.search(
+        r"interrupted: the run was stopped \(run \d+\); no complete report "
+        r"at (\S+\.json)",
+        out,
+    )
     assert said, out[-3000:]
     report = Path(said.group(1))
 
@@ -88,14 +101,27 @@ def test_main_script_checks_the_report_the_run_wrote_under_the_users_name(tmp_pa
     """The README's main command to the end, with the user's own ``output-dir`` and
     ``run-name`` (the script's header invites extra ``--run-config``): it checked its own
     default path and said FAILED for a run that wrote an ``ok`` report (fresh user, 12-07)."""
-    env = {**os.environ, "FLWR_HOME": str(tmp_path / "flwr"),  # a SuperLink of its own
-           "FLWR_LOCAL_SUPERLINK_HTTP_API_PORT": str(free_port()),
-           "FLWR_LOCAL_CONTROL_API_PORT": str(free_port()),
-           "XDG_CACHE_HOME": str(tmp_path / "cache")}
+    env = {
+        **os.environ,
+        "FLWR_HOME": str(tmp_path / "flwr"),  # a SuperLink of its own
+        "FLWR_LOCAL_SUPERLINK_HTTP_API_PORT": str(free_port()),
+        "FLWR_LOCAL_CONTROL_API_PORT": str(free_port()),
+        "XDG_CACHE_HOME": str(tmp_path / "cache"),
+    }
     out = tmp_path / "mine"
-    res = subprocess.run(["bash", "scripts/main.sh", "--run-config",
-                          f"output-dir='{out}' run-name='users' epochs=5"], cwd=ROOT, env=env,
-                         capture_output=True, text=True, timeout=600)
+    res = subprocess.run(
+        [
+            "bash",
+            "scripts/main.sh",
+            "--run-config",
+            f"output-dir='{out}' run-name='users' epochs=5",
+        ],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     log = res.stdout + res.stderr
     assert res.returncode == 0, log[-3000:]
     report = out / "users.json"

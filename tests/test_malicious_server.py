@@ -9,6 +9,7 @@ to the same clients, whose state holds the honest run's releases. Every client's
 (:class:`fedgraph.client_authority.ClientAuthority`) must be the same after the attacks as
 before: nothing new was released, whatever was answered.
 """
+
 import json
 
 import pytest
@@ -21,27 +22,81 @@ from fedgraph.protocol import MESSAGES
 from fedgraph.simulations.local import LocalGrid, run_local
 from fedgraph.simulations.routes.common import AUTHORITY_STATE
 
-GAP = {"method": "gap", "dataset": "cora", "num-clients": 3, "encoder-rounds": 1,
-       "classifier-rounds": 2, "local-epochs": 1, "schedule": "fedavg", "hops": 2,
-       "client-epsilons": "4,2,1", "delta": 1e-5, "partitioner": "louvain",
-       "secure-aggregation": True, "accountant": "rdp"}
-GAP_NODE = {"method": "gap", "dataset": "cora", "num-clients": 2, "encoder-rounds": 1,
-            "classifier-rounds": 1, "local-epochs": 1, "schedule": "fedavg", "hops": 1,
-            "client-epsilons": "8", "delta": 1e-5, "level": "node", "max-degree": 5,
-            "batch-size": 256, "accountant": "rdp", "inference": "inductive"}
-GAP_FEDSGD = {**GAP, "secure-aggregation": False, "schedule": "fedsgd",
-              "client-epsilons": "4,4,2"}
-PROGAP = {"method": "progap", "dataset": "cora", "num-clients": 3, "depth": 1, "epochs": 2,
-          "hidden": 8, "client-epsilons": "4,2,8", "delta": 1e-5, "accountant": "rdp",
-          "secure-aggregation": True}
+GAP = {
+    "method": "gap",
+    "dataset": "cora",
+    "num-clients": 3,
+    "encoder-rounds": 1,
+    "classifier-rounds": 2,
+    "local-epochs": 1,
+    "schedule": "fedavg",
+    "hops": 2,
+    "client-epsilons": "4,2,1",
+    "delta": 1e-5,
+    "partitioner": "louvain",
+    "secure-aggregation": True,
+    "accountant": "rdp",
+}
+GAP_NODE = {
+    "method": "gap",
+    "dataset": "cora",
+    "num-clients": 2,
+    "encoder-rounds": 1,
+    "classifier-rounds": 1,
+    "local-epochs": 1,
+    "schedule": "fedavg",
+    "hops": 1,
+    "client-epsilons": "8",
+    "delta": 1e-5,
+    "level": "node",
+    "max-degree": 5,
+    "batch-size": 256,
+    "accountant": "rdp",
+    "inference": "inductive",
+}
+GAP_FEDSGD = {**GAP, "secure-aggregation": False, "schedule": "fedsgd", "client-epsilons": "4,4,2"}
+PROGAP = {
+    "method": "progap",
+    "dataset": "cora",
+    "num-clients": 3,
+    "depth": 1,
+    "epochs": 2,
+    "hidden": 8,
+    "client-epsilons": "4,2,8",
+    "delta": 1e-5,
+    "accountant": "rdp",
+    "secure-aggregation": True,
+}
 PPGNN = {"method": "ppgnn", "dataset": "cora", "num-clients": 2, "epochs": 5}
-PRIVGNN = {"method": "privgnn", "dataset": "cora", "num-clients": 2, "num-queries": 6,
-           "lam": 1.0, "gamma": 0.3, "delta": 1e-4, "num-neighbours": 20, "teacher-epochs": 3,
-           "teacher-hidden": 8, "teacher-batch-size": 8, "projection-dim": 16, "epochs": 5,
-           "hidden": 8, "neighbourhood-size": 10, "answer-mode": "ensemble",
-           "num-teachers": 4, "sigma-votes": 3.0, "secure-aggregation": True}
-RUNS = {"gap": GAP, "gap-node": GAP_NODE, "gap-fedsgd": GAP_FEDSGD, "progap": PROGAP,
-        "ppgnn": PPGNN, "privgnn": PRIVGNN}
+PRIVGNN = {
+    "method": "privgnn",
+    "dataset": "cora",
+    "num-clients": 2,
+    "num-queries": 6,
+    "lam": 1.0,
+    "gamma": 0.3,
+    "delta": 1e-4,
+    "num-neighbours": 20,
+    "teacher-epochs": 3,
+    "teacher-hidden": 8,
+    "teacher-batch-size": 8,
+    "projection-dim": 16,
+    "epochs": 5,
+    "hidden": 8,
+    "neighbourhood-size": 10,
+    "answer-mode": "ensemble",
+    "num-teachers": 4,
+    "sigma-votes": 3.0,
+    "secure-aggregation": True,
+}
+RUNS = {
+    "gap": GAP,
+    "gap-node": GAP_NODE,
+    "gap-fedsgd": GAP_FEDSGD,
+    "progap": PROGAP,
+    "ppgnn": PPGNN,
+    "privgnn": PRIVGNN,
+}
 
 
 def _honest(name, tmp_path):
@@ -51,14 +106,20 @@ def _honest(name, tmp_path):
 
 
 def _ledgers(grid) -> dict:
-    return {n: (json.loads(str(c.state[AUTHORITY_STATE]["json"]))["spent"]
-                if AUTHORITY_STATE in c.state else {})
-            for n, c in grid.contexts.items()}
+    return {
+        n: (
+            json.loads(str(c.state[AUTHORITY_STATE]["json"]))["spent"]
+            if AUTHORITY_STATE in c.state
+            else {}
+        )
+        for n, c in grid.contexts.items()
+    }
 
 
 def _send(grid, m: Message, content: RecordDict) -> Message:
-    fresh = Message(content=content, dst_node_id=m.metadata.dst_node_id,
-                    message_type=m.metadata.message_type)
+    fresh = Message(
+        content=content, dst_node_id=m.metadata.dst_node_id, message_type=m.metadata.message_type
+    )
     grid.record = False
     try:  # LocalGrid raises the handler's exception (Flower: an error reply)
         return grid.send_and_receive([fresh])[0]
@@ -91,8 +152,10 @@ def _crafted(content: RecordDict) -> RecordDict | None:
     for name in content.keys():
         rec = content[name]
         if isinstance(rec, ArrayRecord) and len(rec):
-            t = {k: (v * 1.01 if v.is_floating_point() else v)
-                 for k, v in rec.to_torch_state_dict().items()}
+            t = {
+                k: (v * 1.01 if v.is_floating_point() else v)
+                for k, v in rec.to_torch_state_dict().items()
+            }
             if any(v.is_floating_point() and v.numel() for v in t.values()):
                 out[name], changed = ArrayRecord(t), True
     return out if changed else None
@@ -114,8 +177,14 @@ def _same(a: Message, b: Message) -> bool:
 
 #: the message types that release something a ledger charges (the others release public
 #: facts or evaluation counts, outside the guarantee)
-RELEASES = {"train", "query.gap_pma", "query.progap_aggregate", "train.progap_stage",
-            "query.ppgnn", "query.privgnn"}
+RELEASES = {
+    "train",
+    "query.gap_pma",
+    "query.progap_aggregate",
+    "train.progap_stage",
+    "query.ppgnn",
+    "query.privgnn",
+}
 
 
 @pytest.mark.parametrize("name", list(RUNS))
@@ -182,14 +251,18 @@ def test_a_client_never_lowers_its_noise_at_the_servers_word(tmp_path):
     first = pma[0]
     content = _copy(first.content)
     pma_rec = dict(first.content["pma"])
-    pma_rec.update({"remote-sigma": 1e-6, "remote-contributors": 10 ** 6})
+    pma_rec.update({"remote-sigma": 1e-6, "remote-contributors": 10**6})
     content["pma"] = ConfigRecord(pma_rec)
     reply = _send(fresh, first, content)
-    assert reply.has_error() and ("remote noise" in reply.error.reason
-                                  or "this client counts 1" in reply.error.reason), reply.error.reason
+    assert reply.has_error() and (
+        "remote noise" in reply.error.reason or "this client counts 1" in reply.error.reason
+    ), reply.error.reason
     ctx = fresh.contexts[first.metadata.dst_node_id]
-    spent = (json.loads(str(ctx.state[AUTHORITY_STATE]["json"]))["spent"]
-             if AUTHORITY_STATE in ctx.state else {})
+    spent = (
+        json.loads(str(ctx.state[AUTHORITY_STATE]["json"]))["spent"]
+        if AUTHORITY_STATE in ctx.state
+        else {}
+    )
     assert "gap:pma1" not in spent or reply.has_error()
 
 
@@ -219,13 +292,20 @@ def _gap_hop2(m) -> bool:
 
 
 def _progap_stage2(m) -> bool:
-    return (m.metadata.message_type == "query.progap_aggregate"
-            and str(m.content["agg"]["step"]) == "release" and int(m.content["agg"]["stage"]) == 2)
+    return (
+        m.metadata.message_type == "query.progap_aggregate"
+        and str(m.content["agg"]["step"]) == "release"
+        and int(m.content["agg"]["stage"]) == 2
+    )
 
 
-FRESH = {"gap": ({**GAP_FEDSGD, "client-epsilons": "4"}, _gap_hop2),
-         "progap": ({**PROGAP, "depth": 2, "secure-aggregation": False,
-                     "client-epsilons": "4"}, _progap_stage2)}
+FRESH = {
+    "gap": ({**GAP_FEDSGD, "client-epsilons": "4"}, _gap_hop2),
+    "progap": (
+        {**PROGAP, "depth": 2, "secure-aggregation": False, "client-epsilons": "4"},
+        _progap_stage2,
+    ),
+}
 
 
 @pytest.mark.parametrize("method", list(FRESH))
@@ -253,13 +333,16 @@ def test_secret_noise_is_fresh_when_another_clients_input_changes(method, monkey
 def test_check_asks_no_more_allows_less_loss_only():
     own = parse_run_config({**GAP, "client-epsilons": "4,2,1"})
     check_asks_no_more(parse_run_config({**GAP, "client-epsilons": "1,2,1"}), own, 0)
-    check_asks_no_more(parse_run_config({**GAP, "client-epsilons": "4,2,1", "delta": 1e-6}),
-                       own, 0)
-    for bad in ({"client-epsilons": "5,2,1"}, {"delta": 1e-4}, {"hops": 3},
-                {"level": "node", "max-degree": 5}, {"noise-source": "mt19937"}):
+    check_asks_no_more(parse_run_config({**GAP, "client-epsilons": "4,2,1", "delta": 1e-6}), own, 0)
+    for bad in (
+        {"client-epsilons": "5,2,1"},
+        {"delta": 1e-4},
+        {"hops": 3},
+        {"level": "node", "max-degree": 5},
+        {"noise-source": "mt19937"},
+    ):
         with pytest.raises(ReleaseRefused, match=next(iter(bad)).split("-")[0]):
-            check_asks_no_more(parse_run_config({**GAP, "client-epsilons": "4,2,1", **bad}),
-                               own, 0)
+            check_asks_no_more(parse_run_config({**GAP, "client-epsilons": "4,2,1", **bad}), own, 0)
 
 
 def test_client_authority_refuses_past_its_budget_and_repeats():

@@ -22,6 +22,7 @@ Documented deviations from the paper that these tests accept (see the module doc
      the server rescales with the released level's budget.
   3. Gaussian uses L2 sensitivity 2 (range [-1, 1]); the paper prints sensitivity 1.
 """
+
 from __future__ import annotations
 
 import math
@@ -32,10 +33,29 @@ import pytest
 import torch
 
 from fedgraph.mechanisms import (
-    FEATURE_MECHANISMS, PPMMechanism, PPMParams, SampledBits, esw, esw_decode,
-    esw_probabilities, esw_window, gaussian, gaussian_sigma, laplace, laplace_scale,
-    local_randomizer, make_mechanism, mlr_num_dims, multi_bit, multi_bit_estimate,
-    multi_bit_variance, one_bit, ppm, ppm_estimate, to_unit_range, unbias_factor,
+    FEATURE_MECHANISMS,
+    PPMMechanism,
+    PPMParams,
+    SampledBits,
+    esw,
+    esw_decode,
+    esw_probabilities,
+    esw_window,
+    gaussian,
+    gaussian_sigma,
+    laplace,
+    laplace_scale,
+    local_randomizer,
+    make_mechanism,
+    mlr_num_dims,
+    multi_bit,
+    multi_bit_estimate,
+    multi_bit_variance,
+    one_bit,
+    ppm,
+    ppm_estimate,
+    to_unit_range,
+    unbias_factor,
 )
 
 F64 = torch.float64
@@ -44,6 +64,7 @@ F64 = torch.float64
 # ----------------------------------------------------------------------------------------------
 # helpers: the paper's formulas, written independently of the package, and the bounds
 # ----------------------------------------------------------------------------------------------
+
 
 def gen(seed: int) -> torch.Generator:
     return torch.Generator().manual_seed(seed)
@@ -72,7 +93,7 @@ def theorem1_m(eps, d: int, divisor: str = "2.2") -> int:
 
 def eq5_var(x, eps: float, d: int, m: int):
     """Eq. (5): Var[x'_i] = d/m * ((e^{eps/m}+1)/(e^{eps/m}-1))^2 - x_i^2."""
-    return d / m * C(eps / m) ** 2 - x ** 2
+    return d / m * C(eps / m) ** 2 - x**2
 
 
 def paper_window(eps: float, f: int) -> int:
@@ -91,7 +112,9 @@ def eq6_pmf(eps: float, f: int, b: int) -> torch.Tensor:
     p, q = e / ((2 * b + 1) * e + f - 1), 1.0 / ((2 * b + 1) * e + f - 1)
     g = torch.arange(1, f + 1, dtype=F64).view(-1, 1)
     out = torch.arange(1, f + 2 * b + 1, dtype=F64).view(1, -1)
-    return torch.where((g + b - out).abs() <= b, torch.tensor(p, dtype=F64), torch.tensor(q, dtype=F64))
+    return torch.where(
+        (g + b - out).abs() <= b, torch.tensor(p, dtype=F64), torch.tensor(q, dtype=F64)
+    )
 
 
 def assert_binomial(counts, n, probs, z, what=""):
@@ -102,7 +125,8 @@ def assert_binomial(counts, n, probs, z, what=""):
     dev = (counts - n * probs).abs()
     bound = z * torch.sqrt(n * probs * (1 - probs))
     assert bool((dev <= bound).all()), (
-        f"{what}: counts {counts.tolist()} vs expected {(n * probs).tolist()} (bound {bound.tolist()})")
+        f"{what}: counts {counts.tolist()} vs expected {(n * probs).tolist()} (bound {bound.tolist()})"
+    )
 
 
 def dkw_distance(samples: torch.Tensor, cdf) -> float:
@@ -120,7 +144,9 @@ def dkw_bound(n: int, alpha: float = 1e-6) -> float:
 
 
 def laplace_cdf(t):
-    return torch.where(t < 0, 0.5 * torch.exp(t.clamp(max=0)), 1.0 - 0.5 * torch.exp(-t.clamp(min=0)))
+    return torch.where(
+        t < 0, 0.5 * torch.exp(t.clamp(max=0)), 1.0 - 0.5 * torch.exp(-t.clamp(min=0))
+    )
 
 
 def max_privacy_ratio(samples_by_input: list[torch.Tensor], support: list[float], z: float):
@@ -163,7 +189,7 @@ def test_laplace_scale_formula():
 def test_laplace_unbiased_scale_and_shape():
     n, eps = 250_000, 2.0
     d = X4.numel()
-    b = 2.0 * d / eps                                # paper: Lap(2/(eps/d))
+    b = 2.0 * d / eps  # paper: Lap(2/(eps/d))
     x = X4.expand(n, d).contiguous()
     out = laplace(x, eps, generator=gen(1))
     assert out.shape == x.shape and out.dtype == x.dtype
@@ -183,7 +209,7 @@ def test_laplace_per_row_budget():
     eps = torch.tensor([1.0, 4.0], dtype=F64).repeat_interleave(n // 2)
     out = laplace(torch.zeros(n, d, dtype=F64), eps, generator=gen(2))
     z = z_for(2)
-    for half, e in [(out[: n // 2], 1.0), (out[n // 2:], 4.0)]:
+    for half, e in [(out[: n // 2], 1.0), (out[n // 2 :], 4.0)]:
         b = 2.0 * d / e
         assert abs(float(half.abs().mean()) - b) <= z * b / math.sqrt(half.numel())
 
@@ -201,7 +227,7 @@ def test_gaussian_sigma_formula_uses_range_sensitivity():
         # sensitivity 1, but two inputs in [-1, 1] differ by up to 2.
         assert s == pytest.approx(2.0 * paper_sigma(eps, delta, d, sensitivity=1.0), rel=1e-14)
     with pytest.raises(ValueError, match="< 1"):
-        gaussian_sigma(4.0, 1e-5, 4)                     # eps/d = 1: outside the classical bound
+        gaussian_sigma(4.0, 1e-5, 4)  # eps/d = 1: outside the classical bound
     for bad in [0.0, 1.0, -0.1, float("nan")]:
         with pytest.raises(ValueError, match="delta"):
             gaussian_sigma(1.0, bad, 4)
@@ -219,7 +245,7 @@ def test_gaussian_unbiased_std_and_shape():
     # sample variance of N(0, s^2): Var[S^2] = 2 s^4 / (N - 1)
     N = noise.numel()
     s2 = float(noise.var())
-    assert abs(s2 - sigma ** 2) <= z * sigma ** 2 * math.sqrt(2.0 / (N - 1)), (s2 ** 0.5, sigma)
+    assert abs(s2 - sigma**2) <= z * sigma**2 * math.sqrt(2.0 / (N - 1)), (s2**0.5, sigma)
     assert dkw_distance(noise / sigma, torch.special.ndtr) <= dkw_bound(N)
 
 
@@ -241,13 +267,13 @@ def test_one_bit_matches_eq4(eps):
     x = X5.expand(n, -1).contiguous()
     s = one_bit(x, eps, generator=gen(10))
     assert s.dtype == x.dtype
-    assert set(torch.unique(s).tolist()) == {-1.0, 1.0}          # output domain {-1, +1}
+    assert set(torch.unique(s).tolist()) == {-1.0, 1.0}  # output domain {-1, +1}
     z = z_for(2 * X5.numel())
     p = eq4_p_plus(X5, eps)
     assert_binomial((s == 1).sum(0), n, p, z, "P[+1] vs Eq. 4")
     # unbiased after scaling by C(eps): Var[C s] = C^2 - x^2
     est = s.mean(0) * C(eps)
-    assert bool(((est - X5).abs() <= z * torch.sqrt((C(eps) ** 2 - X5 ** 2) / n)).all())
+    assert bool(((est - X5).abs() <= z * torch.sqrt((C(eps) ** 2 - X5**2) / n)).all())
 
 
 @pytest.mark.parametrize("eps", [0.5, 1.0, 3.0])
@@ -278,26 +304,37 @@ def test_local_randomizer_alg1(eps):
     out = local_randomizer(x, eps, generator=gen(13))
     c = C(eps)
     vals = torch.unique(out)
-    assert vals.numel() == 2                                     # output domain {-C, +C}
+    assert vals.numel() == 2  # output domain {-C, +C}
     assert vals.tolist() == pytest.approx([-c, c], rel=1e-12)
     z = z_for(2 * X5.numel())
     # Alg. 1 line 1: Pr[u = 1] = (e^eps - 1)/(2 e^eps + 2) x + 1/2
     e = math.exp(eps)
     assert_binomial((out > 0).sum(0), n, (e - 1) / (2 * e + 2) * X5 + 0.5, z, "Alg. 1 Bernoulli")
     # unbiased, Var = C^2 - x^2
-    assert bool(((out.mean(0) - X5).abs() <= z * torch.sqrt((c * c - X5 ** 2) / n)).all())
+    assert bool(((out.mean(0) - X5).abs() <= z * torch.sqrt((c * c - X5**2) / n)).all())
 
 
 # ----------------------------------------------------------------------------------------------
 # Multi-bit / MLR (Alg. 2, Theorem 1, Eq. 5)
 # ----------------------------------------------------------------------------------------------
 
-@pytest.mark.parametrize("eps,d", [
-    (0.01, 10), (1.0, 10), (2.19, 10),          # floor(eps/2.2) = 0 -> clamped to 1
-    (2.3, 10), (4.5, 10), (10.0, 10),           # 1, 2, 4
-    (22.5, 10), (100.0, 10), (9.0, 3),          # clamped to d
-    (100.0, 64), (7.0, 3),                      # 45; floor = 3 = d
-])
+
+@pytest.mark.parametrize(
+    "eps,d",
+    [
+        (0.01, 10),
+        (1.0, 10),
+        (2.19, 10),  # floor(eps/2.2) = 0 -> clamped to 1
+        (2.3, 10),
+        (4.5, 10),
+        (10.0, 10),  # 1, 2, 4
+        (22.5, 10),
+        (100.0, 10),
+        (9.0, 3),  # clamped to d
+        (100.0, 64),
+        (7.0, 3),  # 45; floor = 3 = d
+    ],
+)
 def test_mlr_num_dims_theorem1(eps, d):
     # (Exact multiples of 2.2 such as 6.6 are avoided: 6.6/2.2 is 2.9999999999999996 in binary
     # floating point, so floor gives 2 where the decimal reading gives 3.)
@@ -328,7 +365,7 @@ def test_theorem1_rule_is_near_optimal_for_eq5():
 
 
 def test_mlr_samples_exactly_m_distinct_dims_uniformly():
-    n, d = 20_000, 16                     # > 4096 rows: several sampling chunks
+    n, d = 20_000, 16  # > 4096 rows: several sampling chunks
     eps_choices = torch.tensor([0.5, 3.0, 9.0, 20.0, 50.0], dtype=F64)
     eps = eps_choices[torch.randint(0, 5, (n,), generator=gen(20))]
     x = torch.rand(n, d, generator=gen(21), dtype=F64) * 2 - 1
@@ -367,7 +404,7 @@ def test_multi_bit_num_dims_argument():
 X8 = torch.tensor([-1.0, -0.7, -0.2, 0.0, 0.1, 0.5, 0.9, 1.0], dtype=F64)
 
 
-@pytest.mark.parametrize("eps", [0.5, 6.0, 40.0])       # m = 1, 2 and 8 (clamped to d)
+@pytest.mark.parametrize("eps", [0.5, 6.0, 40.0])  # m = 1, 2 and 8 (clamped to d)
 def test_mlr_unbiased_and_variance_eq5(eps):
     n, d = 200_000, X8.numel()
     m = theorem1_m(eps, d)
@@ -400,7 +437,7 @@ def test_mlr_unbiased_and_variance_eq5(eps):
     # + (1 + z^2) Var_j/(n-1). (At x = 0 the first sd is 0: (x'-x)^2 = A^2 (m/d) ... is constant
     # when m = d, and only the O(1/n) terms remain.)
     s2 = est.var(0)
-    bound = z * torch.sqrt((mu4 - var ** 2) / n) * n / (n - 1) + (1 + z * z) * var / (n - 1)
+    bound = z * torch.sqrt((mu4 - var**2) / n) * n / (n - 1) + (1 + z * z) * var / (n - 1)
     assert bool(((s2 - var).abs() <= bound).all()), (s2, var, bound)
 
 
@@ -408,14 +445,28 @@ def test_mlr_unbiased_and_variance_eq5(eps):
 # ESW (Eq. 6 and the window formula)
 # ----------------------------------------------------------------------------------------------
 
-@pytest.mark.parametrize("eps,f", [
-    (0.001, 4), (0.01, 8), (0.1, 4), (0.2, 6), (0.5, 5), (1.0, 5), (1.0, 10), (2.0, 10),
-    (3.0, 20), (5.0, 50), (0.3, 1), (12.0, 7),
-])
+
+@pytest.mark.parametrize(
+    "eps,f",
+    [
+        (0.001, 4),
+        (0.01, 8),
+        (0.1, 4),
+        (0.2, 6),
+        (0.5, 5),
+        (1.0, 5),
+        (1.0, 10),
+        (2.0, 10),
+        (3.0, 20),
+        (5.0, 50),
+        (0.3, 1),
+        (12.0, 7),
+    ],
+)
 def test_esw_window_formula(eps, f):
     b = esw_window(eps, f)
     assert b == paper_window(eps, f)
-    assert 0 <= b <= (f - 1) // 2          # the ratio is < 1/2 for every eps > 0
+    assert 0 <= b <= (f - 1) // 2  # the ratio is < 1/2 for every eps > 0
 
 
 def test_esw_window_small_and_large_epsilon_regression():
@@ -424,18 +475,19 @@ def test_esw_window_small_and_large_epsilon_regression():
     for eps in [1e-4, 1e-5, 1e-6, 1e-7, 1e-8, 1e-10, 1e-12]:
         for f in (2, 4, 5, 10, 20):
             assert esw_window(eps, f) == paper_window(eps, f), (eps, f)
-    assert esw_window(1e-300, 10) == 4 and esw_window(1e-300, 5) == 2   # limit f/2 from below
+    assert esw_window(1e-300, 10) == 4 and esw_window(1e-300, 5) == 2  # limit f/2 from below
     assert esw_window(800.0, 10) == 0
 
 
-@pytest.mark.parametrize("eps,f,b", [(0.1, 4, 1), (1.0, 5, 1), (2.0, 10, 0), (0.2, 6, 2),
-                                     (3.0, 3, 5)])
+@pytest.mark.parametrize(
+    "eps,f,b", [(0.1, 4, 1), (1.0, 5, 1), (2.0, 10, 0), (0.2, 6, 2), (3.0, 3, 5)]
+)
 def test_esw_probabilities_eq6(eps, f, b):
     p, q = esw_probabilities(eps, f, b)
     e = math.exp(eps)
     assert float(p) == pytest.approx(e / ((2 * b + 1) * e + f - 1), rel=1e-14)
     assert float(q) == pytest.approx(1 / ((2 * b + 1) * e + f - 1), rel=1e-14)
-    assert float(p / q) == pytest.approx(e, rel=1e-13)                  # p/q = e^eps exactly
+    assert float(p / q) == pytest.approx(e, rel=1e-13)  # p/q = e^eps exactly
     # over {1..f+2b}: 2b+1 outputs in the window, (f+2b) - (2b+1) = f-1 outside
     assert float((2 * b + 1) * p + (f - 1) * q) == pytest.approx(1.0, abs=1e-14)
     pt, qt = esw_probabilities(torch.tensor([eps, eps], dtype=F64), f, b)
@@ -451,8 +503,9 @@ def test_esw_pmf_needs_shifted_window():
     e = math.exp(eps)
     p, q = e / ((2 * b + 1) * e + f - 1), 1 / ((2 * b + 1) * e + f - 1)
     gp = torch.arange(1, f + 2 * b + 1, dtype=F64)
-    literal_g1 = torch.where((1 - gp).abs() <= b, torch.tensor(p, dtype=F64),
-                             torch.tensor(q, dtype=F64)).sum()
+    literal_g1 = torch.where(
+        (1 - gp).abs() <= b, torch.tensor(p, dtype=F64), torch.tensor(q, dtype=F64)
+    ).sum()
     assert abs(float(literal_g1) - 1.0) > 1e-3
 
 
@@ -467,7 +520,7 @@ def test_esw_histogram_matches_eq6(eps, f, b):
     pmf = eq6_pmf(eps, f, b)
     z = z_for(pmf.numel())
     for g in range(1, f + 1):
-        o = out[(g - 1) * n: g * n]
+        o = out[(g - 1) * n : g * n]
         counts = torch.bincount(o - 1, minlength=f + 2 * b)
         assert_binomial(counts, n, pmf[g - 1], z, f"ESW histogram g={g}")
 
@@ -479,7 +532,7 @@ def test_esw_per_user_budget_with_public_window():
     out = esw(torch.full((2 * n,), 2, dtype=torch.long), eps, f, b, generator=gen(41))
     z = z_for(2 * (f + 2 * b))
     for k, e in enumerate([0.4, 2.0]):
-        counts = torch.bincount(out[k * n:(k + 1) * n] - 1, minlength=f + 2 * b)
+        counts = torch.bincount(out[k * n : (k + 1) * n] - 1, minlength=f + 2 * b)
         assert_binomial(counts, n, eq6_pmf(e, f, b)[1], z, f"user eps={e}")
 
 
@@ -493,9 +546,11 @@ def test_esw_privacy_ratio(eps, f, b):
     out = esw(torch.arange(1, f + 1).repeat_interleave(n), eps, f, b, generator=gen(42))
     support = list(range(1, f + 2 * b + 1))
     k = len(support) * f * (f - 1)
-    raw, corrected = max_privacy_ratio([out[i * n:(i + 1) * n] for i in range(f)], support, z_for(k))
+    raw, corrected = max_privacy_ratio(
+        [out[i * n : (i + 1) * n] for i in range(f)], support, z_for(k)
+    )
     assert corrected <= math.exp(eps), (raw, math.exp(eps))
-    assert raw >= 0.95 * math.exp(eps)              # tight: p/q is attained
+    assert raw >= 0.95 * math.exp(eps)  # tight: p/q is attained
 
 
 def test_esw_bad_levels_and_decode():
@@ -511,7 +566,7 @@ def test_esw_bad_levels_and_decode():
         esw_window(1.0, 0)
     f, b = 5, 2
     g = torch.arange(1, f + 1)
-    assert torch.equal(esw_decode(g + b, f, b), g)               # window centre decodes to g
+    assert torch.equal(esw_decode(g + b, f, b), g)  # window centre decodes to g
     assert esw_decode(torch.tensor([1, f + 2 * b]), f, b).tolist() == [1, f]
 
 
@@ -597,8 +652,9 @@ def test_ppm_signs_use_true_budget_and_released_m():
     price of hiding the level)."""
     params = PPMParams(BUDGETS, GAMMA)
     f, n, d = params.num_levels, 60_000, D16
-    report = ppm(torch.ones(n, d, dtype=F64), torch.ones(n, dtype=torch.long), params,
-                 generator=gen(52))
+    report = ppm(
+        torch.ones(n, d, dtype=F64), torch.ones(n, dtype=torch.long), params, generator=gen(52)
+    )
     est, level_hat = ppm_estimate(report, d, params)
     users = (level_hat == f).nonzero().flatten()
     assert users.numel() > 5_000
@@ -608,17 +664,18 @@ def test_ppm_signs_use_true_budget_and_released_m():
     assert bool(counts[users].eq(mp).all())
     sel = torch.isin(report.bits.row, users)
     signs = report.bits.sign[sel]
-    e1 = (1 - GAMMA) * BUDGETS[0] / mp          # true per-entry budget
+    e1 = (1 - GAMMA) * BUDGETS[0] / mp  # true per-entry budget
     z = z_for(1 + d)
     assert_binomial((signs == 1).sum(), signs.numel(), eq4_p_plus(1.0, e1), z, "sign budget")
-    eh = (1 - GAMMA) * BUDGETS[-1] / mp          # budget the server assumes
-    mean = C(eh) / C(e1)                         # E[x_hat_j] for x_j = 1
-    var = d / mp * C(eh) ** 2 - mean ** 2
+    eh = (1 - GAMMA) * BUDGETS[-1] / mp  # budget the server assumes
+    mean = C(eh) / C(e1)  # E[x_hat_j] for x_j = 1
+    var = d / mp * C(eh) ** 2 - mean**2
     dev = (est[users].to(F64).mean(0) - mean).abs()
     assert bool((dev <= z * math.sqrt(var / users.numel())).all()), (dev, mean)
 
 
 # --- level hiding ------------------------------------------------------------------------------
+
 
 def report_support(report: dict, n_rows: int) -> dict:
     """The set of values a PPM report takes (no frequencies): keys, dtypes, value sets, and the
@@ -633,13 +690,14 @@ def report_support(report: dict, n_rows: int) -> dict:
         "col_values": frozenset(torch.unique(report["col"]).tolist()),
         "sign_values": frozenset(torch.unique(report["sign"]).tolist()),
         "entries_per_row_by_released": {
-            int(g): frozenset(torch.unique(per_row[rel == g]).tolist())
-            for g in torch.unique(rel)},
+            int(g): frozenset(torch.unique(per_row[rel == g]).tolist()) for g in torch.unique(rel)
+        },
     }
 
 
-def assert_hides_level(reports_by_level: dict[int, dict], n_rows: int, d: int,
-                       params: PPMParams) -> None:
+def assert_hides_level(
+    reports_by_level: dict[int, dict], n_rows: int, d: int, params: PPMParams
+) -> None:
     """Reports of users with identical features at different levels tau must take the same
     set of values; those values must lie in tau-free public sets, and the number of entries of
     a row must be m'(released level), a function of the released level only."""
@@ -649,28 +707,38 @@ def assert_hides_level(reports_by_level: dict[int, dict], n_rows: int, d: int,
     for tau in taus[1:]:
         for key in ref:
             assert sigs[tau][key] == ref[key], (
-                f"{key} depends on the level: tau={taus[0]}: {ref[key]} vs tau={tau}: {sigs[tau][key]}")
+                f"{key} depends on the level: tau={taus[0]}: {ref[key]} vs tau={tau}: {sigs[tau][key]}"
+            )
     f, b = params.num_levels, params.window
-    assert ref["released_values"] <= set(range(1, f + 2 * b + 1)), "released_values outside {1..f+2b}"
+    assert ref["released_values"] <= set(range(1, f + 2 * b + 1)), (
+        "released_values outside {1..f+2b}"
+    )
     assert ref["sign_values"] <= {-1, 1}, f"sign_values {set(ref['sign_values'])} not in {{-1, 1}}"
     assert ref["col_values"] <= set(range(d)), "col_values outside {0..d-1}"
     for g, counts in ref["entries_per_row_by_released"].items():
-        assert counts == {m_prime(g, params, d)}, f"entries_per_row_by_released[{g}] = {set(counts)}"
+        assert counts == {m_prime(g, params, d)}, (
+            f"entries_per_row_by_released[{g}] = {set(counts)}"
+        )
 
 
 def test_ppm_level_hiding():
     params = PPMParams(BUDGETS, GAMMA)
     f, b, n, d = params.num_levels, params.window, 20_000, D16
     assert b == 1
-    x = torch.linspace(-1, 1, d, dtype=F64).expand(n, d).contiguous()   # identical features
+    x = torch.linspace(-1, 1, d, dtype=F64).expand(n, d).contiguous()  # identical features
     reports = {}
     for tau in range(1, f + 1):
         r = ppm(x, torch.full((n,), tau, dtype=torch.long), params, generator=gen(60 + tau))
-        reports[tau] = {"released_level": r.released_level, "row": r.bits.row,
-                        "col": r.bits.col, "sign": r.bits.sign}
+        reports[tau] = {
+            "released_level": r.released_level,
+            "row": r.bits.row,
+            "col": r.bits.col,
+            "sign": r.bits.sign,
+        }
     # what the FeatureMechanism sends is exactly these four tensors
-    mech_report = PPMMechanism(BUDGETS, GAMMA).perturb(x[:10], torch.ones(10, dtype=torch.long),
-                                                       gen(0))
+    mech_report = PPMMechanism(BUDGETS, GAMMA).perturb(
+        x[:10], torch.ones(10, dtype=torch.long), gen(0)
+    )
     assert set(mech_report) == {"released_level", "row", "col", "sign"}
 
     assert_hides_level(reports, n, d, params)
@@ -706,8 +774,13 @@ def test_ppm_level_hiding():
     per_user_b = {}
     for tau, r in reports.items():
         bt = esw_window(GAMMA * BUDGETS[tau - 1], f)
-        rel = esw(torch.full((n,), tau, dtype=torch.long), GAMMA * BUDGETS[tau - 1], f, bt,
-                  generator=gen(80 + tau))
+        rel = esw(
+            torch.full((n,), tau, dtype=torch.long),
+            GAMMA * BUDGETS[tau - 1],
+            f,
+            bt,
+            generator=gen(80 + tau),
+        )
         per_user_b[tau] = dict(r, released_level=rel)
     assert len({esw_window(GAMMA * e, f) for e in BUDGETS}) > 1
     with pytest.raises(AssertionError, match="released_values"):
@@ -737,11 +810,17 @@ EPS_TAKERS = {
     "esw_probabilities": lambda e: esw_probabilities(e, 4, 1),
     "esw": lambda e: esw(_LV, e, 4, 1),
     "PPMParams": lambda e: PPMParams((0.5, e) if e == e and e > 0.5 else (e, 1.0)),
-    **{f"make_mechanism[{name}]": (lambda e, name=name: make_mechanism(name, budgets=[e]))
-       for name in sorted(FEATURE_MECHANISMS)},
-    **{f"make_mechanism[{name}](epsilon=)": (
-        lambda e, name=name: make_mechanism(name, budgets=[1.0], epsilon=e))
-       for name in sorted(FEATURE_MECHANISMS) if name != "ppm"},
+    **{
+        f"make_mechanism[{name}]": (lambda e, name=name: make_mechanism(name, budgets=[e]))
+        for name in sorted(FEATURE_MECHANISMS)
+    },
+    **{
+        f"make_mechanism[{name}](epsilon=)": (
+            lambda e, name=name: make_mechanism(name, budgets=[1.0], epsilon=e)
+        )
+        for name in sorted(FEATURE_MECHANISMS)
+        if name != "ppm"
+    },
 }
 
 
@@ -754,8 +833,12 @@ def test_bad_epsilon_raises_value_error_naming_epsilon(fn, bad):
 
 def test_bad_epsilon_in_a_vector():
     bad = torch.tensor([1.0, -1.0, 1.0, 1.0], dtype=F64)
-    for f in (lambda: laplace(_X, bad), lambda: one_bit(_X, bad), lambda: multi_bit(_X, bad),
-              lambda: esw(torch.tensor([1, 2, 1, 2]), bad, 4, 1)):
+    for f in (
+        lambda: laplace(_X, bad),
+        lambda: one_bit(_X, bad),
+        lambda: multi_bit(_X, bad),
+        lambda: esw(torch.tensor([1, 2, 1, 2]), bad, 4, 1),
+    ):
         with pytest.raises(ValueError, match="epsilon"):
             f()
 
@@ -767,8 +850,14 @@ X_TAKERS = {
     "local_randomizer": lambda x: local_randomizer(x, 1.0),
     "multi_bit": lambda x: multi_bit(x, 1.0),
     "ppm": lambda x: ppm(x, torch.ones(x.shape[0], dtype=torch.long), PPMParams((1.0, 2.0))),
-    **{f"perturb[{name}]": (lambda x, name=name: make_mechanism(name, budgets=[1.0]).perturb(
-        x, torch.ones(x.shape[0], dtype=torch.long))) for name in sorted(FEATURE_MECHANISMS)},
+    **{
+        f"perturb[{name}]": (
+            lambda x, name=name: make_mechanism(name, budgets=[1.0]).perturb(
+                x, torch.ones(x.shape[0], dtype=torch.long)
+            )
+        )
+        for name in sorted(FEATURE_MECHANISMS)
+    },
 }
 
 
@@ -789,10 +878,17 @@ def test_x_wrong_shape_or_dtype_raises(fn):
         X_TAKERS[fn](torch.zeros(3, 2, dtype=torch.long))
 
 
-@pytest.mark.parametrize("budgets,bad", [
-    ((1.0, 2.0, 4.0), [0, 1, 1]), ((1.0, 2.0, 4.0), [1, 1, 4]), ((1.0, 2.0, 4.0), [1, 2, -1]),
-    ((2.0,), [0, 1, 1]), ((2.0,), [1, 1, 2]), ((2.0,), [1, -1, 1]),
-])
+@pytest.mark.parametrize(
+    "budgets,bad",
+    [
+        ((1.0, 2.0, 4.0), [0, 1, 1]),
+        ((1.0, 2.0, 4.0), [1, 1, 4]),
+        ((1.0, 2.0, 4.0), [1, 2, -1]),
+        ((2.0,), [0, 1, 1]),
+        ((2.0,), [1, 1, 2]),
+        ((2.0,), [1, -1, 1]),
+    ],
+)
 def test_ppm_levels_out_of_range(budgets, bad):
     """Levels outside {1..h} raise ValueError (before the fix: IndexError for h+1, and with a
     single level, level 0 or -1 was silently read as budgets[-1])."""
@@ -813,7 +909,9 @@ def test_ppm_levels_wrong_dtype_or_shape():
 
 def test_to_unit_range():
     x = torch.tensor([[0.0, 10.0], [0.5, 15.0], [1.0, 20.0]], dtype=F64)
-    out = to_unit_range(x, torch.tensor([0.0, 10.0], dtype=F64), torch.tensor([1.0, 20.0], dtype=F64))
+    out = to_unit_range(
+        x, torch.tensor([0.0, 10.0], dtype=F64), torch.tensor([1.0, 20.0], dtype=F64)
+    )
     assert torch.allclose(out, torch.tensor([[-1.0, -1.0], [0.0, 0.0], [1.0, 1.0]], dtype=F64))
     assert torch.allclose(to_unit_range(torch.tensor([[0.25]]), 0.0, 1.0), torch.tensor([[-0.5]]))
     for bad in ([[1.2]], [[-0.1]], [[float("nan")]], [[float("inf")]]):
@@ -829,6 +927,7 @@ def test_to_unit_range():
 # ----------------------------------------------------------------------------------------------
 # FeatureMechanism registry
 # ----------------------------------------------------------------------------------------------
+
 
 def test_registry_names_and_unknown_name():
     assert {"ppm", "multi-bit", "one-bit", "laplace", "gaussian"} <= set(FEATURE_MECHANISMS)
@@ -875,7 +974,7 @@ def test_ppm_posterior_rescale_is_unbiased_over_mixed_levels():
     assert torch.allclose(post.sum(1), torch.ones(n, dtype=F64))
     est, _ = ppm_estimate(report, d, params, rescale="posterior")
     est = est.to(F64)
-    se = est.std(0) / n ** 0.5
+    se = est.std(0) / n**0.5
     assert bool(((est.mean(0) - xrow).abs() <= 5 * se).all()), (est.mean(0), xrow)
     # The paper's rescaling by the released level alone is biased on the same data.
     biased, _ = ppm_estimate(report, d, params, rescale="released")
@@ -909,8 +1008,11 @@ def test_decoded_level_posterior_matches_simulated_esw():
     the FlexProp 'posterior' weights are the expected inverse variance given tau_hat: nearly
     uniform when ESW is weak (gamma 0.1), ordered by level when it is strong (gamma 0.9)."""
     from fedgraph.mechanisms.esw import esw, esw_decode
-    from fedgraph.mechanisms.ppm import (PPMParams, decoded_level_posterior,
-                                         posterior_inverse_variance)
+    from fedgraph.mechanisms.ppm import (
+        PPMParams,
+        decoded_level_posterior,
+        posterior_inverse_variance,
+    )
 
     g = torch.Generator().manual_seed(0)
     for gamma in (0.1, 0.9):
@@ -926,6 +1028,8 @@ def test_decoded_level_posterior_matches_simulated_esw():
             emp = torch.bincount(sel - 1, minlength=3).double() / sel.numel()
             assert torch.allclose(emp, post[t_hat - 1], atol=0.01), (gamma, t_hat, emp, post)
     weak = posterior_inverse_variance(torch.tensor([1, 2, 3]), PPMParams((1.0, 2.0, 4.0), 0.1), 32)
-    strong = posterior_inverse_variance(torch.tensor([1, 2, 3]), PPMParams((1.0, 2.0, 4.0), 0.9), 32)
+    strong = posterior_inverse_variance(
+        torch.tensor([1, 2, 3]), PPMParams((1.0, 2.0, 4.0), 0.9), 32
+    )
     assert float(weak.max() / weak.min()) < 1.3
     assert strong[0] < strong[1] < strong[2] and float(strong[2] / strong[0]) > 3

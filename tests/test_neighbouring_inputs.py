@@ -60,6 +60,7 @@ Single-hop sensitivity with the clients' own functions (hop k given hop k-1, ran
 ``tests/test_gap_neighbours.py``; PrivGNN's answers: ``tests/test_privgnn*.py``; this file is
 the whole-transcript complement.
 """
+
 from __future__ import annotations
 
 import copy
@@ -68,14 +69,15 @@ import json
 import math
 import random
 from collections import defaultdict
-from dataclasses import dataclass, field, replace as dc_replace
+from dataclasses import dataclass, field
+from dataclasses import replace as dc_replace
 
 import numpy as np
 import pytest
 import torch
+from test_client_releases import ALLOWED, reply_fields
+from test_client_releases import message_kind as kind_of
 from torch_geometric.data import Data
-
-from test_client_releases import ALLOWED, message_kind as kind_of, reply_fields
 
 NAME = "neighbour-harness-graph"  # the registered dataset: D, then D' under the same name
 N, F, C = 240, 12, 4  # nodes, binary features, classes of the synthetic graph
@@ -87,24 +89,71 @@ SEED = 0
 
 BASE = {"dataset": NAME, "noise-source": "secret", "seed": SEED, "partitioner": "random"}
 # sizes as tests/test_client_releases.py (few rounds, small models)
-GAP = {**BASE, "method": "gap", "num-clients": 2, "encoder-rounds": 1, "classifier-rounds": 2,
-       "local-epochs": 1, "schedule": "fedavg", "hops": 2, "client-epsilons": "4,2",
-       "delta": 1e-5}
-GAP_NODE = {**GAP, "level": "node", "max-degree": MAX_DEGREE, "batch-size": 256,
-            "accountant": "rdp"}
+GAP = {
+    **BASE,
+    "method": "gap",
+    "num-clients": 2,
+    "encoder-rounds": 1,
+    "classifier-rounds": 2,
+    "local-epochs": 1,
+    "schedule": "fedavg",
+    "hops": 2,
+    "client-epsilons": "4,2",
+    "delta": 1e-5,
+}
+GAP_NODE = {
+    **GAP,
+    "level": "node",
+    "max-degree": MAX_DEGREE,
+    "batch-size": 256,
+    "accountant": "rdp",
+}
 THREE = {"num-clients": 3, "client-epsilons": "4,2,8"}
 PPGNN = {**BASE, "method": "ppgnn", "num-clients": 2, "epochs": 5, "partitioner": "users"}
-PRIVGNN = {**BASE, "method": "privgnn", "num-clients": 2, "num-queries": 6, "lam": 1.0,
-           "gamma": 0.3, "delta": 1e-4, "num-neighbours": 10, "teacher-epochs": 5,
-           "teacher-hidden": 8, "teacher-batch-size": 8, "projection-dim": 8, "epochs": 5,
-           "hidden": 8, "neighbourhood-size": 10}
-PRIVGNN_ENSEMBLE = {**PRIVGNN, "answer-mode": "ensemble", "num-teachers": 4, "sigma-votes": 3.0,
-                    "sigma-threshold": 2.0}
+PRIVGNN = {
+    **BASE,
+    "method": "privgnn",
+    "num-clients": 2,
+    "num-queries": 6,
+    "lam": 1.0,
+    "gamma": 0.3,
+    "delta": 1e-4,
+    "num-neighbours": 10,
+    "teacher-epochs": 5,
+    "teacher-hidden": 8,
+    "teacher-batch-size": 8,
+    "projection-dim": 8,
+    "epochs": 5,
+    "hidden": 8,
+    "neighbourhood-size": 10,
+}
+PRIVGNN_ENSEMBLE = {
+    **PRIVGNN,
+    "answer-mode": "ensemble",
+    "num-teachers": 4,
+    "sigma-votes": 3.0,
+    "sigma-threshold": 2.0,
+}
 # depth 2: the second aggregation reads the first (the replay's multi-stage premise)
-PROGAP = {**BASE, "method": "progap", "num-clients": 2, "depth": 2, "epochs": 2, "hidden": 8,
-          "client-epsilons": "4,2", "delta": 1e-5, "accountant": "rdp"}
-PROGAP_NODE = {**PROGAP, "level": "node", "depth": 1, "epochs": 1, "max-degree": MAX_DEGREE,
-               "batch-size": 4096}  # full-batch DP-SGD: calibration in milliseconds
+PROGAP = {
+    **BASE,
+    "method": "progap",
+    "num-clients": 2,
+    "depth": 2,
+    "epochs": 2,
+    "hidden": 8,
+    "client-epsilons": "4,2",
+    "delta": 1e-5,
+    "accountant": "rdp",
+}
+PROGAP_NODE = {
+    **PROGAP,
+    "level": "node",
+    "depth": 1,
+    "epochs": 1,
+    "max-degree": MAX_DEGREE,
+    "batch-size": 4096,
+}  # full-batch DP-SGD: calibration in milliseconds
 
 TOL = 1e-5  # slack on a sensitivity bound (float32 rows; 2^-24 fixed point under secure agg.)
 
@@ -119,21 +168,33 @@ def _post(of, why):
     return ("post", tuple(of), why)
 
 
-PMA_BOUND = ("pma-rows", "L2 change of the client's rows <= its plan's sensitivity, and over "
-                         "all clients' rows of one hop (the sums a node's owner receives, under "
-                         "secure aggregation) <= the sensitivity")
-DPSGD_UNCHECKED = (None, "DP-SGD's weights after several clipped, noised steps: no bound in "
-                         "weight space follows from one run (the steps after the first see "
-                         "different weights); Opacus's per-step clipping and the public "
-                         "normaliser are checked in tests/test_client_releases.py "
-                         "(test_opacus_normaliser_and_schedule_come_from_the_public_count)")
-POST_PMA_EDGE = _post(["pma"], "edge level: a function of PMA's noisy rows (the client's own "
-                               "noisy local rows included), features and labels; the unit (an "
-                               "edge) enters only through PMA")
-POST_AGGREGATION_EDGE = _post(["aggregation"], "edge level: a function of the aggregations' "
-                                               "noisy rows (the client's own noisy local rows "
-                                               "included), features and labels; stage 0 reads "
-                                               "no edge")
+PMA_BOUND = (
+    "pma-rows",
+    "L2 change of the client's rows <= its plan's sensitivity, and over "
+    "all clients' rows of one hop (the sums a node's owner receives, under "
+    "secure aggregation) <= the sensitivity",
+)
+DPSGD_UNCHECKED = (
+    None,
+    "DP-SGD's weights after several clipped, noised steps: no bound in "
+    "weight space follows from one run (the steps after the first see "
+    "different weights); Opacus's per-step clipping and the public "
+    "normaliser are checked in tests/test_client_releases.py "
+    "(test_opacus_normaliser_and_schedule_come_from_the_public_count)",
+)
+POST_PMA_EDGE = _post(
+    ["pma"],
+    "edge level: a function of PMA's noisy rows (the client's own "
+    "noisy local rows included), features and labels; the unit (an "
+    "edge) enters only through PMA",
+)
+POST_AGGREGATION_EDGE = _post(
+    ["aggregation"],
+    "edge level: a function of the aggregations' "
+    "noisy rows (the client's own noisy local rows "
+    "included), features and labels; stage 0 reads "
+    "no edge",
+)
 LEVELS = ("edge", "node")
 
 #: how the harness reads ALLOWED: (method, kind, field, level) -> category. ``level``: GAP
@@ -141,10 +202,10 @@ LEVELS = ("edge", "node")
 #: (label-epsilon > 0); PrivGNN ``None`` / ``ensemble``. A field of ALLOWED not listed here
 #: keeps its kind.
 REFINE = {
-    ("gap", "train[gap.encoder]", "arrays.*", "node"):
-        _noised("encoder dp-sgd", *DPSGD_UNCHECKED),
-    ("gap", "train[gap.classifier]", "arrays.*", "node"):
-        _noised("classifier dp-sgd", *DPSGD_UNCHECKED),
+    ("gap", "train[gap.encoder]", "arrays.*", "node"): _noised("encoder dp-sgd", *DPSGD_UNCHECKED),
+    ("gap", "train[gap.classifier]", "arrays.*", "node"): _noised(
+        "classifier dp-sgd", *DPSGD_UNCHECKED
+    ),
     ("gap", "train[gap.classifier]", "arrays.*", "edge"): POST_PMA_EDGE,
     ("gap", "train[gap.classifier]", "metrics.train-loss", "edge"): POST_PMA_EDGE,
     ("gap", "train[gap.classifier]", "metrics.val-accuracy", "edge"): POST_PMA_EDGE,
@@ -157,31 +218,52 @@ REFINE = {
     ("gap", "query.gap_pma", "partial_sums.masked", "node"): _noised("pma", *PMA_BOUND),
     # (the ledger's releases are the mechanism's own names: esw, mlr, multi-bit, laplace, ...)
     ("ppgnn", "query.ppgnn", "report.mech.*", "paper"): _noised(
-        None, "one-user", "each user's report is LDP (PPM: its level through ESW, its "
-                          "features through MLR): only the changed user's rows may differ"),
+        None,
+        "one-user",
+        "each user's report is LDP (PPM: its level through ESW, its "
+        "features through MLR): only the changed user's rows may differ",
+    ),
     ("ppgnn", "query.ppgnn", "report.mech.*", "rr"): _noised(
-        None, "one-user", "each user's report is LDP (PPM: its level through ESW, its "
-                          "features through MLR): only the changed user's rows may differ"),
+        None,
+        "one-user",
+        "each user's report is LDP (PPM: its level through ESW, its "
+        "features through MLR): only the changed user's rows may differ",
+    ),
     ("ppgnn", "query.ppgnn", "report.labels", "rr"): _noised(
-        "labels (randomized response)", "one-user",
-        "randomized response per label: only the changed user's label may differ"),
-    ("progap", "train.progap_stage", "arrays.*", "node"):
-        _noised("stage dp-sgd", *DPSGD_UNCHECKED),
-    **{("progap", kind, f, "edge"): POST_AGGREGATION_EDGE
-       for kind, fields in (("train.progap_stage", ("arrays.*", "metrics.train-loss")),
-                            ("train.progap_stage", ("metrics.val-accuracy", "metrics.val-loss")),
-                            ("evaluate.progap_stage", ("metrics.val-accuracy",
-                                                       "metrics.val-loss")))
-       for f in fields},
-    **{("progap", "query.progap_aggregate[release]", f"partial_sums.{f}", level):
-       _noised("aggregation", *PMA_BOUND) for f in ("sums", "masked") for level in LEVELS},
+        "labels (randomized response)",
+        "one-user",
+        "randomized response per label: only the changed user's label may differ",
+    ),
+    ("progap", "train.progap_stage", "arrays.*", "node"): _noised("stage dp-sgd", *DPSGD_UNCHECKED),
+    **{
+        ("progap", kind, f, "edge"): POST_AGGREGATION_EDGE
+        for kind, fields in (
+            ("train.progap_stage", ("arrays.*", "metrics.train-loss")),
+            ("train.progap_stage", ("metrics.val-accuracy", "metrics.val-loss")),
+            ("evaluate.progap_stage", ("metrics.val-accuracy", "metrics.val-loss")),
+        )
+        for f in fields
+    },
+    **{
+        ("progap", "query.progap_aggregate[release]", f"partial_sums.{f}", level): _noised(
+            "aggregation", *PMA_BOUND
+        )
+        for f in ("sums", "masked")
+        for level in LEVELS
+    },
     ("privgnn", "query.privgnn", "answers.answers", None): _noised(
-        None, "posterior-l1", "a probability vector (or one-hot vote) per query: L1 change <= 2 "
-                            "(the Laplace mechanism's sensitivity, noise multiplier 1/lam)"),
+        None,
+        "posterior-l1",
+        "a probability vector (or one-hot vote) per query: L1 change <= 2 "
+        "(the Laplace mechanism's sensitivity, noise multiplier 1/lam)",
+    ),
     ("privgnn", "query.privgnn", "answers.answers", "ensemble"): _noised(
-        None, "votes-l2", "one node is in one teacher's induced subgraph: one vote per query "
-                        "moves, L2 change <= sqrt 2 per histogram copy (the Gaussian events' "
-                        "sensitivity); masked: the ring difference, the masks being equal"),
+        None,
+        "votes-l2",
+        "one node is in one teacher's induced subgraph: one vote per query "
+        "moves, L2 change <= sqrt 2 per histogram copy (the Gaussian events' "
+        "sensitivity); masked: the ring difference, the masks being equal",
+    ),
 }
 
 
@@ -226,9 +308,14 @@ def base_graph() -> Data:
     y[:C] = torch.arange(C)  # every class present
     ring = torch.stack([torch.arange(N), (torch.arange(N) + 1) % N])
     perm = torch.randperm(N, generator=g)
-    match = torch.stack([perm[: N // 2], perm[N // 2:]])
-    return Data(x=x, y=y, edge_index=_undirected(torch.cat([ring, match], 1)), num_nodes=N,
-                feature_domain=(0.0, 1.0))
+    match = torch.stack([perm[: N // 2], perm[N // 2 :]])
+    return Data(
+        x=x,
+        y=y,
+        edge_index=_undirected(torch.cat([ring, match], 1)),
+        num_nodes=N,
+        feature_domain=(0.0, 1.0),
+    )
 
 
 def _undirected(ei):
@@ -298,10 +385,15 @@ def cross_client_edge(config, unit="undirected", graph="train") -> Neighbour:
     v = _pick(((owner == 1) & mask).nonzero().flatten(), avoid=adjacent)[0]
     d = _with_edges(data, add=[(u, v)])
     if unit == "directed":
-        return Neighbour(f"a cross-client edge's half {u} -> {v} (clients 0 -> 1)", d, d,
-                         {0}, drop_half=(u, v))
-    return Neighbour(f"a cross-client edge {u} - {v} (clients 0, 1)", d,
-                     _with_edges(d, drop_edges=[(u, v)]), {0, 1})
+        return Neighbour(
+            f"a cross-client edge's half {u} -> {v} (clients 0 -> 1)", d, d, {0}, drop_half=(u, v)
+        )
+    return Neighbour(
+        f"a cross-client edge {u} - {v} (clients 0, 1)",
+        d,
+        _with_edges(d, drop_edges=[(u, v)]),
+        {0, 1},
+    )
 
 
 def boundary_node(config) -> Neighbour:
@@ -322,9 +414,13 @@ def boundary_node(config) -> Neighbour:
     d2.x[w] = 1 - d2.x[w]
     d2.y = d2.y.clone()
     d2.y[w] = (d2.y[w] + 1) % C
-    return Neighbour(f"node {w} of client 0 with {NODE_NEIGHBOURS} in-neighbours at other "
-                     f"clients, isolated with other features and label", d, d2,
-                     {0} | set(owner[picks].tolist()))
+    return Neighbour(
+        f"node {w} of client 0 with {NODE_NEIGHBOURS} in-neighbours at other "
+        f"clients, isolated with other features and label",
+        d,
+        d2,
+        {0} | set(owner[picks].tolist()),
+    )
 
 
 def privgnn_node(config, index=0) -> Neighbour:
@@ -336,21 +432,31 @@ def privgnn_node(config, index=0) -> Neighbour:
 
     cfg = parse_run_config({**config, "dataset": "cora"})  # (the split settings only)
     data = base_graph()
-    private, _ = privgnn_split(data.clone(), public_fraction=cfg.public_fraction,
-                               public_test_fraction=cfg.public_test_fraction, seed=cfg.seed)
+    private, _ = privgnn_split(
+        data.clone(),
+        public_fraction=cfg.public_fraction,
+        public_test_fraction=cfg.public_test_fraction,
+        seed=cfg.seed,
+    )
     owner = torch.full((N,), -1, dtype=torch.long)
     for c in partition(private, cfg.num_clients, cfg.partitioner, cfg.seed):
         owner[private.node_ids[c.node_ids]] = c.client_id
     w = _pick((owner == 0).nonzero().flatten(), index + 1)[index]
-    picks = (_pick((owner == 0).nonzero().flatten(), 4, avoid={w})
-             + _pick((owner == 1).nonzero().flatten(), 4))
+    picks = _pick((owner == 0).nonzero().flatten(), 4, avoid={w}) + _pick(
+        (owner == 1).nonzero().flatten(), 4
+    )
     d = _with_edges(_with_edges(data, drop_node=w), add=[(w, p) for p in picks])
     d2 = _with_edges(d, drop_node=w)
     d2.x, d2.y = d2.x.clone(), d2.y.clone()
     d2.x[w] = 1 - d2.x[w]
     d2.y[w] = (d2.y[w] + 1) % C
-    return Neighbour(f"private node {w} of client 0 (edges at both clients), isolated with "
-                     "other features and label", d, d2, {0})
+    return Neighbour(
+        f"private node {w} of client 0 (edges at both clients), isolated with "
+        "other features and label",
+        d,
+        d2,
+        {0},
+    )
 
 
 def ppgnn_user(config, what, index=0) -> Neighbour:
@@ -367,8 +473,14 @@ def ppgnn_user(config, what, index=0) -> Neighbour:
     elif what == "label":
         d2.y = d2.y.clone()
         d2.y[j] = (d2.y[j] + 1) % C
-    return Neighbour(f"user {j}'s {what} (client 0)", data, d2, {0}, user=j,
-                     level_of=j if what == "level" else None)
+    return Neighbour(
+        f"user {j}'s {what} (client 0)",
+        data,
+        d2,
+        {0},
+        user=j,
+        level_of=j if what == "level" else None,
+    )
 
 
 # ============================================================================== running
@@ -390,23 +502,25 @@ def harness(monkeypatch, tmp_path, one_thread):
     would otherwise give ``D'`` independent noise), and secure aggregation's X25519 key pairs
     drawn from a counter reset at every run instead of the OS. No partition cache: every run
     partitions the graph it is given."""
-    import fedgraph.randomness
-    import fedgraph.secure_aggregation as sa
     from cryptography.hazmat.primitives.asymmetric.x25519 import X25519PrivateKey
 
+    import fedgraph.randomness
+    import fedgraph.secure_aggregation as sa
     from fedgraph.data.datasets import DATASETS
 
     monkeypatch.setitem(DATASETS, NAME, None)  # the test graph is unregistered afterwards
     monkeypatch.setenv("FEDGRAPH_NOISE_SECRET", "neighbouring-inputs-harness")
     monkeypatch.setenv("FEDGRAPH_PARTITION_CACHE", "off")
-    monkeypatch.setattr(fedgraph.randomness, "client_data_digest", lambda *a, **k: "fixed",
-                        raising=False)
+    monkeypatch.setattr(
+        fedgraph.randomness, "client_data_digest", lambda *a, **k: "fixed", raising=False
+    )
     counter = [0]
 
     def key_pair():
         counter[0] += 1
         sk = X25519PrivateKey.from_private_bytes(
-            hashlib.sha256(f"harness key {counter[0]}".encode()).digest())
+            hashlib.sha256(f"harness key {counter[0]}".encode()).digest()
+        )
         return sk.private_bytes_raw(), sk.public_key().public_bytes_raw()
 
     monkeypatch.setattr(sa, "generate_key_pair", key_pair)
@@ -438,6 +552,7 @@ def _snapshots(client_app, sent: list):
     reuses a round's config record and sets ``server-round`` in place, so the requests that
     ``LocalGrid``'s log holds show the last round's value by the end of a run (a replay of
     them would draw another round's noise)."""
+
     def app(message, context):
         sent.append(copy.deepcopy(message))
         return client_app(message, context)
@@ -510,8 +625,9 @@ class Harness:
         self._loaded()
         assert len(sent) == len(grid.log)
         releases = {e.release for rows in strategy.ledger.entries.values() for e in rows}
-        return Run(config, cfg, [(m, r) for m, (_, r) in zip(sent, grid.log)], releases,
-                   strategy, grid)
+        return Run(
+            config, cfg, [(m, r) for m, (_, r) in zip(sent, grid.log)], releases, strategy, grid
+        )
 
     def replay(self, run: Run, data, tamper=None, **change) -> list:
         """``D'``'s clients answering the requests of ``run`` (the server's messages on ``D``),
@@ -579,8 +695,13 @@ def _value(v):
 def same(a, b) -> bool:
     a, b = _value(a), _value(b)
     if isinstance(a, np.ndarray) or isinstance(b, np.ndarray):
-        return (isinstance(a, np.ndarray) and isinstance(b, np.ndarray) and a.dtype == b.dtype
-                and a.shape == b.shape and np.array_equal(a, b, equal_nan=True))
+        return (
+            isinstance(a, np.ndarray)
+            and isinstance(b, np.ndarray)
+            and a.dtype == b.dtype
+            and a.shape == b.shape
+            and np.array_equal(a, b, equal_nan=True)
+        )
     return type(a) is type(b) and a == b
 
 
@@ -611,6 +732,7 @@ def _request_same(m1, m2) -> bool:
 def _paired(log_d, log_d2):
     """``log_d`` in its order with the matching message of ``log_d2``: the same kind, the same
     client, the same occurrence (Flower's FedAvg sends a round's messages in any order)."""
+
     def keyed(log):
         seen, out = defaultdict(int), {}
         for m, r in log:
@@ -621,8 +743,8 @@ def _paired(log_d, log_d2):
 
     k1, k2 = keyed(log_d), keyed(log_d2)
     assert list(sorted(k1)) == list(sorted(k2)), (
-        "the transcripts on D and D' hold different messages: "
-        f"{sorted(set(k1) ^ set(k2))[:10]}")
+        f"the transcripts on D and D' hold different messages: {sorted(set(k1) ^ set(k2))[:10]}"
+    )
     return [(k, k1[k], k2[k]) for k in k1]
 
 
@@ -647,8 +769,10 @@ def compare(run: Run, log_d2, neighbour: Neighbour, mode: str) -> Findings:
     out = Findings()
     plans = {}  # node -> GAP or ProGAP plan (D's setup replies)
     for m, r in run.log:
-        if m.metadata.message_type in ("query.gap_setup", "query.progap_setup") \
-                and not r.has_error():
+        if (
+            m.metadata.message_type in ("query.gap_setup", "query.progap_setup")
+            and not r.has_error()
+        ):
             plans[m.metadata.dst_node_id] = json.loads(r.content["meta"]["plan"])
     out.problems += _ledger_uses_the_plans(run, plans)
     differed_releases = set()  # noised releases that differed so far (post may follow them)
@@ -666,13 +790,17 @@ def compare(run: Run, log_d2, neighbour: Neighbour, mode: str) -> Findings:
         conditioned = requests_same[node]  # (replay: the same requests by construction)
         f1, f2 = reply_fields(r1), reply_fields(r2)
         if set(f1) != set(f2):
-            out.problems.append(f"{where}: the replies on D and D' have different fields "
-                                f"({sorted(set(f1) ^ set(f2))}) on {neighbour.name}")
+            out.problems.append(
+                f"{where}: the replies on D and D' have different fields "
+                f"({sorted(set(f1) ^ set(f2))}) on {neighbour.name}"
+            )
         for fld in sorted(set(f1) | set(f2)):
             entry = category(method, kind, fld, level)
             if entry is None:
-                out.problems.append(f"{where}: {fld} leaves the client and is not declared "
-                                    f"(public, noised, post or evaluation) for level {level}")
+                out.problems.append(
+                    f"{where}: {fld} leaves the client and is not declared "
+                    f"(public, noised, post or evaluation) for level {level}"
+                )
                 continue
             if fld not in f1 or fld not in f2:
                 continue
@@ -684,46 +812,72 @@ def compare(run: Run, log_d2, neighbour: Neighbour, mode: str) -> Findings:
                 if out.first_difference is None:
                     out.first_difference = (index, kind, fld)
             if mode == "replay" and pid not in neighbour.touched and not is_same:
-                out.problems.append(f"{where}: {fld} differs on {neighbour.name} although this "
-                                    f"client's data are the same on D and D' "
-                                    f"({describe(a, b)})")
+                out.problems.append(
+                    f"{where}: {fld} differs on {neighbour.name} although this "
+                    f"client's data are the same on D and D' "
+                    f"({describe(a, b)})"
+                )
                 continue
             cat = entry[0]
             if cat == "public" and not is_same:
-                out.problems.append(f"{where}: {fld} is declared public ({entry[1]}) but "
-                                    f"differs on {neighbour.name} ({mode}): {describe(a, b)}")
+                out.problems.append(
+                    f"{where}: {fld} is declared public ({entry[1]}) but "
+                    f"differs on {neighbour.name} ({mode}): {describe(a, b)}"
+                )
             elif cat == "post" and not is_same and not differed_releases & set(entry[1]):
                 # (exact release names: the held-out graph's PMA is not the training graph's)
-                out.problems.append(f"{where}: {fld} is post-processing of {list(entry[1])} but "
-                                    f"differs before any of them did, on {neighbour.name} "
-                                    f"({mode}): {describe(a, b)}")
+                out.problems.append(
+                    f"{where}: {fld} is post-processing of {list(entry[1])} but "
+                    f"differs before any of them did, on {neighbour.name} "
+                    f"({mode}): {describe(a, b)}"
+                )
             elif cat == "noised":
                 release, bound = _release(entry[1], m1), entry[2]
                 if release != "*" and not any(r.startswith(release) for r in run.releases):
-                    out.problems.append(f"{where}: {fld} is declared noised ({release!r}) but "
-                                        f"the ledger has no such release: {sorted(run.releases)}")
+                    out.problems.append(
+                        f"{where}: {fld} is declared noised ({release!r}) but "
+                        f"the ledger has no such release: {sorted(run.releases)}"
+                    )
                 if not is_same:
                     differed_releases.add(release)
                 if conditioned and bound is not None:
-                    msg = _check_bound(bound, run, m1, r1, r2, fld, a, b, plans.get(node),
-                                       neighbour, hops, out.ratios[f"{kind}:{fld}"])
+                    msg = _check_bound(
+                        bound,
+                        run,
+                        m1,
+                        r1,
+                        r2,
+                        fld,
+                        a,
+                        b,
+                        plans.get(node),
+                        neighbour,
+                        hops,
+                        out.ratios[f"{kind}:{fld}"],
+                    )
                     out.checked.append(f"{kind}:{fld}")
                     if msg:
-                        out.problems.append(f"{where}: {fld} moves by more than the "
-                                            f"sensitivity on {neighbour.name} ({mode}): {msg}")
+                        out.problems.append(
+                            f"{where}: {fld} moves by more than the "
+                            f"sensitivity on {neighbour.name} ({mode}): {msg}"
+                        )
     for (graph, hop), rows in hops.items():  # the joint bound of one PMA hop (aggregation)
         msg = _joint_pma(rows, plans, run.cfg, out.ratios["joint"])
         if msg:
-            out.problems.append(f"{method} {AGGREGATION[method][0]} (graph {graph}, hop {hop}): "
-                                f"the rows "
-                                f"of all clients move by more than the sensitivity on "
-                                f"{neighbour.name} ({mode}): {msg}")
+            out.problems.append(
+                f"{method} {AGGREGATION[method][0]} (graph {graph}, hop {hop}): "
+                f"the rows "
+                f"of all clients move by more than the sensitivity on "
+                f"{neighbour.name} ({mode}): {msg}"
+            )
     return out
 
 
 #: method -> (the aggregation's request type, the ledger's release, the plan's count of them)
-AGGREGATION = {"gap": ("query.gap_pma", "pma", "hops"),
-               "progap": ("query.progap_aggregate", "aggregation", "depth")}
+AGGREGATION = {
+    "gap": ("query.gap_pma", "pma", "hops"),
+    "progap": ("query.progap_aggregate", "aggregation", "depth"),
+}
 
 
 def _ledger_uses_the_plans(run: Run, plans: dict) -> list:
@@ -732,28 +886,34 @@ def _ledger_uses_the_plans(run: Run, plans: dict) -> list:
     Gaussian mechanisms of its plan's noise multiplier, and the plan's noise std is that
     multiplier times the plan's sensitivity."""
     problems = []
-    for node, plan in plans.items():
+    for _node, plan in plans.items():
         _, release, count = AGGREGATION[run.cfg.method]
         subject = f"client-{plan['partition_id']}"
         z, sens = float(plan["noise_multiplier"]), float(plan["sensitivity"])
         if not math.isclose(float(plan["sigma"]), z * sens, rel_tol=1e-9):
             problems.append(f"{subject}: plan sigma {plan['sigma']} != {z} x {sens}")
-        pma = [e for e in run.strategy.ledger.entries.get(subject, [])
-               if e.release.startswith(release)]
+        pma = [
+            e for e in run.strategy.ledger.entries.get(subject, []) if e.release.startswith(release)
+        ]
         if z > 0 and plan[count] and not pma:
             problems.append(f"{subject}: no {release} release in the ledger")
         for e in pma:
             if not math.isclose(float(e.event.noise_multiplier), z, rel_tol=1e-9):
-                problems.append(f"{subject}: ledger {e.release} {e.event} is not the plan's "
-                                f"noise multiplier {z}")
+                problems.append(
+                    f"{subject}: ledger {e.release} {e.event} is not the plan's "
+                    f"noise multiplier {z}"
+                )
     return problems
 
 
 def _release(name, m) -> str:
     """The ledger's name of a noised field's release in request ``m``: GAP's PMA on the
     held-out graph (inductive inference) is recorded apart, as ``pma (held-out graph)``."""
-    if m.metadata.message_type == "query.gap_pma" and "graph" in m.content["pma"] \
-            and str(m.content["pma"]["graph"]) == "test":
+    if (
+        m.metadata.message_type == "query.gap_pma"
+        and "graph" in m.content["pma"]
+        and str(m.content["pma"]["graph"]) == "test"
+    ):
         return f"{name} (held-out graph)"
     return name
 
@@ -763,8 +923,8 @@ def _ring_difference(a, b):
     D' with the same masks: the difference of the noisy rows (fixed point, 2^-FRAC_BITS)."""
     from fedgraph.secure_aggregation import FRAC_BITS
 
-    diff = (b.astype(np.int64).view(np.uint64) - a.astype(np.int64).view(np.uint64))
-    return diff.view(np.int64).astype(np.float64) / 2.0 ** FRAC_BITS
+    diff = b.astype(np.int64).view(np.uint64) - a.astype(np.int64).view(np.uint64)
+    return diff.view(np.int64).astype(np.float64) / 2.0**FRAC_BITS
 
 
 def _hop(m) -> tuple[str, int]:
@@ -775,20 +935,25 @@ def _hop(m) -> tuple[str, int]:
     return (str(pma["graph"]) if "graph" in pma else "all"), int(pma["hop"])
 
 
-def _check_bound(bound, run, m, r1, r2, fld, a, b, plan, neighbour, hops,
-                 ratios) -> str | None:
+def _check_bound(bound, run, m, r1, r2, fld, a, b, plan, neighbour, hops, ratios) -> str | None:
     """``None`` if the noised field is within its sensitivity, else what was found; the
     change over the bound is appended to ``ratios``."""
     a, b = _value(a), _value(b)
     if bound == "pma-rows":
         ids = _value(reply_fields(r1)["partial_sums.ids"])
-        delta = _ring_difference(a, b) if fld.endswith("masked") else \
-            b.astype(np.float64) - a.astype(np.float64)
+        delta = (
+            _ring_difference(a, b)
+            if fld.endswith("masked")
+            else b.astype(np.float64) - a.astype(np.float64)
+        )
         hops[_hop(m)].append((m.metadata.dst_node_id, ids, delta))
         norm, sens = float(np.linalg.norm(delta)), float(plan["sensitivity"])
         ratios.append(norm / sens)
-        return None if norm <= sens * (1 + TOL) + TOL else \
-            f"L2 change {norm:.6g} > the plan's sensitivity {sens:.6g}"
+        return (
+            None
+            if norm <= sens * (1 + TOL) + TOL
+            else f"L2 change {norm:.6g} > the plan's sensitivity {sens:.6g}"
+        )
     if bound == "posterior-l1":
         if b.dtype == np.int64:  # secure-aggregation masked answers are ensemble-only
             return "integer answers in a posterior mode"
@@ -802,8 +967,11 @@ def _check_bound(bound, run, m, r1, r2, fld, a, b, plan, neighbour, hops,
         for part in np.split(delta, copies, axis=1) if delta.size else []:
             worst = max(worst, float(np.linalg.norm(part, axis=1).max()))
         ratios.append(worst / math.sqrt(2))
-        return None if worst <= math.sqrt(2) * (1 + TOL) + TOL else \
-            f"L2 change of one vote histogram {worst:.6g} > sqrt 2"
+        return (
+            None
+            if worst <= math.sqrt(2) * (1 + TOL) + TOL
+            else f"L2 change of one vote histogram {worst:.6g} > sqrt 2"
+        )
     if bound == "one-user":
         f1 = {k: _value(v) for k, v in reply_fields(r1).items()}
         f2 = {k: _value(v) for k, v in reply_fields(r2).items()}
@@ -823,8 +991,11 @@ def users_changed(f1: dict, f2: dict, fld: str) -> set:
     every = set(ids.tolist())
     if fld == "report.labels":
         owners = f1["report.labelled_ids"], f2["report.labelled_ids"]
-    elif fld in ("report.mech.row", "report.mech.col", "report.mech.sign") \
-            and "report.mech.row" in f1 and "report.mech.row" in f2:
+    elif (
+        fld in ("report.mech.row", "report.mech.col", "report.mech.sign")
+        and "report.mech.row" in f1
+        and "report.mech.row" in f2
+    ):
         owners = ids[f1["report.mech.row"]], ids[f2["report.mech.row"]]
     elif a.ndim >= 1 and a.shape[0] == ids.shape[0]:
         owners = ids, ids
@@ -845,13 +1016,17 @@ def _joint_pma(rows, plans, cfg, ratios) -> str | None:
         for _, ids, delta in rows:
             for i, row in zip(ids.tolist(), delta):
                 total[i] = total[i] + row
-        norm = math.sqrt(sum(float(np.dot(v, v)) for v in total.values()
-                             if isinstance(v, np.ndarray)))
+        norm = math.sqrt(
+            sum(float(np.dot(v, v)) for v in total.values() if isinstance(v, np.ndarray))
+        )
     else:
-        norm = math.sqrt(sum(float((d ** 2).sum()) for _, _, d in rows))
+        norm = math.sqrt(sum(float((d**2).sum()) for _, _, d in rows))
     ratios.append(norm / sens)
-    return None if norm <= sens * (1 + TOL) + TOL else \
-        f"L2 change {norm:.6g} > the sensitivity {sens:.6g}"
+    return (
+        None
+        if norm <= sens * (1 + TOL) + TOL
+        else f"L2 change {norm:.6g} > the sensitivity {sens:.6g}"
+    )
 
 
 def check_neighbour(harness, config, neighbour: Neighbour, modes=("live", "replay")):
@@ -864,11 +1039,13 @@ def check_neighbour(harness, config, neighbour: Neighbour, modes=("live", "repla
         run_d2 = harness.run(config, neighbour.d2, **change)
         found["live"] = compare(run_d, run_d2.log, neighbour, "live")
     if "replay" in modes:
-        found["replay"] = compare(run_d, harness.replay(run_d, neighbour.d2, **change),
-                                  neighbour, "replay")
+        found["replay"] = compare(
+            run_d, harness.replay(run_d, neighbour.d2, **change), neighbour, "replay"
+        )
         if run_d.cfg.method in PRIVATE_STATE:
-            found["replay"].problems += _private_hops_unchanged(run_d, harness.replay_grid,
-                                                                neighbour)
+            found["replay"].problems += _private_hops_unchanged(
+                run_d, harness.replay_grid, neighbour
+            )
     return run_d, found
 
 
@@ -899,12 +1076,19 @@ def _private_hops_unchanged(run: Run, replay_grid, neighbour) -> list:
             a = private(get_tensors(context, key))
             b = private(get_tensors(replay_grid.contexts[node], key))
             if not torch.equal(a, b):
-                problems.append(f"client {node - 1}: its private hops ({key}) differ on "
-                                f"{neighbour.name}: the replay's checks of hops >= 2 were not "
-                                "conditioned on the same previous hop")
+                problems.append(
+                    f"client {node - 1}: its private hops ({key}) differ on "
+                    f"{neighbour.name}: the replay's checks of hops >= 2 were not "
+                    "conditioned on the same previous hop"
+                )
     found = any(key in c.state for c in run.grid.contexts.values() for key in keys)
-    return problems if found else [f"no client kept its PMA hops under {keys} (renamed? "
-                                   "the replay's premise is unchecked)"]
+    return (
+        problems
+        if found
+        else [
+            f"no client kept its PMA hops under {keys} (renamed? the replay's premise is unchecked)"
+        ]
+    )
 
 
 def assert_clean(found: dict, expect_noised: set | None = None, must_differ: bool = True):
@@ -916,8 +1100,9 @@ def assert_clean(found: dict, expect_noised: set | None = None, must_differ: boo
     for mode, f in found.items():
         assert f.differed or not must_differ, f"{mode}: nothing differed between D and D'"
     if expect_noised:
-        assert expect_noised <= set(found["replay"].checked), (
-            expect_noised - set(found["replay"].checked))
+        assert expect_noised <= set(found["replay"].checked), expect_noised - set(
+            found["replay"].checked
+        )
 
 
 # ================================================================================ cases
@@ -927,12 +1112,16 @@ GAP_EDGE_CASES = {
     "undirected-fedsgd": ({"schedule": "fedsgd"}, "undirected", "train"),
     "directed-fedsgd-secagg": (
         {"edge-unit": "directed", "schedule": "fedsgd", "secure-aggregation": True, **THREE},
-        "directed", "train"),
-    "undirected-fedavg-secagg": ({"secure-aggregation": True, **THREE}, "undirected",
-                                 "train"),
+        "directed",
+        "train",
+    ),
+    "undirected-fedavg-secagg": ({"secure-aggregation": True, **THREE}, "undirected", "train"),
     "undirected-inductive-heldout-edge": ({"inference": "inductive"}, "undirected", "test"),
-    "directed-inductive-training-edge": ({"inference": "inductive", "edge-unit": "directed"},
-                                         "directed", "train"),
+    "directed-inductive-training-edge": (
+        {"inference": "inductive", "edge-unit": "directed"},
+        "directed",
+        "train",
+    ),
 }
 
 
@@ -980,16 +1169,17 @@ def test_gap_node_level(harness, case):
     _, kind, fld = found["live"].first_difference
     assert (kind, fld.split(".")[0]) == ("train[gap.encoder]", "arrays"), (kind, fld)
     if case == "inductive":  # a training node: the held-out graph's PMA is unchanged
-        heldout = [fld for m, fld in found["replay"].differed_at
-                   if m.metadata.message_type == "query.gap_pma"
-                   and m.content["pma"]["graph"] == "test"]
+        heldout = [
+            fld
+            for m, fld in found["replay"].differed_at
+            if m.metadata.message_type == "query.gap_pma" and m.content["pma"]["graph"] == "test"
+        ]
         assert not heldout, heldout
 
 
 PROGAP_EDGE_CASES = {
     "undirected": ({}, "undirected"),
-    "directed-secagg": ({"edge-unit": "directed", "secure-aggregation": True, **THREE},
-                        "directed"),
+    "directed-secagg": ({"edge-unit": "directed", "secure-aggregation": True, **THREE}, "directed"),
 }
 RELEASE = "query.progap_aggregate[release]:partial_sums."
 
@@ -1049,8 +1239,10 @@ def test_privgnn(harness, case):
 
 PPGNN_CASES = {
     "features": ({}, "features"),
-    "features-multibit": ({"mechanism": "multi-bit", "epsilon": 1.0, "denoiser": "kprop"},
-                          "features"),  # LPGNN
+    "features-multibit": (
+        {"mechanism": "multi-bit", "epsilon": 1.0, "denoiser": "kprop"},
+        "features",
+    ),  # LPGNN
     "features-laplace": ({"mechanism": "laplace", "epsilon": 1.0}, "features"),
     "label-rr": ({"label-epsilon": 0.5}, "label"),
     "level": ({}, "level"),
@@ -1065,10 +1257,13 @@ def test_ppgnn(harness, case):
     extra, what = PPGNN_CASES[case]
     if what == "level":
         from fedgraph.methods import ppgnn
+
         if not hasattr(ppgnn, "with_client_levels"):
-            pytest.skip("levels are not drawn on the client in this version (no "
-                        "fedgraph.methods.ppgnn.with_client_levels); "
-                        "test_ppgnn_report_of_a_users_level covers the report")
+            pytest.skip(
+                "levels are not drawn on the client in this version (no "
+                "fedgraph.methods.ppgnn.with_client_levels); "
+                "test_ppgnn_report_of_a_users_level covers the report"
+            )
     config = {**PPGNN, **extra}
     neighbour = _visible(harness, config, lambda i: ppgnn_user(config, what, i))
     run, found = check_neighbour(harness, config, neighbour)
@@ -1087,8 +1282,7 @@ def _visible(harness, config, make, tries=8):
         neighbour = make(i)
         run = harness.run(config, neighbour.d)
         change = {"drop_half": neighbour.drop_half, "level_of": neighbour.level_of}
-        if compare(run, harness.replay(run, neighbour.d2, **change), neighbour,
-                   "replay").differed:
+        if compare(run, harness.replay(run, neighbour.d2, **change), neighbour, "replay").differed:
             return neighbour
     raise AssertionError(f"none of {tries} neighbours moved a release")
 
@@ -1116,8 +1310,9 @@ def test_ppgnn_report_of_a_users_level():
         reports = []
         for g in (data, other):
             client = build_client_graphs(g, torch.zeros(N, dtype=torch.long), 1)[0]
-            reports.append(client_report(client, cfg, (0.0, 1.0), C,
-                                         torch.Generator().manual_seed(seed)))
+            reports.append(
+                client_report(client, cfg, (0.0, 1.0), C, torch.Generator().manual_seed(seed))
+            )
         a, b = ({f"report.{k}": v.numpy() for k, v in r.items()} for r in reports)
         assert set(a) == set(b)
         changed = set()
@@ -1144,8 +1339,9 @@ def _edge_count(m) -> int:
 
 def _leak_in_public_metric(m, reply):
     if kind_of(m) == "train[gap.encoder]":
-        reply.content["metrics"]["train-loss"] = float(reply.content["metrics"]["train-loss"]) \
-            + _edge_count(m)
+        reply.content["metrics"]["train-loss"] = float(
+            reply.content["metrics"]["train-loss"]
+        ) + _edge_count(m)
     return reply
 
 
@@ -1170,23 +1366,28 @@ def _leak_into_rows(m, reply):
 
 def _leak_post_early(m, reply):
     if kind_of(m) == "train[gap.classifier]":
-        reply.content["metrics"]["train-loss"] = float(reply.content["metrics"]["train-loss"]) \
-            + _edge_count(m)
+        reply.content["metrics"]["train-loss"] = float(
+            reply.content["metrics"]["train-loss"]
+        ) + _edge_count(m)
     return reply
 
 
 def _leak_into_progap_count(m, reply):
     """ProGAP: the stage-0 gradient replies' validation count carries the edge count."""
-    if m.metadata.message_type == "train.progap_stage" \
-            and int(m.content["config"]["stage"]) == 0 \
-            and "val-examples" in reply.content["metrics"]:
-        reply.content["metrics"]["val-examples"] = \
-            int(reply.content["metrics"]["val-examples"]) + _edge_count(m)
+    if (
+        m.metadata.message_type == "train.progap_stage"
+        and int(m.content["config"]["stage"]) == 0
+        and "val-examples" in reply.content["metrics"]
+    ):
+        reply.content["metrics"]["val-examples"] = int(
+            reply.content["metrics"]["val-examples"]
+        ) + _edge_count(m)
     return reply
 
 
 def _leak_features_into_another_report(neighbour):
     """PPGNN: another user's sampled signs carry the changed user's first feature."""
+
     def tamper(m, reply):
         from flwr.app import ArrayRecord
 
@@ -1218,19 +1419,29 @@ def _fixed(tamper):
 
 #: leak -> (the tamper, given the neighbour; what the harness must say; config; neighbour)
 LEAKS = {
-    "public-metric": (_fixed(_leak_in_public_metric), "is declared public", GAP,
-                      cross_client_edge),
+    "public-metric": (_fixed(_leak_in_public_metric), "is declared public", GAP, cross_client_edge),
     "undeclared-metric": (_fixed(_leak_new_metric), "is not declared", GAP, cross_client_edge),
     "pma-rows": (_fixed(_leak_into_rows), "more than the sensitivity", GAP, cross_client_edge),
     # a held-out edge leaves the training graph's PMA unchanged: the classifier's loss is
     # post-processing of it and must not move
-    "post-before-release": (_fixed(_leak_post_early), "differs before any of them did",
-                            {**GAP, "inference": "inductive"},
-                            lambda c: cross_client_edge(c, graph="test")),
-    "ppgnn-other-user": (_leak_features_into_another_report, "more than the sensitivity",
-                         PPGNN, lambda c: ppgnn_user(c, "features")),
-    "progap-public-count": (_fixed(_leak_into_progap_count), "is declared public",
-                            {**PROGAP, "depth": 1}, cross_client_edge),
+    "post-before-release": (
+        _fixed(_leak_post_early),
+        "differs before any of them did",
+        {**GAP, "inference": "inductive"},
+        lambda c: cross_client_edge(c, graph="test"),
+    ),
+    "ppgnn-other-user": (
+        _leak_features_into_another_report,
+        "more than the sensitivity",
+        PPGNN,
+        lambda c: ppgnn_user(c, "features"),
+    ),
+    "progap-public-count": (
+        _fixed(_leak_into_progap_count),
+        "is declared public",
+        {**PROGAP, "depth": 1},
+        cross_client_edge,
+    ),
 }
 
 
@@ -1246,8 +1457,10 @@ def test_the_harness_reports_a_leaking_client(harness, leak):
     tamper = leaking(neighbour)
     run_d = harness.run(config, neighbour.d, tamper=tamper)
     run_d2 = harness.run(config, neighbour.d2, tamper=tamper)
-    for mode, log in (("live", run_d2.log),
-                      ("replay", harness.replay(run_d, neighbour.d2, tamper=tamper))):
+    for mode, log in (
+        ("live", run_d2.log),
+        ("replay", harness.replay(run_d, neighbour.d2, tamper=tamper)),
+    ):
         problems = compare(run_d, log, neighbour, mode).problems
         hits = [p for p in problems if words in p]
         assert hits, (mode, problems)
@@ -1271,18 +1484,28 @@ def test_the_table_refines_the_allow_list():
     refines (a noised release stays noised; public may become post); every noised field of
     the allow-list has a bound or a stated reason."""
     for (method, kind, key, level), entry in REFINE.items():
-        got_key, base = _allowed(method, kind, key.replace(".*", ".x"), level) \
-            if key.endswith(".*") else _allowed(method, kind, key, level)
+        got_key, base = (
+            _allowed(method, kind, key.replace(".*", ".x"), level)
+            if key.endswith(".*")
+            else _allowed(method, kind, key, level)
+        )
         assert got_key == key and base is not None, (method, kind, key, level)
-        assert (base[0], entry[0]) in {("noised", "noised"), ("public", "post"),
-                                       ("public", "noised")}, (method, kind, key, base, entry)
+        assert (base[0], entry[0]) in {
+            ("noised", "noised"),
+            ("public", "post"),
+            ("public", "noised"),
+        }, (method, kind, key, base, entry)
         if base[0] == "public" and entry[0] == "noised":  # PPGNN's labels under RR only
             assert (method, key, level) == ("ppgnn", "report.labels", "rr")
         if entry[0] == "noised":
             assert entry[2] is not None or "tests/" in entry[3], (method, kind, key)
     for method, kinds in ALLOWED.items():
-        levels = {"gap": LEVELS, "progap": LEVELS, "ppgnn": ("paper", "rr"),
-                  "privgnn": (None, "ensemble")}[method]
+        levels = {
+            "gap": LEVELS,
+            "progap": LEVELS,
+            "ppgnn": ("paper", "rr"),
+            "privgnn": (None, "ensemble"),
+        }[method]
         for kind, fields in kinds.items():
             for key, entry in fields.items():
                 for level in levels:

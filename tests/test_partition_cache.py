@@ -1,10 +1,9 @@
 """The partition cache (fedgraph.partition_cache): partition once, each client loads its part.
 
 Tiny synthetic graphs (synthetic-sbm: generated, no files) and a cache folder per test."""
-import json
+
 import os
 import threading
-from pathlib import Path
 
 import pytest
 import torch
@@ -13,10 +12,21 @@ from fedgraph import federation
 from fedgraph import partition_cache as pc
 from fedgraph.config import parse_run_config
 
-GAP = {"method": "gap", "dataset": "synthetic-sbm:300:6:1", "partitioner": "louvain",
-       "num-clients": 4, "seed": 3}
-PPGNN = {"method": "ppgnn", "dataset": "synthetic-sbm:300:6:1", "partitioner": "label-skew",
-         "num-clients": 3, "budgets": "1,2,4", "level-shares": "0.2,0.3,0.5"}
+GAP = {
+    "method": "gap",
+    "dataset": "synthetic-sbm:300:6:1",
+    "partitioner": "louvain",
+    "num-clients": 4,
+    "seed": 3,
+}
+PPGNN = {
+    "method": "ppgnn",
+    "dataset": "synthetic-sbm:300:6:1",
+    "partitioner": "label-skew",
+    "num-clients": 3,
+    "budgets": "1,2,4",
+    "level-shares": "0.2,0.3,0.5",
+}
 
 
 @pytest.fixture
@@ -68,8 +78,9 @@ def test_a_hit_reads_only_its_part_and_equals_the_computed_views(run, cache, mon
     assert sorted(first) == list(range(cfg.num_clients)) and len(calls) == 1
     entries = [d for d in cache.iterdir() if (d / "manifest.json").exists()]
     assert len(entries) == 1
-    assert sorted(p.name for p in entries[0].glob("part-*.pt")) == \
-        [f"part-{i}.pt" for i in range(cfg.num_clients)]
+    assert sorted(p.name for p in entries[0].glob("part-*.pt")) == [
+        f"part-{i}.pt" for i in range(cfg.num_clients)
+    ]
 
     def no_load(cfg):  # a hit needs neither the graph (its files' stat is known) nor Louvain
         raise AssertionError("the graph was loaded on a hit")
@@ -81,13 +92,21 @@ def test_a_hit_reads_only_its_part_and_equals_the_computed_views(run, cache, mon
         assert_same_view(hit[pid], expected[pid])
         assert_same_view(first[pid], expected[pid])
     assert len(calls) == 1
-    assert federation.client_view(cfg, 2, budgets, shares) is \
-        federation.client_view(cfg, 2, budgets, shares)  # kept within the process
+    assert federation.client_view(cfg, 2, budgets, shares) is federation.client_view(
+        cfg, 2, budgets, shares
+    )  # kept within the process
 
 
-@pytest.mark.parametrize("change", [{"seed": 4}, {"num-clients": 5}, {"partitioner": "random"},
-                                    {"split": "random-50-25-25"},
-                                    {"dataset": "synthetic-sbm:300:6:2"}])
+@pytest.mark.parametrize(
+    "change",
+    [
+        {"seed": 4},
+        {"num-clients": 5},
+        {"partitioner": "random"},
+        {"split": "random-50-25-25"},
+        {"dataset": "synthetic-sbm:300:6:2"},
+    ],
+)
 def test_a_changed_setting_misses(change, cache, monkeypatch):
     cfg = parse_run_config(GAP)
     federation._cached_views(cfg, 0, None, None)
@@ -193,8 +212,11 @@ def test_readers_never_see_a_partly_written_entry(cache):
                 except AssertionError as err:
                     bad.append(err)
 
-    threads = [threading.Thread(target=writer), threading.Thread(target=writer),
-               threading.Thread(target=reader)]
+    threads = [
+        threading.Thread(target=writer),
+        threading.Thread(target=writer),
+        threading.Thread(target=reader),
+    ]
     for t in threads:
         t.start()
     threading.Event().wait(2.0)
@@ -233,7 +255,8 @@ def test_a_users_partitioner_is_not_cached(cache, monkeypatch):
     from fedgraph.data import register_partitioner
 
     register_partitioner("cache-test-partitioner", replace=True)(
-        lambda data, num_clients, seed, **_: torch.arange(data.num_nodes) % num_clients)
+        lambda data, num_clients, seed, **_: torch.arange(data.num_nodes) % num_clients
+    )
     cfg = parse_run_config({**GAP, "partitioner": "cache-test-partitioner"})
     calls = _count_computes(monkeypatch)
     federation._cached_views(cfg, 0, None, None)
@@ -279,8 +302,9 @@ def test_the_code_digest_follows_the_source_not_the_path(monkeypatch, tmp_path):
     assert pc.code_digest() != digest
 
 
-def test_preflight_loads_the_dataset_once_on_a_miss_and_not_at_all_on_a_hit(cache, monkeypatch,
-                                                                             tmp_path):
+def test_preflight_loads_the_dataset_once_on_a_miss_and_not_at_all_on_a_hit(
+    cache, monkeypatch, tmp_path
+):
     """A cold preflight loads the graph once (its check of the clients reuses it); a warm
     one, in a fresh process (no views in memory), reads the parts and loads nothing."""
     from fedgraph import data as fdata
@@ -295,6 +319,7 @@ def test_preflight_loads_the_dataset_once_on_a_miss_and_not_at_all_on_a_hit(cach
     monkeypatch.setattr(fdata, "load_dataset", counted)
     monkeypatch.setattr(federation, "load_dataset", counted, raising=False)
     from fedgraph.data import datasets
+
     monkeypatch.setattr(datasets, "load_dataset", counted)
     cfg = parse_run_config({**GAP, "output-dir": str(tmp_path / "out")})
     cold = federation.preflight(cfg)
@@ -308,12 +333,18 @@ def test_preflight_loads_the_dataset_once_on_a_miss_and_not_at_all_on_a_hit(cach
     assert len(loads) == 1
 
 
-PRIVGNN = {"method": "privgnn", "dataset": "synthetic-sbm:400:6:1", "partitioner": "random",
-           "num-clients": 3, "num-neighbours": 5, "num-queries": 8, "seed": 2}
+PRIVGNN = {
+    "method": "privgnn",
+    "dataset": "synthetic-sbm:400:6:1",
+    "partitioner": "random",
+    "num-clients": 3,
+    "num-neighbours": 5,
+    "num-queries": 8,
+    "seed": 2,
+}
 
 
-def test_privgnn_preflight_loads_once_and_clients_read_their_part(cache, monkeypatch,
-                                                                  tmp_path):
+def test_privgnn_preflight_loads_once_and_clients_read_their_part(cache, monkeypatch, tmp_path):
     """PrivGNN: the preflight loads the dataset once (its neighbour check and the cache fill
     share it) and writes every client's private part; a client process (memos cleared) then
     reads its part without loading the dataset, equal to the in-process split's."""

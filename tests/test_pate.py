@@ -1,6 +1,7 @@
 """The (Confident-)GNMax analysis (fedgraph.accounting.pate, PATE 2018) against the paper's
 formulas, written out here independently, and against brute-force Rényi divergences between
 the output distributions of neighbouring vote histograms (one teacher's vote moved)."""
+
 from __future__ import annotations
 
 import itertools
@@ -18,7 +19,7 @@ def _sf(z: float) -> float:  # Pr[N(0, 1) >= z]
 
 def _renyi(p: np.ndarray, r: np.ndarray, alpha: float) -> float:
     """D_alpha(p || r) of two distributions on a finite set (nats)."""
-    return float(np.log(np.sum(p ** alpha * r ** (1 - alpha))) / (alpha - 1))
+    return float(np.log(np.sum(p**alpha * r ** (1 - alpha))) / (alpha - 1))
 
 
 def _neighbours(votes):
@@ -56,7 +57,7 @@ def _thm6(q: float, sigma: float, alpha: float) -> float:
     """Thm. 6 of the paper in plain (non-log) arithmetic, with Prop. 10's orders."""
     mu2 = sigma * math.sqrt(-math.log(q))
     mu1 = mu2 + 1
-    e1, e2 = mu1 / sigma ** 2, mu2 / sigma ** 2
+    e1, e2 = mu1 / sigma**2, mu2 / sigma**2
     big_a = (1 - q) / (1 - (q * math.exp(e2)) ** ((mu2 - 1) / mu2))
     big_b = math.exp(e1) / q ** (1 / (mu1 - 1))
     return math.log((1 - q) * big_a ** (alpha - 1) + q * big_b ** (alpha - 1)) / (alpha - 1)
@@ -68,7 +69,7 @@ def test_data_dependent_bound_matches_theorem_6_and_beats_the_independent_one(vo
     orders = np.array([2.0, 5.0, 10.0])
     dep = pate.rdp_gnmax_data_dependent(logq, sigma, orders)
     for a, d in zip(orders, dep):
-        assert d == pytest.approx(min(_thm6(math.exp(logq), sigma, a), a / sigma ** 2), rel=1e-6)
+        assert d == pytest.approx(min(_thm6(math.exp(logq), sigma, a), a / sigma**2), rel=1e-6)
     assert np.all(dep < pate.rdp_gnmax_data_independent(sigma, orders) * 0.5)
 
 
@@ -123,14 +124,18 @@ def test_confident_gnmax_cost_adds_the_per_query_curves():
     votes = np.array([[40, 5, 2], [10, 9, 8], [3, 2, 30]])
     answered = np.array([True, False, True])
     orders = np.array([2.0, 10.0])
-    c = pate.confident_gnmax_cost(votes, answered, sigma2=6.0, threshold=25.0, sigma1=8.0,
-                                  orders=orders)
+    c = pate.confident_gnmax_cost(
+        votes, answered, sigma2=6.0, threshold=25.0, sigma1=8.0, orders=orders
+    )
     assert (c.queries, c.answered) == (3, 2)
     assert c.independent == pytest.approx(3 * orders / 128 + 2 * orders / 36)
-    dep = sum(pate.rdp_threshold_data_dependent(pate.logpr_answered(25.0, 8.0, v), 8.0, orders)
-              for v in votes)
-    dep = dep + sum(pate.rdp_gnmax_data_dependent(pate.logq_gnmax(v, 6.0), 6.0, orders)
-                    for v in votes[answered])
+    dep = sum(
+        pate.rdp_threshold_data_dependent(pate.logpr_answered(25.0, 8.0, v), 8.0, orders)
+        for v in votes
+    )
+    dep = dep + sum(
+        pate.rdp_gnmax_data_dependent(pate.logq_gnmax(v, 6.0), 6.0, orders) for v in votes[answered]
+    )
     assert c.dependent == pytest.approx(dep)
     assert np.all(c.dependent <= c.independent)
     full = pate.confident_gnmax_cost(votes, answered, 6.0, 25.0, 8.0)  # the default orders

@@ -1,5 +1,6 @@
 """Issue 31: the memory-relevant properties of PPGNN's server path (bounded, copy-free edge
 handling), each against the straightforward implementation it replaced."""
+
 import pytest
 import torch
 from torch_geometric.utils import add_remaining_self_loops, scatter, to_torch_csr_tensor
@@ -58,8 +59,10 @@ def test_propagation_equals_the_coefficient_matrix_version(self_loops, weights):
     assert torch.allclose(weighted_propagation(x, ei, 4, w, self_loops), want)
     # the server's dst-coalesced edges (no duplicates) give the reference's result too
     uniq = unique_edges([ei], n)
-    assert torch.allclose(weighted_propagation(x, uniq, 4, w, self_loops),
-                          _reference_propagation(x, uniq, 4, w, self_loops))
+    assert torch.allclose(
+        weighted_propagation(x, uniq, 4, w, self_loops),
+        _reference_propagation(x, uniq, 4, w, self_loops),
+    )
     # float32 stays float32 (no float64 copies of the features)
     assert weighted_propagation(x.float(), uniq, 2, w, self_loops).dtype == torch.float32
 
@@ -77,8 +80,10 @@ def test_csr_of_dst_coalesced_edges_shares_the_edge_list():
     assert torch.equal(sage.crow_indices(), pyg.crow_indices())
     # an unsorted edge list still gets PyG's coalesced matrix
     raw = _edges(n)
-    assert torch.equal(adjacency_for("sage", raw, n).to_dense(),
-                       to_torch_csr_tensor(raw.flip(0), size=(n, n)).to_dense())
+    assert torch.equal(
+        adjacency_for("sage", raw, n).to_dense(),
+        to_torch_csr_tensor(raw.flip(0), size=(n, n)).to_dense(),
+    )
 
 
 def test_client_report_edges_are_int32_and_the_server_edges_int64():
@@ -86,20 +91,34 @@ def test_client_report_edges_are_int32_and_the_server_edges_int64():
     from fedgraph.federation import load_federated
     from fedgraph.methods import ppgnn
 
-    cfg = parse_run_config({"dataset": "synthetic-sbm:300:4", "num-clients": 3, "seed": 0,
-                            "budgets": "1,2,4", "mechanism": "ppm"})
+    cfg = parse_run_config(
+        {
+            "dataset": "synthetic-sbm:300:4",
+            "num-clients": 3,
+            "seed": 0,
+            "budgets": "1,2,4",
+            "mechanism": "ppm",
+        }
+    )
     data, clients = load_federated(cfg, cfg.budgets, cfg.shares)
     c = int(data.y.max()) + 1
-    reps = [ppgnn.client_report(k, cfg, data.feature_domain, c, torch.Generator().manual_seed(0))
-            for k in clients]
+    reps = [
+        ppgnn.client_report(k, cfg, data.feature_domain, c, torch.Generator().manual_seed(0))
+        for k in clients
+    ]
     for k, rep in zip(clients, reps):
-        old = torch.cat([k.node_ids[k.edge_index],
-                         torch.stack([k.node_ids[k.boundary_edge_index[0]],
-                                      k.boundary_edge_index[1]])], dim=1)
+        old = torch.cat(
+            [
+                k.node_ids[k.edge_index],
+                torch.stack([k.node_ids[k.boundary_edge_index[0]], k.boundary_edge_index[1]]),
+            ],
+            dim=1,
+        )
         assert rep["edge_index"].dtype == torch.int32
         assert torch.equal(rep["edge_index"].long(), old)
-    *_, edge_index = ppgnn.assemble(reps, ppgnn.build_mechanism(cfg), data.num_nodes,
-                                    data.num_features)
+    *_, edge_index = ppgnn.assemble(
+        reps, ppgnn.build_mechanism(cfg), data.num_nodes, data.num_features
+    )
     want = torch.unique(torch.cat([r["edge_index"].long() for r in reps], 1), dim=1)
     assert edge_index.dtype == torch.long and is_dst_coalesced(edge_index, data.num_nodes)
     assert set(map(tuple, edge_index.t().tolist())) == set(map(tuple, want.t().tolist()))

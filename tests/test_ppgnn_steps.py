@@ -1,4 +1,5 @@
 """PPGNN's server trained per K (fit_each_steps) and issue 18's K-sweep bench on top of it."""
+
 import json
 import subprocess
 import sys
@@ -15,12 +16,27 @@ ROOT = Path(__file__).parents[1]
 
 
 def _reports(steps: str, **extra):
-    cfg = parse_run_config({"dataset": "synthetic-sbm:400:4", "num-clients": 1, "seed": 3,
-                            "budgets": "1,2,4", "mechanism": "ppm", "denoiser": "flexprop",
-                            "steps": steps, "epochs": 15, **extra})
+    cfg = parse_run_config(
+        {
+            "dataset": "synthetic-sbm:400:4",
+            "num-clients": 1,
+            "seed": 3,
+            "budgets": "1,2,4",
+            "mechanism": "ppm",
+            "denoiser": "flexprop",
+            "steps": steps,
+            "epochs": 15,
+            **extra,
+        }
+    )
     data, clients = load_federated(cfg, cfg.budgets, cfg.shares)
-    rep = ppgnn.client_report(clients[0], cfg, data.feature_domain, int(data.y.max()) + 1,
-                              torch.Generator().manual_seed(0))
+    rep = ppgnn.client_report(
+        clients[0],
+        cfg,
+        data.feature_domain,
+        int(data.y.max()) + 1,
+        torch.Generator().manual_seed(0),
+    )
     return cfg, data, rep
 
 
@@ -29,8 +45,9 @@ def test_each_k_equals_a_run_with_that_k_alone_and_server_fit_selects_on_validat
     c = int(data.y.max()) + 1
     fits = list(ppgnn.fit_each_steps([rep], cfg, data.num_nodes, data.num_features, c))
     assert [f.train.steps for f in fits] == [0, 1, 3]
-    alone = ppgnn.server_fit([rep], cfg.model_copy(update={"steps": [3]}), data.num_nodes,
-                             data.num_features, c)
+    alone = ppgnn.server_fit(
+        [rep], cfg.model_copy(update={"steps": [3]}), data.num_nodes, data.num_features, c
+    )
     assert torch.allclose(fits[2].features, alone.features, atol=1e-5)
     assert torch.equal(fits[2].predictions, alone.predictions)
     chosen = ppgnn.server_fit([rep], cfg, data.num_nodes, data.num_features, c)
@@ -50,8 +67,9 @@ def test_self_loops_key_reaches_the_propagation(self_loops):
     x_hat, level_hat, *_ = ppgnn.assemble([rep], mech, data.num_nodes, data.num_features)
     from fedgraph.mechanisms.ppm import PPMParams, posterior_inverse_variance
 
-    w = posterior_inverse_variance(level_hat, PPMParams(tuple(cfg.budgets), cfg.gamma, None),
-                                   data.num_features)
+    w = posterior_inverse_variance(
+        level_hat, PPMParams(tuple(cfg.budgets), cfg.gamma, None), data.num_features
+    )
     for loops in (self_loops, not self_loops):
         h = weighted_propagation(x_hat, fit.edge_index, 2, w, loops)
         h = (h - h.mean(0)) / h.std(0).clamp_min(1e-6)
@@ -61,9 +79,26 @@ def test_self_loops_key_reaches_the_propagation(self_loops):
 def test_k_sweep_bench_tables(tmp_path):
     out = tmp_path / "sweep.json"
     proc = subprocess.run(
-        [sys.executable, str(ROOT / "bench" / "ppgnn_table.py"), "--datasets",
-         "synthetic-sbm:300:4", "--steps", "0", "2", "--seeds", "2", "--out", str(out),
-         "--set", "epochs=5"], capture_output=True, text=True, cwd=ROOT, timeout=600)
+        [
+            sys.executable,
+            str(ROOT / "bench" / "ppgnn_table.py"),
+            "--datasets",
+            "synthetic-sbm:300:4",
+            "--steps",
+            "0",
+            "2",
+            "--seeds",
+            "2",
+            "--out",
+            str(out),
+            "--set",
+            "epochs=5",
+        ],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        timeout=600,
+    )
     assert proc.returncode == 0, proc.stderr[-2000:]
     results = json.loads(out.read_text())["results"]
     ds = "synthetic-sbm:300:4"
@@ -73,12 +108,25 @@ def test_k_sweep_bench_tables(tmp_path):
             assert row["seeds"] == [0, 1] and len(row["runs"]) == len(row["val_runs"]) == 2
     # no propagation: K = 0 only, and PPGNN at K = 0 is BASE (the same reports, undenoised)
     assert f"{ds} | B: BASE E={{1,2,4}} | K=2" not in results
-    assert results[f"{ds} | B: BASE E={{1,2,4}} | K=0"]["runs"] == \
-        results[f"{ds} | B: PPGNN E={{1,2,4}} posterior | K=0"]["runs"]
+    assert (
+        results[f"{ds} | B: BASE E={{1,2,4}} | K=0"]["runs"]
+        == results[f"{ds} | B: PPGNN E={{1,2,4}} posterior | K=0"]["runs"]
+    )
     assert "| setting | K = 0 | K = 2 |" in proc.stdout
     assert "| Δ PPGNN - LPGNN eps=1 (points) |" in proc.stdout
     merged = subprocess.run(
-        [sys.executable, str(ROOT / "bench" / "ppgnn_table.py"), "--merge", str(out),
-         "--out", str(tmp_path / "m.json")], capture_output=True, text=True, cwd=ROOT, timeout=300)
+        [
+            sys.executable,
+            str(ROOT / "bench" / "ppgnn_table.py"),
+            "--merge",
+            str(out),
+            "--out",
+            str(tmp_path / "m.json"),
+        ],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        timeout=300,
+    )
     assert merged.returncode == 0, merged.stderr[-2000:]
     assert "| setting | K = 0 | K = 2 |" in merged.stdout

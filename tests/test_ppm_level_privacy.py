@@ -12,6 +12,7 @@ level. These tests check
   that it matches the log ratio measured on reports made by the real client code path
   (:func:`fedgraph.methods.ppgnn.client_report`) for one user with one feature x = -1.
 """
+
 from __future__ import annotations
 
 import itertools
@@ -29,8 +30,8 @@ from fedgraph.mechanisms.ppm import level_epsilon, level_leakage
 from fedgraph.methods import ppgnn
 from fedgraph.registry import ContractError
 
-
 # --- brute force from the paper's formulas ---------------------------------------------------
+
 
 def esw_pmf(g: int, eps: float, f: int, b: int) -> list[float]:
     """Eq. 6 over the outputs 1..f+2b (window of g shifted by b: g..g+2b)."""
@@ -63,8 +64,11 @@ def report_probabilities(x: tuple[float, ...], tau: int, budgets, gamma: float, 
 def brute_force(budgets, gamma: float, d: int, relation: str) -> torch.Tensor:
     h, params = len(budgets), PPMParams(tuple(budgets), gamma)
     grid = list(itertools.product((-1.0, -0.5, 0.0, 0.5, 1.0), repeat=d))
-    probs = {(x, tau): report_probabilities(x, tau, budgets, gamma, params.window)
-             for x in grid for tau in range(1, h + 1)}
+    probs = {
+        (x, tau): report_probabilities(x, tau, budgets, gamma, params.window)
+        for x in grid
+        for tau in range(1, h + 1)
+    }
     out = torch.zeros(h, h, dtype=torch.float64)
     for t, u in itertools.product(range(1, h + 1), repeat=2):
         for x, y in itertools.product(grid, repeat=2):
@@ -76,8 +80,13 @@ def brute_force(budgets, gamma: float, d: int, relation: str) -> torch.Tensor:
     return out
 
 
-CASES = [((1.0, 2.0, 4.0), 0.1), ((1.0, 8.0), 0.1), ((1.0, 6.0), 0.3),
-         ((0.5, 3.0, 7.0, 12.0), 0.2), ((2.0, 9.0, 11.0), 0.1)]
+CASES = [
+    ((1.0, 2.0, 4.0), 0.1),
+    ((1.0, 8.0), 0.1),
+    ((1.0, 6.0), 0.3),
+    ((0.5, 3.0, 7.0, 12.0), 0.2),
+    ((2.0, 9.0, 11.0), 0.1),
+]
 
 
 @pytest.mark.parametrize("budgets,gamma", CASES)
@@ -101,12 +110,15 @@ def test_issue_figures_and_esw_alone():
     ESW's own output 0.297 plus 2.386 from one sign at 0.9 vs 3.6); E = {1, 8}: 6.486."""
     leak = level_leakage(PPMParams((1.0, 2.0, 4.0), 0.1), 1)
     sign = math.log((math.exp(3.6) + 1) / (math.exp(0.9) + 1))
-    esw_alone = max(abs(math.log(a) - math.log(c)) for a, c in zip(
-        esw_pmf(1, 0.1, 3, 1), esw_pmf(3, 0.4, 3, 1)))
+    esw_alone = max(
+        abs(math.log(a) - math.log(c)) for a, c in zip(esw_pmf(1, 0.1, 3, 1), esw_pmf(3, 0.4, 3, 1))
+    )
     assert esw_alone == pytest.approx(0.2974, abs=1e-4)
     assert float(leak[0, 2]) == pytest.approx(esw_alone + sign, abs=1e-12)
     assert float(leak[0, 2]) == pytest.approx(2.683, abs=1e-3)
-    assert float(level_leakage(PPMParams((1.0, 8.0), 0.1), 1)[0, 1]) == pytest.approx(6.486, abs=1e-3)
+    assert float(level_leakage(PPMParams((1.0, 8.0), 0.1), 1)[0, 1]) == pytest.approx(
+        6.486, abs=1e-3
+    )
     # per level: the worst other level; the bound over every d equals d = 1433 (Cora) here
     params = PPMParams((1.0, 2.0, 4.0), 0.1)
     assert level_epsilon(params, None).tolist() == pytest.approx([2.6832, 2.0078, 2.6832], abs=1e-4)
@@ -129,13 +141,24 @@ def test_num_features_none_is_the_max_over_d():
 
 # --- the run's report against reports from the real client path ------------------------------
 
+
 def one_feature_client(n: int, tau: int) -> ClientGraph:
     """n users, one binary feature 0 (x = -1 after the public domain (0, 1)), all at level tau,
     no labelled users, no edges."""
     none = torch.zeros(n, dtype=torch.bool)
     empty = torch.zeros(2, 0, dtype=torch.long)
-    return ClientGraph(0, torch.arange(n), torch.zeros(n, 1), torch.zeros(n, dtype=torch.long),
-                       none, none, ~none, empty, empty, torch.full((n,), tau, dtype=torch.long))
+    return ClientGraph(
+        0,
+        torch.arange(n),
+        torch.zeros(n, 1),
+        torch.zeros(n, dtype=torch.long),
+        none,
+        none,
+        ~none,
+        empty,
+        empty,
+        torch.full((n,), tau, dtype=torch.long),
+    )
 
 
 @pytest.mark.parametrize("budgets,n", [("1,2,4", 300_000), ("1,8", 1_000_000)])
@@ -146,8 +169,9 @@ def test_reported_level_epsilon_matches_measured(budgets, n):
     ppgnn.record_privacy(ledger, cfg, ppgnn.build_mechanism(cfg))  # what the run reports
     counts = {}
     for tau in range(1, h + 1):
-        rep = ppgnn.client_report(one_feature_client(n, tau), cfg, (0.0, 1.0), 2,
-                                  torch.Generator().manual_seed(tau))
+        rep = ppgnn.client_report(
+            one_feature_client(n, tau), cfg, (0.0, 1.0), 2, torch.Generator().manual_seed(tau)
+        )
         assert torch.equal(rep["mech.row"], torch.arange(n))  # one sign per user (m' = 1)
         cell = (rep["mech.released_level"] - 1) * 2 + (rep["mech.sign"].long() + 1) // 2
         counts[tau] = torch.bincount(cell, minlength=2 * (h + 2 * 1)).double()
@@ -173,16 +197,28 @@ def test_ledger_level_subjects_only_for_level_hiding_mechanisms():
     cfg = parse_run_config({"budgets": "1,2,4"})
     ledger = PrivacyLedger()
     ppgnn.record_privacy(ledger, cfg, ppgnn.build_mechanism(cfg))
-    assert ledger.subjects == ["level-1", "level-1 (level)", "level-2", "level-2 (level)",
-                               "level-3", "level-3 (level)"]
+    assert ledger.subjects == [
+        "level-1",
+        "level-1 (level)",
+        "level-2",
+        "level-2 (level)",
+        "level-3",
+        "level-3 (level)",
+    ]
     assert [ledger.epsilon(f"level-{t}")[0] for t in (1, 2, 3)] == pytest.approx([1, 2, 4])
     uniform = PrivacyLedger()  # LPGNN: the report does not depend on the level at all
-    ppgnn.record_privacy(uniform, parse_run_config({"budgets": "1,2,4", "mechanism": "multi-bit"}),
-                         MultiBitMechanism(1.0))
+    ppgnn.record_privacy(
+        uniform,
+        parse_run_config({"budgets": "1,2,4", "mechanism": "multi-bit"}),
+        MultiBitMechanism(1.0),
+    )
     assert uniform.subjects == ["every-user"]
     single = PrivacyLedger()  # one level: the level is public, nothing to hide
-    ppgnn.record_privacy(single, parse_run_config({"budgets": "1"}),
-                         ppgnn.build_mechanism(parse_run_config({"budgets": "1"})))
+    ppgnn.record_privacy(
+        single,
+        parse_run_config({"budgets": "1"}),
+        ppgnn.build_mechanism(parse_run_config({"budgets": "1"})),
+    )
     assert single.subjects == ["level-1"]
 
 
@@ -203,6 +239,8 @@ def test_a_budget_beyond_the_any_feature_count_analysis_names_budgets_and_the_li
     from fedgraph.mechanisms.ppm import PPMParams, level_leakage
 
     params = PPMParams(budgets=(1.0, 1e308))
-    with pytest.raises(ValueError, match=r"budgets: 1e\+308 is too large .* allowed: budgets below 24446\.9"):
+    with pytest.raises(
+        ValueError, match=r"budgets: 1e\+308 is too large .* allowed: budgets below 24446\.9"
+    ):
         level_leakage(params)
     level_leakage(params, num_features=50)  # with the feature count: fine

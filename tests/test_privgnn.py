@@ -1,4 +1,5 @@
 """PrivGNN (fedgraph.methods.privgnn) and the membership audit (fedgraph.audit)."""
+
 import math
 
 import pytest
@@ -13,6 +14,7 @@ from fedgraph.methods.privgnn import teachers as pg_teachers
 
 try:
     from fedgraph.accounting import compose_epsilon  # noqa: F401
+
     HAVE_COMPOSE = True
 except ImportError:
     HAVE_COMPOSE = False
@@ -20,8 +22,9 @@ except ImportError:
 
 @pytest.fixture(scope="module")
 def cora_split():
-    return pg.privgnn_split(load_dataset("cora"), public_fraction=0.5,
-                            public_test_fraction=0.5, seed=0)
+    return pg.privgnn_split(
+        load_dataset("cora"), public_fraction=0.5, public_test_fraction=0.5, seed=0
+    )
 
 
 def test_split_disjoint_and_proportions(cora_split):
@@ -80,9 +83,15 @@ def test_epsilon_against_paper_curve(lam, paper):
 def test_budget_refuses_beyond_limit(cora_split):
     private, public = cora_split
     budget = pg.QueryBudget(limit=3)
-    kw = dict(rate=0.3, k=10, lam=1.0, num_classes=7, budget=budget,
-              teacher=pg.TeacherConfig(epochs=2, hidden=8),
-              generator=torch.Generator().manual_seed(0))
+    kw = dict(
+        rate=0.3,
+        k=10,
+        lam=1.0,
+        num_classes=7,
+        budget=budget,
+        teacher=pg.TeacherConfig(epochs=2, hidden=8),
+        generator=torch.Generator().manual_seed(0),
+    )
     out = pg.answer_queries(private, public.x[:2], **kw)
     assert out.shape == (2, 7) and budget.remaining == 1
     with pytest.raises(pg.BudgetExceededError, match="budget"):
@@ -168,19 +177,33 @@ def test_auroc_and_audit_smoke(cora_split):
 
     members = node_sample_graph(private, 100, gen)
     target = trainer(members)
-    auc, shadow = membership_auroc(target, members, node_sample_graph(private, 100, gen),
-                                   shadow_train=trainer, shadow_members=g[0],
-                                   shadow_nonmembers=g[1], return_shadow=True)
+    auc, shadow = membership_auroc(
+        target,
+        members,
+        node_sample_graph(private, 100, gen),
+        shadow_train=trainer,
+        shadow_members=g[0],
+        shadow_nonmembers=g[1],
+        return_shadow=True,
+    )
     assert auc > 0.6 and shadow > 0.6  # an overfit non-private model leaks membership
 
 
 def test_end_to_end_cora_beats_majority(cora_split):
     private, public = cora_split
     # raw features (the paper's teachers); a projection is faster but labels worse here
-    run = pg.run_centralized(private, public, num_queries=40, rate=0.3, k=100, lam=1000.0,
-                             teacher=pg.TeacherConfig(epochs=30, hidden=16, batch_size=40,
-                                                      lr=0.02),
-                             student_epochs=120, seed=0, accountant=None)
+    run = pg.run_centralized(
+        private,
+        public,
+        num_queries=40,
+        rate=0.3,
+        k=100,
+        lam=1000.0,
+        teacher=pg.TeacherConfig(epochs=30, hidden=16, batch_size=40, lr=0.02),
+        student_epochs=120,
+        seed=0,
+        accountant=None,
+    )
     assert run.pseudo_labels.shape == (40,)
     assert run.label_accuracy > 0.5
     assert run.student.test_accuracy > pg.majority_accuracy(public) + 0.05

@@ -1,4 +1,5 @@
 """Federated PrivGNN: config errors, budgets and refusals, what leaves a client, a Flower run."""
+
 import json
 import os
 import subprocess
@@ -11,8 +12,8 @@ from flwr.app import Context, RecordDict
 from flwr.supercore.task_identity import TaskIdentity
 
 from fedgraph.config import ConfigError, PrivGNNConfig, parse_run_config
-from fedgraph.methods import privgnn as pg
 from fedgraph.methods import privgnn as pf
+from fedgraph.methods import privgnn as pg
 
 ROOT = Path(__file__).parents[1]
 
@@ -23,32 +24,49 @@ def transcript_until(log, node, request) -> str:
     from fedgraph.simulations.client_guard import transcript_of
 
     mine = [m for n, m, _ in log if n == node]
-    return transcript_of(mine[:next(i for i, m in enumerate(mine) if m is request) + 1])
+    return transcript_of(mine[: next(i for i, m in enumerate(mine) if m is request) + 1])
+
 
 #: tiny and fast: Cora (bundled), small teachers on a 16-dim public PCA
-SMALL = {"method": "privgnn", "dataset": "cora", "num-clients": 2, "num-queries": 6,
-         "lam": 1.0, "gamma": 0.3, "delta": 1e-4, "num-neighbours": 20, "teacher-epochs": 5,
-         "teacher-hidden": 8, "teacher-batch-size": 8, "projection-dim": 16, "epochs": 20,
-         "hidden": 8, "neighbourhood-size": 10}
+SMALL = {
+    "method": "privgnn",
+    "dataset": "cora",
+    "num-clients": 2,
+    "num-queries": 6,
+    "lam": 1.0,
+    "gamma": 0.3,
+    "delta": 1e-4,
+    "num-neighbours": 20,
+    "teacher-epochs": 5,
+    "teacher-hidden": 8,
+    "teacher-batch-size": 8,
+    "projection-dim": 16,
+    "epochs": 20,
+    "hidden": 8,
+    "neighbourhood-size": 10,
+}
 
 
 # --------------------------------------------------------------------------------- config
-@pytest.mark.parametrize("key,value,expect", [
-    ("lam", 0.0, "greater than 0"),
-    ("lam", "nan", "finite"),
-    ("lam", float("inf"), "finite"),
-    ("gamma", 0.0, "greater than 0"),
-    ("gamma", 1.5, "less than or equal to 1"),
-    ("client-epsilons", "0,1", "allowed: (0, inf]"),
-    ("client-epsilons", "1,,2", "empty entry"),
-    ("query-policy", "greedy", "'random' or 'entropy'"),
-    ("answer-mode", "logits", "'posterior', 'vote'"),
-    ("num-queries", 0, "greater than or equal to 1"),
-    ("public-fraction", 1.0, "less than 1"),
-    ("delta", 1.0, "must lie in [1e-12, 1)"),
-    ("partitioner", "nope", "allowed:"),
-    ("no-such-key", 1, "unknown key; allowed keys:"),
-])
+@pytest.mark.parametrize(
+    "key,value,expect",
+    [
+        ("lam", 0.0, "greater than 0"),
+        ("lam", "nan", "finite"),
+        ("lam", float("inf"), "finite"),
+        ("gamma", 0.0, "greater than 0"),
+        ("gamma", 1.5, "less than or equal to 1"),
+        ("client-epsilons", "0,1", "allowed: (0, inf]"),
+        ("client-epsilons", "1,,2", "empty entry"),
+        ("query-policy", "greedy", "'random' or 'entropy'"),
+        ("answer-mode", "logits", "'posterior', 'vote'"),
+        ("num-queries", 0, "greater than or equal to 1"),
+        ("public-fraction", 1.0, "less than 1"),
+        ("delta", 1.0, "must lie in [1e-12, 1)"),
+        ("partitioner", "nope", "allowed:"),
+        ("no-such-key", 1, "unknown key; allowed keys:"),
+    ],
+)
 def test_bad_values_name_the_key_and_the_allowed_values(key, value, expect):
     with pytest.raises(ConfigError) as err:
         parse_run_config({"method": "privgnn", key: value})
@@ -136,11 +154,20 @@ class InProcessGrid:
         from fedgraph.simulations import client_app
 
         ensure_simulation_secret()  # as a launcher: the clients' identity keys (secagg)
-        self.handlers = {"query.privgnn": client_app.privgnn_query,
-                         "query.privgnn_keys": client_app.privgnn_keys}
-        self.contexts = {n: Context(run_id=1, node_id=n, node_config={"partition-id": n - 1},
-                                    state=RecordDict(), run_config=dict(run_config or {}))
-                         for n in range(1, num_clients + 1)}
+        self.handlers = {
+            "query.privgnn": client_app.privgnn_query,
+            "query.privgnn_keys": client_app.privgnn_keys,
+        }
+        self.contexts = {
+            n: Context(
+                run_id=1,
+                node_id=n,
+                node_config={"partition-id": n - 1},
+                state=RecordDict(),
+                run_config=dict(run_config or {}),
+            )
+            for n in range(1, num_clients + 1)
+        }
         self.monkeypatch, self.log = monkeypatch, []
         for attr, value in (("_run_id", 1), ("_task_id", 1), ("_node_id", 0)):
             monkeypatch.setattr(TaskIdentity, attr, value)
@@ -162,8 +189,9 @@ class InProcessGrid:
 def _run_strategy(run_config, tmp_path, monkeypatch):
     from fedgraph.simulations.server_app import validate_run_config
 
-    strategy_cls, cfg = validate_run_config({**run_config, "output-dir": str(tmp_path),
-                                             "run-name": "run"})
+    strategy_cls, cfg = validate_run_config(
+        {**run_config, "output-dir": str(tmp_path), "run-name": "run"}
+    )
     grid = InProcessGrid(cfg.num_clients, monkeypatch, cfg.model_dump())  # clients' own config
     report = strategy_cls(cfg).start(grid)
     return cfg, grid, report
@@ -174,12 +202,20 @@ def test_strategy_copes_with_refusals_and_records_each_client(tmp_path, monkeypa
     server trains on the queries client 0 answered, drops the others, and the ledger and the
     report hold each client's count."""
     e2, e3 = (pg.privgnn_epsilon(q, 0.3, 1.0, 1e-4, "pld") for q in (2, 3))
-    cfg, grid, report = _run_strategy({**SMALL, "client-epsilons": f"{(e2 + e3) / 2},1e-3",
-                                       "query-policy": "entropy"}, tmp_path, monkeypatch)
+    cfg, grid, report = _run_strategy(
+        {**SMALL, "client-epsilons": f"{(e2 + e3) / 2},1e-3", "query-policy": "entropy"},
+        tmp_path,
+        monkeypatch,
+    )
     assert report["status"] == "ok"
     clients = report["clients"]
-    assert clients["client-0"] == {"epsilon_target": pytest.approx((e2 + e3) / 2), "asked": 6,
-                                   "answered": 2, "refused": 4, "limit": 2}
+    assert clients["client-0"] == {
+        "epsilon_target": pytest.approx((e2 + e3) / 2),
+        "asked": 6,
+        "answered": 2,
+        "refused": 4,
+        "limit": 2,
+    }
     assert clients["client-1"]["answered"] == 0 and clients["client-1"]["refused"] == 6
     q = report["queries"]
     assert [r["policy"] for r in q["rounds"]] == ["random", "entropy"]
@@ -200,8 +236,11 @@ def test_log_softmax_paper_mode_reports_no_finite_epsilon(tmp_path, monkeypatch)
     is not DP: every client's epsilon is inf (strict JSON "inf", never a number), the paper's
     figure appears only as ``claimed`` with ``holds: false``, and the report says why. Before,
     the mode did not exist; a Laplace figure would have been the only epsilon."""
-    _, _, report = _run_strategy({**SMALL, "answer-mode": "log-softmax-paper",
-                                  "client-epsilons": "inf"}, tmp_path, monkeypatch)
+    _, _, report = _run_strategy(
+        {**SMALL, "answer-mode": "log-softmax-paper", "client-epsilons": "inf"},
+        tmp_path,
+        monkeypatch,
+    )
     assert report["status"] == "ok"
     text = (tmp_path / "run.json").read_text()
     assert "Infinity" not in text and "NaN" not in text
@@ -228,7 +267,9 @@ def test_log_softmax_paper_answers_are_log_probabilities_plus_laplace_of_scale_1
 
 
 def test_strategy_fails_loudly_when_nobody_answers(tmp_path, monkeypatch):
-    with pytest.raises(RuntimeError, match="no query was labelled .*raise client-epsilons or lower lam"):
+    with pytest.raises(
+        RuntimeError, match="no query was labelled .*raise client-epsilons or lower lam"
+    ):
         _run_strategy({**SMALL, "client-epsilons": "1e-3"}, tmp_path, monkeypatch)
     report = json.loads((tmp_path / "run.json").read_text())
     assert report["status"] == "failed" and report["queries"]["dropped"] == 6
@@ -242,8 +283,9 @@ def test_what_leaves_a_client_is_only_noised_answers(tmp_path, monkeypatch):
     from fedgraph.randomness import SECRET_ENV, client_generator
 
     monkeypatch.setenv(SECRET_ENV, "test-secret-privgnn")
-    cfg, grid, _ = _run_strategy({**SMALL, "client-epsilons": "inf", "noise-source": "secret"},
-                                 tmp_path, monkeypatch)
+    cfg, grid, _ = _run_strategy(
+        {**SMALL, "client-epsilons": "inf", "noise-source": "secret"}, tmp_path, monkeypatch
+    )
     public, stats = pf.public_graph(cfg)
     for node, request, reply in grid.log:
         pid = node - 1
@@ -253,19 +295,34 @@ def test_what_leaves_a_client_is_only_noised_answers(tmp_path, monkeypatch):
         answers = arrays["answers"]
         assert answers.shape == (cfg.num_queries, stats["num_classes"])
         meta = dict(reply.content["meta"])
-        assert set(meta) == {"partition_id", "asked", "answered", "refused", "limit",
-                             "answered_total", "epsilon_target"}
+        assert set(meta) == {
+            "partition_id",
+            "asked",
+            "answered",
+            "refused",
+            "limit",
+            "answered_total",
+            "epsilon_target",
+        }
         assert meta["limit"] == meta["asked"] == cfg.num_queries  # inf target
         # recompute: same secret, same queries -> the clean posteriors, then the noise
         hoods, proj = pf.decode_queries(request.content["queries"].to_torch_state_dict())
         graph, _ = pf.client_graph(cfg, pid)
         ctx = Context(run_id=1, node_id=node, node_config={}, state=RecordDict(), run_config={})
-        gen = client_generator(cfg, ctx, pid, "privgnn:0", data=graph,
-                               inputs=transcript_until(grid.log, node, request))
-        clean = pg.teacher_posteriors(graph, hoods.query_x, rate=cfg.gamma,
-                                      k=cfg.num_neighbours, num_classes=stats["num_classes"],
-                                      teacher=pf.teacher_config(cfg), neighbourhoods=hoods,
-                                      projection=proj, generator=gen)
+        gen = client_generator(
+            cfg, ctx, pid, "privgnn:0", data=graph, inputs=transcript_until(grid.log, node, request)
+        )
+        clean = pg.teacher_posteriors(
+            graph,
+            hoods.query_x,
+            rate=cfg.gamma,
+            k=cfg.num_neighbours,
+            num_classes=stats["num_classes"],
+            teacher=pf.teacher_config(cfg),
+            neighbourhoods=hoods,
+            projection=proj,
+            generator=gen,
+        )
         noise = pg.laplace_noise(clean.shape, 2.0 / cfg.lam, gen)
         assert torch.allclose(answers, clean + noise, atol=1e-5)
         assert bool(((answers - clean).abs() > 1e-6).all()), "a released coordinate is clean"
@@ -282,15 +339,42 @@ def test_flower_run_student_beats_majority_at_a_generous_lambda(tmp_path):
     budget makes it refuse every query and the run still succeeds on client 0's answers."""
     out = tmp_path / "runs"
     (tmp_path / "empty").mkdir()  # a root without Cora's files (a missing one is refused)
-    env = {**os.environ, "XDG_CACHE_HOME": str(tmp_path / "cache"),
-           "FEDGRAPH_DATA": str(tmp_path / "empty"), "OMP_NUM_THREADS": "1",
-           "FEDGRAPH_NOISE_SECRET": "e2e-privgnn-secret"}  # reproducible draws: an accuracy bar
-    sets = {"noise-source": "'secret'", "num-clients": 2, "num-queries": 80, "lam": 10.0, "client-epsilons": "'inf,1e-3'",
-            "teacher-epochs": 50, "epochs": 100, "output-dir": f"'{out}'", "run-name": "'e2e'"}
+    env = {
+        **os.environ,
+        "XDG_CACHE_HOME": str(tmp_path / "cache"),
+        "FEDGRAPH_DATA": str(tmp_path / "empty"),
+        "OMP_NUM_THREADS": "1",
+        "FEDGRAPH_NOISE_SECRET": "e2e-privgnn-secret",
+    }  # reproducible draws: an accuracy bar
+    sets = {
+        "noise-source": "'secret'",
+        "num-clients": 2,
+        "num-queries": 80,
+        "lam": 10.0,
+        "client-epsilons": "'inf,1e-3'",
+        "teacher-epochs": 50,
+        "epochs": 100,
+        "output-dir": f"'{out}'",
+        "run-name": "'e2e'",
+    }
     args = [a for k, v in sets.items() for a in ("--set", f"{k}={v}")]
-    res = subprocess.run([sys.executable, "-m", "fedgraph.simulations.cli", "run", "privgnn-cora",
-                          "--num-cpus", "2", *args], cwd=ROOT, env=env, capture_output=True,
-                         text=True, timeout=300)
+    res = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "fedgraph.simulations.cli",
+            "run",
+            "privgnn-cora",
+            "--num-cpus",
+            "2",
+            *args,
+        ],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert res.returncode == 0, res.stderr[-3000:]
     report = json.loads((out / "e2e.json").read_text())
     assert report["status"] == "ok" and report["ground_truth"]["dataset"]["num_nodes"] == 2708

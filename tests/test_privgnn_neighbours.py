@@ -1,6 +1,7 @@
 """PrivGNN's ``num-neighbours`` (K) against the expected Poisson sample (issue 15, item 2):
 before, ``kk = min(K, sample size)`` silently trained every teacher on its whole subsample
 whenever K exceeded gamma * n (every shipped 5-client Cora configuration)."""
+
 from __future__ import annotations
 
 import tomllib
@@ -19,9 +20,12 @@ REPO = Path(__file__).resolve().parents[1]
 def _graph(n: int) -> Data:
     g = torch.Generator().manual_seed(0)
     src = torch.arange(n - 1)
-    return Data(x=torch.rand(n, 4, generator=g), y=torch.arange(n) % 2,
-                edge_index=torch.stack([torch.cat([src, src + 1]), torch.cat([src + 1, src])]),
-                num_nodes=n)
+    return Data(
+        x=torch.rand(n, 4, generator=g),
+        y=torch.arange(n) % 2,
+        edge_index=torch.stack([torch.cat([src, src + 1]), torch.cat([src + 1, src])]),
+        num_nodes=n,
+    )
 
 
 def test_largest_valid_k_is_floor_gamma_n():
@@ -38,8 +42,12 @@ def test_teachers_refuse_k_above_the_expected_sample():
     """A client with 40 nodes at gamma 0.3 expects 12 sampled nodes: K = 13 is refused, naming
     the key and 12; K = 12 answers."""
     g = _graph(40)
-    kw = dict(rate=0.3, num_classes=2, teacher=pg.TeacherConfig(hidden=4, epochs=1),
-              generator=torch.Generator().manual_seed(1))
+    kw = dict(
+        rate=0.3,
+        num_classes=2,
+        teacher=pg.TeacherConfig(hidden=4, epochs=1),
+        generator=torch.Generator().manual_seed(1),
+    )
     with pytest.raises(ValueError, match=r"num-neighbours.*num-neighbours <= 12"):
         pg.teacher_posteriors(g, g.x[:3], k=13, **kw)
     timing = pg.TeacherTiming()
@@ -55,10 +63,14 @@ def _preset(name: str) -> dict:
 def test_preflight_names_num_neighbours_and_the_largest_value(tmp_path):
     from fedgraph.federation import preflight
 
-    cfg = parse_run_config({**_preset("privgnn-cora"), "num-neighbours": 100,
-                            "output-dir": str(tmp_path)})
-    with pytest.raises(ConfigError, match=r"num-neighbours \(K\) = 100 .*client \d .*"
-                                          r"num-neighbours <= 77"):
+    cfg = parse_run_config(
+        {**_preset("privgnn-cora"), "num-neighbours": 100, "output-dir": str(tmp_path)}
+    )
+    with pytest.raises(
+        ConfigError,
+        match=r"num-neighbours \(K\) = 100 .*client \d .*"
+        r"num-neighbours <= 77",
+    ):
         preflight(cfg)
 
 
@@ -75,8 +87,11 @@ def test_preflight_names_num_teachers_above_a_clients_labelled_nodes(tmp_path):
     from fedgraph.federation import preflight
 
     base = {**_preset("privgnn-cora"), "answer-mode": "ensemble", "output-dir": str(tmp_path)}
-    with pytest.raises(ConfigError, match=r"num-teachers = 100000 .*client \d .*"
-                                          r"1 <= num-teachers <= 258"):
+    with pytest.raises(
+        ConfigError,
+        match=r"num-teachers = 100000 .*client \d .*"
+        r"1 <= num-teachers <= 258",
+    ):
         preflight(parse_run_config({**base, "num-teachers": 100000}))
     preflight(parse_run_config({**base, "num-teachers": 258}))
 
@@ -87,7 +102,10 @@ def test_preflight_names_num_queries_above_the_public_query_pool(tmp_path):
     from fedgraph.federation import preflight
 
     base = {**_preset("privgnn-cora"), "output-dir": str(tmp_path)}
-    with pytest.raises(ConfigError, match=r"num-queries = 5000 exceeds the public query pool "
-                                          r"\(677 .*1 <= num-queries <= 677"):
+    with pytest.raises(
+        ConfigError,
+        match=r"num-queries = 5000 exceeds the public query pool "
+        r"\(677 .*1 <= num-queries <= 677",
+    ):
         preflight(parse_run_config({**base, "num-queries": 5000}))
     preflight(parse_run_config({**base, "num-queries": 677}))

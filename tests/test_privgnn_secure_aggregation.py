@@ -2,6 +2,7 @@
 clients): rows without an owner in the masking protocol, each client's noise share, what the
 server receives (masked, uniform) and what it learns (the sum), the shared answer limit, the
 ledger's events (those of the sum) and the collusion figure."""
+
 from __future__ import annotations
 
 import json
@@ -11,15 +12,18 @@ import numpy as np
 import pytest
 import torch
 from scipy import stats as sps
-
-from fedgraph.config import ConfigError, parse_run_config
-from fedgraph.methods import privgnn as pg
-from fedgraph.methods import privgnn as pf
-from fedgraph.secure_aggregation import (generate_key_pair, mask_rows,
-                                         quantization_error_bound, unmask_sum)
-
 from test_privgnn_ensemble import ENSEMBLE, assert_ledger_row, replay_clean_votes
 from test_privgnn_federated import _run_strategy, transcript_until
+
+from fedgraph.config import ConfigError, parse_run_config
+from fedgraph.methods import privgnn as pf
+from fedgraph.methods import privgnn as pg
+from fedgraph.secure_aggregation import (
+    generate_key_pair,
+    mask_rows,
+    quantization_error_bound,
+    unmask_sum,
+)
 
 SECURE = {**ENSEMBLE, "secure-aggregation": True}
 
@@ -37,8 +41,10 @@ def test_rows_without_owner_sum_over_every_client(n):
     rng = np.random.default_rng(0)
     rows = rng.normal(scale=30.0, size=(n, 7, 4))
     owner = np.full(7, -1)
-    masked = {i: (np.arange(7), mask_rows(rows[i], np.arange(7), owner, i, sks[i], pks, "t"))
-              for i in range(n)}
+    masked = {
+        i: (np.arange(7), mask_rows(rows[i], np.arange(7), owner, i, sks[i], pks, "t"))
+        for i in range(n)
+    }
     ids, sums = unmask_sum(masked, owner, n)
     assert ids.tolist() == list(range(7))
     assert np.abs(sums - rows.sum(0)).max() <= quantization_error_bound(n)
@@ -51,8 +57,10 @@ def test_noise_shares_sum_to_the_accounted_noise():
     """shares = n: each client's draw has std sigma / sqrt n (KS against the normal), so the
     sum of n clients' noise has std sigma, the std the ledger's events describe."""
     votes = torch.zeros(20000, 3)
-    draws = [pg.noisy_votes(votes, 6.0, None, torch.Generator().manual_seed(s), shares=4)
-             for s in range(4)]
+    draws = [
+        pg.noisy_votes(votes, 6.0, None, torch.Generator().manual_seed(s), shares=4)
+        for s in range(4)
+    ]
     share = draws[0].flatten().numpy()
     assert sps.kstest(share / (6.0 / 2.0), "norm").pvalue > 1e-3
     total = torch.stack(draws).sum(0).flatten().numpy()
@@ -69,10 +77,13 @@ def test_collusion_epsilon_is_that_of_one_share():
     assert pg.ensemble_collusion_epsilon(10, 4.0, None, 1e-5, 1) == pytest.approx(e_sum)
 
 
-@pytest.mark.parametrize("over,expect", [
-    ({"answer-mode": "posterior"}, "answer-mode = 'ensemble'"),
-    ({"num-clients": 1}, "num-clients >= 2"),
-])
+@pytest.mark.parametrize(
+    "over,expect",
+    [
+        ({"answer-mode": "posterior"}, "answer-mode = 'ensemble'"),
+        ({"num-clients": 1}, "num-clients >= 2"),
+    ],
+)
 def test_bad_configs_name_the_key(over, expect):
     with pytest.raises(ConfigError, match="secure-aggregation") as err:
         parse_run_config({**SECURE, **over})
@@ -102,9 +113,11 @@ def test_secure_run_server_sees_only_masked_rows_and_learns_the_sum(tmp_path, mo
     from fedgraph.randomness import SECRET_ENV
 
     monkeypatch.setenv(SECRET_ENV, "test-secret-secagg")
-    cfg, grid, report = _run_strategy({**SECURE, "client-epsilons": "inf",
-                                       "noise-source": "secret", "student-holdout": 0.0},
-                                      tmp_path, monkeypatch)
+    cfg, grid, report = _run_strategy(
+        {**SECURE, "client-epsilons": "inf", "noise-source": "secret", "student-holdout": 0.0},
+        tmp_path,
+        monkeypatch,
+    )
     assert report["status"] == "ok"
     assert "holdout" not in report["accuracy"]  # no held-out slice: no holdout figure
     kinds = [m.metadata.message_type for _, m, _ in grid.log]
@@ -117,12 +130,13 @@ def test_secure_run_server_sees_only_masked_rows_and_learns_the_sum(tmp_path, mo
         assert out.dtype == torch.int64 and out.shape == (cfg.num_queries, 2 * C)
         idx = int(request.content["secagg"]["index"])
         masked[idx] = out
-        clean, gen = replay_clean_votes(cfg, node, request, C,
-                                        inputs=transcript_until(grid.log, node, request))
+        clean, gen = replay_clean_votes(
+            cfg, node, request, C, inputs=transcript_until(grid.log, node, request)
+        )
         mine = pg.noisy_votes(clean, 3.0, 5.0, gen, shares=2)
         noisy.append(mine)
         # what the server got is not the client's histogram (nor near it)
-        as_real = out.double() / 2 ** 24
+        as_real = out.double() / 2**24
         assert float((as_real - mine.double()).abs().min()) > 1e3
     bits = np.concatenate([m.numpy().view(np.uint64).ravel() for m in masked.values()])
     top = (bits >> np.uint64(60)).astype(int)  # 16 equally likely values if uniform
@@ -133,9 +147,11 @@ def test_secure_run_server_sees_only_masked_rows_and_learns_the_sum(tmp_path, mo
     for subject in ("client-0", "client-1"):
         assert_ledger_row(disk["privacy"]["per_subject"][subject])  # the sum's events
         assert disk["privacy"]["collusion"]["epsilon"][subject] == pytest.approx(
-            pg.ensemble_epsilon(6, 3.0 / math.sqrt(2), 5.0 / math.sqrt(2), 1e-4), rel=1e-6)
+            pg.ensemble_epsilon(6, 3.0 / math.sqrt(2), 5.0 / math.sqrt(2), 1e-4), rel=1e-6
+        )
     assert "secure aggregation" in disk["privacy"]["aggregation"]
     from fedgraph.report import format_table
+
     worst = max(disk["privacy"]["collusion"]["epsilon"].values())
     assert f"colluding with all other clients, epsilon up to {worst:.4g}" in format_table(report)
     with pytest.raises(ValueError, match="different numbers of queries"):
@@ -167,19 +183,26 @@ def test_failed_secure_run_reports_collusion_and_says_why(tmp_path, monkeypatch)
     on disk has their epsilon, the threshold copy under its own name, and the collusion
     figure (it used to be added only at the end of a successful run)."""
     with pytest.raises(RuntimeError, match=r"threshold check kept none.*lower threshold"):
-        _run_strategy({**SECURE, "client-epsilons": "inf", "threshold": 1000.0},
-                      tmp_path, monkeypatch)
+        _run_strategy(
+            {**SECURE, "client-epsilons": "inf", "threshold": 1000.0}, tmp_path, monkeypatch
+        )
     disk = json.loads((tmp_path / "run.json").read_text())
     assert disk["status"] == "failed"
     for subject in ("client-0", "client-1"):
         names = [r["release"] for r in disk["privacy"]["per_subject"][subject]["releases"]]
         assert names == ["noisy vote histograms", "noisy vote histograms (threshold copy)"]
         assert disk["privacy"]["collusion"]["epsilon"][subject] == pytest.approx(
-            pg.ensemble_collusion_epsilon(6, 3.0, 5.0, 1e-4, 2), rel=1e-6)
+            pg.ensemble_collusion_epsilon(6, 3.0, 5.0, 1e-4, 2), rel=1e-6
+        )
 
 
-@pytest.mark.parametrize("over,expect", [({"sigma-votes": 0.5}, "greater than or equal to 1"),
-                                         ({"sigma-threshold": 0.5}, "or a finite std >= 1")])
+@pytest.mark.parametrize(
+    "over,expect",
+    [
+        ({"sigma-votes": 0.5}, "greater than or equal to 1"),
+        ({"sigma-threshold": 0.5}, "or a finite std >= 1"),
+    ],
+)
 def test_noise_below_one_vote_is_refused(over, expect):
     """sigma-votes 0.01 was accepted and made every client's PLD allocate 301 GiB."""
     with pytest.raises(ConfigError, match=expect):

@@ -7,6 +7,7 @@ randomness (:func:`fedgraph.methods.privgnn.teacher_assignment`: each node's tea
 independently; the coupling deletes the removed node's entry). The old positional split (a
 permutation cut into ``T`` consecutive blocks) fails whenever ``n mod T != 0``.
 """
+
 from __future__ import annotations
 
 import math
@@ -30,8 +31,7 @@ SIZES = [(141, 10), (23, 5), (50, 7), (40, 40), (12, 1), (100, 10), (9, 6)]
 
 def _generators(seed: int):
     """The client's two kinds of generator: a torch one and a CSPRNG (``noise-source``)."""
-    return [torch.Generator().manual_seed(seed),
-            rng.SecureRandom(seed.to_bytes(4, "big") * 8)]
+    return [torch.Generator().manual_seed(seed), rng.SecureRandom(seed.to_bytes(4, "big") * 8)]
 
 
 def _groups(assign: Tensor, ids: Tensor, T: int) -> list[frozenset]:
@@ -109,8 +109,9 @@ def test_the_coupling_has_the_law_of_a_fresh_draw_for_the_smaller_set():
     from scipy.stats import chisquare
 
     for gen_n, gen_m in zip(_generators(3), _generators(3)):
-        assert torch.equal(pg.teacher_assignment(140, 10, gen_m),
-                           pg.teacher_assignment(141, 10, gen_n)[:140])
+        assert torch.equal(
+            pg.teacher_assignment(140, 10, gen_m), pg.teacher_assignment(141, 10, gen_n)[:140]
+        )
     T, reps = 5, 40_000
     for gen in _generators(7):
         a = pg.teacher_assignment(2 * reps, T, gen).view(reps, 2)
@@ -141,16 +142,26 @@ def _private_graph(n=40, seed=0) -> Data:
     ei = ei[:, ei[0] != ei[1]]
     train = torch.zeros(n, dtype=torch.bool)
     train[torch.randperm(n, generator=g)[:30]] = True
-    return Data(x=torch.rand(n, 4, generator=g), y=torch.randint(0, 3, (n,), generator=g),
-                edge_index=ei, train_mask=train, num_nodes=n)
+    return Data(
+        x=torch.rand(n, 4, generator=g),
+        y=torch.randint(0, 3, (n,), generator=g),
+        edge_index=ei,
+        train_mask=train,
+        num_nodes=n,
+    )
 
 
 def _without(graph: Data, v: int) -> Data:
     """``graph`` less node ``v`` and its edges, nodes renumbered in order."""
     keep = torch.arange(graph.num_nodes) != v
     ei, _ = subgraph(keep, graph.edge_index, relabel_nodes=True, num_nodes=graph.num_nodes)
-    return Data(x=graph.x[keep], y=graph.y[keep], edge_index=ei,
-                train_mask=graph.train_mask[keep], num_nodes=graph.num_nodes - 1)
+    return Data(
+        x=graph.x[keep],
+        y=graph.y[keep],
+        edge_index=ei,
+        train_mask=graph.train_mask[keep],
+        num_nodes=graph.num_nodes - 1,
+    )
 
 
 class _Captured(Exception):
@@ -167,8 +178,10 @@ def _teacher_inputs(graph: Data, assign: Tensor, T: int, monkeypatch) -> list[tu
         return assign.clone()
 
     def capture(xs, adjs, ys, mask, *args, **kwargs):
-        seen["inputs"] = [(xs[t, :int(m)], ys[t, :int(m)], adjs[t, :int(m), :int(m)])
-                          for t, m in enumerate(mask.sum(1))]
+        seen["inputs"] = [
+            (xs[t, : int(m)], ys[t, : int(m)], adjs[t, : int(m), : int(m)])
+            for t, m in enumerate(mask.sum(1))
+        ]
         raise _Captured
 
     monkeypatch.setattr(teachers_module, "teacher_assignment", forced)
@@ -191,9 +204,14 @@ def test_in_ensemble_votes_one_node_changes_one_teachers_inputs_edges_included(m
         labelled = bool(graph.train_mask[v])
         coupled = assign[cand != v] if labelled else assign
         other = _teacher_inputs(_without(graph, v), coupled, T, monkeypatch)
-        changed = [t for t in range(T)
-                   if not all(torch.equal(a, b) if a.shape == b.shape else False
-                              for a, b in zip(base[t], other[t]))]
+        changed = [
+            t
+            for t in range(T)
+            if not all(
+                torch.equal(a, b) if a.shape == b.shape else False
+                for a, b in zip(base[t], other[t])
+            )
+        ]
         assert changed == ([int(assign[(cand == v).nonzero().item()])] if labelled else [])
 
 
@@ -201,15 +219,26 @@ def test_an_empty_teacher_abstains():
     """A group may be empty (independent draws): that teacher votes nothing, so the histogram
     sums to the number of non-empty groups, and a removal moves it by at most one vote."""
     n, T = 6, 5
-    seed = next(s for s in range(100) if any(
-        g.numel() == 0 for g in pg.teacher_groups(n, T, torch.Generator().manual_seed(s))))
+    seed = next(
+        s
+        for s in range(100)
+        if any(g.numel() == 0 for g in pg.teacher_groups(n, T, torch.Generator().manual_seed(s)))
+    )
     groups = pg.teacher_groups(n, T, torch.Generator().manual_seed(seed))
-    graph = Data(x=torch.rand(n, 4, generator=torch.Generator().manual_seed(1)),
-                 y=torch.tensor([0, 1, 2, 0, 1, 2]), edge_index=torch.zeros(2, 0, dtype=torch.long),
-                 num_nodes=n)
-    votes = pg.ensemble_votes(graph, torch.rand(4, 4), num_teachers=T, num_classes=3,
-                              teacher=pg.TeacherConfig(hidden=4, epochs=3),
-                              generator=torch.Generator().manual_seed(seed))
+    graph = Data(
+        x=torch.rand(n, 4, generator=torch.Generator().manual_seed(1)),
+        y=torch.tensor([0, 1, 2, 0, 1, 2]),
+        edge_index=torch.zeros(2, 0, dtype=torch.long),
+        num_nodes=n,
+    )
+    votes = pg.ensemble_votes(
+        graph,
+        torch.rand(4, 4),
+        num_teachers=T,
+        num_classes=3,
+        teacher=pg.TeacherConfig(hidden=4, epochs=3),
+        generator=torch.Generator().manual_seed(seed),
+    )
     nonempty = sum(g.numel() > 0 for g in groups)
     assert nonempty < T
     assert torch.equal(votes.sum(-1), torch.full((4,), float(nonempty)))
@@ -244,7 +273,11 @@ def test_the_reimplementation_is_the_old_function():
     try:
         source = subprocess.run(
             ["git", "show", f"{OLD_COMMIT}:fedgraph/methods/privgnn/teachers.py"],
-            cwd=root, capture_output=True, text=True, check=True).stdout
+            cwd=root,
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout
     except (OSError, subprocess.CalledProcessError):
         pytest.skip(f"commit {OLD_COMMIT} is not in this clone")
     name = "fedgraph.methods.privgnn._teachers_at_" + OLD_COMMIT
@@ -257,8 +290,9 @@ def test_the_reimplementation_is_the_old_function():
             for seed in (0, 1):
                 a = _old_positional_assignment(n, T, torch.Generator().manual_seed(seed))
                 groups = module.teacher_groups(n, T, torch.Generator().manual_seed(seed))
-                assert [torch.equal((a == t).nonzero().view(-1), g)
-                        for t, g in enumerate(groups)] == [True] * T
+                assert [
+                    torch.equal((a == t).nonzero().view(-1), g) for t, g in enumerate(groups)
+                ] == [True] * T
     finally:
         del sys.modules[name]
 
@@ -300,8 +334,9 @@ def test_the_ensemble_epsilon_is_the_accountants_figure_at_sensitivity_sqrt_2():
     (event,) = pg.ensemble_events(Q, sigma)
     assert event.noise_multiplier == pytest.approx(sigma / math.sqrt(2))
     reported = pg.ensemble_epsilon(Q, sigma, None, delta)
-    assert reported == pytest.approx(analytic_gaussian_epsilon(sigma / math.sqrt(2 * Q), delta),
-                                     rel=1e-9)
+    assert reported == pytest.approx(
+        analytic_gaussian_epsilon(sigma / math.sqrt(2 * Q), delta), rel=1e-9
+    )
     assert reported == pytest.approx(1.356, abs=1e-3)
     two_teachers = analytic_gaussian_epsilon(sigma / math.sqrt(8 * Q), delta)
     assert two_teachers == pytest.approx(2.943, abs=1e-3) and reported < two_teachers / 2
@@ -314,12 +349,12 @@ def test_a_run_reports_the_split_and_the_proven_epsilon(tmp_path, monkeypatch):
     from test_privgnn_ensemble import ENSEMBLE
     from test_privgnn_federated import _run_strategy
 
-    cfg, _, report = _run_strategy({**ENSEMBLE, "client-epsilons": "inf"}, tmp_path,
-                                   monkeypatch)
+    cfg, _, report = _run_strategy({**ENSEMBLE, "client-epsilons": "inf"}, tmp_path, monkeypatch)
     assert report["status"] == "ok"
     assert "one node changes one teacher" in report["privacy"]["mechanism"]
     Q, s2, s1 = cfg.num_queries, cfg.sigma_votes, cfg.sigma_threshold
-    expect = analytic_gaussian_epsilon(1 / math.sqrt(Q * (2 / s2 ** 2 + 2 / s1 ** 2)), cfg.delta)
+    expect = analytic_gaussian_epsilon(1 / math.sqrt(Q * (2 / s2**2 + 2 / s1**2)), cfg.delta)
     for p in range(cfg.num_clients):
         assert report["privacy"]["per_subject"][f"client-{p}"]["epsilon"] == pytest.approx(
-            expect, rel=1e-3)
+            expect, rel=1e-3
+        )

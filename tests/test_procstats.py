@@ -1,5 +1,6 @@
 """fedgraph.procstats: peak RSS, phase timer, process trees (real child processes, a second or
 two each) and process groups."""
+
 import os
 import resource
 import signal
@@ -14,9 +15,11 @@ from fedgraph import procstats as ps
 psutil = pytest.importorskip("psutil")
 
 #: a parent holding ~100 MB that starts a child holding ~100 MB; both sleep ``S`` seconds
-HOLD = ("import subprocess, sys, time; b = bytearray(100_000_000); "
-        "p = subprocess.Popen([sys.executable, '-c', "
-        "'import time; b = bytearray(100_000_000); time.sleep({s})']); time.sleep({s}); p.wait()")
+HOLD = (
+    "import subprocess, sys, time; b = bytearray(100_000_000); "
+    "p = subprocess.Popen([sys.executable, '-c', "
+    "'import time; b = bytearray(100_000_000); time.sleep({s})']); time.sleep({s}); p.wait()"
+)
 
 
 def test_peak_rss_units():
@@ -95,9 +98,14 @@ def test_sampler_peaks_and_abort_kills_the_tree():
 
 def test_sampler_kill_and_leftovers():
     # the child outlives its parent: the root exits at once, the orphan is terminated
-    p = subprocess.Popen([sys.executable, "-c",
-                          "import subprocess, sys, time; subprocess.Popen([sys.executable, '-c', "
-                          "'import time; time.sleep(30)']); time.sleep(1)"])
+    p = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            "import subprocess, sys, time; subprocess.Popen([sys.executable, '-c', "
+            "'import time; time.sleep(30)']); time.sleep(1)",
+        ]
+    )
     with ps.TreeSampler(p.pid, 0.1) as tree:
         p.wait(30)
     assert ps.terminate_leftovers(tree.seen, p.pid, timeout=0.2) == 1
@@ -110,14 +118,19 @@ def test_sampler_kill_and_leftovers():
 
 
 def test_descendants_kill_descendants_and_alive():
-    p = subprocess.Popen([sys.executable, "-c",
-                          "import subprocess, sys, time; subprocess.Popen([sys.executable, '-c', "
-                          "'import time; time.sleep(30)']); time.sleep(30)"])
+    p = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            "import subprocess, sys, time; subprocess.Popen([sys.executable, '-c', "
+            "'import time; time.sleep(30)']); time.sleep(30)",
+        ]
+    )
     try:
         deadline = time.monotonic() + 10
         while len(ps.descendants(p.pid)) < 1 and time.monotonic() < deadline:
             time.sleep(0.05)
-        grandchild, = ps.descendants(p.pid)
+        (grandchild,) = ps.descendants(p.pid)
         assert {p.pid, grandchild} <= ps.descendants() and ps.alive(grandchild)
         ps.kill_descendants({p.pid, grandchild}, grace=2.0)
         p.wait(10)
@@ -133,22 +146,31 @@ def test_descendants_kill_descendants_and_alive():
 
 
 def test_end_group_terms_then_kills_and_die_with_parent_runs():
-    ignore_term = ("import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); "
-                   "print('ready', flush=True); time.sleep(30)")
-    p = subprocess.Popen([sys.executable, "-c", ignore_term], start_new_session=True,
-                         stdout=subprocess.PIPE, preexec_fn=ps.die_with_parent)
+    ignore_term = (
+        "import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); "
+        "print('ready', flush=True); time.sleep(30)"
+    )
+    p = subprocess.Popen(
+        [sys.executable, "-c", ignore_term],
+        start_new_session=True,
+        stdout=subprocess.PIPE,
+        preexec_fn=ps.die_with_parent,
+    )
     assert p.stdout.readline().strip() == b"ready"
     assert ps.end_group(p, grace=0.3) == -signal.SIGKILL
     p.stdout.close()
     ps.signal_group(p, signal.SIGTERM)  # a group that is gone: nothing
-    p = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"],
-                         start_new_session=True)
+    p = subprocess.Popen(
+        [sys.executable, "-c", "import time; time.sleep(30)"], start_new_session=True
+    )
     assert ps.end_group(p, grace=10) == -signal.SIGTERM
 
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="prctl is Linux's")
 def test_become_subreaper_in_a_child():
-    code = ("from fedgraph.procstats import become_subreaper; import sys; "
-            "sys.exit(0 if become_subreaper() else 1)")
+    code = (
+        "from fedgraph.procstats import become_subreaper; import sys; "
+        "sys.exit(0 if become_subreaper() else 1)"
+    )
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
     assert subprocess.run([sys.executable, "-c", code], env=env).returncode == 0

@@ -1,5 +1,6 @@
 """ProGAP's mechanisms against their formulas, its calibration against an independent
 accountant, its model's stages, and the centralized algorithm on a small graph (issue 33)."""
+
 import math
 
 import pytest
@@ -7,8 +8,15 @@ import torch
 from torch_geometric.utils import erdos_renyi_graph
 
 from fedgraph.accounting import Gaussian, SubsampledGaussian, compose_epsilon
-from fedgraph.methods.progap import (ProgressiveModel, aggregation_sensitivity, calibrate_progap,
-                                     noisy_aggregation, progap_events, run_progap, stage_input)
+from fedgraph.methods.progap import (
+    ProgressiveModel,
+    aggregation_sensitivity,
+    calibrate_progap,
+    noisy_aggregation,
+    progap_events,
+    run_progap,
+    stage_input,
+)
 from fedgraph.methods.progap.privacy import plan_events
 from fedgraph.utils import bound_out_degree
 
@@ -27,8 +35,9 @@ def test_noisy_aggregation_is_the_normalized_sum_plus_gaussian_noise():
     exact = dense.T @ hn  # A^T normalize(h), paper Eq. 4 / official NAP
     assert torch.allclose(noisy_aggregation(h, ei, n, 0.0), exact, atol=1e-5)
     big = torch.randn(20000, 8)
-    noisy = noisy_aggregation(big, torch.zeros(2, 0, dtype=torch.long), 20000, 0.7,
-                              torch.Generator().manual_seed(1))
+    noisy = noisy_aggregation(
+        big, torch.zeros(2, 0, dtype=torch.long), 20000, 0.7, torch.Generator().manual_seed(1)
+    )
     assert noisy.mean().abs() < 0.02 and noisy.std() == pytest.approx(0.7, rel=0.02)
 
 
@@ -42,8 +51,9 @@ def test_sensitivities_hold_on_neighbouring_graphs():
     assert (base - one).norm() <= aggregation_sensitivity("edge") + 1e-6
     u, v = ei[:, 0].tolist()
     und = ei[:, ~(((ei[0] == u) & (ei[1] == v)) | ((ei[0] == v) & (ei[1] == u)))]
-    assert (base - noisy_aggregation(h, und, n, 0.0)).norm() <= \
-        aggregation_sensitivity("edge", edge_unit="undirected") + 1e-6
+    assert (base - noisy_aggregation(h, und, n, 0.0)).norm() <= aggregation_sensitivity(
+        "edge", edge_unit="undirected"
+    ) + 1e-6
     assert aggregation_sensitivity("edge", edge_unit="undirected") == pytest.approx(math.sqrt(2))
     d = 5
     b = bound_out_degree(ei, n, d, torch.Generator().manual_seed(0))
@@ -51,11 +61,12 @@ def test_sensitivities_hold_on_neighbouring_graphs():
     full = noisy_aggregation(h, b, n, 0.0)
     # node w removed: its out-edges go (in-edges change only w's own row, kept by its owner)
     keep = b[0] != w
-    diff = (full - noisy_aggregation(h, b[:, keep], n, 0.0))
+    diff = full - noisy_aggregation(h, b[:, keep], n, 0.0)
     diff[w] = 0
     assert diff.norm() <= aggregation_sensitivity("node", max_degree=d) + 1e-6
     assert aggregation_sensitivity("node", max_degree=d, other_clients=3) == pytest.approx(
-        math.sqrt(d + 3))
+        math.sqrt(d + 3)
+    )
 
 
 def test_edge_calibration_meets_the_target_and_matches_dp_accounting_pld():
@@ -72,8 +83,9 @@ def test_edge_calibration_meets_the_target_and_matches_dp_accounting_pld():
         acc.compose(dp_event.GaussianDpEvent(z), 5)
         assert acc.get_epsilon(1e-7) == pytest.approx(eps, rel=0.01)
         # K Gaussians at z = one at z / sqrt K (the analytic accountant is exact)
-        assert compose_epsilon([Gaussian(z / math.sqrt(5))], 1e-7, "analytic") == \
-            pytest.approx(eps, rel=2e-3)
+        assert compose_epsilon([Gaussian(z / math.sqrt(5))], 1e-7, "analytic") == pytest.approx(
+            eps, rel=2e-3
+        )
     assert calibrate_progap(math.inf, 1e-7, depth=5) == 0.0
 
 
@@ -82,15 +94,13 @@ def test_node_calibration_composes_aggregations_and_every_stages_dpsgd():
     from dp_accounting.rdp import RdpAccountant
 
     sched = (256 / 4000, 5 * (4000 // 256))
-    z = calibrate_progap(8.0, 1e-4, depth=3, level="node", stage_schedule=sched,
-                         accountant="prv")
+    z = calibrate_progap(8.0, 1e-4, depth=3, level="node", stage_schedule=sched, accountant="prv")
     events = progap_events(z, 3, sched)
     assert events == [Gaussian(z, count=3), SubsampledGaussian(sched[0], z, sched[1] * 4)]
     assert compose_epsilon(events, 1e-4, accountant="prv") <= 8.0 * (1 + 1e-6)
     rdp = RdpAccountant()  # independent (and looser): dp-accounting's RDP
     rdp.compose(dp_event.GaussianDpEvent(z), 3)
-    rdp.compose(dp_event.PoissonSampledDpEvent(sched[0], dp_event.GaussianDpEvent(z)),
-                sched[1] * 4)
+    rdp.compose(dp_event.PoissonSampledDpEvent(sched[0], dp_event.GaussianDpEvent(z)), sched[1] * 4)
     assert 8.0 * 0.9 <= rdp.get_epsilon(1e-4) <= 8.0 * 1.25
     plan = {"noise_multiplier": z, "depth": 3, "stage_schedule": sched}
     assert [e for _, e in plan_events(plan)] == events
@@ -103,8 +113,8 @@ def test_model_stages_train_their_own_parameters_and_jumping_knowledge_widths():
     xs = [torch.randn(7, 10), torch.randn(7, 4), torch.randn(7, 4)]
     for stage in range(3):
         m.set_stage(stage)
-        out = m(stage_input(xs[:stage + 1]))
-        assert out.shape == (7, 3) and m.embed(stage_input(xs[:stage + 1])).shape == (7, 4)
+        out = m(stage_input(xs[: stage + 1]))
+        assert out.shape == (7, 3) and m.embed(stage_input(xs[: stage + 1])).shape == (7, 4)
         trained = {n for n, p in m.named_parameters() if p.requires_grad}
         assert trained == set(m.stage_parameter_names())
         assert any(n.startswith(f"head.{stage}.") for n in trained)
@@ -131,8 +141,17 @@ def test_centralized_progap_learns_and_spends_at_most_its_target(sbm):
     priv = run_progap(sbm, epsilon=2.0, depth=2, epochs=20, edge_unit="undirected")
     assert priv["epsilon_spent"] <= 2.0 * (1 + 1e-6)
     assert priv["sigma"] == pytest.approx(priv["noise_multiplier"] * math.sqrt(2))
-    node = run_progap(sbm, level="node", epsilon=8.0, delta=1e-4, depth=1, epochs=2,
-                      batch_size=64, max_degree=5, accountant="rdp")
+    node = run_progap(
+        sbm,
+        level="node",
+        epsilon=8.0,
+        delta=1e-4,
+        depth=1,
+        epochs=2,
+        batch_size=64,
+        max_degree=5,
+        accountant="rdp",
+    )
     assert node["epsilon_spent"] <= 8.0 * (1 + 1e-6) and node["config"]["batch_norm"] is True
 
 
@@ -153,8 +172,9 @@ def test_node_level_norm_is_per_example_and_dpsgd_clips_it():
     other[1:] = torch.randn(4, 8)
     torch.testing.assert_close(model(x)[0], model(other)[0])
     gsm = GradSampleModule(model, loss_reduction="sum", strict=True)
-    torch.nn.functional.cross_entropy(gsm(x), torch.tensor([0, 1, 2, 0, 1]),
-                                      reduction="sum").backward()
+    torch.nn.functional.cross_entropy(
+        gsm(x), torch.tensor([0, 1, 2, 0, 1]), reduction="sum"
+    ).backward()
     trained = [p for p in model.parameters() if p.requires_grad]
     assert trained and all(p.grad_sample.shape[0] == 5 for p in trained)
     gsm._close()

@@ -7,6 +7,7 @@ and accuracy (FedSGD = full-batch Adam; the rows of the other clients arrive thr
 server); with noise, one client's plan and ledger are the centralized calibration's, and a
 secure-aggregation run reports every client at or below its target.
 """
+
 import math
 
 import pytest
@@ -19,15 +20,31 @@ from fedgraph.simulations.local import LocalGrid
 from fedgraph.simulations.server_app import validate_run_config
 
 EPOCHS = 8
-BASE = {"method": "progap", "dataset": "synthetic-sbm:400:4", "client-epsilons": "inf",
-        "depth": 2, "epochs": EPOCHS, "device": "cpu", "seed": 0, "lr": 0.05,
-        "edge-unit": "directed", "noise-source": "mt19937"}
+BASE = {
+    "method": "progap",
+    "dataset": "synthetic-sbm:400:4",
+    "client-epsilons": "inf",
+    "depth": 2,
+    "epochs": EPOCHS,
+    "device": "cpu",
+    "seed": 0,
+    "lr": 0.05,
+    "edge-unit": "directed",
+    "noise-source": "mt19937",
+}
 
 
 def _run(tmp_path, num_clients: int, partitioner: str, **extra):
-    cls, cfg = validate_run_config({**BASE, "num-clients": num_clients,
-                                    "partitioner": partitioner, "output-dir": str(tmp_path),
-                                    "run-name": f"{partitioner}-{num_clients}", **extra})
+    cls, cfg = validate_run_config(
+        {
+            **BASE,
+            "num-clients": num_clients,
+            "partitioner": partitioner,
+            "output-dir": str(tmp_path),
+            "run-name": f"{partitioner}-{num_clients}",
+            **extra,
+        }
+    )
     grid = LocalGrid(num_clients)
     strategy = cls(cfg)
     report = strategy.start(grid, ground_truth=preflight(cfg))
@@ -37,9 +54,18 @@ def _run(tmp_path, num_clients: int, partitioner: str, **extra):
 
 def _centralized(cfg, **kw):
     data, _ = load_federated(cfg)
-    return run_progap(data, epsilon=kw.pop("epsilon", math.inf), delta=cfg.delta,
-                      depth=cfg.depth, epochs=cfg.epochs, lr=cfg.lr, batch_norm=cfg.batch_norm,
-                      edge_unit=cfg.edge_unit, seed=cfg.seed, **kw), data
+    return run_progap(
+        data,
+        epsilon=kw.pop("epsilon", math.inf),
+        delta=cfg.delta,
+        depth=cfg.depth,
+        epochs=cfg.epochs,
+        lr=cfg.lr,
+        batch_norm=cfg.batch_norm,
+        edge_unit=cfg.edge_unit,
+        seed=cfg.seed,
+        **kw,
+    ), data
 
 
 def _cache(cfg, grid, stage: int) -> dict[int, torch.Tensor]:
@@ -56,10 +82,12 @@ def _threads():
     torch.set_num_threads(1)
 
 
-@pytest.mark.parametrize("num_clients,partitioner,bn", [(1, "random", True), (3, "louvain", False),
-                                                        (2, "random", False)])
-def test_federated_progap_without_noise_is_the_centralized_run(tmp_path, num_clients,
-                                                               partitioner, bn):
+@pytest.mark.parametrize(
+    "num_clients,partitioner,bn", [(1, "random", True), (3, "louvain", False), (2, "random", False)]
+)
+def test_federated_progap_without_noise_is_the_centralized_run(
+    tmp_path, num_clients, partitioner, bn
+):
     cfg, grid, rep = _run(tmp_path, num_clients, partitioner, **{"batch-norm": bn})
     ref, data = _centralized(cfg)
     assert rep["accuracy"]["test"] == pytest.approx(ref["test_acc"], abs=0.02)
@@ -69,6 +97,7 @@ def test_federated_progap_without_noise_is_the_centralized_run(tmp_path, num_cli
         assert sum(int(c.boundary_edge_index.size(1)) for c in clients) > 0
         # stage 1's input: the sum over all in-neighbours, local and remote
         from fedgraph.methods.progap import ProgressiveModel  # noqa: F401
+
         cache = _cache(cfg, grid, 1)
         assert len(cache) == data.num_nodes
     per = rep["privacy"]["per_subject"]
@@ -88,8 +117,9 @@ def test_one_client_with_noise_has_the_centralized_calibration_and_ledger(tmp_pa
 
 
 def test_secure_aggregation_and_heterogeneous_targets_stay_within_each_target(tmp_path):
-    cfg, grid, rep = _run(tmp_path, 3, "louvain", **{"client-epsilons": "2,8",
-                                                     "secure-aggregation": True, "lr": 0.01})
+    cfg, grid, rep = _run(
+        tmp_path, 3, "louvain", **{"client-epsilons": "2,8", "secure-aggregation": True, "lr": 0.01}
+    )
     per = rep["privacy"]["per_subject"]
     for i in range(3):
         target = cfg.client_epsilon(i)
@@ -99,10 +129,22 @@ def test_secure_aggregation_and_heterogeneous_targets_stay_within_each_target(tm
 
 
 def test_node_level_runs_with_dpsgd_and_spends_at_most_the_target(tmp_path):
-    cfg, grid, rep = _run(tmp_path, 2, "random", **{"client-epsilons": "8", "level": "node",
-                                                    "epochs": 2, "depth": 1, "delta": 1e-4,
-                                                    "max-degree": 5, "batch-size": 64,
-                                                    "accountant": "rdp", "lr": 0.01})
+    cfg, grid, rep = _run(
+        tmp_path,
+        2,
+        "random",
+        **{
+            "client-epsilons": "8",
+            "level": "node",
+            "epochs": 2,
+            "depth": 1,
+            "delta": 1e-4,
+            "max-degree": 5,
+            "batch-size": 64,
+            "accountant": "rdp",
+            "lr": 0.01,
+        },
+    )
     per = rep["privacy"]["per_subject"]
     for i in range(2):
         assert float(per[f"client-{i}"]["epsilon"]) <= 8.0 * (1 + 1e-6)

@@ -1,5 +1,6 @@
 """Progress of long phases (fedgraph.report.progress): clients done / total, rounds, queries
 answered; on a terminal in the phase's spinner, in a log at most one line per interval."""
+
 import io
 from types import SimpleNamespace
 
@@ -13,8 +14,9 @@ from fedgraph.simulations.grid import InterruptibleGrid
 
 def _console(monkeypatch, terminal: bool) -> io.StringIO:
     out = io.StringIO()
-    monkeypatch.setattr(report, "_CONSOLE", Console(file=out, force_terminal=terminal,
-                                                    width=200, highlight=False))
+    monkeypatch.setattr(
+        report, "_CONSOLE", Console(file=out, force_terminal=terminal, width=200, highlight=False)
+    )
     return out
 
 
@@ -52,8 +54,9 @@ def test_a_log_gets_throttled_lines_with_clients_and_rounds(monkeypatch):
             grid.send_and_receive(_messages("evaluate", 4))
     lines = out.getvalue().splitlines()
     assert "gap: classifier rounds (FedAvg) ... round 1/3, 1/4 clients (0 s)" in lines
-    assert any(ln.startswith("gap: classifier rounds (FedAvg) ... round 2/3, 4/4 clients")
-               for ln in lines)
+    assert any(
+        ln.startswith("gap: classifier rounds (FedAvg) ... round 2/3, 4/4 clients") for ln in lines
+    )
     assert lines[-1].startswith("gap: classifier rounds (FedAvg) done in")
     assert report._PHASE == []  # the phase is gone once it ended
 
@@ -74,8 +77,11 @@ def test_a_phase_cut_short_says_interrupted_or_failed(monkeypatch):
 
     out = _console(monkeypatch, terminal=False)
     r = RunReport("gap", {})
-    for err, word in ((RunInterrupted(), "interrupted"), (KeyboardInterrupt(), "interrupted"),
-                      (ValueError("boom"), "failed")):
+    for err, word in (
+        (RunInterrupted(), "interrupted"),
+        (KeyboardInterrupt(), "interrupted"),
+        (ValueError("boom"), "failed"),
+    ):
         with pytest.raises(type(err)):
             with r.phase("encoder rounds"):
                 raise err
@@ -92,9 +98,10 @@ def test_a_terminal_shows_it_in_the_spinner(monkeypatch):
         monkeypatch.setattr(status, "update", lambda text: updates.append(text))
         progress("clients", 1, 4)
         progress("queries answered", 250, 4000)
-    assert updates == ["privgnn: answer queries round 1 (clients) ... 1/4 clients",
-                       "privgnn: answer queries round 1 (clients) ... 1/4 clients, "
-                       "250/4000 queries answered"]
+    assert updates == [
+        "privgnn: answer queries round 1 (clients) ... 1/4 clients",
+        "privgnn: answer queries round 1 (clients) ... 1/4 clients, 250/4000 queries answered",
+    ]
 
 
 @pytest.mark.parametrize("terminal", [True, False])

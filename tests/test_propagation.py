@@ -51,8 +51,9 @@ def test_default_propagation_excludes_the_node_and_keeps_isolated_nodes():
     got = weighted_propagation(x, ei, 1, None)
     assert got.view(-1).tolist() == [55.0, 1.0, 1.0, 7.0, 5.0]
     with_self = weighted_propagation(x, ei, 1, None, self_loops=True)
-    assert torch.allclose(with_self.view(-1), torch.tensor([37.0, 5.5, 50.5, 7.0, 5.0],
-                                                           dtype=torch.float64))
+    assert torch.allclose(
+        with_self.view(-1), torch.tensor([37.0, 5.5, 50.5, 7.0, 5.0], dtype=torch.float64)
+    )
 
 
 def test_kprop_is_uniform_mean_and_inverse_variance_prefers_high_budgets():
@@ -72,13 +73,23 @@ def test_ppgnn_server_fit_with_posterior_flexprop_weights():
     from fedgraph.federation import load_federated
     from fedgraph.methods import ppgnn
 
-    cfg = parse_run_config({"dataset": "synthetic-sbm:600:4", "num-clients": 1, "seed": 0,
-                            "budgets": "1,2,4", "mechanism": "ppm", "denoiser": "flexprop",
-                            "weights": "posterior", "epochs": 50})
+    cfg = parse_run_config(
+        {
+            "dataset": "synthetic-sbm:600:4",
+            "num-clients": 1,
+            "seed": 0,
+            "budgets": "1,2,4",
+            "mechanism": "ppm",
+            "denoiser": "flexprop",
+            "weights": "posterior",
+            "epochs": 50,
+        }
+    )
     data, clients = load_federated(cfg, cfg.budgets, cfg.shares)
     num_classes = int(data.y.max()) + 1
-    rep = ppgnn.client_report(clients[0], cfg, data.feature_domain, num_classes,
-                              torch.Generator().manual_seed(0))
+    rep = ppgnn.client_report(
+        clients[0], cfg, data.feature_domain, num_classes, torch.Generator().manual_seed(0)
+    )
     fit = ppgnn.server_fit([rep], cfg, data.num_nodes, data.num_features, num_classes)
     c = clients[0]
     acc = float((fit.predictions[c.test_mask] == c.y[c.test_mask]).float().mean())

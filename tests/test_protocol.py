@@ -10,6 +10,7 @@ answer exactly the records and keys it lists.
   those listed (kinds, value types, tensor dtypes and ranks); across the runs every message
   type and every listed key occurs.
 """
+
 from __future__ import annotations
 
 import ast
@@ -29,34 +30,90 @@ from fedgraph.protocol import MESSAGES, Content, Field, Record
 ROOT = Path(__file__).resolve().parents[1]
 
 SBM = "synthetic-sbm:300:6"
-GAP = {"method": "gap", "dataset": SBM, "num-clients": 2, "encoder-rounds": 1,
-       "classifier-rounds": 2, "local-epochs": 1, "hops": 1, "client-epsilons": "4",
-       "delta": 1e-5, "accountant": "rdp"}  # one target: the report composes once
-PRIVGNN = {"method": "privgnn", "dataset": SBM, "num-clients": 2, "num-queries": 4,
-           "lam": 1.0, "gamma": 0.3, "delta": 1e-4, "num-neighbours": 20, "teacher-epochs": 2,
-           "teacher-hidden": 8, "teacher-batch-size": 8, "projection-dim": 16, "epochs": 5,
-           "hidden": 8, "neighbourhood-size": 10}
-PROGAP = {"method": "progap", "dataset": SBM, "num-clients": 2, "depth": 1, "epochs": 1,
-          "hidden": 8, "client-epsilons": "4", "device": "cpu"}
+GAP = {
+    "method": "gap",
+    "dataset": SBM,
+    "num-clients": 2,
+    "encoder-rounds": 1,
+    "classifier-rounds": 2,
+    "local-epochs": 1,
+    "hops": 1,
+    "client-epsilons": "4",
+    "delta": 1e-5,
+    "accountant": "rdp",
+}  # one target: the report composes once
+PRIVGNN = {
+    "method": "privgnn",
+    "dataset": SBM,
+    "num-clients": 2,
+    "num-queries": 4,
+    "lam": 1.0,
+    "gamma": 0.3,
+    "delta": 1e-4,
+    "num-neighbours": 20,
+    "teacher-epochs": 2,
+    "teacher-hidden": 8,
+    "teacher-batch-size": 8,
+    "projection-dim": 16,
+    "epochs": 5,
+    "hidden": 8,
+    "neighbourhood-size": 10,
+}
+PROGAP = {
+    "method": "progap",
+    "dataset": SBM,
+    "num-clients": 2,
+    "depth": 1,
+    "epochs": 1,
+    "hidden": 8,
+    "client-epsilons": "4",
+    "device": "cpu",
+}
 
 #: run name -> run config: every method, every path through its messages
 RUNS = {
     "gap-fedsgd": {**GAP, "schedule": "fedsgd"},  # validation fused into round 2
-    "gap-fedavg": {**GAP, "schedule": "fedavg", "round-strategy": "fedprox",  # proximal-mu
-                   "round-strategy-args": {"proximal_mu": 0.1}},
-    "gap-node": {**GAP, "schedule": "fedavg", "classifier-rounds": 1, "level": "node",
-                 "max-degree": 5, "batch-size": 256},
-    "gap-secure": {**GAP, "schedule": "fedavg", "classifier-rounds": 1, "num-clients": 3,
-                   "secure-aggregation": True},
+    "gap-fedavg": {
+        **GAP,
+        "schedule": "fedavg",
+        "round-strategy": "fedprox",  # proximal-mu
+        "round-strategy-args": {"proximal_mu": 0.1},
+    },
+    "gap-node": {
+        **GAP,
+        "schedule": "fedavg",
+        "classifier-rounds": 1,
+        "level": "node",
+        "max-degree": 5,
+        "batch-size": 256,
+    },
+    "gap-secure": {
+        **GAP,
+        "schedule": "fedavg",
+        "classifier-rounds": 1,
+        "num-clients": 3,
+        "secure-aggregation": True,
+    },
     "ppgnn": {"method": "ppgnn", "dataset": SBM, "num-clients": 2, "epochs": 3},
     "privgnn": PRIVGNN,
-    "privgnn-ensemble-secure": {**PRIVGNN, "answer-mode": "ensemble",
-                                "num-teachers": 4, "sigma-votes": 3.0,
-                                "secure-aggregation": True},
+    "privgnn-ensemble-secure": {
+        **PRIVGNN,
+        "answer-mode": "ensemble",
+        "num-teachers": 4,
+        "sigma-votes": 3.0,
+        "secure-aggregation": True,
+    },
     "progap-edge": {**PROGAP, "epochs": 2},  # validation fused into round 2
-    "progap-node": {**PROGAP, "client-epsilons": "8", "level": "node", "max-degree": 5,
-                    "batch-size": 256, "accountant": "rdp", "round-strategy": "fedprox",
-                    "round-strategy-args": {"proximal_mu": 0.1}},  # proximal-mu
+    "progap-node": {
+        **PROGAP,
+        "client-epsilons": "8",
+        "level": "node",
+        "max-degree": 5,
+        "batch-size": 256,
+        "accountant": "rdp",
+        "round-strategy": "fedprox",
+        "round-strategy-args": {"proximal_mu": 0.1},
+    },  # proximal-mu
     "progap-secure": {**PROGAP, "num-clients": 3, "secure-aggregation": True},
 }
 
@@ -76,9 +133,12 @@ def client_app_routes() -> dict[str, str]:
         if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Call)):
             continue
         reg = node.func
-        if not (isinstance(reg.func, ast.Attribute) and isinstance(reg.func.value, ast.Name)
-                and reg.func.value.id == "app"
-                and reg.func.attr in ("train", "evaluate", "query")):
+        if not (
+            isinstance(reg.func, ast.Attribute)
+            and isinstance(reg.func.value, ast.Name)
+            and reg.func.value.id == "app"
+            and reg.func.attr in ("train", "evaluate", "query")
+        ):
             continue
         action = [a.value for a in reg.args if isinstance(a, ast.Constant)]
         mtype = reg.func.attr + (f".{action[0]}" if action else "")
@@ -93,7 +153,8 @@ def test_the_client_app_routes_exactly_the_protocols_message_types():
     routes = client_app_routes()
     assert set(routes) == set(MESSAGES), (
         f"routed, not in fedgraph.protocol: {sorted(set(routes) - set(MESSAGES))}; "
-        f"in fedgraph.protocol, not routed: {sorted(set(MESSAGES) - set(routes))}")
+        f"in fedgraph.protocol, not routed: {sorted(set(MESSAGES) - set(routes))}"
+    )
     for mtype, handler in routes.items():
         assert MESSAGES[mtype].handler == handler, mtype
         module, name = handler.rsplit(".", 1)
@@ -111,8 +172,10 @@ def test_the_protocol_is_well_formed():
             for r in content.records:
                 assert r.kind in protocol.RECORD_KINDS, (m.type, r.name)
                 keys = [f.name for f in r.fields]
-                assert len(keys) == len(set(keys)) and all(set(g) <= set(keys)
-                                                           for g in r.one_of), (m.type, r.name)
+                assert len(keys) == len(set(keys)) and all(set(g) <= set(keys) for g in r.one_of), (
+                    m.type,
+                    r.name,
+                )
                 assert all(bool(f.shape) == (r.kind == "ArrayRecord") for f in r.fields)
                 assert all(f.required or f.when for f in r.fields), (m.type, r.name)
                 assert r.required or r.when, (m.type, r.name)
@@ -139,7 +202,8 @@ def _type_ok(spec: str, value) -> bool:
 
 def _field(record: Record, key: str) -> Field | None:
     return next((f for f in record.fields if f.name == key), None) or next(
-        (f for f in record.fields if "*" in f.name and fnmatch.fnmatchcase(key, f.name)), None)
+        (f for f in record.fields if "*" in f.name and fnmatch.fnmatchcase(key, f.name)), None
+    )
 
 
 def check_content(spec: Content, content, where: str, request=None) -> list[tuple[str, str]]:
@@ -151,10 +215,16 @@ def check_content(spec: Content, content, where: str, request=None) -> list[tupl
     present = set(content.keys())
     declared = {r.name: r for r in spec.records}
     problems += [f"{where}: record {n!r} is not in the protocol" for n in present - set(declared)]
-    problems += [f"{where}: required record {r.name!r} missing" for r in spec.records
-                 if r.required and r.name not in present]
-    problems += [f"{where}: exactly one of the records {g} expected, got "
-                 f"{sorted(present & set(g))}" for g in spec.one_of if len(present & set(g)) != 1]
+    problems += [
+        f"{where}: required record {r.name!r} missing"
+        for r in spec.records
+        if r.required and r.name not in present
+    ]
+    problems += [
+        f"{where}: exactly one of the records {g} expected, got {sorted(present & set(g))}"
+        for g in spec.one_of
+        if len(present & set(g)) != 1
+    ]
     for name in present & set(declared):
         rec, spec_rec = content[name], declared[name]
         at = f"{where} {name}"
@@ -163,14 +233,23 @@ def check_content(spec: Content, content, where: str, request=None) -> list[tupl
             problems.append(f"{at}: a {type(rec).__name__}, the protocol says {spec_rec.kind}")
             continue
         keys = set(rec.keys())
-        problems += [f"{at}: required key {f.name!r} missing" for f in spec_rec.fields
-                     if f.required and "*" not in f.name and f.name not in keys]
-        problems += [f"{at}: exactly one of {g} expected, got {sorted(keys & set(g))}"
-                     for g in spec_rec.one_of if len(keys & set(g)) != 1]
+        problems += [
+            f"{at}: required key {f.name!r} missing"
+            for f in spec_rec.fields
+            if f.required and "*" not in f.name and f.name not in keys
+        ]
+        problems += [
+            f"{at}: exactly one of {g} expected, got {sorted(keys & set(g))}"
+            for g in spec_rec.one_of
+            if len(keys & set(g)) != 1
+        ]
         if spec_rec.names_within:
             outside = keys - set(request[spec_rec.names_within].keys())
-            problems += [f"{at}: {sorted(outside)} not in the request's "
-                         f"{spec_rec.names_within!r}"] if outside else []
+            problems += (
+                [f"{at}: {sorted(outside)} not in the request's {spec_rec.names_within!r}"]
+                if outside
+                else []
+            )
         for key, value in rec.items():
             f = _field(spec_rec, key)
             if f is None:
@@ -222,8 +301,9 @@ def test_a_run_sends_and_answers_what_the_protocol_says(name):
         spec = protocol.message(request.metadata.message_type)
         assert spec.method == RUNS[name]["method"]
         problems += check_content(spec.sends, request.content, f"{spec.type} request")[0]
-        problems += check_content(spec.replies, reply.content, f"{spec.type} reply",
-                                  request.content)[0]
+        problems += check_content(
+            spec.replies, reply.content, f"{spec.type} reply", request.content
+        )[0]
     assert not problems, "\n".join(sorted(set(problems)))
 
 
@@ -241,8 +321,12 @@ def test_dense_queries_are_what_the_protocol_says():
 
     from fedgraph.methods.privgnn.queries import QueryGraphs, encode_queries
 
-    hoods = QueryGraphs(torch.ones(5, 3), torch.tensor([[0, 1], [1, 0]]), torch.tensor([0, 2, 5]),
-                        torch.tensor([0, 2]))
+    hoods = QueryGraphs(
+        torch.ones(5, 3),
+        torch.tensor([[0, 1], [1, 0]]),
+        torch.tensor([0, 2, 5]),
+        torch.tensor([0, 2]),
+    )
     arrays = encode_queries(hoods)
     assert "x" in arrays and "x_index" not in arrays
     content = RecordDict({"config": ConfigRecord({"json": "{}"}), "queries": ArrayRecord(arrays)})
@@ -258,15 +342,22 @@ def test_the_runs_use_every_message_type_and_key():
         for request, reply in recorded_run(name)[1]:
             mtype = request.metadata.message_type
             spec = MESSAGES[mtype]
-            for side, content, msg in (("sends", spec.sends, request),
-                                       ("replies", spec.replies, reply)):
-                seen |= {(mtype, side, r, k) for r, k in check_content(
-                    content, msg.content, mtype, request.content)[1]}
+            for side, content, msg in (
+                ("sends", spec.sends, request),
+                ("replies", spec.replies, reply),
+            ):
+                seen |= {
+                    (mtype, side, r, k)
+                    for r, k in check_content(content, msg.content, mtype, request.content)[1]
+                }
     missing = []
     for m in MESSAGES.values():
         for side in ("sends", "replies"):
             for r in getattr(m, side).records:
                 missing += [] if (m.type, side, r.name, "") in seen else [(m.type, side, r.name)]
-                missing += [(m.type, side, r.name, f.name) for f in r.fields
-                            if "*" not in f.name and (m.type, side, r.name, f.name) not in seen]
+                missing += [
+                    (m.type, side, r.name, f.name)
+                    for f in r.fields
+                    if "*" not in f.name and (m.type, side, r.name, f.name) not in seen
+                ]
     assert set(missing) == set(NOT_IN_THE_RUNS), set(missing) ^ set(NOT_IN_THE_RUNS)

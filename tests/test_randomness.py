@@ -7,6 +7,7 @@ distributions (mean, variance, KS tests with fixed thresholds: a draw fails with
 < 1e-6 each); ``mt19937`` (PyTorch's generator) only when asked for, ``os`` (the old MT19937
 default) refused. The secret never appears in what the server receives or in the report.
 """
+
 import json
 import math
 
@@ -32,16 +33,24 @@ def _identity(monkeypatch):
 
 
 def _context(pid=1, node_config=None) -> Context:
-    return Context(run_id=1, node_id=pid + 1, state=RecordDict(), run_config={},
-                   node_config={"partition-id": pid, **(node_config or {})})
+    return Context(
+        run_id=1,
+        node_id=pid + 1,
+        state=RecordDict(),
+        run_config={},
+        node_config={"partition-id": pid, **(node_config or {})},
+    )
 
 
 def _ppgnn_report(cfg, context) -> dict:
     """The PPGNN report client 1 releases, through the real handler."""
     from fedgraph.simulations import client_app
 
-    msg = Message(RecordDict({"config": ConfigRecord({"json": json.dumps(cfg.model_dump())})}),
-                  dst_node_id=2, message_type="query.ppgnn")
+    msg = Message(
+        RecordDict({"config": ConfigRecord({"json": json.dumps(cfg.model_dump())})}),
+        dst_node_id=2,
+        message_type="query.ppgnn",
+    )
     context.run_config = context.run_config or cfg.model_dump()  # the client's own config
     return tensors(client_app.ppgnn_query(msg, context).content["report"])
 
@@ -64,8 +73,9 @@ def test_config_key_is_validated():
     assert all(f"'{s}'" in msg for s in rng.NOISE_SOURCES)
     # also where a config bypassed validation
     with pytest.raises(ConfigError, match="no longer accepted"):
-        rng.client_generator(parse_run_config({}).model_copy(update={"noise_source": "os"}),
-                             _context(), 1, "ppgnn")
+        rng.client_generator(
+            parse_run_config({}).model_copy(update={"noise_source": "os"}), _context(), 1, "ppgnn"
+        )
     with pytest.raises(ConfigError, match="noise-secret: unknown key"):
         parse_run_config({"noise-secret": "x"})  # never in the run config
 
@@ -109,7 +119,8 @@ def test_secret_reproduces_and_only_the_secret_does(where, monkeypatch):
     assert rng.run_digest(other) != rng.run_digest(cfg)
     # keys that do not change the release do not change the noise
     assert rng.run_digest(cfg) == rng.run_digest(
-        parse_run_config({**PPGNN, "noise-source": "secret", "device": "cpu", "run-name": "r"}))
+        parse_run_config({**PPGNN, "noise-source": "secret", "device": "cpu", "run-name": "r"})
+    )
 
 
 def test_missing_secret_names_both_places(monkeypatch):
@@ -125,15 +136,18 @@ def test_missing_secret_names_both_places(monkeypatch):
 def test_purposes_and_clients_get_independent_streams(monkeypatch):
     monkeypatch.setenv(rng.SECRET_ENV, SECRET)
     cfg = parse_run_config({**PPGNN, "noise-source": "secret"})
-    draws = {(pid, p): rng.rand(8, rng.client_generator(cfg, _context(pid), pid, p))
-             for pid in (0, 1) for p in ("gap:pma1", "gap:pma2")}
+    draws = {
+        (pid, p): rng.rand(8, rng.client_generator(cfg, _context(pid), pid, p))
+        for pid in (0, 1)
+        for p in ("gap:pma1", "gap:pma2")
+    }
     values = list(draws.values())
-    assert all(not torch.equal(x, y) for i, x in enumerate(values) for y in values[i + 1:])
+    assert all(not torch.equal(x, y) for i, x in enumerate(values) for y in values[i + 1 :])
 
 
 def test_torch_generator_uses_the_whole_key():
     """manual_seed keeps 32 bits (seeds s and s + 2^32 give one stream); our keys do not."""
-    same = [torch.rand(4, generator=torch.Generator().manual_seed(s)) for s in (5, 5 + 2 ** 32)]
+    same = [torch.rand(4, generator=torch.Generator().manual_seed(s)) for s in (5, 5 + 2**32)]
     assert torch.equal(*same)  # why manual_seed(os entropy) would not do
     key = bytes(range(32))
     g = rng.torch_generator(key)
@@ -142,7 +156,7 @@ def test_torch_generator_uses_the_whole_key():
 
     import numpy as np
 
-    words = np.frombuffer(raw[24:24 + 624 * 8].tobytes(), dtype=np.uint64)
+    words = np.frombuffer(raw[24 : 24 + 624 * 8].tobytes(), dtype=np.uint64)
     want = np.frombuffer(hashlib.shake_256(key).digest(624 * 4), dtype=np.uint32)
     assert (words == want).all()  # the state layout round-trips
     a = torch.rand(1000, generator=rng.torch_generator(key))
@@ -205,9 +219,14 @@ def test_secure_mechanisms_keep_their_distributions():
 def test_secure_dp_sgd_noise_has_std_sigma_c():
     """DP-SGD under ``secure``: Opacus's optimizer with our CSPRNG noise, std = z * C."""
     p = torch.nn.Parameter(torch.zeros(N))
-    opt = rng.dp_optimizer(torch.optim.SGD([p], lr=1.0), noise_multiplier=1.5,
-                           max_grad_norm=2.0, expected_batch_size=10,
-                           generator=rng.SecureRandom(), device=torch.device("cpu"))
+    opt = rng.dp_optimizer(
+        torch.optim.SGD([p], lr=1.0),
+        noise_multiplier=1.5,
+        max_grad_norm=2.0,
+        expected_batch_size=10,
+        generator=rng.SecureRandom(),
+        device=torch.device("cpu"),
+    )
     p.summed_grad = torch.zeros(N)
     opt.add_noise()
     assert abs(float(p.grad.std()) - 3.0) < 3.0 * 6 * math.sqrt(0.5 / N)
@@ -218,13 +237,23 @@ def test_client_generators_and_their_report_lines(monkeypatch):
     """``secure`` and ``secret`` draw from the CSPRNG, ``mt19937`` from PyTorch's generator,
     whose report line says plainly what it does not protect against."""
     monkeypatch.setenv(rng.SECRET_ENV, SECRET)
-    kinds = {s: type(rng.client_generator(parse_run_config({**PPGNN, "noise-source": s}),
-                                          _context(), 1, "ppgnn"))
-             for s in rng.NOISE_SOURCES}
-    assert kinds == {"secure": rng.SecureRandom, "secret": rng.SecureRandom,
-                     "mt19937": torch.Generator}
-    assert type(rng.client_generator(parse_run_config(PPGNN), _context(), 1, "ppgnn")) is \
-        rng.SecureRandom  # the default
+    kinds = {
+        s: type(
+            rng.client_generator(
+                parse_run_config({**PPGNN, "noise-source": s}), _context(), 1, "ppgnn"
+            )
+        )
+        for s in rng.NOISE_SOURCES
+    }
+    assert kinds == {
+        "secure": rng.SecureRandom,
+        "secret": rng.SecureRandom,
+        "mt19937": torch.Generator,
+    }
+    assert (
+        type(rng.client_generator(parse_run_config(PPGNN), _context(), 1, "ppgnn"))
+        is rng.SecureRandom
+    )  # the default
     mt = rng.describe("mt19937")
     assert "NOT A CSPRNG" in mt and "opt-in" in mt and "624 consecutive outputs" in mt
     assert "removes the noise" in mt
@@ -236,8 +265,9 @@ def test_secure_stream_is_one_stream_per_key_whatever_the_calls():
     n = 3 * rng.CHUNK + 17  # across keystream chunks
     whole = rng.SecureRandom(key).words(n)
     g = rng.SecureRandom(key)
-    parts = np.concatenate([g.words(k) for k in (5, rng.CHUNK - 5, rng.CHUNK + 3,
-                                                 n - 2 * rng.CHUNK - 3)])
+    parts = np.concatenate(
+        [g.words(k) for k in (5, rng.CHUNK - 5, rng.CHUNK + 3, n - 2 * rng.CHUNK - 3)]
+    )
     assert (whole == parts).all()
     assert not (rng.SecureRandom(key[:-1] + b"\x01").words(64) == whole[:64]).any()
     g._used = rng._MAX_STREAM_BYTES - 8  # past 2^48 AES blocks: refused
@@ -262,26 +292,27 @@ def test_secure_gaussians(dtype):
     other = rng.randn(shape, rng.SecureRandom(key[:-1] + b"\x01"), dtype).flatten().double()
     assert abs(float(torch.corrcoef(torch.stack([z, other]))[0, 1])) < 6 / math.sqrt(N)
     m = rng.CHUNK // 2
-    a, b = z[:m], z[m:2 * m]  # cosines and sines of the first chunk's pairs
+    a, b = z[:m], z[m : 2 * m]  # cosines and sines of the first chunk's pairs
     assert abs(float(torch.corrcoef(torch.stack([a * a, b * b]))[0, 1])) < 6 / math.sqrt(m)
     assert abs(float(torch.corrcoef(torch.stack([a, b]))[0, 1])) < 6 / math.sqrt(m)
     # the tail: Box-Muller on 52-bit uniforms is bounded by sqrt(2 * 52 ln 2) = 8.49 (x2 for
     # the sum of four, float64)
-    assert float(z.abs().max()) <= math.sqrt(2 * 52 * math.log(2)) * (2 if dtype == torch.float64
-                                                                        else 1)
+    assert float(z.abs().max()) <= math.sqrt(2 * 52 * math.log(2)) * (
+        2 if dtype == torch.float64 else 1
+    )
 
 
 def test_secure_uniforms_integers_permutations_exactly():
     g = rng.SecureRandom()
     for dtype, bits in ((torch.float64, 53), (torch.float32, 24)):
-        u = rng.rand(N, g, dtype).double() * 2.0 ** bits  # on the grid k 2^-bits of [0, 1)
-        assert bool((u == u.floor()).all()) and float(u.min()) >= 0 and float(u.max()) < 2 ** bits
+        u = rng.rand(N, g, dtype).double() * 2.0**bits  # on the grid k 2^-bits of [0, 1)
+        assert bool((u == u.floor()).all()) and float(u.min()) >= 0 and float(u.max()) < 2**bits
     # a span that does not divide 2^64: reduction modulo would favour the low residues
     # (3/8, 3/8, 2/8 for these thirds); rejection keeps them 1/3 each
-    span = 3 * 2 ** 61
+    span = 3 * 2**61
     k = rng.randint(-5, span - 5, (N,), g) + 5
     assert int(k.min()) >= 0 and int(k.max()) < span
-    counts = torch.bincount(torch.div(k, 2 ** 61, rounding_mode="floor"), minlength=3).numpy()
+    counts = torch.bincount(torch.div(k, 2**61, rounding_mode="floor"), minlength=3).numpy()
     assert len(counts) == 3 and stats.chisquare(counts).pvalue > 1e-6
     n = 100_003
     assert torch.equal(torch.sort(rng.randperm(n, g)).values, torch.arange(n))
@@ -300,14 +331,14 @@ def test_add_gaussian_adds_in_float64_and_rounds_once():
     z = rng.randn(N, rng.SecureRandom(key), torch.float32)  # the same draws, rounded first
     ref = torch.empty(N, dtype=torch.float64)
     for s, chunk in rng._gaussian_chunks(rng.SecureRandom(key), N, False):
-        ref[s:s + chunk.numel()] = chunk
+        ref[s : s + chunk.numel()] = chunk
     assert torch.equal(y, (x.double() + sigma * ref).float())  # rounded once
     assert torch.equal(z, ref.float())
 
     def on_noise_grid(out):
         # outputs in [1/16, 1/8) came from noise in [-0.6875, -0.625]: its ulp is 2^-24
         sel = (out.abs() < 0.125) & (out.abs() >= 0.0625)
-        d = (out[sel].double() - 0.75) * 2.0 ** 24
+        d = (out[sel].double() - 0.75) * 2.0**24
         return int(sel.sum()), float((d == d.round()).double().mean())
 
     count, frac = on_noise_grid(x + sigma * z)  # float32 noise added in float32
@@ -333,16 +364,28 @@ def test_secure_source_runs_every_client_path(method, monkeypatch, tmp_path):
     sampling, DP-SGD and its Poisson sampling, PMA noise) finishes and reports the source."""
     from fedgraph.simulations.local import run_local
 
-    cfg = {"ppgnn": {**PPGNN, "epochs": 5},
-           "gap-node": {"method": "gap", "dataset": "cora", "num-clients": 2, "level": "node",
-                        "hops": 1, "encoder-rounds": 1, "classifier-rounds": 1,
-                        "local-epochs": 1, "encoder-dim": 8, "hidden": 8,
-                        "client-epsilons": "8",
-                        # calibration by RDP: seconds, not a minute (prv's node-level
-                        # calibration is not what this test is about)
-                        "accountant": "rdp"}}[method]
-    report = run_local({**cfg, "noise-source": "secure", "output-dir": str(tmp_path),
-                        "run-name": method})
+    cfg = {
+        "ppgnn": {**PPGNN, "epochs": 5},
+        "gap-node": {
+            "method": "gap",
+            "dataset": "cora",
+            "num-clients": 2,
+            "level": "node",
+            "hops": 1,
+            "encoder-rounds": 1,
+            "classifier-rounds": 1,
+            "local-epochs": 1,
+            "encoder-dim": 8,
+            "hidden": 8,
+            "client-epsilons": "8",
+            # calibration by RDP: seconds, not a minute (prv's node-level
+            # calibration is not what this test is about)
+            "accountant": "rdp",
+        },
+    }[method]
+    report = run_local(
+        {**cfg, "noise-source": "secure", "output-dir": str(tmp_path), "run-name": method}
+    )
     assert report["status"] == "ok" and report["privacy"]["noise_source"] == "secure"
     assert "AES-256-CTR CSPRNG" in report["privacy"]["noise_source_detail"]
 
@@ -366,8 +409,15 @@ def test_secret_appears_nowhere_the_server_or_a_reader_looks(monkeypatch, tmp_pa
     from fedgraph.simulations.server_app import validate_run_config
 
     monkeypatch.setenv(rng.SECRET_ENV, SECRET)
-    strategy_cls, cfg = validate_run_config({**PPGNN, "noise-source": "secret", "epochs": 5,
-                                             "output-dir": str(tmp_path), "run-name": "s"})
+    strategy_cls, cfg = validate_run_config(
+        {
+            **PPGNN,
+            "noise-source": "secret",
+            "epochs": 5,
+            "output-dir": str(tmp_path),
+            "run-name": "s",
+        }
+    )
     preflight(cfg)
     grid = LocalGrid(cfg.num_clients, record=True)
     report = strategy_cls(cfg).start(grid)

@@ -2,6 +2,7 @@
 a head started with ``ray start --head`` on loopback, a temporary port and a temporary folder,
 stopped afterwards by the ids of its own processes (never ``ray stop``, which stops every Ray
 on the machine)."""
+
 import json
 import os
 import signal
@@ -51,24 +52,43 @@ class LocalCluster:
         env = {**os.environ, "RAY_USAGE_STATS_ENABLED": "0"}
         env.pop("RAY_ADDRESS", None)
         self.proc = subprocess.Popen(
-            [str(BIN / "ray"), "start", "--head", "--block", f"--port={self.port}",
-             "--node-ip-address=127.0.0.1", f"--temp-dir={self.temp}", f"--num-cpus={num_cpus}",
-             "--num-gpus=0", "--include-dashboard=false", "--disable-usage-stats"],
-            stdout=self.log, stderr=subprocess.STDOUT, env=env, start_new_session=True)
+            [
+                str(BIN / "ray"),
+                "start",
+                "--head",
+                "--block",
+                f"--port={self.port}",
+                "--node-ip-address=127.0.0.1",
+                f"--temp-dir={self.temp}",
+                f"--num-cpus={num_cpus}",
+                "--num-gpus=0",
+                "--include-dashboard=false",
+                "--disable-usage-stats",
+            ],
+            stdout=self.log,
+            stderr=subprocess.STDOUT,
+            env=env,
+            start_new_session=True,
+        )
 
     def node_ids(self, timeout: float = 120.0) -> list[str]:
         """Ids of the cluster's alive nodes (waits for the head to answer)."""
-        code = ("import ray, json; ray.init(address=%r, logging_level='ERROR'); "
-                "print(json.dumps([n['NodeID'] for n in ray.nodes() if n['Alive']]))" % self.address)
+        code = (
+            f"import ray, json; ray.init(address={self.address!r}, logging_level='ERROR'); "
+            "print(json.dumps([n['NodeID'] for n in ray.nodes() if n['Alive']]))"
+        )
         deadline = time.time() + timeout
         while True:
-            r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                               timeout=timeout)
+            r = subprocess.run(
+                [sys.executable, "-c", code], capture_output=True, text=True, timeout=timeout
+            )
             if r.returncode == 0:
                 return json.loads(r.stdout.strip().splitlines()[-1])
             if time.time() > deadline or self.proc.poll() is not None:
-                raise RuntimeError(f"Ray head at {self.address} did not start: {r.stderr[-2000:]}"
-                                   f"\n{(Path(self.temp) / 'ray-start.log').read_text()[-2000:]}")
+                raise RuntimeError(
+                    f"Ray head at {self.address} did not start: {r.stderr[-2000:]}"
+                    f"\n{(Path(self.temp) / 'ray-start.log').read_text()[-2000:]}"
+                )
             time.sleep(2)
 
     def stop(self) -> list[int]:
@@ -105,13 +125,22 @@ def test_custom_dataset_example_on_an_existing_ray_cluster(tmp_path):
     try:
         nodes = cluster.node_ids()
         assert len(nodes) == 1
-        env = {**os.environ, "RAY_ADDRESS": cluster.address,
-               "FLWR_DISABLE_RUNTIME_DEPENDENCY_INSTALLATION": "1",
-               "XDG_CACHE_HOME": str(tmp_path / "cache")}
-        cmd = [str(BIN / "fedgraph"), "run", "examples/custom_dataset/run.toml",
-               "--set", f"output-dir='{tmp_path}'"]
-        r = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=420,
-                           cwd=Path(__file__).parents[1])
+        env = {
+            **os.environ,
+            "RAY_ADDRESS": cluster.address,
+            "FLWR_DISABLE_RUNTIME_DEPENDENCY_INSTALLATION": "1",
+            "XDG_CACHE_HOME": str(tmp_path / "cache"),
+        }
+        cmd = [
+            str(BIN / "fedgraph"),
+            "run",
+            "examples/custom_dataset/run.toml",
+            "--set",
+            f"output-dir='{tmp_path}'",
+        ]
+        r = subprocess.run(
+            cmd, capture_output=True, text=True, env=env, timeout=420, cwd=Path(__file__).parents[1]
+        )
         assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
         report = json.loads((tmp_path / "example-custom-dataset.json").read_text())
         assert report["status"] == "ok"
@@ -145,8 +174,16 @@ def test_cluster_stop_stops_only_its_own_cluster(tmp_path):
     folder = Path(tempfile.mkdtemp(prefix="fgray-", dir="/tmp"))
     other = Path(str(folder) + "x")  # another cluster's folder: the same prefix
     other.mkdir()
-    decoy = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(300)",
-                              "ray", f"--temp-dir={other}", f"{other}/session_latest"])
+    decoy = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            "import time; time.sleep(300)",
+            "ray",
+            f"--temp-dir={other}",
+            f"{other}/session_latest",
+        ]
+    )
     try:
         res = CliRunner().invoke(cli, ["cluster", "start", "--dir", str(folder), "--num-cpus", "1"])
         assert res.exit_code == 0, res.output
@@ -158,8 +195,10 @@ def test_cluster_stop_stops_only_its_own_cluster(tmp_path):
         res = CliRunner().invoke(cli, ["cluster", "stop", str(folder)])
         assert res.exit_code == 0, res.output
         assert cluster.cluster_pids(folder) == []
-        assert all(not (PROCFS / str(p)).exists()
-                   or (PROCFS / str(p) / "cmdline").read_bytes() == b"" for p in pids)
+        assert all(
+            not (PROCFS / str(p)).exists() or (PROCFS / str(p) / "cmdline").read_bytes() == b""
+            for p in pids
+        )
         assert decoy.poll() is None  # the other "cluster" runs on
     finally:
         import shutil

@@ -2,6 +2,7 @@
 multiplier its calibration searches is refused before any client starts (the preflight),
 naming client-epsilons, the client and the smallest epsilon allowed; the floor is checked
 against an independent composition and against the calibration itself."""
+
 import math
 
 import pytest
@@ -14,15 +15,17 @@ from fedgraph.methods.progap import privacy as progap_privacy
 
 
 def _cfg(method, level="edge", **extra):
-    return parse_run_config({"method": method, "dataset": "cora", "level": level,
-                             "num-clients": 2, **extra})
+    return parse_run_config(
+        {"method": method, "dataset": "cora", "level": level, "num-clients": 2, **extra}
+    )
 
 
 def test_gap_edge_floor_is_k_gaussians_at_the_largest_noise_multiplier():
     cfg = _cfg("gap")
     # independent: K Gaussian mechanisms of noise multiplier 1000, composed by the accountant
-    expected = compose_epsilon(gap_privacy.gap_events(MAX_NOISE_MULTIPLIER, cfg.hops),
-                               cfg.delta, cfg.accountant)
+    expected = compose_epsilon(
+        gap_privacy.gap_events(MAX_NOISE_MULTIPLIER, cfg.hops), cfg.delta, cfg.accountant
+    )
     assert gap_privacy.epsilon_floor(cfg, 100) == pytest.approx(expected, rel=1e-9)
     assert 0 < expected < 0.1
 
@@ -33,9 +36,13 @@ def test_gap_node_floor_depends_on_the_training_nodes_and_counts_dp_sgd():
     enc = dpsgd_schedule(50, cfg.dpsgd_batch_size, cfg.encoder_rounds * cfg.local_epochs)
     cls = dpsgd_schedule(50, cfg.dpsgd_batch_size, cfg.classifier_rounds * cfg.local_epochs)
     z = MAX_NOISE_MULTIPLIER
-    events = gap_privacy.gap_events(z, cfg.hops, node_level=True,
-                                    encoder_dpsgd=(enc[0], z, enc[1]),
-                                    classifier_dpsgd=(cls[0], z, cls[1]))
+    events = gap_privacy.gap_events(
+        z,
+        cfg.hops,
+        node_level=True,
+        encoder_dpsgd=(enc[0], z, enc[1]),
+        classifier_dpsgd=(cls[0], z, cls[1]),
+    )
     assert few == pytest.approx(compose_epsilon(events, cfg.delta, cfg.accountant), rel=1e-9)
     assert few != many
 
@@ -53,8 +60,9 @@ def test_the_floor_is_where_calibration_stops_being_possible():
 def test_progap_floor_matches_its_events_and_its_calibration():
     cfg = _cfg("progap")
     floor = progap_privacy.epsilon_floor(cfg, 100)
-    expected = compose_epsilon(progap_privacy.progap_events(MAX_NOISE_MULTIPLIER, cfg.depth),
-                               cfg.delta, cfg.accountant)
+    expected = compose_epsilon(
+        progap_privacy.progap_events(MAX_NOISE_MULTIPLIER, cfg.depth), cfg.delta, cfg.accountant
+    )
     assert floor == pytest.approx(expected, rel=1e-9)
     with pytest.raises(UnreachableTarget):
         progap_privacy.privacy_plan(cfg, floor * 0.99, 100)
@@ -79,14 +87,16 @@ def test_the_preflight_refuses_an_unreachable_client_epsilon_by_name(method, tmp
     assert not list(tmp_path.iterdir())  # nothing written
 
 
-@pytest.mark.parametrize("method, level, knobs", [
-    ("gap", "edge", "or fewer hops"),
-    ("gap", "node", "or fewer hops, encoder-rounds, classifier-rounds or local-epochs"),
-    ("progap", "edge", "or a smaller depth"),
-    ("progap", "node", "or a smaller depth, fewer epochs or local-epochs"),
-])
-def test_the_refusal_names_what_else_lowers_the_floor_in_the_methods_own_keys(method, level,
-                                                                              knobs):
+@pytest.mark.parametrize(
+    "method, level, knobs",
+    [
+        ("gap", "edge", "or fewer hops"),
+        ("gap", "node", "or fewer hops, encoder-rounds, classifier-rounds or local-epochs"),
+        ("progap", "edge", "or a smaller depth"),
+        ("progap", "node", "or a smaller depth, fewer epochs or local-epochs"),
+    ],
+)
+def test_the_refusal_names_what_else_lowers_the_floor_in_the_methods_own_keys(method, level, knobs):
     from fedgraph.federation import check_epsilons_reachable
 
     with pytest.raises(ConfigError) as err:
@@ -105,9 +115,11 @@ def test_reachable_targets_pass(eps):
 # PrivGNN: a client answers only as many queries as its target affords; where no client can
 # afford one, no query is labelled, so the preflight refuses before any teacher trains.
 
+
 def _privgnn(**extra):
-    return parse_run_config({"method": "privgnn", "dataset": "cora", "num-clients": 2,
-                             "min-class-size": 1, **extra})
+    return parse_run_config(
+        {"method": "privgnn", "dataset": "cora", "num-clients": 2, "min-class-size": 1, **extra}
+    )
 
 
 def test_one_answer_costs_the_subsampled_laplace_bound():
@@ -128,21 +140,30 @@ def test_one_histogram_costs_the_analytic_gaussian(sigma_threshold):
 
     from fedgraph.methods.privgnn import privacy as privgnn_privacy
 
-    cfg = _privgnn(**{"answer-mode": "ensemble", "sigma-votes": 4.0,
-                      "sigma-threshold": sigma_threshold, "delta": 1e-5})
+    cfg = _privgnn(
+        **{
+            "answer-mode": "ensemble",
+            "sigma-votes": 4.0,
+            "sigma-threshold": sigma_threshold,
+            "delta": 1e-5,
+        }
+    )
     cost = privgnn_privacy.one_answer_epsilon(cfg)
     # independent: Balle & Wang (2018) Thm. 8 for a Gaussian of L2 sensitivity sqrt 2 per
     # released copy: delta(eps) = Phi(-eps/mu + mu/2) - e^eps Phi(-eps/mu - mu/2)
-    mu = math.sqrt(sum(2.0 / s ** 2 for s in (4.0, sigma_threshold) if s))
+    mu = math.sqrt(sum(2.0 / s**2 for s in (4.0, sigma_threshold) if s))
     delta = norm.cdf(-cost / mu + mu / 2) - math.exp(cost) * norm.cdf(-cost / mu - mu / 2)
     assert delta == pytest.approx(1e-5, rel=1e-3)
 
 
-@pytest.mark.parametrize("extra", [
-    {"lam": 2.0},
-    {"answer-mode": "vote", "lam": 0.5},
-    {"answer-mode": "ensemble", "sigma-votes": 4.0},
-])
+@pytest.mark.parametrize(
+    "extra",
+    [
+        {"lam": 2.0},
+        {"answer-mode": "vote", "lam": 0.5},
+        {"answer-mode": "ensemble", "sigma-votes": 4.0},
+    ],
+)
 def test_privgnn_is_refused_exactly_when_no_client_affords_an_answer(extra):
     from fedgraph.federation import check_epsilons_reachable
     from fedgraph.methods.privgnn import privacy as privgnn_privacy

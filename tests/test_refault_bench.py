@@ -1,5 +1,6 @@
 """bench/refault.py on a tiny tensor: the balloon's feature bit is read as Linux writes it, a
 run writes its JSON whole, and bad arguments are refused by name."""
+
 import json
 
 import pytest
@@ -10,11 +11,14 @@ def refault(load_script):
     return load_script("bench/refault.py")
 
 
-@pytest.mark.parametrize("bits, expected", [
-    ("0110010100000000", True),    # the development machine's balloon: bit 5 set
-    ("0110000100000000", False),   # stats and deflate-on-OOM only
-    ("0110", False),               # shorter than bit 5
-])
+@pytest.mark.parametrize(
+    "bits, expected",
+    [
+        ("0110010100000000", True),  # the development machine's balloon: bit 5 set
+        ("0110000100000000", False),  # stats and deflate-on-OOM only
+        ("0110", False),  # shorter than bit 5
+    ],
+)
 def test_free_page_reporting_reads_feature_bit_5(refault, tmp_path, bits, expected):
     dev = tmp_path / "bus/virtio/drivers/virtio_balloon/virtio0"
     dev.mkdir(parents=True)
@@ -37,10 +41,16 @@ def test_a_run_writes_every_pause_and_round(refault, tmp_path, capsys):
     assert "re-touched" in capsys.readouterr().out
 
 
-@pytest.mark.parametrize("args, field", [
-    (["--gib", "0"], "--gib"), (["--gib", "nan"], "--gib"), (["--rounds", "0"], "--rounds"),
-    (["--pauses", "-1"], "pause"), (["--pauses", "a,b"], "--pauses"),
-])
+@pytest.mark.parametrize(
+    "args, field",
+    [
+        (["--gib", "0"], "--gib"),
+        (["--gib", "nan"], "--gib"),
+        (["--rounds", "0"], "--rounds"),
+        (["--pauses", "-1"], "pause"),
+        (["--pauses", "a,b"], "--pauses"),
+    ],
+)
 def test_bad_arguments_are_refused_by_name(refault, capsys, args, field):
     with pytest.raises(SystemExit) as exc:
         refault.main(args)

@@ -3,16 +3,15 @@
 the privacy kept by the method: every training reply is in the ledger, a client trains only
 the rounds its plan covers, FedProx's proximal term reads no example. The examples in
 examples/round_strategies/ run from any folder."""
+
 from __future__ import annotations
 
-import json
-import math
 from pathlib import Path
 
 import pytest
 import torch
 from flwr.app import ArrayRecord, Message, MetricRecord, RecordDict
-from flwr.serverapp.strategy import FedAvg, FedProx
+from flwr.serverapp.strategy import FedProx
 from flwr.supercore.task_identity import TaskIdentity
 
 from fedgraph.config import ConfigError, parse_run_config
@@ -45,17 +44,27 @@ class _Grid:
 
 
 def _reply(w: float) -> Message:
-    return Message(content=RecordDict({"arrays": ArrayRecord({"w": torch.tensor([w])}),
-                                       "metrics": MetricRecord({"num-examples": 1})}),
-                   dst_node_id=1, message_type="train")
+    return Message(
+        content=RecordDict(
+            {
+                "arrays": ArrayRecord({"w": torch.tensor([w])}),
+                "metrics": MetricRecord({"num-examples": 1}),
+            }
+        ),
+        dst_node_id=1,
+        message_type="train",
+    )
 
 
 def test_a_flower_strategy_by_name_is_flowers_made_strict(identity):
     s = round_strategy("FedProx", {"proximal_mu": 0.3}, 3)
     assert isinstance(s, FedProx) and s.proximal_mu == 0.3
-    messages = s.configure_train(1, ArrayRecord({"w": torch.zeros(1)}),
-                                 __import__("flwr.app", fromlist=["ConfigRecord"]).ConfigRecord(),
-                                 _Grid(3))
+    messages = s.configure_train(
+        1,
+        ArrayRecord({"w": torch.zeros(1)}),
+        __import__("flwr.app", fromlist=["ConfigRecord"]).ConfigRecord(),
+        _Grid(3),
+    )
     assert len(messages) == 3
     assert all(float(m.content["config"]["proximal-mu"]) == 0.3 for m in messages)
     with pytest.raises(ClientFailure, match="1 of 3 client"):
@@ -74,21 +83,30 @@ def test_client_sampling_expects_the_sampled_clients_only(identity):
         s.aggregate_train(2, [_reply(1.0)])
 
 
-@pytest.mark.parametrize("keys,message", [
-    ({"round-strategy": "fedsomething"}, "round-strategy: unknown 'fedsomething'; allowed"),
-    ({"round-strategy": "fedprox", "round-strategy-args": '{"mu": 1}'},
-     "round-strategy-args: FedProx refused"),
-    ({"round-strategy": "fedavg", "round-strategy-args": '{"fraction_train": 0}'},
-     "fraction_train must be a number in \\(0, 1\\]"),
-    ({"round-strategy": "fedavg", "round-strategy-args": "{nope"}, "expected a JSON object"),
-    ({"round-strategy-args": '{"proximal_mu": 1}'}, "has no effect without round-strategy"),
-    ({"round-strategy": "fedprox", "server-optimizer": "fedadam"}, "not both"),
-    ({"round-strategy": "fedprox", "schedule": "fedsgd"}, "round-strategy drives FedAvg"),
-    ({"round-strategy": "no.such.module:Strategy"}, "round-strategy"),
-    ({"round-strategy": "FedXgbBagging"}, "aggregates XGBoost trees"),
-    ({"round-strategy": "fedgraph.strategies.gap:GAPStrategy"},
-     "not a subclass of flwr.serverapp.strategy.Strategy"),
-])
+@pytest.mark.parametrize(
+    "keys,message",
+    [
+        ({"round-strategy": "fedsomething"}, "round-strategy: unknown 'fedsomething'; allowed"),
+        (
+            {"round-strategy": "fedprox", "round-strategy-args": '{"mu": 1}'},
+            "round-strategy-args: FedProx refused",
+        ),
+        (
+            {"round-strategy": "fedavg", "round-strategy-args": '{"fraction_train": 0}'},
+            "fraction_train must be a number in \\(0, 1\\]",
+        ),
+        ({"round-strategy": "fedavg", "round-strategy-args": "{nope"}, "expected a JSON object"),
+        ({"round-strategy-args": '{"proximal_mu": 1}'}, "has no effect without round-strategy"),
+        ({"round-strategy": "fedprox", "server-optimizer": "fedadam"}, "not both"),
+        ({"round-strategy": "fedprox", "schedule": "fedsgd"}, "round-strategy drives FedAvg"),
+        ({"round-strategy": "no.such.module:Strategy"}, "round-strategy"),
+        ({"round-strategy": "FedXgbBagging"}, "aggregates XGBoost trees"),
+        (
+            {"round-strategy": "fedgraph.strategies.gap:GAPStrategy"},
+            "not a subclass of flwr.serverapp.strategy.Strategy",
+        ),
+    ],
+)
 def test_bad_round_strategies_name_the_key(keys, message):
     with pytest.raises(ConfigError, match=message):
         validate_run_config({"method": "gap", "num-clients": 2, **keys})
@@ -102,8 +120,9 @@ def test_round_strategy_selects_the_fedavg_schedule():
 
 
 def test_a_client_trains_only_the_rounds_its_plan_covers():
-    cfg = parse_run_config({"method": "gap", "level": "node", "encoder-rounds": 2,
-                            "classifier-rounds": 3})
+    cfg = parse_run_config(
+        {"method": "gap", "level": "node", "encoder-rounds": 2, "classifier-rounds": 3}
+    )
     last = admit_round(cfg, "gap.encoder", 1, {})
     last = admit_round(cfg, "gap.encoder", 2, last)
     with pytest.raises(ValueError, match="round 3 refused: allowed rounds 3..2"):
@@ -127,11 +146,20 @@ def test_fedprox_step_adds_mu_times_the_distance_to_the_round_model():
     mu, lr = 2.0, 0.1
     model, x, y = _linear()
     w0 = [p.detach().clone() for p in model.parameters()]
-    local_train(model, x, y, None, 2, None, lr, optimizer=torch.optim.SGD(model.parameters(), lr),
-                proximal_mu=mu)
+    local_train(
+        model,
+        x,
+        y,
+        None,
+        2,
+        None,
+        lr,
+        optimizer=torch.optim.SGD(model.parameters(), lr),
+        proximal_mu=mu,
+    )
     ref, _, _ = _linear()
     params = list(ref.parameters())
-    for step in range(2):
+    for _step in range(2):
         ref.zero_grad()
         torch.nn.functional.cross_entropy(ref(x), y).backward()
         with torch.no_grad():
@@ -149,10 +177,21 @@ def test_a_large_proximal_term_keeps_the_local_model_near_the_round_model(dp):
     for mu in (0.0, 1e4):
         model, x, y = _linear()
         w0 = torch.cat([p.detach().flatten().clone() for p in model.parameters()])
-        local_train(model, x, y, None, 20, 16 if dp else None, 0.05,
-                    DPSGD(noise_multiplier=1.0, max_grad_norm=1.0) if dp else None,
-                    generator=torch.Generator().manual_seed(1), proximal_mu=mu)
-        moved[mu] = float((torch.cat([p.detach().flatten() for p in model.parameters()]) - w0).norm())
+        local_train(
+            model,
+            x,
+            y,
+            None,
+            20,
+            16 if dp else None,
+            0.05,
+            DPSGD(noise_multiplier=1.0, max_grad_norm=1.0) if dp else None,
+            generator=torch.Generator().manual_seed(1),
+            proximal_mu=mu,
+        )
+        moved[mu] = float(
+            (torch.cat([p.detach().flatten() for p in model.parameters()]) - w0).norm()
+        )
     assert moved[1e4] < 0.3 * moved[0.0], moved
 
 
@@ -180,8 +219,7 @@ def test_the_sampling_example_ledgers_only_the_rounds_each_client_took(tmp_path,
     phases), and a phase it never took has no release."""
     monkeypatch.chdir(tmp_path)
     # 2 clients, one sampled per round; calibration in seconds (accountant rdp)
-    fast = ["num-clients=2", "accountant='rdp'", "max-degree=5", "local-epochs=1",
-            "batch-size=256"]
+    fast = ["num-clients=2", "accountant='rdp'", "max-degree=5", "local-epochs=1", "batch-size=256"]
     grid = LocalGrid(2, record=True)
     report = run_local(_example("sampling.toml", tmp_path, *fast), grid=grid)
     assert report["status"] == "ok" and "client_sampling" in report["privacy"]
@@ -193,8 +231,11 @@ def test_the_sampling_example_ledgers_only_the_rounds_each_client_took(tmp_path,
         taken[key] = taken.get(key, 0) + 1
     for pid in range(2):
         s = report["privacy"]["per_subject"][f"client-{pid}"]
-        steps = {r["release"].split()[0]: r["steps"] for r in s["releases"]
-                 if r["release"].endswith("dp-sgd")}
+        steps = {
+            r["release"].split()[0]: r["steps"]
+            for r in s["releases"]
+            if r["release"].endswith("dp-sgd")
+        }
         per_round = set()
         for phase in ("encoder", "classifier"):
             rounds = taken.get((pid, phase), 0)
@@ -208,8 +249,7 @@ def test_the_sampling_example_ledgers_only_the_rounds_each_client_took(tmp_path,
 
 def test_a_users_strategy_by_path_runs_without_private_names(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
-    report = run_local(_example("damped.toml", tmp_path, "encoder-rounds=1",
-                                "classifier-rounds=2"))
+    report = run_local(_example("damped.toml", tmp_path, "encoder-rounds=1", "classifier-rounds=2"))
     assert report["status"] == "ok"
     assert any("DampedFedAvg" in phase for phase in report["timings_s"])
     source = (EXAMPLES / "damped.py").read_text()
@@ -227,7 +267,8 @@ def test_a_users_strategy_that_raises_is_named_with_its_error(tmp_path):
     (tmp_path / "boom.py").write_text(
         "from flwr.serverapp.strategy import FedAvg\n\n"
         "class Boom(FedAvg):\n    def __init__(self, **kw):\n"
-        "        raise RuntimeError('boom in constructor')\n")
+        "        raise RuntimeError('boom in constructor')\n"
+    )
     spec = f"{tmp_path / 'boom.py'}:Boom"
     with pytest.raises(ConfigError, match="round-strategy: .*Boom.*RuntimeError: boom") as err:
         validate_run_config({"method": "gap", "num-clients": 2, "round-strategy": spec})
@@ -244,15 +285,28 @@ def test_a_bad_round_strategy_name_keeps_ray_from_starting_early():
 
 
 # ------------------------------------------------------------------ ProGAP's stages
-PROGAP_NODE = {"method": "progap", "dataset": "synthetic-sbm:400:4", "num-clients": 2,
-               "level": "node", "depth": 1, "epochs": 3, "hidden": 8, "client-epsilons": "8",
-               "max-degree": 5, "batch-size": 256, "accountant": "rdp", "delta": 1e-4,
-               "device": "cpu", "noise-source": "mt19937"}
+PROGAP_NODE = {
+    "method": "progap",
+    "dataset": "synthetic-sbm:400:4",
+    "num-clients": 2,
+    "level": "node",
+    "depth": 1,
+    "epochs": 3,
+    "hidden": 8,
+    "client-epsilons": "8",
+    "max-degree": 5,
+    "batch-size": 256,
+    "accountant": "rdp",
+    "delta": 1e-4,
+    "device": "cpu",
+    "noise-source": "mt19937",
+}
 
 
 def _progap(tmp_path, **keys):
-    cls, cfg = validate_run_config({**PROGAP_NODE, "output-dir": str(tmp_path),
-                                    "run-name": "progap", **keys})
+    cls, cfg = validate_run_config(
+        {**PROGAP_NODE, "output-dir": str(tmp_path), "run-name": "progap", **keys}
+    )
     grid = LocalGrid(cfg.num_clients, record=True)
     report = cls(cfg).start(grid)
     assert report["status"] == "ok", report.get("error")
@@ -263,8 +317,9 @@ def test_progap_node_stages_sample_clients_and_ledger_only_their_rounds(tmp_path
     """Node-level ProGAP with Flower's FedAvg sampling one of 2 clients per round: every
     stage's rounds go to the sampled client only, and a client's ``stage dp-sgd`` steps in
     the ledger are one round's steps times the rounds it took part in."""
-    report, grid = _progap(tmp_path, **{"round-strategy": "fedavg",
-                                        "round-strategy-args": '{"fraction_train": 0.5}'})
+    report, grid = _progap(
+        tmp_path, **{"round-strategy": "fedavg", "round-strategy-args": '{"fraction_train": 0.5}'}
+    )
     assert "client_sampling" in report["privacy"]
     assert any("FedAvg" in phase and "stage 1" in phase for phase in report["timings_s"])
     trains = [m for m, _ in grid.log if m.metadata.message_type == "train.progap_stage"]
@@ -286,8 +341,14 @@ def test_progap_fedprox_sends_mu_and_keeps_earlier_stages_frozen(tmp_path):
     """FedProx on node-level ProGAP: every stage round carries ``proximal-mu``; the entries
     stage 1 does not train (stage 0's head) are bit for bit the same from stage 1's first
     round to the final evaluation (frozen: kept as sent, not averaged again)."""
-    report, grid = _progap(tmp_path, **{"num-clients": 3, "round-strategy": "fedprox",
-                                        "round-strategy-args": '{"proximal_mu": 0.1}'})
+    report, grid = _progap(
+        tmp_path,
+        **{
+            "num-clients": 3,
+            "round-strategy": "fedprox",
+            "round-strategy-args": '{"proximal_mu": 0.1}',
+        },
+    )
     trains = [m for m, _ in grid.log if m.metadata.message_type == "train.progap_stage"]
     assert {float(m.content["config"]["proximal-mu"]) for m in trains} == {0.1}
     stage1 = [m for m in trains if int(m.content["config"]["stage"]) == 1]
@@ -311,8 +372,11 @@ def test_a_progap_client_trains_only_the_rounds_its_plan_covers():
     cfg = parse_run_config({**PROGAP_NODE, "epochs": 2})
     last = progap_admit(cfg, 0, 1, {})
     last = progap_admit(cfg, 0, 2, last)
-    with pytest.raises(ValueError, match=r"progap.stage0: train round 3 refused: allowed "
-                                         r"rounds 3..2"):
+    with pytest.raises(
+        ValueError,
+        match=r"progap.stage0: train round 3 refused: allowed "
+        r"rounds 3..2",
+    ):
         progap_admit(cfg, 0, 3, last)
     last = progap_admit(cfg, 1, 2, last)  # sampled out of stage 1's round 1
     with pytest.raises(ValueError, match="round 2 refused"):

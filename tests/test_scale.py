@@ -1,5 +1,6 @@
 """Scale-out pieces that run on the CPU: device selection, chunked per-hop aggregation, the
 size of what travels in a Flower message."""
+
 import pytest
 import torch
 
@@ -44,8 +45,15 @@ def test_preflight_refuses_cuda_without_gpu(no_gpu, tmp_path, monkeypatch):
     from fedgraph.federation import preflight
 
     monkeypatch.delenv("RAY_ADDRESS", raising=False)
-    cfg = parse_run_config({"method": "gap", "device": "cuda", "dataset": "synthetic-sbm:200:4",
-                            "num-clients": 2, "output-dir": str(tmp_path)})
+    cfg = parse_run_config(
+        {
+            "method": "gap",
+            "device": "cuda",
+            "dataset": "synthetic-sbm:200:4",
+            "num-clients": 2,
+            "output-dir": str(tmp_path),
+        }
+    )
     with pytest.raises(ConfigError, match="^device: 'cuda'"):
         preflight(cfg)
 
@@ -57,9 +65,17 @@ def test_gap_run_auto_is_cpu_and_equals_cpu(no_gpu, tmp_path, monkeypatch):
     from fedgraph.simulations.local import run_local
 
     monkeypatch.setenv(SECRET_ENV, "test-secret-scale")
-    base = {"method": "gap", "dataset": "synthetic-sbm:400:6", "num-clients": 2,
-            "partitioner": "random", "encoder-rounds": 1, "classifier-rounds": 2,
-            "local-epochs": 2, "output-dir": str(tmp_path), "noise-source": "secret"}
+    base = {
+        "method": "gap",
+        "dataset": "synthetic-sbm:400:6",
+        "num-clients": 2,
+        "partitioner": "random",
+        "encoder-rounds": 1,
+        "classifier-rounds": 2,
+        "local-epochs": 2,
+        "output-dir": str(tmp_path),
+        "noise-source": "secret",
+    }
     a = run_local({**base, "device": "auto", "run-name": "auto"})
     b = run_local({**base, "device": "cpu", "run-name": "cpu"})
     assert a["status"] == "ok" and a["accuracy"] == b["accuracy"]
@@ -84,10 +100,13 @@ def test_pma_partial_sums_chunked_like_unchunked():
     g = torch.Generator().manual_seed(1)
     h = torch.randn(40, 3, generator=g)
     local = torch.randint(40, (2, 200), generator=g)
-    boundary = torch.stack([torch.randint(40, (60,), generator=g),
-                            100 + torch.randint(20, (60,), generator=g)])
-    outs = [pma_partial_sums(h, local, boundary, 0.5, torch.Generator().manual_seed(2),
-                             max_elements=m) for m in (3, 2 ** 24)]
+    boundary = torch.stack(
+        [torch.randint(40, (60,), generator=g), 100 + torch.randint(20, (60,), generator=g)]
+    )
+    outs = [
+        pma_partial_sums(h, local, boundary, 0.5, torch.Generator().manual_seed(2), max_elements=m)
+        for m in (3, 2**24)
+    ]
     for a, b in zip(*outs):
         assert torch.allclose(a.double(), b.double(), atol=1e-5)
 

@@ -1,11 +1,11 @@
 """bench/scale.py's new cells on tiny graphs: PrivGNN's client answers (real and plain loop),
 a plain whole run, the process-tree measurement and the ratios (no Ray: the ``run:`` cells
 start a Ray cluster and take half a minute each; bench/results/scale_runs.json has them)."""
+
 import sys
 from pathlib import Path
 
 import pytest
-
 
 
 @pytest.fixture(scope="module")
@@ -48,42 +48,44 @@ def test_set_overrides_both_sides_of_the_ratio(scale, monkeypatch):
         scale._whole_run("run-plain:gap", 300, 6.0, 2, "cpu", 3, 1, 18.0, 60.0)
     cmd = seen["cmd"]
     i = cmd.index("--set")
-    assert cmd[i + 1:i + 3] == ["encoder-rounds=3", "local-epochs=4"]
+    assert cmd[i + 1 : i + 3] == ["encoder-rounds=3", "local-epochs=4"]
 
 
 def test_measure_samples_the_tree_and_kills_past_the_limit(scale, tmp_path):
     # A parent holding ~100 MB and a child holding ~100 MB: the tree's sum sees both.
-    code = ("import subprocess, sys, time; b = bytearray(100_000_000); "
-            "p = subprocess.Popen([sys.executable, '-c', "
-            "'import time; b = bytearray(100_000_000); time.sleep(2)']); time.sleep(2); p.wait()")
-    st = scale._measure([sys.executable, "-c", code], {}, 60, 10.0, tmp_path / "o",
-                        tmp_path / "e")
+    code = (
+        "import subprocess, sys, time; b = bytearray(100_000_000); "
+        "p = subprocess.Popen([sys.executable, '-c', "
+        "'import time; b = bytearray(100_000_000); time.sleep(2)']); time.sleep(2); p.wait()"
+    )
+    st = scale._measure([sys.executable, "-c", code], {}, 60, 10.0, tmp_path / "o", tmp_path / "e")
     assert st["status"] == "ok" and st["rc"] == 0 and st["samples"] >= 2
     assert st["tree_rss_gib"] >= 0.18 and st["ru_maxrss_gib"] >= 0.09
-    st = scale._measure([sys.executable, "-c", code], {}, 60, 0.05, tmp_path / "o",
-                        tmp_path / "e")
+    st = scale._measure([sys.executable, "-c", code], {}, 60, 0.05, tmp_path / "o", tmp_path / "e")
     assert st["status"].startswith("aborted") and st["rc"] != 0
 
 
 def test_ratios_pair_each_phase_with_its_plain(scale):
-    rows = [{"phase": "run-plain:gap", "nodes": 10, "phase_s": 2.0, "tree_pss_gib": 1.0},
-            {"phase": "run:gap", "nodes": 10, "phase_s": 6.0, "tree_pss_gib": 3.0},
-            {"phase": "privgnn-answer-plain", "nodes": 10, "phase_s": 4.0},
-            {"phase": "privgnn-answer", "nodes": 10, "phase_s": 1.0},
-            {"phase": "run:ppgnn", "nodes": 10, "phase_s": 1.0}]
+    rows = [
+        {"phase": "run-plain:gap", "nodes": 10, "phase_s": 2.0, "tree_pss_gib": 1.0},
+        {"phase": "run:gap", "nodes": 10, "phase_s": 6.0, "tree_pss_gib": 3.0},
+        {"phase": "privgnn-answer-plain", "nodes": 10, "phase_s": 4.0},
+        {"phase": "privgnn-answer", "nodes": 10, "phase_s": 1.0},
+        {"phase": "run:ppgnn", "nodes": 10, "phase_s": 1.0},
+    ]
     scale._ratios(rows)
     assert rows[1]["ratio"] == 3.0 and rows[1]["mem_ratio"] == 3.0
     assert rows[3]["ratio"] == 0.25 and "ratio" not in rows[4]
 
 
 def test_ratios_pair_rows_of_the_same_seed_and_the_summary_spans_the_seeds(scale):
-    rows = [{"phase": "run-plain:privgnn", "nodes": 10, "phase_s": 2.0, "seed": 0,
-             "test_acc": 0.5},
-            {"phase": "run:privgnn", "nodes": 10, "phase_s": 3.0, "seed": 0, "test_acc": 0.7},
-            {"phase": "run-plain:privgnn", "nodes": 10, "phase_s": 4.0, "seed": 1,
-             "test_acc": 0.7},
-            {"phase": "run:privgnn", "nodes": 10, "phase_s": 5.0, "seed": 1, "test_acc": 0.9},
-            {"phase": "run:privgnn", "nodes": 10, "status": "aborted", "seed": 2}]
+    rows = [
+        {"phase": "run-plain:privgnn", "nodes": 10, "phase_s": 2.0, "seed": 0, "test_acc": 0.5},
+        {"phase": "run:privgnn", "nodes": 10, "phase_s": 3.0, "seed": 0, "test_acc": 0.7},
+        {"phase": "run-plain:privgnn", "nodes": 10, "phase_s": 4.0, "seed": 1, "test_acc": 0.7},
+        {"phase": "run:privgnn", "nodes": 10, "phase_s": 5.0, "seed": 1, "test_acc": 0.9},
+        {"phase": "run:privgnn", "nodes": 10, "status": "aborted", "seed": 2},
+    ]
     scale._ratios(rows)
     assert rows[1]["ratio"] == 1.5 and rows[3]["ratio"] == 1.25  # seed 1 against seed 1
     lines = scale.seed_summary(rows)
@@ -94,20 +96,34 @@ def test_ratios_pair_rows_of_the_same_seed_and_the_summary_spans_the_seeds(scale
 
 def test_the_pma_phase_is_compared_with_the_plain_aggregation_both_ways(scale):
     pma, agg = scale.PMA_PHASE, scale.PLAIN_AGGREGATION
-    rows = [{"phase": "run-plain:gap", "nodes": 10, "phase_s": 9.0, "seed": 0,
-             "timings": {agg: 2.0, scale.PLAIN_EMBED: 1.0}},
-            {"phase": "gap-release-noise", "nodes": 10, "phase_s": 9.9, "seed": 1},
-            {"phase": "gap-release-noise", "nodes": 10, "phase_s": 1.0, "seed": 0},
-            {"phase": "run:gap", "nodes": 10, "phase_s": 12.0, "seed": 0,
-             "timings": {pma: 6.0}, "edges": 40, "device": "cpu"},
-            {"phase": "run:gap", "nodes": 10, "phase_s": 12.0, "seed": 1,
-             "timings": {pma: 6.0}}]
+    rows = [
+        {
+            "phase": "run-plain:gap",
+            "nodes": 10,
+            "phase_s": 9.0,
+            "seed": 0,
+            "timings": {agg: 2.0, scale.PLAIN_EMBED: 1.0},
+        },
+        {"phase": "gap-release-noise", "nodes": 10, "phase_s": 9.9, "seed": 1},
+        {"phase": "gap-release-noise", "nodes": 10, "phase_s": 1.0, "seed": 0},
+        {
+            "phase": "run:gap",
+            "nodes": 10,
+            "phase_s": 12.0,
+            "seed": 0,
+            "timings": {pma: 6.0},
+            "edges": 40,
+            "device": "cpu",
+        },
+        {"phase": "run:gap", "nodes": 10, "phase_s": 12.0, "seed": 1, "timings": {pma: 6.0}},
+    ]
     scale._ratios(rows)
     assert rows[3]["pma_ratio"] == 3.0 and rows[3]["pma_ratio_releases"] == 2.0  # seed 0's cell
     assert rows[3]["pma_ratio_same_work"] == 1.5  # 6 / (1 embed + 2 aggregation + 1 noise)
     assert "pma_ratio" not in rows[4]  # no plain run of seed 1
-    assert ("PMA/aggregation 3.0 (2.0 with the releases' noise, 1.5 with the encoder's output "
-            "too)") in scale._fmt(rows[3])
+    assert (
+        "PMA/aggregation 3.0 (2.0 with the releases' noise, 1.5 with the encoder's output too)"
+    ) in scale._fmt(rows[3])
     summary = scale.seed_summary(rows)[-1]
     assert "PMA/(aggregation + releases' noise) 2 +- 0 (1)" in summary
     assert "PMA/(embed + aggregation + releases' noise) 1.5 +- 0 (1)" in summary
@@ -132,8 +148,14 @@ def test_the_release_noise_cell_draws_the_rows_the_clients_release(scale, monkey
 
     drawn = []
     real = randomness.add_gaussian_
-    monkeypatch.setattr(randomness, "add_gaussian_", lambda x, sigma, g: (
-        drawn.append((tuple(x.shape), sigma, type(g).__name__)), real(x, sigma, g))[1])
+    monkeypatch.setattr(
+        randomness,
+        "add_gaussian_",
+        lambda x, sigma, g: (
+            drawn.append((tuple(x.shape), sigma, type(g).__name__)),
+            real(x, sigma, g),
+        )[1],
+    )
     row = scale.run_one("gap-release-noise", 300, 6.0, 3, 2, 4, 2, 0.5, "cpu")
     assert row["phase_s"] >= 0 and len(drawn) == 2 * 3  # hops x clients (seconds: rounded)
     assert {d[1:] for d in drawn} == {(0.5, "SecureRandom")}
@@ -145,20 +167,45 @@ def test_whole_run_time_split_adds_up_and_keeps_setup_apart(scale):
     """run_split: setup phases whole, the clients' handlers outside setup as their compute,
     the server's waits minus those as communication, the rest of the phases as the server's
     compute, and what is outside the phases as other; the five add up to the wall time."""
-    report = {"timings_s": {"connect": 0.1, "setup + calibration (clients)": 2.0,
-                            "encoder rounds": 5.0, "evaluate (clients)": 0.5, "total": 8.0},
-              "exchange_s": {"connect": 0.0, "setup + calibration (clients)": 1.9,
-                             "encoder rounds": 4.0, "evaluate (clients)": 0.4}}
-    handlers = [{"type": "query.gap_setup", "seconds": 1.0}, {"type": "train", "seconds": 3.0},
-                {"type": "evaluate", "seconds": 0.2}]
+    report = {
+        "timings_s": {
+            "connect": 0.1,
+            "setup + calibration (clients)": 2.0,
+            "encoder rounds": 5.0,
+            "evaluate (clients)": 0.5,
+            "total": 8.0,
+        },
+        "exchange_s": {
+            "connect": 0.0,
+            "setup + calibration (clients)": 1.9,
+            "encoder rounds": 4.0,
+            "evaluate (clients)": 0.4,
+        },
+    }
+    handlers = [
+        {"type": "query.gap_setup", "seconds": 1.0},
+        {"type": "train", "seconds": 3.0},
+        {"type": "evaluate", "seconds": 0.2},
+    ]
     split = scale.run_split(10.0, report, handlers)
-    assert split == {"setup": 2.0, "communication": 1.2, "compute_clients": 3.2,
-                     "compute_server": 1.2, "other": 2.4}
+    assert split == {
+        "setup": 2.0,
+        "communication": 1.2,
+        "compute_clients": 3.2,
+        "compute_server": 1.2,
+        "other": 2.4,
+    }
     assert sum(split.values()) == pytest.approx(10.0)
-    plain = scale.plain_split(5.0, {"load + split": 1.0, "calibration": 0.5, "encoder": 2.0,
-                                    "total": 3.5})
-    assert plain == {"setup": 1.5, "communication": 0.0, "compute_clients": 0.0,
-                     "compute_server": 2.0, "other": 1.5}
+    plain = scale.plain_split(
+        5.0, {"load + split": 1.0, "calibration": 0.5, "encoder": 2.0, "total": 3.5}
+    )
+    assert plain == {
+        "setup": 1.5,
+        "communication": 0.0,
+        "compute_clients": 0.0,
+        "compute_server": 2.0,
+        "other": 1.5,
+    }
 
 
 def test_the_report_times_the_servers_waits_on_clients_per_phase(tmp_path):
@@ -174,9 +221,19 @@ def test_the_report_times_the_servers_waits_on_clients_per_phase(tmp_path):
     grid = LocalGrid(2, record=True)
     os.environ[handler_times.ENV] = str(log)
     try:
-        rep = run_local({"method": "gap", "dataset": "synthetic-sbm:300:6", "num-clients": 2,
-                         "partitioner": "random", "encoder-rounds": 2, "classifier-rounds": 2,
-                         "output-dir": str(tmp_path), "run-name": "t"}, grid=grid)
+        rep = run_local(
+            {
+                "method": "gap",
+                "dataset": "synthetic-sbm:300:6",
+                "num-clients": 2,
+                "partitioner": "random",
+                "encoder-rounds": 2,
+                "classifier-rounds": 2,
+                "output-dir": str(tmp_path),
+                "run-name": "t",
+            },
+            grid=grid,
+        )
     finally:
         del os.environ[handler_times.ENV]
     assert rep["status"] == "ok"
@@ -185,16 +242,27 @@ def test_the_report_times_the_servers_waits_on_clients_per_phase(tmp_path):
     assert all(0.0 <= waits[k] <= timings[k] + 1e-3 for k in waits)
     assert waits["setup + calibration (clients)"] > 0
     lines = handler_times.read(log)
-    assert len(lines) == len(grid.log) and {ln["type"] for ln in lines} >= {"query.gap_setup",
-                                                                             "train"}
+    assert len(lines) == len(grid.log) and {ln["type"] for ln in lines} >= {
+        "query.gap_setup",
+        "train",
+    }
     assert all(ln["seconds"] >= 0 and ln["pid"] == os.getpid() for ln in lines)
     for _, reply in grid.log:  # no timing field in what left the clients
         text = str(reply.content) if reply.has_content() else ""
         assert "seconds" not in text and "handler" not in text
     before = len(lines)
-    run_local({"method": "gap", "dataset": "synthetic-sbm:300:6", "num-clients": 2,
-               "partitioner": "random", "encoder-rounds": 1, "classifier-rounds": 1,
-               "output-dir": str(tmp_path), "run-name": "t2"})
+    run_local(
+        {
+            "method": "gap",
+            "dataset": "synthetic-sbm:300:6",
+            "num-clients": 2,
+            "partitioner": "random",
+            "encoder-rounds": 1,
+            "classifier-rounds": 1,
+            "output-dir": str(tmp_path),
+            "run-name": "t2",
+        }
+    )
     assert len(handler_times.read(log)) == before  # off without the variable
 
 

@@ -1,5 +1,6 @@
 """fedgraph.utils.scratch: blocks shared by the computations of one process (issue 31), and
 their users: EdgeSum's values and a GAP client's release block."""
+
 import gc
 import threading
 
@@ -24,7 +25,7 @@ def test_shared_ones_are_ones_and_one_block_for_every_caller():
 
 def test_a_larger_request_makes_a_larger_block_and_the_old_views_stay_valid():
     small = shared_ones(100)
-    big = shared_ones(10 ** 6)
+    big = shared_ones(10**6)
     assert big.data_ptr() != small.data_ptr() and bool((small == 1).all())
     assert shared_ones(50).data_ptr() == big.data_ptr()  # the larger one now
 
@@ -52,9 +53,10 @@ def test_shared_block_per_name_cols_and_thread():
     assert other["b"].data_ptr() != a.data_ptr()  # another thread never shares a's rows
 
 
-@pytest.mark.parametrize("call", [lambda: shared_ones(-1),
-                                  lambda: shared_block("x", -1, 2),
-                                  lambda: shared_block("x", 2, -1)])
+@pytest.mark.parametrize(
+    "call",
+    [lambda: shared_ones(-1), lambda: shared_block("x", -1, 2), lambda: shared_block("x", 2, -1)],
+)
 def test_negative_sizes_are_refused(call):
     with pytest.raises(ValueError, match=">= 0"):
         call()
@@ -91,8 +93,9 @@ def test_release_buffers_of_two_clients_share_the_process_block():
 
 
 @pytest.mark.parametrize("sorted_edges", [True, False])
-def test_a_release_in_the_shared_block_holds_nothing_of_the_previous_clients(sorted_edges,
-                                                                               monkeypatch):
+def test_a_release_in_the_shared_block_holds_nothing_of_the_previous_clients(
+    sorted_edges, monkeypatch
+):
     """The release block is shared by the clients a process runs in turn: every row of a
     client's release is its own (noisy) sum, zero-edge rows included, never what another
     client wrote there before (checked with a sentinel, in blocked products too)."""
@@ -111,8 +114,9 @@ def test_a_release_in_the_shared_block_holds_nothing_of_the_previous_clients(sor
     previous.fill_(999.0)
     mine = release_buffer({}, remote_ids.numel(), h)
     assert mine.data_ptr() == previous.data_ptr()
-    _, ids, sums = pma_partial_sums(h, local, boundary, 0.0, gen, remote_ids=remote_ids,
-                                    remote_out=mine)
+    _, ids, sums = pma_partial_sums(
+        h, local, boundary, 0.0, gen, remote_ids=remote_ids, remote_out=mine
+    )
     assert not bool((sums == 999.0).any())
     expected = torch.zeros(remote_ids.numel(), d)
     expected.index_add_(0, boundary[1] - n, h[boundary[0]])

@@ -1,5 +1,6 @@
 """Pairwise-masked secure aggregation (fedgraph.secure_aggregation; SecAgg, Bonawitz et al.
 2017): the sums the server recovers, what it sees of one client, and a missing reply."""
+
 import numpy as np
 import pytest
 from scipy import stats
@@ -24,8 +25,10 @@ def _federation(n, num_nodes=300, dim=8, seed=0):
 
 def _mask_all(owner, keys, rows, context="test run=1 graph=all hop=1"):
     public = [pk for _, pk in keys]
-    return {c: (ids, sa.mask_rows(x, ids, owner, c, keys[c][0], public, context))
-            for c, (ids, x) in rows.items()}
+    return {
+        c: (ids, sa.mask_rows(x, ids, owner, c, keys[c][0], public, context))
+        for c, (ids, x) in rows.items()
+    }
 
 
 @pytest.mark.parametrize("n", [2, 3, 4, 5])
@@ -36,11 +39,11 @@ def test_recovered_sums_equal_the_plaintext_sums_up_to_the_quantization_bound(n)
     ids, sums = sa.unmask_sum(_mask_all(owner, keys, rows), owner, n)
     assert ids.tolist() == list(range(owner.size))  # every node has n - 1 contributors
     exact = np.zeros_like(sums)
-    for c, (rid, x) in rows.items():
+    for _c, (rid, x) in rows.items():
         exact[rid] += x
     err = np.abs(sums - exact)
     bound = sa.quantization_error_bound(n - 1)
-    assert bound == (n - 1) * 2.0 ** -25
+    assert bound == (n - 1) * 2.0**-25
     # float64 rounding of the exact sum of values up to ~1e6: below 1e-9
     assert err.max() <= bound + 1e-9
     assert err.max() > 0  # quantized, not a float sum passed through
@@ -51,7 +54,7 @@ def test_two_clients_have_nothing_to_mask():
     the quantized row itself (the sum the server must learn is that row)."""
     owner, keys, rows = _federation(2)
     masked = _mask_all(owner, keys, rows)
-    for c, (ids, x) in rows.items():
+    for c, (_ids, x) in rows.items():
         assert np.array_equal(masked[c][1], sa.quantize(x, 1))
 
 
@@ -60,8 +63,15 @@ def test_quantization_error_is_far_below_gap_noise():
     level, K = 2, delta 1e-7: sigma 0.19; a summed row's std is sigma_max >= that)."""
     from fedgraph.methods.gap import calibrate_gap
 
-    sigma = calibrate_gap(64.0, 1e-7, num_hops=2, level="edge", encoder_schedule=None,
-                          classifier_schedule=None, accountant="analytic")
+    sigma = calibrate_gap(
+        64.0,
+        1e-7,
+        num_hops=2,
+        level="edge",
+        encoder_schedule=None,
+        classifier_schedule=None,
+        accountant="analytic",
+    )
     assert sa.quantization_error_bound(9) / sigma < 2e-6
     assert sa.quantization_error_bound(999) / sigma < 2e-4
 
@@ -97,12 +107,14 @@ def test_the_servers_view_of_a_client_does_not_depend_on_its_data():
     keys = [sa.generate_key_pair() for _ in range(n)]
     public = [pk for _, pk in keys]
     ids = np.arange(num_nodes)
-    inputs = {"zeros": np.zeros((num_nodes, dim)),
-              "structured": np.arange(num_nodes * dim, dtype=float).reshape(num_nodes, dim) * 1e3}
+    inputs = {
+        "zeros": np.zeros((num_nodes, dim)),
+        "structured": np.arange(num_nodes * dim, dtype=float).reshape(num_nodes, dim) * 1e3,
+    }
     for name, x in inputs.items():
         masked = sa.mask_rows(x, ids, owner, 0, keys[0][0], public, "ctx")
         assert _uniform_high_bits(masked) > 1e-6, name
-        assert stats.kstest(masked.ravel() / 2.0 ** 64, "uniform").pvalue > 1e-6, name
+        assert stats.kstest(masked.ravel() / 2.0**64, "uniform").pvalue > 1e-6, name
         assert _uniform_high_bits(masked - sa.quantize(x, n - 1)) > 1e-6, name
     # the plaintext itself is far from uniform: the test can tell
     assert _uniform_high_bits(sa.quantize(inputs["structured"], n - 1)) < 1e-10
@@ -146,5 +158,4 @@ def test_bad_inputs_are_refused():
     with pytest.raises(ValueError, match="distinct 32-byte"):
         sa.pairwise_keys(keys[0][0], [public[0], public[0], public[2]], 0, "c")
     with pytest.raises(ValueError, match="own node"):
-        sa.unmask_sum({0: (np.flatnonzero(owner == 0)[:1], np.zeros((1, 8), np.uint64))},
-                      owner, 3)
+        sa.unmask_sum({0: (np.flatnonzero(owner == 0)[:1], np.zeros((1, 8), np.uint64))}, owner, 3)

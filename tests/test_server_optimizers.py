@@ -1,5 +1,6 @@
 """Strict FedAvg and its server-optimizer variants (strategies/fedavg.py): the aggregation is
 Flower's, a lost client fails the round, the config key is validated."""
+
 from __future__ import annotations
 
 import numpy as np
@@ -21,9 +22,16 @@ def _task_identity(monkeypatch):
 
 
 def _reply(w, n: int) -> Message:
-    return Message(content=RecordDict({"arrays": ArrayRecord({"w": torch.tensor(w)}),
-                                       "metrics": MetricRecord({"num-examples": n})}),
-                   dst_node_id=1, message_type="train")
+    return Message(
+        content=RecordDict(
+            {
+                "arrays": ArrayRecord({"w": torch.tensor(w)}),
+                "metrics": MetricRecord({"num-examples": n}),
+            }
+        ),
+        dst_node_id=1,
+        message_type="train",
+    )
 
 
 def _set_current(strategy, w) -> None:
@@ -48,8 +56,9 @@ def test_fedavg_is_the_weighted_mean():
     np.testing.assert_allclose(arrays.to_torch_state_dict()["w"].numpy(), [2.0, 4.0])
 
 
-@pytest.mark.parametrize("name,base", [("fedavgm", FedAvgM), ("fedadam", FedAdam),
-                                       ("fedyogi", FedYogi)])
+@pytest.mark.parametrize(
+    "name,base", [("fedavgm", FedAvgM), ("fedadam", FedAdam), ("fedyogi", FedYogi)]
+)
 def test_server_optimizers_are_flowers_and_step_towards_the_clients(name, base):
     s = strict_strategy(name, 2, server_lr=0.05)
     assert isinstance(s, base) and isinstance(s, FedAvg)
@@ -86,7 +95,9 @@ def test_unknown_server_optimizer_names_the_key_and_the_allowed_values():
     for bad in ("0", "-1", "nan", "inf", "abc"):
         with pytest.raises(ConfigError, match="server-lr"):
             parse_run_config({"method": "gap", "server-optimizer": "fedadam", "server-lr": bad})
-    with pytest.raises(ConfigError, match="server-lr: has no effect with server-optimizer 'fedavg'"):
+    with pytest.raises(
+        ConfigError, match="server-lr: has no effect with server-optimizer 'fedavg'"
+    ):
         parse_run_config({"method": "gap", "server-lr": "0.5"})  # would be silently ignored
     cfg = parse_run_config({"method": "gap", "server-optimizer": "fedadam", "server-lr": ""})
     assert cfg.server_optimizer == "fedadam" and cfg.server_lr is None
@@ -138,8 +149,14 @@ def test_flowers_per_round_info_is_quiet_during_a_strategy_and_warnings_pass(tmp
 
     logger, capture = logging.getLogger("flwr"), Capture()
     logger.addHandler(capture)
-    cfg = {"method": "gap", "num-clients": 2, "encoder-rounds": 2, "classifier-rounds": 3,
-           "output-dir": str(tmp_path), "run-name": "quiet"}
+    cfg = {
+        "method": "gap",
+        "num-clients": 2,
+        "encoder-rounds": 2,
+        "classifier-rounds": 3,
+        "output-dir": str(tmp_path),
+        "run-name": "quiet",
+    }
     try:
         assert run_local(cfg)["status"] == "ok"
         assert not any("[ROUND" in r.getMessage() for r in capture.records)
@@ -152,8 +169,13 @@ def test_flowers_per_round_info_is_quiet_during_a_strategy_and_warnings_pass(tmp
         finally:
             StrictFedSGD.flower_round_logs = False
         rounds = [r.getMessage() for r in capture.records if "[ROUND" in r.getMessage()]
-        assert rounds == ["[ROUND 1/2]", "[ROUND 2/2]", "[ROUND 1/3]", "[ROUND 2/3]",
-                          "[ROUND 3/3]"], rounds
+        assert rounds == [
+            "[ROUND 1/2]",
+            "[ROUND 2/2]",
+            "[ROUND 1/3]",
+            "[ROUND 2/3]",
+            "[ROUND 3/3]",
+        ], rounds
     finally:
         logger.removeHandler(capture)
     assert not logger.filters

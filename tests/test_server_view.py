@@ -9,6 +9,7 @@ the guarantee. One test per fault; each failed on a730c48.
 6. the SAGE-DP baseline's DP-SGD normaliser from a public count.
 (Fault 4, the default generator, is ``tests/test_randomness.py``'s.)
 """
+
 from __future__ import annotations
 
 import json
@@ -23,9 +24,18 @@ from fedgraph.simulations.local import LocalGrid, run_local
 SECRET = "server-view-test-secret"
 #: what a client may say about the dataset (fedgraph.federation.SCHEMA_FIELDS)
 SCHEMA_FIELDS = ("name", "num_nodes", "num_features", "num_classes")
-GAP = {"method": "gap", "num-clients": 2, "partitioner": "random", "hops": 1,
-       "encoder-rounds": 1, "classifier-rounds": 1, "encoder-dim": 8, "hidden": 8,
-       "client-epsilons": "4", "seed": 5}
+GAP = {
+    "method": "gap",
+    "num-clients": 2,
+    "partitioner": "random",
+    "hops": 1,
+    "encoder-rounds": 1,
+    "classifier-rounds": 1,
+    "encoder-dim": 8,
+    "hidden": 8,
+    "client-epsilons": "4",
+    "seed": 5,
+}
 PPGNN = {"method": "ppgnn", "num-clients": 2, "partitioner": "random", "epochs": 3, "seed": 5}
 
 
@@ -84,6 +94,7 @@ def _without_edge(u: int, v: int):
         ei = data.edge_index
         keep = ~(((ei[0] == u) & (ei[1] == v)) | ((ei[0] == v) & (ei[1] == u)))
         data.edge_index = ei[:, keep]
+
     return change
 
 
@@ -95,8 +106,11 @@ def _run(config: dict, tmp_path, name: str):
 
 
 def _meta(grid, message_type: str) -> list[dict]:
-    return [dict(reply.content["meta"]) for m, reply in grid.log
-            if m.metadata.message_type == message_type]
+    return [
+        dict(reply.content["meta"])
+        for m, reply in grid.log
+        if m.metadata.message_type == message_type
+    ]
 
 
 # ------------------------------------------------------------------------------- fault 1
@@ -114,11 +128,14 @@ def test_one_edge_is_not_detected_in_replies_or_report(tmp_path):
         assert a["schema"] == b["schema"] and a["plan"] == b["plan"]
         assert set(json.loads(a["schema"])) == set(SCHEMA_FIELDS)
     assert set(rep["dataset"]) == set(SCHEMA_FIELDS)
-    assert {k: v for k, v in rep["dataset"].items() if k != "name"} == \
-        {k: v for k, v in rep2["dataset"].items() if k != "name"}
+    assert {k: v for k, v in rep["dataset"].items() if k != "name"} == {
+        k: v for k, v in rep2["dataset"].items() if k != "name"
+    }
     # the simulation's ground truth sees the edge, labelled as such
-    assert rep["ground_truth"]["dataset"]["num_edges"] == \
-        rep2["ground_truth"]["dataset"]["num_edges"] + 2
+    assert (
+        rep["ground_truth"]["dataset"]["num_edges"]
+        == rep2["ground_truth"]["dataset"]["num_edges"] + 2
+    )
     assert "never sent by a client" in rep["ground_truth"]["note"]
     from fedgraph.federation import SCHEMA_FIELDS as fields
 
@@ -134,8 +151,7 @@ def test_a_test_users_label_does_not_leave_ppgnn_clients(tmp_path, monkeypatch):
 
     monkeypatch.setenv(randomness.SECRET_ENV, SECRET)
     # the same noise on both sides (one run config; the data digest held fixed)
-    monkeypatch.setattr(randomness, "client_data_digest", lambda *a, **k: "fixed",
-                        raising=False)
+    monkeypatch.setattr(randomness, "client_data_digest", lambda *a, **k: "fixed", raising=False)
     base = {**PPGNN, "label-epsilon": 0.5, "noise-source": "secret"}
     data, _ = load_federated(parse_run_config({**base, "dataset": _register("sv-cora")}))
     node = int(data.test_mask.nonzero()[0, 0])
@@ -155,7 +171,10 @@ def test_a_test_users_label_does_not_leave_ppgnn_clients(tmp_path, monkeypatch):
         assert meta_a.keys() == meta_b.keys()
         for k in meta_a.keys() - {"worker"}:
             assert meta_a[k] == meta_b[k], k
-        ra, rb = a.content["report"].to_torch_state_dict(), b.content["report"].to_torch_state_dict()
+        ra, rb = (
+            a.content["report"].to_torch_state_dict(),
+            b.content["report"].to_torch_state_dict(),
+        )
         assert ra.keys() == rb.keys()
         for k in ra:
             assert torch.equal(ra[k], rb[k]), k
@@ -182,8 +201,9 @@ def _levels_used(config, tmp_path, monkeypatch, name) -> torch.Tensor:
 
 
 @pytest.mark.parametrize("source", ["default", "secret"])
-def test_the_server_cannot_recompute_ppgnn_levels_from_the_run_config(tmp_path, monkeypatch,
-                                                                      source):
+def test_the_server_cannot_recompute_ppgnn_levels_from_the_run_config(
+    tmp_path, monkeypatch, source
+):
     """``assign_privacy_levels(num_nodes, budgets, shares, seed)`` recomputed every user's
     level (Cora 2708 of 2708). The levels are drawn on the clients now: the server's best
     recomputation from the config agrees at chance (1/3 for three equal shares), and two runs
@@ -227,8 +247,9 @@ def test_secret_noise_is_fresh_when_only_the_data_change(tmp_path, monkeypatch):
     base = {**GAP, "noise-source": "secret"}
     _, grid = _run({**base, "dataset": _register("sv-cora")}, tmp_path, "s1")
     _, same = _run({**base, "dataset": _register("sv-cora")}, tmp_path, "s2")
-    _, other = _run({**base, "dataset": _register("sv-cora", _without_edge(u, v))},
-                    tmp_path, "s3")  # the same run config: only the data differ
+    _, other = _run(
+        {**base, "dataset": _register("sv-cora", _without_edge(u, v))}, tmp_path, "s3"
+    )  # the same run config: only the data differ
     rows, rows_same, rows_other = _pma_rows(grid), _pma_rows(same), _pma_rows(other)
     assert rows.keys() == rows_other.keys() and rows
     for node in rows:
@@ -270,8 +291,17 @@ def test_sage_dp_normaliser_is_the_public_count(monkeypatch):
     x, y = torch.randn(30, 4), torch.randint(0, 2, (30,))
     mask = torch.zeros(30, dtype=torch.bool)
     mask[:19] = True  # 19 rows used, 20 public
-    train_sage_dp(MLP(4, 8, 2, 2, 0.0, False), x, y, mask, epochs=1, batch_size=None,
-                  noise_multiplier=1.0, max_grad_norm=1.0, num_public=20)
+    train_sage_dp(
+        MLP(4, 8, 2, 2, 0.0, False),
+        x,
+        y,
+        mask,
+        epochs=1,
+        batch_size=None,
+        noise_multiplier=1.0,
+        max_grad_norm=1.0,
+        num_public=20,
+    )
     assert seen == [20]
 
 
@@ -286,12 +316,14 @@ def test_the_strategy_never_sees_the_ground_truth(tmp_path):
 
     class Peek(GAPStrategy):
         def run(self, grid):
-            seen.append((getattr(self, "ground_truth", None),
-                         self.report.extra.get("ground_truth")))
+            seen.append(
+                (getattr(self, "ground_truth", None), self.report.extra.get("ground_truth"))
+            )
             super().run(grid)
 
-    _, cfg = validate_run_config({**GAP, "dataset": "cora", "output-dir": str(tmp_path),
-                                  "run-name": "peek"})
+    _, cfg = validate_run_config(
+        {**GAP, "dataset": "cora", "output-dir": str(tmp_path), "run-name": "peek"}
+    )
     report = Peek(cfg).start(LocalGrid(2), ground_truth=preflight(cfg))
     assert seen == [(None, None)]
     assert report["ground_truth"]["dataset"]["num_edges"] == 10556
@@ -300,8 +332,13 @@ def test_the_strategy_never_sees_the_ground_truth(tmp_path):
 def test_mt19937_runs_say_so_in_the_printed_table():
     from fedgraph.report import format_table
 
-    report = {"method": "gap", "status": "ok", "dataset": {"name": "cora"}, "accuracy": {},
-              "privacy": {"noise_source": "mt19937", "per_subject": {}}}
+    report = {
+        "method": "gap",
+        "status": "ok",
+        "dataset": {"name": "cora"},
+        "accuracy": {},
+        "privacy": {"noise_source": "mt19937", "per_subject": {}},
+    }
     assert "not a CSPRNG" in format_table(report)
     report["privacy"]["noise_source"] = "secure"
     assert "CSPRNG" not in format_table(report)

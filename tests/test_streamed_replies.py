@@ -3,6 +3,7 @@ ProGAP's partial sums are added while later clients still compute): in the clien
 whatever the arrival order, never past a failed or non-finite reply, a reply ``on_reply``
 cannot use is that client's failure, and the time spent in ``on_reply`` is the server's own
 work, not the exchange's."""
+
 from __future__ import annotations
 
 import time
@@ -47,15 +48,20 @@ class _Grid:
         self.pulls += 1
         node = self.arrival.pop(0)
         content = RecordDict({"out": ArrayRecord({"x": Array(np.asarray(self.values[node]))})})
-        return [SimpleNamespace(
-            metadata=SimpleNamespace(src_node_id=node, reply_to_message_id=self.ids[node]),
-            has_error=lambda: False, content=content)]
+        return [
+            SimpleNamespace(
+                metadata=SimpleNamespace(src_node_id=node, reply_to_message_id=self.ids[node]),
+                has_error=lambda: False,
+                content=content,
+            )
+        ]
 
 
 def _send(inner, on_reply, streaming=True):
     grid = InterruptibleGrid(inner, poll=0.0) if streaming else inner
-    return send_to_all(grid, "query.test", {n: RecordDict() for n in NODES}, 10.0,
-                       on_reply=on_reply)
+    return send_to_all(
+        grid, "query.test", {n: RecordDict() for n in NODES}, 10.0, on_reply=on_reply
+    )
 
 
 def _fine():
@@ -96,8 +102,11 @@ def test_a_reply_the_server_cannot_use_fails_that_client_after_all_replies_arriv
             reply["missing"]
         calls.append(node)
 
-    with pytest.raises(ClientFailure, match=r"query.test: node 12 sent a reply the server "
-                                            r"cannot use: KeyError") as err:
+    with pytest.raises(
+        ClientFailure,
+        match=r"query.test: node 12 sent a reply the server "
+        r"cannot use: KeyError",
+    ) as err:
         _send(_Grid(NODES, _fine()), use)
     assert calls == [10, 11] and isinstance(err.value.__cause__, KeyError)
     assert set(err.value.replies) == set(NODES)  # every release reached the ledger's record

@@ -1,5 +1,6 @@
 """``fedgraph sweep`` and ``fedgraph report``: the grid, resumption after an interrupt, a failing
 cell that does not stop the others, the CSV's means and standard deviations, the plots."""
+
 import json
 import math
 import os
@@ -31,7 +32,9 @@ def write(path: Path, text: str) -> Path:
 
 
 def test_grid_names_precedence_and_epsilon_mapping(tmp_path):
-    f = write(tmp_path / "s.toml", """
+    f = write(
+        tmp_path / "s.toml",
+        """
 [sweep]
 datasets = ["cora", "facebook100:Caltech36"]
 epsilons = [0.5, 2]
@@ -53,19 +56,27 @@ epsilon-key = "client-epsilons"
 epsilons = [8]
 [methods.mine]
 strategy = "mypkg.mod:Mine"
-""")
+""",
+    )
     sweep = load_sweep(f, str(tmp_path / "out"))
     cells = sweep.cells()
     # 2 datasets x 2 client counts x 2 seeds x (2 epsilons + 1 own epsilon + no epsilon axis)
     assert len(cells) == 2 * 2 * 2 * (2 + 1 + 1)
     assert len({c.name for c in cells}) == len(cells)
-    c = next(c for c in cells if c.method == "ppgnn" and c.dataset.startswith("facebook100")
-             and c.epsilon == 0.5 and c.num_clients == 3 and c.seed == 1)
+    c = next(
+        c
+        for c in cells
+        if c.method == "ppgnn"
+        and c.dataset.startswith("facebook100")
+        and c.epsilon == 0.5
+        and c.num_clients == 3
+        and c.seed == 1
+    )
     assert c.name == "ppgnn__facebook100-Caltech36__eps0.5__clients3__seed1"
     assert sweep.cell_dir(c) == tmp_path / "out" / "cells" / c.name
     cfg = c.run_config
-    assert cfg["budgets"] == "0.5,1,2"                      # E = {e, 2e, 4e}
-    assert cfg["steps"] == "8" and cfg["epochs"] == 7       # method set > sweep set > preset
+    assert cfg["budgets"] == "0.5,1,2"  # E = {e, 2e, 4e}
+    assert cfg["steps"] == "8" and cfg["epochs"] == 7  # method set > sweep set > preset
     assert cfg["min-class-size"] == 50 and cfg["mechanism"] == "ppm"  # dataset set; preset
     assert (cfg["dataset"], cfg["num-clients"], cfg["seed"]) == ("facebook100:Caltech36", 3, 1)
     assert c.dp_level == "user"
@@ -80,7 +91,9 @@ strategy = "mypkg.mod:Mine"
 def test_progap_cells_plot_at_their_level(tmp_path):
     """ProGAP's presets give their cells the config's level (edge by default, node); an
     edge-level ProGAP of depth 0 reads no edge: level ``none``, as GAP's MLP variant."""
-    f = write(tmp_path / "s.toml", """
+    f = write(
+        tmp_path / "s.toml",
+        """
 [sweep]
 datasets = ["cora"]
 num-clients = [2]
@@ -96,10 +109,14 @@ epsilon-key = "client-epsilons"
 preset = "progap-edge-cora"
 epsilon-key = "client-epsilons"
 set = { depth = 0 }
-""")
+""",
+    )
     cells = {c.method: c for c in load_sweep(f, str(tmp_path / "out")).cells()}
-    assert {m: c.dp_level for m, c in cells.items()} == {"edge": "edge", "node": "node",
-                                                         "mlp": "none"}
+    assert {m: c.dp_level for m, c in cells.items()} == {
+        "edge": "edge",
+        "node": "node",
+        "mlp": "none",
+    }
 
 
 @pytest.mark.parametrize("name", ["demo", "ppgnn-lpgnn-tables", "gap-table2", "privgnn-lambda"])
@@ -110,14 +127,22 @@ def test_every_cell_of_the_bundled_sweeps_validates(name):
 
     sweep = load_sweep(name)
     cells = sweep.cells()
-    assert len(cells) == {"demo": 72, "ppgnn-lpgnn-tables": 160, "gap-table2": 54,
-                          "privgnn-lambda": 30}[name]
+    assert (
+        len(cells)
+        == {"demo": 72, "ppgnn-lpgnn-tables": 160, "gap-table2": 54, "privgnn-lambda": 30}[name]
+    )
     for c in cells:
         strategy, cfg = validate_run_config(c.run_config)
         assert (cfg.dataset, cfg.num_clients, cfg.seed) == (c.dataset, c.num_clients, c.seed)
-        assert c.dp_level == ("user" if cfg.method == "ppgnn" else "node"
-                              if cfg.method == "privgnn" else
-                              "none" if c.epsilon is None else cfg.level)
+        assert c.dp_level == (
+            "user"
+            if cfg.method == "ppgnn"
+            else "node"
+            if cfg.method == "privgnn"
+            else "none"
+            if c.epsilon is None
+            else cfg.level
+        )
         if cfg.method == "privgnn":  # the axis is lambda; epsilon comes from the report
             assert cfg.lam == c.epsilon and c.epsilon_from == "report"
         if cfg.method == "gap" and c.epsilon is not None:
@@ -127,34 +152,57 @@ def test_every_cell_of_the_bundled_sweeps_validates(name):
         assert validate_run_config(ppgnn.run_config)[1].budgets == [0.5, 1.0, 2.0]
 
 
-@pytest.mark.parametrize("text,key", [
-    ('[sweep]\ndatasets=["cora"]\nepsilons=[1]\n[methods.a]\npreset="no-such"\n', "no-such"),
-    ('[sweep]\ndatasets=["cora"]\nepsilon=[1]\n[methods.a]\npreset="lpgnn-cora"\n', "epsilon"),
-    ('[sweep]\ndatasets=["cora"]\n[methods.a]\npreset="lpgnn-cora"\nepsilon-key="epsilon"\n', "epsilons"),
-    ('[sweep]\ndatasets=["cora"]\n', "methods"),
-    ('[sweep]\ndatasets=["cora"]\nepsilons=[1]\n[methods.a]\nstrategy="m:S"\nepsilon-key="e"\n', "dp-level"),
-    ('[sweep\n', "TOML"),
-    # a typo in a cell's run config: refused at load, not in every cell (fresh user, 12-06)
-    ('[sweep]\ndatasets=["cora"]\nepsilons=[1]\n[methods.a]\npreset="gap-edge-cora"\n'
-     'epsilon-key="client-epsilons"\n[methods.a.set]\nencoder-round=5\n',
-     "encoder-round: unknown run-config key"),
-    # an unknown epsilon-key is named as such (fresh user, 12-07: "methods.a (or [set])")
-    ('[sweep]\ndatasets=["cora"]\nepsilons=[1]\n[methods.a]\npreset="gap-edge-cora"\n'
-     'epsilon-key="nosuch-key"\n', "methods.a.epsilon-key: nosuch-key: unknown run-config key"),
-    # an unknown key is named with the table that set it (fresh user, 12-07: "methods.a")
-    ('[sweep]\ndatasets=["cora"]\nepsilons=[1]\n[methods.a]\npreset="gap-edge-cora"\n'
-     'epsilon-key="client-epsilons"\n[dataset-set.cora]\nnokey=1\n',
-     "[dataset-set.cora]: nokey: unknown run-config key"),
-    ('[sweep]\ndatasets=["cora"]\nepsilons=[1]\n[set]\nnokey=1\n[methods.a]\n'
-     'preset="gap-edge-cora"\nepsilon-key="client-epsilons"\n',
-     "[set]: nokey: unknown run-config key"),
-    # an unknown strategy name: refused at load, not in every cell (fresh user, 12-07)
-    ('[sweep]\ndatasets=["cora"]\nepsilons=[1]\n[methods.a]\nstrategy="nope"\n'
-     'dp-level="user"\nepsilon-key="epsilon"\n', "strategy: unknown 'nope'; allowed: 'ppgnn', 'gap'"),
-    # an unknown key of a table lists the table's keys
-    ('[sweep]\ndatasets=["cora"]\nbogus=1\n[methods.a]\npreset="lpgnn-cora"\n',
-     "allowed: cpus-per-cell, datasets, description, epsilons"),
-])
+@pytest.mark.parametrize(
+    "text,key",
+    [
+        ('[sweep]\ndatasets=["cora"]\nepsilons=[1]\n[methods.a]\npreset="no-such"\n', "no-such"),
+        ('[sweep]\ndatasets=["cora"]\nepsilon=[1]\n[methods.a]\npreset="lpgnn-cora"\n', "epsilon"),
+        (
+            '[sweep]\ndatasets=["cora"]\n[methods.a]\npreset="lpgnn-cora"\nepsilon-key="epsilon"\n',
+            "epsilons",
+        ),
+        ('[sweep]\ndatasets=["cora"]\n', "methods"),
+        (
+            '[sweep]\ndatasets=["cora"]\nepsilons=[1]\n[methods.a]\nstrategy="m:S"\nepsilon-key="e"\n',
+            "dp-level",
+        ),
+        ("[sweep\n", "TOML"),
+        # a typo in a cell's run config: refused at load, not in every cell (fresh user, 12-06)
+        (
+            '[sweep]\ndatasets=["cora"]\nepsilons=[1]\n[methods.a]\npreset="gap-edge-cora"\n'
+            'epsilon-key="client-epsilons"\n[methods.a.set]\nencoder-round=5\n',
+            "encoder-round: unknown run-config key",
+        ),
+        # an unknown epsilon-key is named as such (fresh user, 12-07: "methods.a (or [set])")
+        (
+            '[sweep]\ndatasets=["cora"]\nepsilons=[1]\n[methods.a]\npreset="gap-edge-cora"\n'
+            'epsilon-key="nosuch-key"\n',
+            "methods.a.epsilon-key: nosuch-key: unknown run-config key",
+        ),
+        # an unknown key is named with the table that set it (fresh user, 12-07: "methods.a")
+        (
+            '[sweep]\ndatasets=["cora"]\nepsilons=[1]\n[methods.a]\npreset="gap-edge-cora"\n'
+            'epsilon-key="client-epsilons"\n[dataset-set.cora]\nnokey=1\n',
+            "[dataset-set.cora]: nokey: unknown run-config key",
+        ),
+        (
+            '[sweep]\ndatasets=["cora"]\nepsilons=[1]\n[set]\nnokey=1\n[methods.a]\n'
+            'preset="gap-edge-cora"\nepsilon-key="client-epsilons"\n',
+            "[set]: nokey: unknown run-config key",
+        ),
+        # an unknown strategy name: refused at load, not in every cell (fresh user, 12-07)
+        (
+            '[sweep]\ndatasets=["cora"]\nepsilons=[1]\n[methods.a]\nstrategy="nope"\n'
+            'dp-level="user"\nepsilon-key="epsilon"\n',
+            "strategy: unknown 'nope'; allowed: 'ppgnn', 'gap'",
+        ),
+        # an unknown key of a table lists the table's keys
+        (
+            '[sweep]\ndatasets=["cora"]\nbogus=1\n[methods.a]\npreset="lpgnn-cora"\n',
+            "allowed: cpus-per-cell, datasets, description, epsilons",
+        ),
+    ],
+)
 def test_invalid_sweep_file_exits_2_naming_the_key(tmp_path, text, key):
     f = write(tmp_path / "bad.toml", text)
     with pytest.raises(SweepError, match=re.escape(key)) as err:
@@ -178,11 +226,16 @@ def test_a_value_its_method_refuses_stops_the_sweep_before_any_cell_runs(tmp_pat
     """An epsilon <= 0 on the sweep's axis: refused at load (exit 2) like a typo, naming the
     first such cell, how many more, the key and the allowed values; no cell ran (fresh user,
     12-07: every cell failed one after another, exit 1)."""
-    f = write(tmp_path / "bad.toml", '[sweep]\ndatasets=["cora"]\nepsilons=[1, -2]\n'
-              'seeds=[0, 1]\n[methods.a]\npreset="gap-edge-cora"\n'
-              'epsilon-key="client-epsilons"\n')
-    expected = ("a__cora__eps-2__clients10__seed0 (and 1 more cells): client-epsilons: every "
-                "epsilon must be > 0 (allowed: (0, inf]), got -2.0")
+    f = write(
+        tmp_path / "bad.toml",
+        '[sweep]\ndatasets=["cora"]\nepsilons=[1, -2]\n'
+        'seeds=[0, 1]\n[methods.a]\npreset="gap-edge-cora"\n'
+        'epsilon-key="client-epsilons"\n',
+    )
+    expected = (
+        "a__cora__eps-2__clients10__seed0 (and 1 more cells): client-epsilons: every "
+        "epsilon must be > 0 (allowed: (0, inf]), got -2.0"
+    )
     with pytest.raises(SweepError) as err:
         load_sweep(f)
     assert expected in str(err.value) and "eps1" not in str(err.value)
@@ -195,17 +248,25 @@ def test_a_key_of_another_method_stops_the_sweep_before_any_cell_runs(tmp_path):
     """``epsilon-key = "budgets"`` on a GAP method: PPGNN's key, which fedgraph run refuses
     (exit 2); the sweep failed every cell one by one and --dry-run listed them "to run"
     (fresh user, 12-07)."""
-    f = write(tmp_path / "other.toml", '[sweep]\ndatasets=["cora"]\nepsilons=[1]\n'
-              '[methods.g]\npreset="gap-edge-cora"\nepsilon-key="budgets"\ndp-level="edge"\n')
-    with pytest.raises(SweepError, match=r"budgets: a key of method 'ppgnn', not of this run's "
-                                         r"method 'gap'"):
+    f = write(
+        tmp_path / "other.toml",
+        '[sweep]\ndatasets=["cora"]\nepsilons=[1]\n'
+        '[methods.g]\npreset="gap-edge-cora"\nepsilon-key="budgets"\ndp-level="edge"\n',
+    )
+    with pytest.raises(
+        SweepError,
+        match=r"budgets: a key of method 'ppgnn', not of this run's "
+        r"method 'gap'",
+    ):
         load_sweep(f)
     res = CliRunner().invoke(cli, ["sweep", str(f), "--dry-run"])
     assert res.exit_code == 2 and "budgets: a key of method 'ppgnn'" in res.output
 
 
 def test_cell_over_its_timeout_is_killed_and_reported(tmp_path):
-    f = write(tmp_path / "slow.toml", """
+    f = write(
+        tmp_path / "slow.toml",
+        """
 [sweep]
 datasets = ["cora"]
 epsilons = [1]
@@ -214,7 +275,8 @@ timeout = 1.5
 [methods.lpgnn]
 preset = "lpgnn-cora"
 epsilon-key = "epsilon"
-""")
+""",
+    )
     t = time.time()
     res = CliRunner().invoke(cli, ["sweep", str(f), "-o", str(tmp_path / "out")])
     assert res.exit_code == 1
@@ -228,22 +290,56 @@ epsilon-key = "epsilon"
 
 # ---------------------------------------------------------------- report: CSV and plots
 
-def fake_cell(base: Path, method, dataset, eps, seed, test=None, val=0.5, wall=10.0,
-              level="user", label=None, spent=(1.0, 2.0), epsilon_from="axis"):
+
+def fake_cell(
+    base: Path,
+    method,
+    dataset,
+    eps,
+    seed,
+    test=None,
+    val=0.5,
+    wall=10.0,
+    level="user",
+    label=None,
+    spent=(1.0, 2.0),
+    epsilon_from="axis",
+):
     name = f"{method}__{dataset}__eps{eps}__clients3__seed{seed}"
     d = base / "cells" / name
     status = "ok" if test is not None else "failed"
-    write(d / "cell.json", json.dumps({
-        "method": method, "label": label or method.upper(), "dataset": dataset, "epsilon": eps,
-        "num_clients": 3, "seed": seed, "dp_level": level, "status": status,
-        "epsilon_from": epsilon_from,
-        "error": None if test is not None else "boom: a client failed", "wall_s": wall}))
+    write(
+        d / "cell.json",
+        json.dumps(
+            {
+                "method": method,
+                "label": label or method.upper(),
+                "dataset": dataset,
+                "epsilon": eps,
+                "num_clients": 3,
+                "seed": seed,
+                "dp_level": level,
+                "status": status,
+                "epsilon_from": epsilon_from,
+                "error": None if test is not None else "boom: a client failed",
+                "wall_s": wall,
+            }
+        ),
+    )
     if test is not None:
-        write(d / "report.json", json.dumps({
-            "status": "ok", "accuracy": {"train": 0.9, "val": val, "test": test,
-                                         "majority_class": 0.3},
-            "privacy": {"per_subject": {f"level-{i}": {"epsilon": e} for i, e in enumerate(spent)}},
-            "timings_s": {"total": wall - 5}}))
+        write(
+            d / "report.json",
+            json.dumps(
+                {
+                    "status": "ok",
+                    "accuracy": {"train": 0.9, "val": val, "test": test, "majority_class": 0.3},
+                    "privacy": {
+                        "per_subject": {f"level-{i}": {"epsilon": e} for i, e in enumerate(spent)}
+                    },
+                    "timings_s": {"total": wall - 5},
+                }
+            ),
+        )
 
 
 def test_csv_mean_and_std_match_a_hand_computation(tmp_path):
@@ -257,14 +353,21 @@ def test_csv_mean_and_std_match_a_hand_computation(tmp_path):
     import csv
 
     rows = list(csv.DictReader((tmp_path / "r.csv").open()))
-    assert [(r["epsilon"], r["seeds"], r["failed"]) for r in rows] == [("1.0", "3", "1"), ("2.0", "1", "0")]
+    assert [(r["epsilon"], r["seeds"], r["failed"]) for r in rows] == [
+        ("1.0", "3", "1"),
+        ("2.0", "1", "0"),
+    ]
     r = rows[0]
     mean = (0.80 + 0.84 + 0.83) / 3
     std = math.sqrt(((0.80 - mean) ** 2 + (0.84 - mean) ** 2 + (0.83 - mean) ** 2) / (3 - 1))
     assert float(r["test_mean"]) == pytest.approx(mean) == pytest.approx(0.823333, abs=1e-6)
     assert float(r["test_std"]) == pytest.approx(std) == pytest.approx(0.0208167, abs=1e-6)
-    assert float(r["val_mean"]) == pytest.approx(0.71) and float(r["val_std"]) == pytest.approx(0.01)
-    assert float(r["train_mean"]) == pytest.approx(0.9) and float(r["train_std"]) == pytest.approx(0)
+    assert float(r["val_mean"]) == pytest.approx(0.71) and float(r["val_std"]) == pytest.approx(
+        0.01
+    )
+    assert float(r["train_mean"]) == pytest.approx(0.9) and float(r["train_std"]) == pytest.approx(
+        0
+    )
     assert float(r["cell_wall_s_mean"]) == pytest.approx(12.0)
     assert float(r["cell_wall_s_std"]) == pytest.approx(2.0)
     assert float(r["run_time_s_mean"]) == pytest.approx(7.0)
@@ -293,10 +396,28 @@ def test_epsilon_from_report_places_a_noise_axis_at_the_epsilon_spent(tmp_path):
     """PrivGNN's axis is lambda: each group is placed at the mean over seeds of the largest
     epsilon its runs spent; the CSV keeps lambda as axis_value."""
     for seed, top in enumerate([20.0, 22.0]):
-        fake_cell(tmp_path, "privgnn", "cora", 1.0, seed, test=0.5, level="node",
-                  spent=(top - 5, top), epsilon_from="report")
-    fake_cell(tmp_path, "privgnn", "cora", 2.0, 0, test=0.6, level="node", spent=(55.0,),
-              epsilon_from="report")
+        fake_cell(
+            tmp_path,
+            "privgnn",
+            "cora",
+            1.0,
+            seed,
+            test=0.5,
+            level="node",
+            spent=(top - 5, top),
+            epsilon_from="report",
+        )
+    fake_cell(
+        tmp_path,
+        "privgnn",
+        "cora",
+        2.0,
+        0,
+        test=0.6,
+        level="node",
+        spent=(55.0,),
+        epsilon_from="report",
+    )
     groups = results.aggregate(results.collect([tmp_path]))
     assert [(g["axis_value"], g["epsilon"]) for g in groups] == [(1.0, 21.0), (2.0, 55.0)]
     results.write_csv(groups, tmp_path / "r.csv")
@@ -317,11 +438,16 @@ def test_report_writes_plots_csv_and_markdown(tmp_path):
     for eps, accs in {0.5: [0.70, 0.72], 1.0: [0.80, 0.82], 4.0: [0.85, 0.86]}.items():
         for seed, a in enumerate(accs):
             fake_cell(runs, "lpgnn", "cora", eps, seed, test=a, label="LPGNN")
-            fake_cell(runs, "gap-edge", "cora", eps, seed, test=a - 0.1, level="edge", label="GAP edge")
+            fake_cell(
+                runs, "gap-edge", "cora", eps, seed, test=a - 0.1, level="edge", label="GAP edge"
+            )
     fake_cell(runs, "gap-edge", "cora", 0.0, 0, level="edge", label="GAP edge")
     fake_cell(runs, "gap-inf", "cora", None, 0, test=0.9, level="none", label="GAP no noise")
-    write(runs / "sweep.toml", '[[published]]\nmethod = "lpgnn"\ndataset = "cora"\nepsilon = 1\n'
-                               'test = 83.9\nsource = "LPGNN paper"\n')
+    write(
+        runs / "sweep.toml",
+        '[[published]]\nmethod = "lpgnn"\ndataset = "cora"\nepsilon = 1\n'
+        'test = 83.9\nsource = "LPGNN paper"\n',
+    )
     md = tmp_path / "docs" / "results.md"
     res = CliRunner().invoke(cli, ["report", str(runs), "--markdown", str(md)])
     assert res.exit_code == 0, res.output
@@ -401,10 +527,25 @@ def test_interrupted_sweep_finishes_only_the_rest_and_failed_cells_do_not_stop_i
     sweep_file = write(tmp_path / "tiny.toml", TINY)
     out = tmp_path / "out"
     (tmp_path / "empty").mkdir()  # a root without the files (a missing one is refused)
-    env = {**os.environ, "XDG_CACHE_HOME": str(tmp_path / "cache"), "FEDGRAPH_DATA": str(tmp_path / "empty")}
-    cmd = [sys.executable, "-m", "fedgraph.simulations.cli", "sweep", str(sweep_file), "-o", str(out)]
+    env = {
+        **os.environ,
+        "XDG_CACHE_HOME": str(tmp_path / "cache"),
+        "FEDGRAPH_DATA": str(tmp_path / "empty"),
+    }
+    cmd = [
+        sys.executable,
+        "-m",
+        "fedgraph.simulations.cli",
+        "sweep",
+        str(sweep_file),
+        "-o",
+        str(out),
+    ]
     cells = out / "cells"
-    first, second = cells / "lpgnn__cora__eps1__clients1__seed0", cells / "lpgnn__cora__eps1__clients1__seed1"
+    first, second = (
+        cells / "lpgnn__cora__eps1__clients1__seed0",
+        cells / "lpgnn__cora__eps1__clients1__seed1",
+    )
 
     def status(d):
         try:
@@ -415,8 +556,14 @@ def test_interrupted_sweep_finishes_only_the_rest_and_failed_cells_do_not_stop_i
     # Run 1, one cell at a time (cells in the file's order: cora, then citeseer, whose files
     # are not in the empty data root): the first cell completes and the sweep is stopped
     # (SIGTERM) while the second runs.
-    proc = subprocess.Popen(cmd + ["--parallel", "1"], cwd=ROOT, env=env, text=True,
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    proc = subprocess.Popen(
+        cmd + ["--parallel", "1"],
+        cwd=ROOT,
+        env=env,
+        text=True,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+    )
     try:
         _wait(lambda: status(first) == "ok", 200, "the first epsilon-1 cell")
         _wait(lambda: _pid_running(str(second / "run.toml")), 30, "the last cell's process")
@@ -428,21 +575,26 @@ def test_interrupted_sweep_finishes_only_the_rest_and_failed_cells_do_not_stop_i
     assert proc.returncode == 143, log1  # SIGTERM's code (Ctrl-C's is 130)
     assert "run the same command again" in log1 and "FAILED" not in log1
     assert status(second) == "interrupted" and not (second / "report.json").exists()
-    _wait(lambda: cell_pid not in _sessions().values(), 15, "the interrupted cell's processes to end")
+    _wait(
+        lambda: cell_pid not in _sessions().values(), 15, "the interrupted cell's processes to end"
+    )
     kept = (first / "report.json").stat().st_mtime_ns
 
     # Run 2: only what is left (the interrupted cell and the citeseer cells, which fail with
     # their error while the other finishes), this time
     # as Ray tasks: each cell process then starts its own Ray instance for Flower inside a
     # Ray worker's child (the nested case the executor must handle).
-    res = subprocess.run(cmd + ["--executor", "ray"], cwd=ROOT, env=env, text=True,
-                         capture_output=True, timeout=300)
+    res = subprocess.run(
+        cmd + ["--executor", "ray"], cwd=ROOT, env=env, text=True, capture_output=True, timeout=300
+    )
     assert res.returncode == 1, res.stdout + res.stderr
     assert "4 cells, 1 already done, 3 to run" in res.stdout and "ray executor" in res.stdout
     failed = [ln for ln in res.stdout.splitlines() if ln.startswith("FAILED")]
     assert len(failed) == 2 and all(  # refused before Ray, naming what is missing
-        ln.startswith("FAILED lpgnn citeseer eps=1 clients=1 seed=") and ": dataset/data-root: "
-        "Raw files of dataset 'citeseer' not found" in ln for ln in failed), failed
+        ln.startswith("FAILED lpgnn citeseer eps=1 clients=1 seed=")
+        and ": dataset/data-root: Raw files of dataset 'citeseer' not found" in ln
+        for ln in failed
+    ), failed
     assert "1 ok, 2 failed, 1 skipped" in res.stdout
     assert (first / "report.json").stat().st_mtime_ns == kept
     reports = [json.loads((d / "report.json").read_text()) for d in (first, second)]
@@ -465,7 +617,9 @@ def test_interrupted_sweep_finishes_only_the_rest_and_failed_cells_do_not_stop_i
 def lpgnn_sweep(path: Path, datasets: str, head: str = "") -> Path:
     """A sweep file of LPGNN cells (epsilon 1, 2 clients) over ``datasets`` (TOML strings);
     ``head``: more lines of its ``[sweep]``."""
-    return write(path, f"""
+    return write(
+        path,
+        f"""
 [sweep]
 {head}
 datasets = [{datasets}]
@@ -474,7 +628,8 @@ num-clients = [2]
 [methods.lpgnn]
 preset = "lpgnn-cora"
 epsilon-key = "epsilon"
-""")
+""",
+    )
 
 
 def dry_run(tmp_path: Path, datasets: str, root: str = "empty-root"):
@@ -483,8 +638,11 @@ def dry_run(tmp_path: Path, datasets: str, root: str = "empty-root"):
     if root == "empty-root":
         (tmp_path / root).mkdir(exist_ok=True)
     f = lpgnn_sweep(tmp_path / "s.toml", datasets)
-    return CliRunner().invoke(cli, ["sweep", str(f), "-o", str(tmp_path / "out"), "--dry-run"],
-                              env={"FEDGRAPH_DATA": str(tmp_path / root)})
+    return CliRunner().invoke(
+        cli,
+        ["sweep", str(f), "-o", str(tmp_path / "out"), "--dry-run"],
+        env={"FEDGRAPH_DATA": str(tmp_path / root)},
+    )
 
 
 def test_dry_run_marks_the_cells_whose_data_is_missing(tmp_path):
@@ -495,11 +653,14 @@ def test_dry_run_marks_the_cells_whose_data_is_missing(tmp_path):
     lines = res.output.splitlines()
     assert any(line.startswith("to run") and "__cora__" in line for line in lines)  # bundled
     assert any(line.startswith("no data") and "__citeseer__" in line for line in lines)
-    assert any(line.startswith("no data: citeseer: Raw files of dataset 'citeseer' not found")
-               for line in lines), res.output
+    assert any(
+        line.startswith("no data: citeseer: Raw files of dataset 'citeseer' not found")
+        for line in lines
+    ), res.output
     assert lines[-1] == "2 cells: 0 done, 1 to run, 1 no data", lines[-1]
     assert not (tmp_path / "out" / "cells").exists() or not any(
-        (tmp_path / "out" / "cells").glob("*/report.json"))
+        (tmp_path / "out" / "cells").glob("*/report.json")
+    )
 
 
 @pytest.mark.parametrize("where", ["option", "file"])
@@ -508,15 +669,18 @@ def test_an_output_dir_that_is_a_file_is_refused_before_anything_runs(tmp_path, 
     "[Errno 17] File exists" (fresh user, 12-07): exit 2 naming it, the file untouched."""
     a_file = tmp_path / "out"
     a_file.write_text("keep me")
-    f = lpgnn_sweep(tmp_path / "s.toml", '"cora"',
-                    f'output-dir = "{a_file}"' if where == "file" else "")
+    f = lpgnn_sweep(
+        tmp_path / "s.toml", '"cora"', f'output-dir = "{a_file}"' if where == "file" else ""
+    )
     args = ["-o", str(a_file)] if where == "option" else []
     for dry in ([], ["--dry-run"]):
         res = CliRunner().invoke(cli, ["sweep", str(f), *args, *dry])
         assert res.exit_code == 2, res.output
         said = " ".join(res.output.split())
-        assert f"{'--' if where == 'option' else ''}output-dir: {a_file} is a file, not a folder" \
-            in said, said
+        assert (
+            f"{'--' if where == 'option' else ''}output-dir: {a_file} is a file, not a folder"
+            in said
+        ), said
         assert a_file.read_text() == "keep me"
 
 
@@ -567,10 +731,14 @@ def test_dry_run_exits_2_when_no_cell_can_run_for_want_of_data(tmp_path):
     lines = res.output.splitlines()
     assert sum(line.startswith("no data ") for line in lines) == 2, res.output
     assert "2 cells: 0 done, 0 to run, 2 no data" in lines
-    assert "fedgraph: no cell can run: none of the 2 cells not done has its data (citeseer, " \
-           "pubmed: " in res.output
+    assert (
+        "fedgraph: no cell can run: none of the 2 cells not done has its data (citeseer, "
+        "pubmed: " in res.output
+    )
     res = dry_run(tmp_path, '"cora"', root="no-such-root")  # Cora too: the root is named
     assert res.exit_code == 2, res.output
     assert "1 cell: 0 done, 0 to run, 1 no data" in res.output
-    assert f"no data: cora: data-root: empty, and $FEDGRAPH_DATA = {tmp_path / 'no-such-root'}" \
+    assert (
+        f"no data: cora: data-root: empty, and $FEDGRAPH_DATA = {tmp_path / 'no-such-root'}"
         in res.output
+    )

@@ -3,6 +3,7 @@ marked a run's task failed ("No heartbeat received from the task") 60 s after it
 loaded machine, while the run went on. The sender reads the task's address and token from
 its process's command line, heartbeats every few seconds with its own short-timeout client,
 and stops when the SuperLink says the task is over; elsewhere it does nothing."""
+
 from __future__ import annotations
 
 import threading
@@ -15,8 +16,16 @@ from fedgraph.simulations import task_heartbeat
 
 
 def test_only_a_flower_task_process_command_line_starts_it():
-    argv = ["/x/flwr-simulation", "--runtime-api-address", "127.0.0.1:5", "--token", "tok",
-            "--insecure", "--parent-pid", "7"]
+    argv = [
+        "/x/flwr-simulation",
+        "--runtime-api-address",
+        "127.0.0.1:5",
+        "--token",
+        "tok",
+        "--insecure",
+        "--parent-pid",
+        "7",
+    ]
     assert task_heartbeat.runtime_args(argv) == ("127.0.0.1:5", "tok")
     assert task_heartbeat.runtime_args(["fedgraph", "run", "ppgnn-cora"]) is None
     assert task_heartbeat.runtime_args(argv[:5]) is None  # TLS: not ours to handle
@@ -47,8 +56,14 @@ def test_it_heartbeats_with_the_token_until_the_task_is_over():
     old = task_heartbeat.CALL_TIMEOUT_S
     task_heartbeat.CALL_TIMEOUT_S = 0.3
     try:
-        argv = ["flwr-simulation", "--runtime-api-address",
-                f"127.0.0.1:{server.server_address[1]}", "--token", "secret-token", "--insecure"]
+        argv = [
+            "flwr-simulation",
+            "--runtime-api-address",
+            f"127.0.0.1:{server.server_address[1]}",
+            "--token",
+            "secret-token",
+            "--insecure",
+        ]
         assert task_heartbeat.start(argv, interval=0.05)
         deadline = time.time() + 20
         while task_heartbeat._STATE["thread"].is_alive() and time.time() < deadline:
@@ -59,8 +74,10 @@ def test_it_heartbeats_with_the_token_until_the_task_is_over():
         task_heartbeat.CALL_TIMEOUT_S = old
         server.shutdown()
     assert not task_heartbeat._STATE["thread"].is_alive()  # stopped: the task was over
-    assert all(path == "/v1/runtime/send-task-heartbeat" and token == "secret-token"
-               for path, token in seen)
+    assert all(
+        path == "/v1/runtime/send-task-heartbeat" and token == "secret-token"
+        for path, token in seen
+    )
     assert stats["ended"] == "task no longer running"
     assert stats["sent"] == 5 and stats["acknowledged"] == 3 and stats["failed"] == 1, stats
     assert 0 < stats["max_gap_s"] < 10

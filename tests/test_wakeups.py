@@ -1,6 +1,7 @@
 """Message latency (issue 16): Flower's simulation threads wake up on a push or a stored reply
 instead of after their 100 ms polls (fedgraph.simulations.wakeups). Each test lengthens the idle wait to
 seconds, so a wake-up that does not happen fails the test instead of passing slowly."""
+
 from __future__ import annotations
 
 import queue
@@ -90,8 +91,9 @@ class _ReplyLaterGrid:
 
     def push_messages(self, messages):
         def store():
-            self.stored.append(types.SimpleNamespace(
-                metadata=types.SimpleNamespace(reply_to_message_id="id-1")))
+            self.stored.append(
+                types.SimpleNamespace(metadata=types.SimpleNamespace(reply_to_message_id="id-1"))
+            )
             wakeups.REPLIED.set()
 
         threading.Timer(0.3, store).start()

@@ -3,12 +3,19 @@ section it cannot split into ``name: description``) are shown as INFO lines, not
 that ``mkdocs build --strict`` fails on what breaks the site (a missing page, a broken link or
 anchor, an unresolvable ``:::`` reference) and not on docstring formatting of code owned
 elsewhere. Everything else griffe says stays a warning."""
+
 import logging
 import re
 
-_LAYOUT = ("Failed to get 'name: description' pair", "Failed to get 'exception: description' pair",
-           "Empty ", "No type or annotation for", "does not appear in the function signature",
-           "Confusing indentation", "Failed to parse field directive")
+_LAYOUT = (
+    "Failed to get 'name: description' pair",
+    "Failed to get 'exception: description' pair",
+    "Empty ",
+    "No type or annotation for",
+    "does not appear in the function signature",
+    "Confusing indentation",
+    "Failed to parse field directive",
+)
 
 
 class _Layout(logging.Filter):

@@ -1,4 +1,5 @@
 """mkdocs-gen-files script: writes the generated reference pages (see refs.py)."""
+
 import sys
 import tempfile
 from pathlib import Path
@@ -7,7 +8,6 @@ HERE = Path(__file__).resolve().parent
 sys.path[:0] = [str(HERE), str(HERE.parents[1])]
 
 import mkdocs_gen_files  # noqa: E402
-
 import refs  # noqa: E402
 
 with mkdocs_gen_files.open("reference/config.md", "w") as f:
@@ -24,8 +24,13 @@ with tempfile.TemporaryDirectory() as tmp:
 
 # The API: one page per module, found by walking the packages; the nav is written with them.
 nav = ["* [API](api/index.md)"]
-index = ["# API", "", "Generated from the docstrings of every public module "
-         "(mkdocstrings), by walking the packages at build time.", ""]
+index = [
+    "# API",
+    "",
+    "Generated from the docstrings of every public module "
+    "(mkdocstrings), by walking the packages at build time.",
+    "",
+]
 for mod in refs.modules():
     page = "api/" + mod.replace(".", "/") + ".md"
     with mkdocs_gen_files.open("reference/" + page, "w") as f:
@@ -36,7 +41,8 @@ for mod in refs.modules():
 with mkdocs_gen_files.open("reference/api/index.md", "w") as f:
     f.write("\n".join(index) + "\n")
 with mkdocs_gen_files.open("reference/SUMMARY.md", "w") as f:
-    f.write("* [Run-config keys](config.md)\n* [Presets](presets.md)\n"
-            "* [Report fields](report.md)\n* [The fedgraph command](cli.md)\n"
-            "* [Messages between server and clients](protocol.md)\n"
-            + "\n".join(nav) + "\n")
+    f.write(
+        "* [Run-config keys](config.md)\n* [Presets](presets.md)\n"
+        "* [Report fields](report.md)\n* [The fedgraph command](cli.md)\n"
+        "* [Messages between server and clients](protocol.md)\n" + "\n".join(nav) + "\n"
+    )

@@ -16,6 +16,7 @@ the default, sensitivity sqrt 2 per PMA hop).
 
 Run: fedgraph run examples/custom_dataset/run.toml
 """
+
 from pathlib import Path
 
 import torch

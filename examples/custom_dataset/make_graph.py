@@ -6,6 +6,7 @@ with probability 0.3 (others 0.05). Node ids are shuffled so that classes are no
 
     python examples/custom_dataset/make_graph.py
 """
+
 from pathlib import Path
 
 import numpy as np
@@ -21,9 +22,16 @@ x = (rng.random((n, f)) < np.where(topic, 0.3, 0.05)).astype(int)
 
 out = Path(__file__).parent / "graph"
 out.mkdir(exist_ok=True)
-np.savetxt(out / "edges.csv", np.stack([src, dst], 1), fmt="%d", delimiter=",",
-           header="source,target (0-based node ids; undirected, each edge once)")
+np.savetxt(
+    out / "edges.csv",
+    np.stack([src, dst], 1),
+    fmt="%d",
+    delimiter=",",
+    header="source,target (0-based node ids; undirected, each edge once)",
+)
 np.savetxt(out / "features.csv", x, fmt="%d", delimiter=",", header="32 binary features per node")
 np.savetxt(out / "labels.csv", y, fmt="%d", header="class id per node, in [0, 4)")
-(out / "graph.toml").write_text('name = "sbm-400"\nfeature_domain = [0, 1]  # binary features: public range\n')
+(out / "graph.toml").write_text(
+    'name = "sbm-400"\nfeature_domain = [0, 1]  # binary features: public range\n'
+)
 print(f"{n} nodes, {len(src)} edges, {f} features, {k} classes -> {out}")

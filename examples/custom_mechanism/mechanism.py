@@ -13,6 +13,7 @@ budget), so the server needs no level.
 
 Run: fedgraph run examples/custom_mechanism/run.toml
 """
+
 import math
 
 import torch
@@ -44,8 +45,11 @@ class PiecewiseMechanism(FeatureMechanism):
         inside = rng.rand(n, generator, torch.float64) < e / (e + 1)
         w = rng.rand(n, generator, torch.float64)
         outer = w * (2 * c - (right - left))  # a point on [-C, l) U (r, C], laid end to end
-        value = torch.where(inside, left + w * (right - left),
-                            torch.where(outer < left + c, -c + outer, right + outer - (left + c)))
+        value = torch.where(
+            inside,
+            left + w * (right - left),
+            torch.where(outer < left + c, -c + outer, right + outer - (left + c)),
+        )
         return {"col": col, "value": value.float()}
 
     def estimate(self, report, num_features):

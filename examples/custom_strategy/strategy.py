@@ -8,6 +8,7 @@ the backbone. Everything on the server is post-processing of the clients' DP rep
 
 Run: fedgraph run examples/custom_strategy/run.toml
 """
+
 import json
 
 from flwr.app import ArrayRecord
@@ -37,15 +38,35 @@ class PPGNNWithAPPNP(PrivateStrategy):
         reports = {n: tensors(r["report"]) for n, r in replies.items()}
         with self.report.phase("APPNP + train (server)"):
             x, _, y, train, val, edges = ppgnn.assemble(
-                list(reports.values()), mech, stats["num_nodes"], stats["num_features"])
+                list(reports.values()), mech, stats["num_nodes"], stats["num_features"]
+            )
             h = APPNP(K=max(cfg.steps), alpha=self.alpha)(x, edges)
             h = (h - h.mean(0)) / h.std(0).clamp_min(1e-6)
             graph = adjacency_for(cfg.backbone, edges, stats["num_nodes"])  # fast sparse form
             model = make_backbone(cfg.backbone, h.shape[1], stats["num_classes"], cfg.hidden)
-            fit = train_node_classifier(model, h, graph, y.clamp_min(0), train, val,
-                                        epochs=cfg.epochs, lr=cfg.lr, weight_decay=cfg.weight_decay)
+            fit = train_node_classifier(
+                model,
+                h,
+                graph,
+                y.clamp_min(0),
+                train,
+                val,
+                epochs=cfg.epochs,
+                lr=cfg.lr,
+                weight_decay=cfg.weight_decay,
+            )
             pred = fit.model(h, graph).argmax(-1)
         with self.report.phase("evaluate (clients)"):
-            counts = self.ask(grid, "evaluate.ppgnn", per_node={n: {"predictions": ArrayRecord(
-                {"node_ids": r["node_ids"], "pred": pred[r["node_ids"]]})} for n, r in reports.items()})
+            counts = self.ask(
+                grid,
+                "evaluate.ppgnn",
+                per_node={
+                    n: {
+                        "predictions": ArrayRecord(
+                            {"node_ids": r["node_ids"], "pred": pred[r["node_ids"]]}
+                        )
+                    }
+                    for n, r in reports.items()
+                },
+            )
         self.record_accuracy(counts)

@@ -8,6 +8,7 @@ client's privacy.
 
 Run: fedgraph run examples/round_strategies/damped.toml
 """
+
 from flwr.app import ArrayRecord
 from flwr.serverapp.strategy import FedAvg
 
@@ -29,6 +30,8 @@ class DampedFedAvg(FedAvg):
         if arrays is None or not self.current:
             return arrays, metrics
         mean = arrays.to_torch_state_dict()
-        step = {k: (w + self.damping * (mean[k] - w)) if w.is_floating_point() else mean[k]
-                for k, w in self.current.items()}
+        step = {
+            k: (w + self.damping * (mean[k] - w)) if w.is_floating_point() else mean[k]
+            for k, w in self.current.items()
+        }
         return ArrayRecord(step), metrics

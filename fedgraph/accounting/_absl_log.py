@@ -6,6 +6,7 @@ too (absl calls it whenever the root logger has none). :func:`install` gives the
 logger a handler of its own (stderr) that prints each distinct message once, and stops it
 propagating to the root logger; :func:`fedgraph._lazy.no_root_logging_config` keeps absl from
 configuring the root logger during a call into dp-accounting."""
+
 from __future__ import annotations
 
 import logging
@@ -45,8 +46,9 @@ def install() -> None:
     if any(getattr(h, "_fedgraph", False) for h in logger.handlers):
         return
     handler = _Stderr()
-    handler.setFormatter(logging.Formatter("%(levelname)s: dp-accounting: %(message)s "
-                                           "(shown once)"))
+    handler.setFormatter(
+        logging.Formatter("%(levelname)s: dp-accounting: %(message)s (shown once)")
+    )
     handler.addFilter(_Once())
     handler._fedgraph = True
     logger.addHandler(handler)

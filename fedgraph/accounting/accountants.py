@@ -29,6 +29,7 @@ accountant's, RDP's, and PLD's when the requested one fails or gives infinity), 
 when one of them is finite; deltas below :data:`DELTA_FLOOR` are refused by run configs,
 ledger summaries and calibration.
 """
+
 from __future__ import annotations
 
 import math
@@ -38,10 +39,18 @@ from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 
-from .events import (ApproxDP, Event, Gaussian, Laplace, PureDP, SubsampledGaussian,
-                     check_event, event_delta, pure_epsilon)
+from .events import (
+    ApproxDP,
+    Event,
+    Gaussian,
+    Laplace,
+    PureDP,
+    SubsampledGaussian,
+    check_event,
+    event_delta,
+    pure_epsilon,
+)
 from .rdp import CONVERSIONS, DEFAULT_ORDERS, event_rdp, rdp_to_epsilon
-
 
 #: The smallest delta a run config, a ledger summary or a calibration accepts. Below it the
 #: tight accountants are not reliable: prv-accountant's ``delta_error`` (1e-3 of delta) meets
@@ -58,10 +67,15 @@ def check_delta(delta: float, name: str = "delta") -> float:
         ValueError: naming ``name`` and the allowed range, for a delta that is not a real
             number, is NaN, or lies outside ``[1e-12, 1)``.
     """
-    if isinstance(delta, bool) or not isinstance(delta, (int, float)) or not (
-            DELTA_FLOOR <= float(delta) < 1.0):
-        raise ValueError(f"{name} must lie in [{DELTA_FLOOR:g}, 1) (below {DELTA_FLOOR:g} the "
-                         f"prv and pld accountants are not reliable), got {delta!r}")
+    if (
+        isinstance(delta, bool)
+        or not isinstance(delta, (int, float))
+        or not (DELTA_FLOOR <= float(delta) < 1.0)
+    ):
+        raise ValueError(
+            f"{name} must lie in [{DELTA_FLOOR:g}, 1) (below {DELTA_FLOOR:g} the "
+            f"prv and pld accountants are not reliable), got {delta!r}"
+        )
     return float(delta)
 
 
@@ -90,8 +104,7 @@ class Accountant(ABC):
     name: str = "?"
 
     @abstractmethod
-    def _epsilon(self, events: list[Event], delta: float) -> tuple[float, tuple | None,
-                                                                    list[str]]:
+    def _epsilon(self, events: list[Event], delta: float) -> tuple[float, tuple | None, list[str]]:
         """``(epsilon, bounds or None, notes)`` at the *total* delta ``delta``."""
 
     def supports(self, events: Sequence[Event]) -> bool:
@@ -115,9 +128,14 @@ class Accountant(ABC):
         if not events:
             return Composition(0.0, total, self.name, self.name)
         eps, bounds, notes = self._epsilon(events, total)
-        return Composition(float(eps), total, self.name, self.name,
-                           None if bounds is None else tuple(float(b) for b in bounds),
-                           tuple(notes))
+        return Composition(
+            float(eps),
+            total,
+            self.name,
+            self.name,
+            None if bounds is None else tuple(float(b) for b in bounds),
+            tuple(notes),
+        )
 
 
 def _gaussian_equivalent(events: list[Event]) -> tuple[float | None, list[Event]]:
@@ -128,12 +146,12 @@ def _gaussian_equivalent(events: list[Event]) -> tuple[float | None, list[Event]
     inv_var, rest = 0.0, []
     for e in events:
         if isinstance(e, Gaussian):
-            inv_var += e.count / e.noise_multiplier ** 2
+            inv_var += e.count / e.noise_multiplier**2
         elif isinstance(e, SubsampledGaussian) and e.sample_rate >= 1.0:
-            inv_var += e.steps / e.noise_multiplier ** 2
+            inv_var += e.steps / e.noise_multiplier**2
         else:
             rest.append(e)
-    return (inv_var ** -0.5 if inv_var > 0 else None), rest
+    return (inv_var**-0.5 if inv_var > 0 else None), rest
 
 
 def _grouped(events: list[Event]) -> Counter:
@@ -154,6 +172,7 @@ def _grouped(events: list[Event]) -> Counter:
 
 
 # ---------------------------------------------------------------------------------------- PRV
+
 
 def _prv_classes():
     """prv-accountant's pure/approximate-DP variables with a correct RDP curve.
@@ -194,8 +213,13 @@ class PrvAccountant(Accountant):
 
     name = "prv"
 
-    def __init__(self, rel_eps_error: float = 2e-3, min_eps_error: float = 1e-3,
-                 delta_error_fraction: float = 1e-3, max_points: int = 2 ** 20):
+    def __init__(
+        self,
+        rel_eps_error: float = 2e-3,
+        min_eps_error: float = 1e-3,
+        delta_error_fraction: float = 1e-3,
+        max_points: int = 2**20,
+    ):
         self.rel_eps_error = rel_eps_error
         self.min_eps_error = min_eps_error
         self.delta_error_fraction = delta_error_fraction
@@ -205,8 +229,11 @@ class PrvAccountant(Accountant):
         return not any(isinstance(e, Laplace) and e.sample_rate < 1.0 for e in events)
 
     def _prvs(self, events: list[Event]):
-        from prv_accountant import (GaussianMechanism, LaplaceMechanism,
-                                    PoissonSubsampledGaussianMechanism)
+        from prv_accountant import (
+            GaussianMechanism,
+            LaplaceMechanism,
+            PoissonSubsampledGaussianMechanism,
+        )
 
         PureDPPRV, ApproxDPPRV = _prv_classes()
         sigma, rest = _gaussian_equivalent(events)
@@ -216,12 +243,16 @@ class PrvAccountant(Accountant):
             counts.append(1)
         for key, n in _grouped(rest).items():
             if key[0] == "sgm":
-                prvs.append(PoissonSubsampledGaussianMechanism(
-                    sampling_probability=key[1], noise_multiplier=key[2]))
+                prvs.append(
+                    PoissonSubsampledGaussianMechanism(
+                        sampling_probability=key[1], noise_multiplier=key[2]
+                    )
+                )
             elif key[0] == "laplace":
                 if key[2] < 1.0:
                     raise NotImplementedError(
-                        "prv-accountant has no Poisson-subsampled Laplace mechanism")
+                        "prv-accountant has no Poisson-subsampled Laplace mechanism"
+                    )
                 prvs.append(LaplaceMechanism(mu=1.0 / key[1]))  # mu = sensitivity / scale
             elif key[2] > 0:
                 prvs.append(ApproxDPPRV(key[1], key[2]))
@@ -251,28 +282,35 @@ class PrvAccountant(Accountant):
         for frac in (self.delta_error_fraction, 10 * self.delta_error_fraction):
             delta_error = frac * free
             # Guard the discretisation size (Gopi et al., Thm. 5.5 mesh; Remark 5.6 domain).
-            L = compute_safe_domain_size(prvs, counts, eps_error=eps_error,
-                                         delta_error=delta_error)
+            L = compute_safe_domain_size(prvs, counts, eps_error=eps_error, delta_error=delta_error)
             mesh = eps_error / math.sqrt(n_total / 2 * math.log(12 / delta_error))
             points = 2 * L / mesh
             ee = eps_error
             if points > self.max_points:
                 ee = eps_error * points / self.max_points
-                notes.append(f"prv eps_error loosened to {ee:.3g} to keep the mesh at "
-                             f"{self.max_points} points")
+                notes.append(
+                    f"prv eps_error loosened to {ee:.3g} to keep the mesh at "
+                    f"{self.max_points} points"
+                )
             try:
                 with warnings.catch_warnings():
                     warnings.simplefilter("ignore")
-                    acc = PRVAccountant(prvs=prvs, max_self_compositions=counts,
-                                        eps_error=ee, delta_error=delta_error)
+                    acc = PRVAccountant(
+                        prvs=prvs,
+                        max_self_compositions=counts,
+                        eps_error=ee,
+                        delta_error=delta_error,
+                    )
                     lo, est, hi = acc.compute_epsilon(delta=delta, num_self_compositions=counts)
                 if not np.isfinite(hi):
                     raise ValueError(f"prv-accountant returned epsilon {hi}")
                 return max(hi, 0.0), (lo, est, hi), notes
             except (RuntimeError, ValueError, FloatingPointError, AssertionError) as err:
                 last = err
-                notes.append(f"prv failed with eps_error={ee:.3g}, delta_error={delta_error:.3g}"
-                             f": {type(err).__name__}: {err}")
+                notes.append(
+                    f"prv failed with eps_error={ee:.3g}, delta_error={delta_error:.3g}"
+                    f": {type(err).__name__}: {err}"
+                )
         raise _PrvNumericalFailure(notes) from last
 
 
@@ -283,6 +321,7 @@ class _PrvNumericalFailure(RuntimeError):
 
 
 # ---------------------------------------------------------------------------------------- PLD
+
 
 class PldAccountant(Accountant):
     """dp-accounting PLD, pessimistic estimate (an upper bound up to the tail truncation of
@@ -303,31 +342,44 @@ class PldAccountant(Accountant):
         sigma, rest = _gaussian_equivalent(events)
         parts = []
         if sigma is not None:
-            parts.append(PLD.from_gaussian_mechanism(
-                standard_deviation=sigma, value_discretization_interval=self.vdi,
-                pessimistic_estimate=self.pessimistic, use_connect_dots=self.pessimistic))
+            parts.append(
+                PLD.from_gaussian_mechanism(
+                    standard_deviation=sigma,
+                    value_discretization_interval=self.vdi,
+                    pessimistic_estimate=self.pessimistic,
+                    use_connect_dots=self.pessimistic,
+                )
+            )
         for key, n in _grouped(rest).items():
             if key[0] == "sgm":
                 p = PLD.from_gaussian_mechanism(
-                    standard_deviation=key[2], sampling_prob=key[1],
+                    standard_deviation=key[2],
+                    sampling_prob=key[1],
                     value_discretization_interval=self.vdi,
-                    pessimistic_estimate=self.pessimistic, use_connect_dots=self.pessimistic)
+                    pessimistic_estimate=self.pessimistic,
+                    use_connect_dots=self.pessimistic,
+                )
             elif key[0] == "laplace":
                 p = PLD.from_laplace_mechanism(
-                    parameter=key[1], sampling_prob=key[2],
+                    parameter=key[1],
+                    sampling_prob=key[2],
                     value_discretization_interval=self.vdi,
-                    pessimistic_estimate=self.pessimistic, use_connect_dots=self.pessimistic)
+                    pessimistic_estimate=self.pessimistic,
+                    use_connect_dots=self.pessimistic,
+                )
             elif self.pessimistic:  # closed-form worst case of an (epsilon, delta) guarantee
                 p = PLD.from_privacy_parameters(
                     common.DifferentialPrivacyParameters(key[1], key[2]),
-                    value_discretization_interval=self.vdi)
+                    value_discretization_interval=self.vdi,
+                )
             else:  # the same, rounded down (from_privacy_parameters rounds up)
                 eps, dlt = key[1], key[2]
                 pmf = {math.floor(eps / self.vdi): (1 - dlt) / (1 + math.exp(-eps))}
                 k = math.floor(-eps / self.vdi)
                 pmf[k] = pmf.get(k, 0.0) + (1 - dlt) / (1 + math.exp(eps))
                 p = PLD.PrivacyLossDistribution.create_from_rounded_probability(
-                    pmf, dlt, self.vdi, pessimistic_estimate=False)
+                    pmf, dlt, self.vdi, pessimistic_estimate=False
+                )
             parts.append(p.self_compose(n) if n > 1 else p)
         for p in parts:
             pld = p if pld is None else pld.compose(p)
@@ -341,13 +393,13 @@ class PldAccountant(Accountant):
 
 # ---------------------------------------------------------------------------------------- RDP
 
+
 class RdpAccountant(Accountant):
     """Rényi DP at ``orders``, converted with ``conversion`` (see :mod:`.rdp`)."""
 
     name = "rdp"
 
-    def __init__(self, orders: Sequence[float] = DEFAULT_ORDERS,
-                 conversion: str = "balle2020"):
+    def __init__(self, orders: Sequence[float] = DEFAULT_ORDERS, conversion: str = "balle2020"):
         if conversion not in CONVERSIONS:
             raise ValueError(f"conversion must be one of {CONVERSIONS}, got {conversion!r}")
         self.orders = tuple(orders)
@@ -419,8 +471,11 @@ class AnalyticGaussianAccountant(Accountant):
             # PRV's compose adds the ApproxDP events' deltas to ``delta`` once (this one
             # passed the total on, and the epsilon held only at a delta larger than reported)
             res = PrvAccountant().compose(events, delta)
-            return replace(res, requested=self.name,
-                           notes=("analytic: non-Gaussian events, used prv", *res.notes))
+            return replace(
+                res,
+                requested=self.name,
+                notes=("analytic: non-Gaussian events, used prv", *res.notes),
+            )
         return super().compose(events, delta)
 
     def _epsilon(self, events, delta):
@@ -429,8 +484,11 @@ class AnalyticGaussianAccountant(Accountant):
 
 
 ACCOUNTANTS: dict[str, type[Accountant]] = {
-    "prv": PrvAccountant, "pld": PldAccountant, "rdp": RdpAccountant,
-    "analytic": AnalyticGaussianAccountant}
+    "prv": PrvAccountant,
+    "pld": PldAccountant,
+    "rdp": RdpAccountant,
+    "analytic": AnalyticGaussianAccountant,
+}
 
 
 def get_accountant(spec: str | Accountant) -> Accountant:
@@ -442,13 +500,15 @@ def get_accountant(spec: str | Accountant) -> Accountant:
     if isinstance(spec, Accountant):
         return spec
     if spec not in ACCOUNTANTS:
-        raise ValueError(f"accountant must be one of {sorted(ACCOUNTANTS)} or an Accountant, "
-                         f"got {spec!r}")
+        raise ValueError(
+            f"accountant must be one of {sorted(ACCOUNTANTS)} or an Accountant, got {spec!r}"
+        )
     return ACCOUNTANTS[spec]()
 
 
-def compose(events: Sequence[Event], delta: float, accountant: str | Accountant = "prv"
-            ) -> Composition:
+def compose(
+    events: Sequence[Event], delta: float, accountant: str | Accountant = "prv"
+) -> Composition:
     """Compose ``events`` into an epsilon (nats) at ``delta``.
 
     ``delta`` is the delta you are willing to add on top of the ApproxDP events' own deltas;
@@ -484,8 +544,9 @@ def compose(events: Sequence[Event], delta: float, accountant: str | Accountant 
         return Composition(0.0, own_delta + delta, "basic composition", acc.name)
     if delta == 0.0:
         if math.isinf(basic):
-            raise ValueError("delta must be > 0 for events without a pure epsilon "
-                             "(Gaussian, SubsampledGaussian)")
+            raise ValueError(
+                "delta must be > 0 for events without a pure epsilon (Gaussian, SubsampledGaussian)"
+            )
         return Composition(basic, own_delta, "basic composition", acc.name)
     notes: list[str] = []
     if isinstance(acc, PrvAccountant) and not acc.supports(events):
@@ -512,8 +573,9 @@ def compose(events: Sequence[Event], delta: float, accountant: str | Accountant 
     return Composition(eps, result.delta, used, acc.name, result.bounds, tuple(notes))
 
 
-def _try(acc: Accountant, events: list[Event], delta: float, notes: list[str]
-         ) -> Composition | None:
+def _try(
+    acc: Accountant, events: list[Event], delta: float, notes: list[str]
+) -> Composition | None:
     """``acc.compose(events, delta)``, or ``None`` (the reason noted) if its numerics fail."""
     try:
         return acc.compose(events, delta)
@@ -522,8 +584,9 @@ def _try(acc: Accountant, events: list[Event], delta: float, notes: list[str]
         return None
 
 
-def _tightest(result: Composition | None, events: list[Event], delta: float,
-              notes: list[str]) -> Composition:
+def _tightest(
+    result: Composition | None, events: list[Event], delta: float, notes: list[str]
+) -> Composition:
     """The smallest finite epsilon among ``result`` and the valid upper bounds that back it up.
 
     Every candidate is an upper bound on the true epsilon at the same total delta (prv's
@@ -560,8 +623,9 @@ def _tightest(result: Composition | None, events: list[Event], delta: float,
     return best
 
 
-def compose_epsilon(events: Sequence[Event], delta: float,
-                    accountant: str | Accountant = "prv") -> float:
+def compose_epsilon(
+    events: Sequence[Event], delta: float, accountant: str | Accountant = "prv"
+) -> float:
     """Epsilon (nats) of ``events`` at ``delta`` (plus ApproxDP deltas); see :func:`compose`.
 
     ``"prv"`` returns prv-accountant's upper bound (conservative).
@@ -580,8 +644,10 @@ def to_dp_event(event: Event):
     if isinstance(event, Gaussian):
         return E.SelfComposedDpEvent(E.GaussianDpEvent(event.noise_multiplier), event.count)
     if isinstance(event, SubsampledGaussian):
-        return E.SelfComposedDpEvent(E.PoissonSampledDpEvent(
-            event.sample_rate, E.GaussianDpEvent(event.noise_multiplier)), event.steps)
+        return E.SelfComposedDpEvent(
+            E.PoissonSampledDpEvent(event.sample_rate, E.GaussianDpEvent(event.noise_multiplier)),
+            event.steps,
+        )
     if isinstance(event, Laplace):
         inner = E.LaplaceDpEvent(event.noise_multiplier)
         if event.sample_rate < 1.0:

@@ -1,4 +1,5 @@
 """Noise calibration: the smallest noise multiplier that meets an epsilon target."""
+
 from __future__ import annotations
 
 import math
@@ -7,7 +8,6 @@ from collections.abc import Callable
 
 from .accountants import Accountant, check_delta, compose_epsilon
 from .events import Event
-
 
 #: the largest noise multiplier :func:`calibrate` searches by default (its ``upper``)
 MAX_NOISE_MULTIPLIER = 1e3
@@ -40,20 +40,25 @@ class _Budget:
     def spend(self) -> None:
         """Count one evaluation about to run; raise if the budget is already used up."""
         used = time.monotonic() - self.start
-        if self.done >= self.max_evaluations or (self.time_budget_s is not None
-                                                 and used > self.time_budget_s):
+        if self.done >= self.max_evaluations or (
+            self.time_budget_s is not None and used > self.time_budget_s
+        ):
             raise CalibrationError(
                 f"calibration for {self.what} did not finish: stopped after "
                 f"{self.done} accountant evaluations and {used:.1f} s "
                 f"(budget: {self.max_evaluations} evaluations, "
                 f"{self.time_budget_s if self.time_budget_s is not None else 'no'} s limit); "
-                "raise delta or epsilon, use accountant='rdp', or raise the budget")
+                "raise delta or epsilon, use accountant='rdp', or raise the budget"
+            )
         self.done += 1
 
 
-def epsilon_floor(make_events: Callable[[float], list[Event]] | None, delta: float,
-                  accountant: str | Accountant = "prv",
-                  upper: float = MAX_NOISE_MULTIPLIER) -> float:
+def epsilon_floor(
+    make_events: Callable[[float], list[Event]] | None,
+    delta: float,
+    accountant: str | Accountant = "prv",
+    upper: float = MAX_NOISE_MULTIPLIER,
+) -> float:
     """The smallest target :func:`calibrate` can reach for these events: their epsilon at the
     largest noise multiplier it searches, ``upper`` (``make_events`` ``None``: nothing is
     noised, ``0.0``). One accountant evaluation, so a preflight can check a target before
@@ -63,11 +68,18 @@ def epsilon_floor(make_events: Callable[[float], list[Event]] | None, delta: flo
     return float(compose_epsilon(make_events(upper), check_delta(delta), accountant))
 
 
-def calibrate(target_epsilon: float, delta: float, make_events: Callable[[float], list[Event]],
-              accountant: str | Accountant = "prv", lower: float = 0.1,
-              upper: float = MAX_NOISE_MULTIPLIER,
-              rtol: float = 1e-3, max_evaluations: int = 200,
-              time_budget_s: float | None = 600.0, _budget: _Budget | None = None) -> float:
+def calibrate(
+    target_epsilon: float,
+    delta: float,
+    make_events: Callable[[float], list[Event]],
+    accountant: str | Accountant = "prv",
+    lower: float = 0.1,
+    upper: float = MAX_NOISE_MULTIPLIER,
+    rtol: float = 1e-3,
+    max_evaluations: int = 200,
+    time_budget_s: float | None = 600.0,
+    _budget: _Budget | None = None,
+) -> float:
     """The smallest noise multiplier ``sigma`` in ``[lower, upper]`` (up to ``rtol``) with
     ``compose_epsilon(make_events(sigma), delta, accountant) <= target_epsilon``.
 
@@ -95,12 +107,14 @@ def calibrate(target_epsilon: float, delta: float, make_events: Callable[[float]
         CalibrationError: (a ValueError) the evaluation or time budget ran out; the message
             names ``target_epsilon`` and ``delta``.
     """
-    if isinstance(target_epsilon, bool) or not (target_epsilon > 0
-                                                and math.isfinite(target_epsilon)):
+    if isinstance(target_epsilon, bool) or not (
+        target_epsilon > 0 and math.isfinite(target_epsilon)
+    ):
         raise ValueError(f"target_epsilon must be finite and > 0, got {target_epsilon!r}")
     delta = check_delta(delta)
-    if isinstance(max_evaluations, bool) or not (isinstance(max_evaluations, int)
-                                                 and max_evaluations >= 1):
+    if isinstance(max_evaluations, bool) or not (
+        isinstance(max_evaluations, int) and max_evaluations >= 1
+    ):
         raise ValueError(f"max_evaluations must be an int >= 1, got {max_evaluations!r}")
     if time_budget_s is not None and not (time_budget_s > 0):
         raise ValueError(f"time_budget_s must be > 0 or None, got {time_budget_s!r}")
@@ -109,15 +123,15 @@ def calibrate(target_epsilon: float, delta: float, make_events: Callable[[float]
     if not (0 < rtol < 1):
         raise ValueError(f"rtol must lie in (0, 1), got {rtol!r}")
 
-    budget = _budget or _Budget(max_evaluations, time_budget_s,
-                                f"target_epsilon={target_epsilon:g}, delta={delta:g}")
+    budget = _budget or _Budget(
+        max_evaluations, time_budget_s, f"target_epsilon={target_epsilon:g}, delta={delta:g}"
+    )
 
     def eps(sigma: float) -> float:
         budget.spend()
         return compose_epsilon(make_events(sigma), delta, accountant)
 
-    seed = _rdp_bracket(target_epsilon, delta, make_events, accountant, lower, upper, eps,
-                        budget)
+    seed = _rdp_bracket(target_epsilon, delta, make_events, accountant, lower, upper, eps, budget)
     if seed is not None:
         return _bisect(*seed, lambda sigma: eps(sigma) <= target_epsilon, rtol)
     # Bracket from below, a decade at a time, so that extreme noise is rarely evaluated.
@@ -140,7 +154,9 @@ def calibrate(target_epsilon: float, delta: float, make_events: Callable[[float]
             elif x >= upper:
                 raise UnreachableTarget(
                     f"unreachable target: epsilon {e:.6g} > {target_epsilon:g} even at the "
-                    f"largest noise multiplier {upper:g}; raise `upper`", e)
+                    f"largest noise multiplier {upper:g}; raise `upper`",
+                    e,
+                )
             else:
                 lo = x
     return _bisect(lo, hi, lambda sigma: eps(sigma) <= target_epsilon, rtol)
@@ -175,8 +191,9 @@ def _rdp_bracket(target_epsilon, delta, make_events, accountant, lower, upper, e
     if get_accountant(accountant).name == "rdp":
         return None
     try:
-        hi = calibrate(target_epsilon, delta, make_events, "rdp", lower, upper, rtol=1e-2,
-                       _budget=budget)
+        hi = calibrate(
+            target_epsilon, delta, make_events, "rdp", lower, upper, rtol=1e-2, _budget=budget
+        )
     except CalibrationError:
         raise
     except ValueError:

@@ -11,6 +11,7 @@ Sources: Dwork & Roth, "The Algorithmic Foundations of Differential Privacy" (20
 pure/approximate and Laplace mechanisms; Mironov, "Rényi Differential Privacy" (2017); Abadi
 et al., "Deep Learning with Differential Privacy" (2016) for the subsampled Gaussian.
 """
+
 from __future__ import annotations
 
 import math
@@ -19,8 +20,11 @@ from dataclasses import dataclass
 
 
 def _positive_finite(name: str, value) -> None:
-    if isinstance(value, bool) or not isinstance(value, numbers.Real) \
-            or not (value > 0 and math.isfinite(value)):
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, numbers.Real)
+        or not (value > 0 and math.isfinite(value))
+    ):
         raise ValueError(f"{name} must be finite and > 0, got {value!r}")
 
 
@@ -30,8 +34,7 @@ def _count(name: str, value) -> None:
 
 
 def _rate(name: str, value) -> None:
-    if isinstance(value, bool) or not isinstance(value, numbers.Real) \
-            or not (0.0 < value <= 1.0):
+    if isinstance(value, bool) or not isinstance(value, numbers.Real) or not (0.0 < value <= 1.0):
         raise ValueError(f"{name} must lie in (0, 1], got {value!r}")
 
 
@@ -66,8 +69,11 @@ class ApproxDP:
 
     def __post_init__(self):
         _positive_finite("epsilon", self.epsilon)
-        if isinstance(self.delta, bool) or not isinstance(self.delta, numbers.Real) \
-                or not (0.0 <= self.delta < 1.0):
+        if (
+            isinstance(self.delta, bool)
+            or not isinstance(self.delta, numbers.Real)
+            or not (0.0 <= self.delta < 1.0)
+        ):
             raise ValueError(f"delta must lie in [0, 1), got {self.delta!r}")
         _count("count", self.count)
 
@@ -146,8 +152,10 @@ EVENT_TYPES = (PureDP, ApproxDP, Gaussian, SubsampledGaussian, Laplace)
 def check_event(event) -> None:
     """Raises ``TypeError`` unless ``event`` is one of :data:`EVENT_TYPES`."""
     if not isinstance(event, EVENT_TYPES):
-        raise TypeError(f"unknown privacy event {event!r}: use one of "
-                        f"{', '.join(t.__name__ for t in EVENT_TYPES)}")
+        raise TypeError(
+            f"unknown privacy event {event!r}: use one of "
+            f"{', '.join(t.__name__ for t in EVENT_TYPES)}"
+        )
 
 
 def pure_epsilon(event: Event) -> float:

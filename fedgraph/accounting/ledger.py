@@ -8,6 +8,7 @@ a wrong composition shows up as a mismatch in the report.
 Shape follows Opacus' accountants: events in, epsilon out, the accountant swappable by name
 (:mod:`.accountants`: ``"prv"``, ``"pld"``, ``"rdp"``).
 """
+
 from __future__ import annotations
 
 import copy
@@ -16,11 +17,27 @@ from collections import defaultdict
 from dataclasses import asdict, dataclass, field
 
 from .accountants import PldAccountant, PrvAccountant, check_delta, compose
-from .events import (ApproxDP, Event, Gaussian, Laplace, PureDP, SubsampledGaussian,
-                     check_event, event_delta, is_pure)
+from .events import (
+    ApproxDP,
+    Event,
+    Gaussian,
+    Laplace,
+    PureDP,
+    SubsampledGaussian,
+    check_event,
+    event_delta,
+    is_pure,
+)
 
-__all__ = ["ApproxDP", "Event", "Gaussian", "Laplace", "PrivacyLedger", "PureDP",
-           "SubsampledGaussian"]
+__all__ = [
+    "ApproxDP",
+    "Event",
+    "Gaussian",
+    "Laplace",
+    "PrivacyLedger",
+    "PureDP",
+    "SubsampledGaussian",
+]
 
 AGREE_RTOL = 0.01  # cross-check: relative tolerance
 AGREE_ATOL = 2e-3  # cross-check: absolute tolerance (nats), for epsilons near 0
@@ -54,7 +71,8 @@ class PrivacyLedger:
     #: epsilon ``inf`` (released without noise, or with noise of no finite sensitivity) or
     #: ``0`` (the protected unit was not used)
     unprotected: dict[str, list[tuple[str, str, float]]] = field(
-        default_factory=lambda: defaultdict(list))
+        default_factory=lambda: defaultdict(list)
+    )
     #: epsilon budget per subject (nats; e.g. a PPGNN level's eps_tau, a client's target):
     #: :meth:`summary` flags a subject whose epsilon exceeds it
     budgets: dict[str, float] = field(default_factory=dict)
@@ -62,7 +80,8 @@ class PrivacyLedger:
     #: ``claimed``), per subject: ``(release, claimed_by, event)``; shown beside the epsilon
     #: ``inf`` in :meth:`summary`, never composed into it
     claims: dict[str, list[tuple[str, str, Event]]] = field(
-        default_factory=lambda: defaultdict(list))
+        default_factory=lambda: defaultdict(list)
+    )
 
     def record(self, subject: str, release: str, event: Event) -> None:
         """Record that ``subject``'s data went through ``event`` in the release ``release``.
@@ -102,8 +121,9 @@ class PrivacyLedger:
             return None
         return bool(epsilon > budget * (1 + BUDGET_RTOL)) if not math.isnan(epsilon) else True
 
-    def record_unprotected(self, subject: str, release: str, reason: str = "no noise",
-                           claimed=(), claimed_by: str = "") -> None:
+    def record_unprotected(
+        self, subject: str, release: str, reason: str = "no noise", claimed=(), claimed_by: str = ""
+    ) -> None:
         """Record that ``subject``'s data left in ``release`` **without** a DP guarantee (e.g. a
         client whose epsilon target is inf adds no noise). The subject is listed with epsilon
         ``inf`` (:meth:`epsilon`, :meth:`summary`) instead of vanishing from the report.
@@ -120,8 +140,11 @@ class PrivacyLedger:
         for event in claimed:
             check_event(event)
             rows = self.claims[subject]
-            merged = (_merge(rows[-1][2], event) if rows and rows[-1][:2] == (release, claimed_by)
-                      else None)
+            merged = (
+                _merge(rows[-1][2], event)
+                if rows and rows[-1][:2] == (release, claimed_by)
+                else None
+            )
             if merged is not None:
                 rows[-1] = (release, claimed_by, merged)
             else:
@@ -131,16 +154,20 @@ class PrivacyLedger:
         """The composed claimed figure of ``subject`` (see :meth:`record_unprotected`)."""
         claims = self.claims[subject]
         events = [e for _, _, e in claims]
-        row = {"by": sorted({by for _, by, _ in claims}),
-               "releases": sorted({r for r, _, _ in claims}),
-               "holds": False,
-               "note": "the figure its authors' accounting gives; it is NOT a differential "
-                       "privacy guarantee for this release (see the release's reason)"}
+        row = {
+            "by": sorted({by for _, by, _ in claims}),
+            "releases": sorted({r for r, _, _ in claims}),
+            "holds": False,
+            "note": "the figure its authors' accounting gives; it is NOT a differential "
+            "privacy guarantee for this release (see the release's reason)",
+        }
         try:
             if all(is_pure(e) for e in events):
-                row.update(epsilon=sum(e.epsilon * e.count for e in events),
-                           delta=sum(event_delta(e) for e in events),
-                           accountant="basic composition")
+                row.update(
+                    epsilon=sum(e.epsilon * e.count for e in events),
+                    delta=sum(event_delta(e) for e in events),
+                    accountant="basic composition",
+                )
             else:
                 c = compose(events, delta, accountant)
                 row.update(epsilon=c.epsilon, delta=c.delta, accountant=c.accountant)
@@ -199,8 +226,7 @@ class PrivacyLedger:
         if fixed is not None:
             return fixed, 0.0
         if all(is_pure(e) for e in events):
-            return (sum(e.epsilon * e.count for e in events),
-                    sum(event_delta(e) for e in events))
+            return (sum(e.epsilon * e.count for e in events), sum(event_delta(e) for e in events))
         c = compose(events, delta, accountant)
         return c.epsilon, c.delta
 
@@ -212,8 +238,12 @@ class PrivacyLedger:
         events = self.events(subject)
         fixed = self._fixed_epsilon(subject)
         if fixed is not None:
-            note = ("no differential privacy: released without noise, or with noise of no "
-                    "finite sensitivity" if math.isinf(fixed) else "the protected unit was not used")
+            note = (
+                "no differential privacy: released without noise, or with noise of no "
+                "finite sensitivity"
+                if math.isinf(fixed)
+                else "the protected unit was not used"
+            )
             return Composition(fixed, 0.0, "none", "none", None, (note,))
         if all(is_pure(e) for e in events):
             eps, d = self.epsilon(subject)
@@ -235,8 +265,9 @@ class PrivacyLedger:
             raise ValueError(f"delta must lie in (0, 1), got {delta!r}")
         return RdpAccountant(conversion=conversion).compose(events, delta).epsilon
 
-    def cross_check(self, subject: str, delta: float = 1e-6,
-                    main_accountant: str | None = None) -> tuple[float, float, float]:
+    def cross_check(
+        self, subject: str, delta: float = 1e-6, main_accountant: str | None = None
+    ) -> tuple[float, float, float]:
         """``(lower, estimate, upper)`` epsilon of ``subject`` at ``delta`` from an accountant
         independent of the main figure's, ``main_accountant`` (the name of the accountant
         that produced it; ``None``: the default composition's, :meth:`composition`).
@@ -284,29 +315,49 @@ class PrivacyLedger:
                 why = {"fallback": f"prv-accountant raised {type(err).__name__}: {err}"[:400]}
                 hi = est = PldAccountant().compose(events, delta).epsilon
                 lo = PldAccountant(pessimistic=False).compose(events, delta).epsilon
-            return {"accountant": name, "delta": delta, "epsilon_lower": lo,
-                    "epsilon_estimate": est, "epsilon_upper": hi,
-                    "test": "lower bound <= basic composition (+1%); the basic figure is "
-                            "exact at delta 0, the cross-check's at `delta` may be smaller",
-                    "agrees": bool(lo <= eps * (1 + AGREE_RTOL) + AGREE_ATOL), **why}
+            return {
+                "accountant": name,
+                "delta": delta,
+                "epsilon_lower": lo,
+                "epsilon_estimate": est,
+                "epsilon_upper": hi,
+                "test": "lower bound <= basic composition (+1%); the basic figure is "
+                "exact at delta 0, the cross-check's at `delta` may be smaller",
+                "agrees": bool(lo <= eps * (1 + AGREE_RTOL) + AGREE_ATOL),
+                **why,
+            }
         if main_acc == "pld" and not PrvAccountant().supports(events):
             _, rdp, _ = self.cross_check(subject, delta, main_acc)
-            return {"accountant": "rdp", "delta": delta, "epsilon_upper": rdp,
-                    "test": "pld epsilon <= rdp bound (+1%)",
-                    "agrees": bool(eps <= rdp * (1 + AGREE_RTOL) + AGREE_ATOL)}
+            return {
+                "accountant": "rdp",
+                "delta": delta,
+                "epsilon_upper": rdp,
+                "test": "pld epsilon <= rdp bound (+1%)",
+                "agrees": bool(eps <= rdp * (1 + AGREE_RTOL) + AGREE_ATOL),
+            }
         # the check's accountant is chosen against the one that gave the main figure (with
         # accountant = "pld" the default composition's would have been PLD checked by itself)
         lo, est, hi = self.cross_check(subject, delta, main_acc)
         if main_acc == "rdp":  # the tightest bound that held (compose's RDP cap or fallback)
-            return {"accountant": "pld", "delta": delta, "epsilon_lower": lo,
-                    "epsilon_estimate": est, "epsilon_upper": hi,
-                    "test": "pld optimistic (lower) <= rdp bound (+1%)",
-                    "agrees": bool(lo <= eps * (1 + AGREE_RTOL) + AGREE_ATOL)}
+            return {
+                "accountant": "pld",
+                "delta": delta,
+                "epsilon_lower": lo,
+                "epsilon_estimate": est,
+                "epsilon_upper": hi,
+                "test": "pld optimistic (lower) <= rdp bound (+1%)",
+                "agrees": bool(lo <= eps * (1 + AGREE_RTOL) + AGREE_ATOL),
+            }
         name = "prv-accountant" if main_acc == "pld" else "pld"
-        return {"accountant": name, "delta": delta, "epsilon_lower": lo,
-                "epsilon_estimate": est, "epsilon_upper": hi,
-                "test": f"|{main_acc} - {name}| <= 1% (+{AGREE_ATOL})",
-                "agrees": bool(abs(eps - est) <= AGREE_RTOL * max(eps, est) + AGREE_ATOL)}
+        return {
+            "accountant": name,
+            "delta": delta,
+            "epsilon_lower": lo,
+            "epsilon_estimate": est,
+            "epsilon_upper": hi,
+            "test": f"|{main_acc} - {name}| <= 1% (+{AGREE_ATOL})",
+            "agrees": bool(abs(eps - est) <= AGREE_RTOL * max(eps, est) + AGREE_ATOL),
+        }
 
     def summary(self, delta: float = 1e-6, accountant="prv") -> dict[str, dict]:
         """Per subject: ``epsilon``, ``delta``, ``accountant`` (the one used), ``releases``,
@@ -327,10 +378,16 @@ class PrivacyLedger:
         # about 0.5 s; ten clients of one epsilon target spent 5 s here).
         figures: dict[str, dict] = {}
         for s in self.subjects:
-            row: dict = {"releases": [{"release": e.release, "event": type(e.event).__name__,
-                                       **asdict(e.event)} for e in self.entries.get(s, [])]}
-            row["releases"] += [{"release": r, "event": "none", "reason": why, "epsilon": e}
-                                for r, why, e in self.unprotected.get(s, [])]
+            row: dict = {
+                "releases": [
+                    {"release": e.release, "event": type(e.event).__name__, **asdict(e.event)}
+                    for e in self.entries.get(s, [])
+                ]
+            }
+            row["releases"] += [
+                {"release": r, "event": "none", "reason": why, "epsilon": e}
+                for r, why, e in self.unprotected.get(s, [])
+            ]
             fixed = self._fixed_epsilon(s)
             if fixed is not None:
                 c = self.composition(s)
@@ -363,17 +420,23 @@ class PrivacyLedger:
             if c.bounds is not None:
                 row["bounds"] = list(c.bounds)
         except Exception as err:  # keep the report writable
-            row.update(epsilon=math.nan, delta=math.nan,
-                       accountant=getattr(accountant, "name", str(accountant)),
-                       error=f"{type(err).__name__}: {err}")
+            row.update(
+                epsilon=math.nan,
+                delta=math.nan,
+                accountant=getattr(accountant, "name", str(accountant)),
+                error=f"{type(err).__name__}: {err}",
+            )
             return row
         try:
             row["cross_check"] = self._cross_check_row(s, c.epsilon, c.accountant, delta)
         except Exception as err:  # the accountants' numerics fail for some parameters
             row["cross_check"] = {"accountant": "?", "error": f"{type(err).__name__}: {err}"}
         try:
-            row["rdp"] = {"epsilon": self.epsilon_rdp(s, delta), "delta": delta,
-                          "conversion": "balle2020"}
+            row["rdp"] = {
+                "epsilon": self.epsilon_rdp(s, delta),
+                "delta": delta,
+                "conversion": "balle2020",
+            }
         except NotImplementedError:
             pass
         except Exception as err:

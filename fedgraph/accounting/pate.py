@@ -29,11 +29,12 @@ The formulas follow the paper and its published analysis (tensorflow/privacy,
 ``compute_logpr_answered``, ``compute_rdp_threshold``); this is an independent implementation,
 tested against those formulas and a brute-force Rényi divergence (``tests/test_pate.py``).
 """
+
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Sequence
 
 import numpy as np
 from scipy.special import logsumexp
@@ -43,8 +44,10 @@ from .rdp import rdp_to_epsilon
 
 #: RDP orders of the PATE analysis (the paper's scripts use 2..100 and up to 500)
 PATE_ORDERS: tuple[float, ...] = tuple(
-    [1.25, 1.5, 1.75] + [float(a) for a in np.arange(2, 100.5, 0.5)]
-    + [float(a) for a in np.logspace(np.log10(100), np.log10(1000), 40)[1:]])
+    [1.25, 1.5, 1.75]
+    + [float(a) for a in np.arange(2, 100.5, 0.5)]
+    + [float(a) for a in np.logspace(np.log10(100), np.log10(1000), 40)[1:]]
+)
 
 
 def _orders(orders) -> np.ndarray:
@@ -107,7 +110,7 @@ def rdp_gnmax_data_dependent(logq: float, sigma: float, orders=PATE_ORDERS) -> n
         raise ValueError(f"logq must be <= 0 (got {logq})")
     if math.isinf(logq):  # the output is fixed: 0-RDP
         return np.zeros_like(a)
-    var = sigma ** 2
+    var = sigma**2
     ret = a / var
     mu2 = math.sqrt(var * -logq)
     mu1 = mu2 + 1
@@ -128,8 +131,9 @@ def rdp_gnmax_data_dependent(logq: float, sigma: float, orders=PATE_ORDERS) -> n
 
 def logpr_answered(threshold: float, sigma1: float, votes: Sequence[float]) -> float:
     """``log Pr[max votes + N(0, sigma1^2) >= threshold]`` (Confident-GNMax's check)."""
-    return float(norm.logsf(float(threshold) - float(np.max(votes)),
-                            scale=_check_sigma(sigma1, "sigma1")))
+    return float(
+        norm.logsf(float(threshold) - float(np.max(votes)), scale=_check_sigma(sigma1, "sigma1"))
+    )
 
 
 def rdp_threshold_data_independent(sigma1: float, orders=PATE_ORDERS) -> np.ndarray:
@@ -156,15 +160,22 @@ class ConfidentGNMaxCost:
     queries: int
     answered: int
 
-    def epsilon(self, delta: float, which: str = "independent",
-                conversion: str = "balle2020") -> float:
+    def epsilon(
+        self, delta: float, which: str = "independent", conversion: str = "balle2020"
+    ) -> float:
         """Epsilon (nats) at ``delta`` of the ``independent`` or ``dependent`` curve."""
         curve = {"independent": self.independent, "dependent": self.dependent}[which]
         return rdp_to_epsilon(self.orders, curve, delta, conversion)[0]
 
 
-def confident_gnmax_cost(votes, answered, sigma2: float, threshold: float | None = None,
-                         sigma1: float | None = None, orders=PATE_ORDERS) -> ConfidentGNMaxCost:
+def confident_gnmax_cost(
+    votes,
+    answered,
+    sigma2: float,
+    threshold: float | None = None,
+    sigma1: float | None = None,
+    orders=PATE_ORDERS,
+) -> ConfidentGNMaxCost:
     """RDP of Confident-GNMax over ``Q`` queries (paper Alg. 1 and Sec. 4).
 
     Args:
@@ -200,8 +211,9 @@ def confident_gnmax_cost(votes, answered, sigma2: float, threshold: float | None
     return ConfidentGNMaxCost(a, ind, dep, int(v.shape[0]), int(ans.sum()))
 
 
-def gnmax_output_distribution(votes: Sequence[float], sigma: float,
-                              points: int = 4001) -> np.ndarray:
+def gnmax_output_distribution(
+    votes: Sequence[float], sigma: float, points: int = 4001
+) -> np.ndarray:
     """``Pr[argmax_j (n_j + N(0, sigma^2)) = i]`` for every class ``i`` by numerical
     integration (``int phi_i(x) prod_{j != i} Phi_j(x) dx`` on a grid of ``points`` over
     ``+-12 sigma``). For tests of the bounds on small vote vectors."""
@@ -216,6 +228,15 @@ def gnmax_output_distribution(votes: Sequence[float], sigma: float,
     return p / p.sum()
 
 
-__all__ = ["PATE_ORDERS", "logq_gnmax", "rdp_gnmax_data_independent", "rdp_gnmax_data_dependent",
-           "logpr_answered", "rdp_threshold_data_independent", "rdp_threshold_data_dependent",
-           "ConfidentGNMaxCost", "confident_gnmax_cost", "gnmax_output_distribution"]
+__all__ = [
+    "PATE_ORDERS",
+    "logq_gnmax",
+    "rdp_gnmax_data_independent",
+    "rdp_gnmax_data_dependent",
+    "logpr_answered",
+    "rdp_threshold_data_independent",
+    "rdp_threshold_data_dependent",
+    "ConfidentGNMaxCost",
+    "confident_gnmax_cost",
+    "gnmax_output_distribution",
+]

@@ -31,10 +31,10 @@ testing interpretations and Rényi DP", Thm. 21; the same as dp-accounting's and
 or ``"mironov2017"`` (Mironov 2017, Prop. 3: ``min_a rdp(a) + log(1/delta)/(a-1)``; looser,
 used by autodp and hence by papers that report autodp figures, e.g. PrivGNN).
 """
+
 from __future__ import annotations
 
 import functools
-
 import math
 from collections.abc import Sequence
 
@@ -43,7 +43,8 @@ import numpy as np
 from .events import ApproxDP, Event, Gaussian, Laplace, PureDP, SubsampledGaussian
 
 DEFAULT_ORDERS: tuple[float, ...] = tuple(
-    [1 + x / 10.0 for x in range(1, 100)] + list(range(11, 64)) + [128, 256, 512, 1024])
+    [1 + x / 10.0 for x in range(1, 100)] + list(range(11, 64)) + [128, 256, 512, 1024]
+)
 CONVERSIONS = ("balle2020", "mironov2017")
 
 
@@ -73,15 +74,16 @@ def _log_moment_subsampled_laplace(b: float, q: float, t: float) -> float:
     from scipy import integrate
 
     lr_lo = math.log1p(q * math.expm1(-1.0 / b))  # log P/Q on x <= 0
-    lr_hi = math.log1p(q * math.expm1(1.0 / b))   # log P/Q on x >= 1
+    lr_hi = math.log1p(q * math.expm1(1.0 / b))  # log P/Q on x >= 1
 
     def g(x):  # log of the integrand on [0, 1]: log Q-density + t log(P/Q)
         return -x / b - math.log(2 * b) + t * math.log1p(q * math.expm1((2 * x - 1) / b))
 
     grid = np.linspace(0.0, 1.0, 257)
     m = max(g(x) for x in grid)
-    val, _ = integrate.quad(lambda x: math.exp(g(x) - m), 0.0, 1.0, epsabs=0.0,
-                            epsrel=1e-10, limit=500, points=[0.5])
+    val, _ = integrate.quad(
+        lambda x: math.exp(g(x) - m), 0.0, 1.0, epsabs=0.0, epsrel=1e-10, limit=500, points=[0.5]
+    )
     terms = [math.log(0.5) + t * lr_lo, math.log(0.5) - 1.0 / b + t * lr_hi]
     if val > 0:
         terms.append(m + math.log(val))
@@ -103,8 +105,9 @@ def subsampled_laplace_rdp(noise_multiplier: float, sample_rate: float, order: f
 
 
 @functools.lru_cache(maxsize=4096)
-def _subsampled_gaussian_step(sample_rate: float, noise_multiplier: float,
-                              orders: tuple[float, ...]) -> np.ndarray:
+def _subsampled_gaussian_step(
+    sample_rate: float, noise_multiplier: float, orders: tuple[float, ...]
+) -> np.ndarray:
     """One step's RDP curve of the Poisson-subsampled Gaussian (Mironov et al. 2019, via
     Opacus's ``compute_rdp``, whose ``steps`` steps are ``steps`` times this curve exactly),
     kept: the fractional orders cost milliseconds each, and a run composes the same step
@@ -112,8 +115,10 @@ def _subsampled_gaussian_step(sample_rate: float, noise_multiplier: float,
     from .._lazy import import_without_root_logging
 
     compute_rdp = import_without_root_logging("opacus.accountants.analysis.rdp").compute_rdp
-    curve = np.asarray(compute_rdp(q=sample_rate, noise_multiplier=noise_multiplier, steps=1,
-                                   orders=list(orders)), dtype=float)
+    curve = np.asarray(
+        compute_rdp(q=sample_rate, noise_multiplier=noise_multiplier, steps=1, orders=list(orders)),
+        dtype=float,
+    )
     curve.flags.writeable = False
     return curve
 
@@ -126,16 +131,20 @@ def event_rdp(event: Event, orders: Sequence[float] = DEFAULT_ORDERS) -> np.ndar
     """
     orders = [float(a) for a in orders]
     if isinstance(event, Gaussian):
-        return np.array([event.count * a / (2 * event.noise_multiplier ** 2) for a in orders])
+        return np.array([event.count * a / (2 * event.noise_multiplier**2) for a in orders])
     if isinstance(event, SubsampledGaussian):
         if event.sample_rate >= 1.0:
-            return np.array([event.steps * a / (2 * event.noise_multiplier ** 2)
-                             for a in orders])
-        return event.steps * _subsampled_gaussian_step(event.sample_rate,
-                                                       event.noise_multiplier, tuple(orders))
+            return np.array([event.steps * a / (2 * event.noise_multiplier**2) for a in orders])
+        return event.steps * _subsampled_gaussian_step(
+            event.sample_rate, event.noise_multiplier, tuple(orders)
+        )
     if isinstance(event, Laplace):
-        return np.array([event.count * subsampled_laplace_rdp(
-            event.noise_multiplier, event.sample_rate, a) for a in orders])
+        return np.array(
+            [
+                event.count * subsampled_laplace_rdp(event.noise_multiplier, event.sample_rate, a)
+                for a in orders
+            ]
+        )
     if isinstance(event, PureDP):
         return np.array([event.count * pure_dp_rdp(event.epsilon, a) for a in orders])
     if isinstance(event, ApproxDP):
@@ -143,8 +152,9 @@ def event_rdp(event: Event, orders: Sequence[float] = DEFAULT_ORDERS) -> np.ndar
     raise TypeError(f"unknown privacy event {event!r}")
 
 
-def rdp_to_epsilon(orders: Sequence[float], rdp: Sequence[float], delta: float,
-                   conversion: str = "balle2020") -> tuple[float, float]:
+def rdp_to_epsilon(
+    orders: Sequence[float], rdp: Sequence[float], delta: float, conversion: str = "balle2020"
+) -> tuple[float, float]:
     """``(epsilon, best order)`` from an RDP curve at ``delta`` in (0, 1).
 
     Raises:

@@ -1,5 +1,6 @@
 """Cheap checks of where a run reads and writes (no torch): the output folder, the data
 root and the dataset's files, run before anything starts and again by the preflight."""
+
 from __future__ import annotations
 
 from ..dataset_files import ENV_DATA, missing_files
@@ -14,8 +15,7 @@ def unwritable_folder(folder, create: bool = True) -> str | None:
     import os
     import tempfile
 
-    blocking = next((a for a in (folder, *folder.parents) if a.exists() and not a.is_dir()),
-                    None)
+    blocking = next((a for a in (folder, *folder.parents) if a.exists() and not a.is_dir()), None)
     if blocking is not None:
         return f"{blocking} is a file, not a folder"
     if not create:
@@ -43,8 +43,10 @@ def check_output_dir(cfg, create: bool = True) -> None:
 
     out = Path(getattr(cfg, "output_dir", "") or ".").expanduser()
     if out.exists() and not out.is_dir():
-        raise ConfigError(f"output-dir: {out} is a file, not a folder (name a folder for the "
-                          "reports, or one that does not exist yet)")
+        raise ConfigError(
+            f"output-dir: {out} is a file, not a folder (name a folder for the "
+            "reports, or one that does not exist yet)"
+        )
     why = unwritable_folder(out, create)
     if why is not None:
         raise ConfigError(f"output-dir: cannot write reports to {out}: {why}")
@@ -68,18 +70,24 @@ def check_data_root(cfg) -> None:
     path = Path(root).expanduser()
     pt_file = str(getattr(cfg, "dataset", "")).lower() == "files" and path.suffix == ".pt"
     if root and pt_file and not path.is_file():  # dataset files: a torch.save'd graph
-        raise ConfigError(f"data-root: {root} is not a file (dataset 'files' reads a .pt file "
-                          "saved with torch.save, or a folder of plain files)")
+        raise ConfigError(
+            f"data-root: {root} is not a file (dataset 'files' reads a .pt file "
+            "saved with torch.save, or a folder of plain files)"
+        )
     if root and not pt_file and not path.is_dir():
-        raise ConfigError(f"data-root: {root} is not a folder (give an existing data root, or "
-                          "leave data-root empty for $FEDGRAPH_DATA, the user cache and the "
-                          "bundled Cora; dataset 'files' also reads a .pt file)")
+        raise ConfigError(
+            f"data-root: {root} is not a folder (give an existing data root, or "
+            "leave data-root empty for $FEDGRAPH_DATA, the user cache and the "
+            "bundled Cora; dataset 'files' also reads a .pt file)"
+        )
     env = os.environ.get(ENV_DATA, "")
     generated = str(getattr(cfg, "dataset", "")).lower().startswith("synthetic")  # no files
     if not root and env and not generated and not Path(env).expanduser().is_dir():
-        raise ConfigError(f"data-root: empty, and ${ENV_DATA} = {env} is not a folder (set "
-                          f"${ENV_DATA} to an existing data root or unset it for the user "
-                          "cache and the bundled Cora, or set data-root)")
+        raise ConfigError(
+            f"data-root: empty, and ${ENV_DATA} = {env} is not a folder (set "
+            f"${ENV_DATA} to an existing data root or unset it for the user "
+            "cache and the bundled Cora, or set data-root)"
+        )
 
 
 def check_dataset_files(cfg) -> None:

@@ -6,6 +6,7 @@ Flower's run config is flat (``key = value`` with ``-`` in keys); :func:`parse_r
 maps it onto the models and turns validation errors into :class:`ConfigError` messages that
 name the key and the allowed values.
 """
+
 from __future__ import annotations
 
 import difflib
@@ -22,9 +23,12 @@ from .ppgnn import MAX_STEPS, PPGNNConfig
 from .privgnn import PrivGNNConfig
 from .progap import ProGAPConfig
 
-
-METHOD_CONFIGS: dict[str, type[_Base]] = {"ppgnn": PPGNNConfig, "gap": GAPConfig,
-                                             "privgnn": PrivGNNConfig, "progap": ProGAPConfig}
+METHOD_CONFIGS: dict[str, type[_Base]] = {
+    "ppgnn": PPGNNConfig,
+    "gap": GAPConfig,
+    "privgnn": PrivGNNConfig,
+    "progap": ProGAPConfig,
+}
 
 
 def method_of(run_config: dict[str, Any]) -> str:
@@ -35,9 +39,11 @@ def method_of(run_config: dict[str, Any]) -> str:
 
 
 #: the allowed values of list keys (checked by their validators), for the non-finite check
-RANGES = {"budgets": "comma-separated epsilons in (0, inf), strictly increasing",
-          "level_shares": "comma-separated shares >= 0 summing to 1, one per level",
-          "steps": f"comma-separated integers in [0, {MAX_STEPS}]"}
+RANGES = {
+    "budgets": "comma-separated epsilons in (0, inf), strictly increasing",
+    "level_shares": "comma-separated shares >= 0 summing to 1, one per level",
+    "steps": f"comma-separated integers in [0, {MAX_STEPS}]",
+}
 
 
 def _refuse_two_spellings(run_config: dict[str, Any]) -> None:
@@ -48,9 +54,11 @@ def _refuse_two_spellings(run_config: dict[str, Any]) -> None:
         name = str(key).replace("-", "_")
         other = seen.setdefault(name, str(key))
         if other != str(key) and run_config[other] != run_config[key]:
-            raise ConfigError(f"{name.replace('_', '-')}: given twice, as {other} = "
-                              f"{run_config[other]!r} and {key} = {run_config[key]!r}; give it "
-                              f"once (as {name.replace('_', '-')})")
+            raise ConfigError(
+                f"{name.replace('_', '-')}: given twice, as {other} = "
+                f"{run_config[other]!r} and {key} = {run_config[key]!r}; give it "
+                f"once (as {name.replace('_', '-')})"
+            )
 
 
 def parse_run_config(run_config: dict[str, Any]) -> _Base:
@@ -70,25 +78,48 @@ def parse_run_config(run_config: dict[str, Any]) -> _Base:
     for k in text & set(cfg):  # an unquoted number for a text key (--set run-name=123): text
         if isinstance(cfg[k], (int, float)) and not isinstance(cfg[k], bool):
             cfg[k] = str(cfg[k])
-    bad = [k for k, v in cfg.items() if isinstance(v, float) and not math.isfinite(v)
-           or k not in text and isinstance(v, str)
-           and v.strip().lower() in ("nan", "inf", "-inf", "+inf")]
-    if bad and not all(k == "client_epsilons" and str(cfg[k]).strip().lower() == "inf" for k in bad):
-        raise ConfigError("invalid run config:\n  " + "\n  ".join(
-            (f"{k.replace('_', '-')}: must be numbers > 0 or inf (no noise), not nan "
-             f"(got {cfg[k]!r})" if k == "client_epsilons" else
-             f"{k.replace('_', '-')}: must be a finite number (got {cfg[k]!r})"
-             + (f"; allowed: {_declared_range(model, k)}" if _declared_range(model, k)
-                else ""))
-            for k in bad))
+    bad = [
+        k
+        for k, v in cfg.items()
+        if isinstance(v, float)
+        and not math.isfinite(v)
+        or k not in text
+        and isinstance(v, str)
+        and v.strip().lower() in ("nan", "inf", "-inf", "+inf")
+    ]
+    if bad and not all(
+        k == "client_epsilons" and str(cfg[k]).strip().lower() == "inf" for k in bad
+    ):
+        raise ConfigError(
+            "invalid run config:\n  "
+            + "\n  ".join(
+                (
+                    f"{k.replace('_', '-')}: must be numbers > 0 or inf (no noise), not nan "
+                    f"(got {cfg[k]!r})"
+                    if k == "client_epsilons"
+                    else f"{k.replace('_', '-')}: must be a finite number (got {cfg[k]!r})"
+                    + (
+                        f"; allowed: {_declared_range(model, k)}"
+                        if _declared_range(model, k)
+                        else ""
+                    )
+                )
+                for k in bad
+            )
+        )
     method = cfg["method"]
     if method not in METHOD_CONFIGS:
         raise ConfigError(f"method: unknown {method!r}; allowed: {', '.join(METHOD_CONFIGS)}")
     model = METHOD_CONFIGS[method]
     # Keys declared for another method (pyproject declares them all) are not this method's.
-    others = set().union(*(m.model_fields for m in METHOD_CONFIGS.values())) - set(model.model_fields)
-    cfg = {k: v for k, v in cfg.items() if k not in others
-           and not (k in METHOD_DEPENDENT and isinstance(v, str) and not v.strip())}
+    others = set().union(*(m.model_fields for m in METHOD_CONFIGS.values())) - set(
+        model.model_fields
+    )
+    cfg = {
+        k: v
+        for k, v in cfg.items()
+        if k not in others and not (k in METHOD_DEPENDENT and isinstance(v, str) and not v.strip())
+    }
     try:
         return model(**cfg)
     except ValidationError as err:
@@ -101,8 +132,10 @@ def parse_run_config(run_config: dict[str, Any]) -> _Base:
                     key = field_
             if e["type"] == "extra_forbidden":
                 known = ["strategy"] + [k.replace("_", "-") for k in model.model_fields]
-                lines.append(f"{key}: unknown key{did_you_mean(key, known)}; allowed keys: "
-                             f"{', '.join(known)}")
+                lines.append(
+                    f"{key}: unknown key{did_you_mean(key, known)}; allowed keys: "
+                    f"{', '.join(known)}"
+                )
             else:
                 got = e.get("input")
                 msg = e["msg"].removeprefix("Value error, ")
@@ -111,8 +144,9 @@ def parse_run_config(run_config: dict[str, Any]) -> _Base:
                     msg = "must be true or false"
                 # the value already in the message; a bound's digits ("greater than 0") are
                 # not the value, so a number out of a range is always shown
-                shown = repr(got) in msg and (isinstance(got, str)
-                                              or e["type"] not in _RANGE_ERRORS)
+                shown = repr(got) in msg and (
+                    isinstance(got, str) or e["type"] not in _RANGE_ERRORS
+                )
                 # a "got <value>" already in the message is enough; pydantic's "got a number
                 # with a fractional part" names no value, so that one is still shown
                 said = re.search(r"\bgot (?!a |an )", msg) is not None
@@ -134,9 +168,19 @@ def did_you_mean(key: str, known) -> str:
 
 #: pydantic's error types after which the message adds the field's allowed values: a numeric
 #: bound (``ge``, ``gt``, ``le``, ``lt``) or a value that is not a number of the field's type
-_RANGE_ERRORS = frozenset({"greater_than", "greater_than_equal", "less_than",
-                           "less_than_equal", "int_parsing", "int_from_float", "float_parsing",
-                           "int_type", "float_type"})
+_RANGE_ERRORS = frozenset(
+    {
+        "greater_than",
+        "greater_than_equal",
+        "less_than",
+        "less_than_equal",
+        "int_parsing",
+        "int_from_float",
+        "float_parsing",
+        "int_type",
+        "float_type",
+    }
+)
 
 
 def _declared_range(model, key: str) -> str | None:
@@ -162,8 +206,12 @@ def _allowed_range(model, loc: tuple) -> str | None:
     lo = hi = None
     lo_closed = hi_closed = False
     for m in info.metadata:
-        for attr, is_low, closed in (("ge", True, True), ("gt", True, False),
-                                     ("le", False, True), ("lt", False, False)):
+        for attr, is_low, closed in (
+            ("ge", True, True),
+            ("gt", True, False),
+            ("le", False, True),
+            ("lt", False, False),
+        ):
             value = getattr(m, attr, None)
             if value is None:
                 continue
@@ -226,9 +274,13 @@ IGNORED_WITH = {("schedule", "fedsgd"): {"local-epochs": 1}}
 
 
 #: (a key of another method, this method): the key that does the same here
-_OWN_KEY = {**{("epsilon", m): "client-epsilons, each client's epsilon target"
-               for m in ("gap", "progap", "privgnn")},
-            ("client-epsilons", "ppgnn"): "budgets, the privacy levels' epsilons"}
+_OWN_KEY = {
+    **{
+        ("epsilon", m): "client-epsilons, each client's epsilon target"
+        for m in ("gap", "progap", "privgnn")
+    },
+    ("client-epsilons", "ppgnn"): "budgets, the privacy levels' epsilons",
+}
 
 
 def reject_keys_of_other_methods(run_config: dict[str, Any]) -> None:
@@ -238,16 +290,19 @@ def reject_keys_of_other_methods(run_config: dict[str, Any]) -> None:
     "fedsgd"``): such a key would be ignored."""
     found = keys_of_other_methods(run_config)
     method = method_of(run_config)
-    problems = [f"{k}: a key of method {' and '.join(repr(m) for m in owners)}, not of this "
-                f"run's method {method!r} (it would be ignored); remove it or set method"
-                + (f" (for method {method!r}: {_OWN_KEY[k, method]})" if (k, method) in _OWN_KEY
-                   else "")
-                for k, owners in found.items()]
+    problems = [
+        f"{k}: a key of method {' and '.join(repr(m) for m in owners)}, not of this "
+        f"run's method {method!r} (it would be ignored); remove it or set method"
+        + (f" (for method {method!r}: {_OWN_KEY[k, method]})" if (k, method) in _OWN_KEY else "")
+        for k, owners in found.items()
+    ]
     for (key, value), ignored in IGNORED_WITH.items():
         if run_config.get(key) == value:
-            problems += [f"{k}: ignored with {key} = {value!r} (it would have to be {want!r}); "
-                         f"set {k}={want!r} or another {key}"
-                         for k, want in ignored.items() if k in run_config
-                         and run_config[k] != want]
+            problems += [
+                f"{k}: ignored with {key} = {value!r} (it would have to be {want!r}); "
+                f"set {k}={want!r} or another {key}"
+                for k, want in ignored.items()
+                if k in run_config and run_config[k] != want
+            ]
     if problems:
         raise ConfigError("invalid run config:\n  " + "\n  ".join(problems))

@@ -1,14 +1,14 @@
 """PPGNN's run config (:class:`PPGNNConfig`: PPGNN, and its baselines BASE and LPGNN)."""
+
 from __future__ import annotations
 
 import math
-from typing import Any, Literal, Optional
+from typing import Any, Literal
 
 from pydantic import Field, field_validator, model_validator
 
 from ..limits import ESW_MAX_EPSILON, MIN_FEATURE_EPSILON, ppm_level_scan_limit
 from .base import DataConfig, _check_extension, _delta, _floats
-
 
 #: the most propagation steps a ``steps`` entry may ask for
 MAX_STEPS = 256
@@ -19,11 +19,13 @@ def _check_floor(values: list[float], what: str) -> None:
     estimates overflow float32 in training; the bound's reason is there)."""
     low = [b for b in values if b < MIN_FEATURE_EPSILON]
     if low:
-        raise ValueError(f"{what} must be at least {MIN_FEATURE_EPSILON:g} (allowed: "
-                         f"[{MIN_FEATURE_EPSILON:g}, inf); below it the mechanism's unbiased "
-                         f"estimates, about 2 x features / epsilon, overflow float32 in the "
-                         f"server's training, and the features carry no signal), got "
-                         f"{', '.join(f'{b:g}' for b in low)}")
+        raise ValueError(
+            f"{what} must be at least {MIN_FEATURE_EPSILON:g} (allowed: "
+            f"[{MIN_FEATURE_EPSILON:g}, inf); below it the mechanism's unbiased "
+            f"estimates, about 2 x features / epsilon, overflow float32 in the "
+            f"server's training, and the features carry no signal), got "
+            f"{', '.join(f'{b:g}' for b in low)}"
+        )
 
 
 class PPGNNConfig(DataConfig):
@@ -44,19 +46,31 @@ class PPGNNConfig(DataConfig):
     mechanism: str = "ppm"
     gamma: float = Field(0.1, gt=0, lt=1, description="share of a user's budget spent on its level")
     rescale: Literal["posterior", "released"] = Field(
-        "posterior", description="PPM: server rescaling by level posterior or released level")
-    epsilon: Optional[float] = Field(None, description="uniform mechanisms: epsilon per user")
+        "posterior", description="PPM: server rescaling by level posterior or released level"
+    )
+    epsilon: float | None = Field(None, description="uniform mechanisms: epsilon per user")
     delta: float = Field(1e-5, description="gaussian mechanism only")
-    label_epsilon: float = Field(0.0, ge=0, description="> 0: randomized response on labels, "
-                                 "out of each level's budget (the features get the rest)")
+    label_epsilon: float = Field(
+        0.0,
+        ge=0,
+        description="> 0: randomized response on labels, "
+        "out of each level's budget (the features get the rest)",
+    )
     denoiser: Literal["flexprop", "kprop", "none"] = "flexprop"
-    steps: list[int] = Field(default_factory=lambda: [16],
-                             description="propagation steps K; several: chosen on validation")
+    steps: list[int] = Field(
+        default_factory=lambda: [16],
+        description="propagation steps K; several: chosen on validation",
+    )
     weights: Literal["level", "inverse-variance", "posterior"] = Field(
-        "posterior", description="FlexProp source weights: posterior (default; expected inverse "
-        "variance given the ESW-decoded level), level (the paper's Eq. 12), inverse-variance")
-    self_loops: bool = Field(False, description="propagate over each user's neighbours and "
-                             "itself (default: neighbours only, PPGNN Eq. 12 and LPGNN's code)")
+        "posterior",
+        description="FlexProp source weights: posterior (default; expected inverse "
+        "variance given the ESW-decoded level), level (the paper's Eq. 12), inverse-variance",
+    )
+    self_loops: bool = Field(
+        False,
+        description="propagate over each user's neighbours and "
+        "itself (default: neighbours only, PPGNN Eq. 12 and LPGNN's code)",
+    )
     standardize: bool = Field(True, description="standardize features after propagation")
     backbone: Literal["gcn", "sage", "gat"] = "sage"
     hidden: int = Field(16, ge=1)
@@ -68,13 +82,19 @@ class PPGNNConfig(DataConfig):
     # better on Cora and CiteSeer; stronger regularization costs Facebook page-page at large K.
     dropout: float = Field(0.75, ge=0, lt=1)
     epochs: int = Field(300, ge=1)
-    patience: int = Field(0, ge=0, description="early stopping: stop after this many epochs "
-                          "without a better validation accuracy (0: run every epoch)")
+    patience: int = Field(
+        0,
+        ge=0,
+        description="early stopping: stop after this many epochs "
+        "without a better validation accuracy (0: run every epoch)",
+    )
     lr: float = Field(0.01, gt=0)
     weight_decay: float = Field(0.01, ge=0)
     output_dir: str = Field("outputs", description="folder for the JSON report")
     run_name: str = ""
-    timeout: float = Field(600.0, gt=0, description="seconds to wait for the replies of one message exchange")
+    timeout: float = Field(
+        600.0, gt=0, description="seconds to wait for the replies of one message exchange"
+    )
 
     @field_validator("steps", mode="before")
     @classmethod
@@ -87,9 +107,12 @@ class PPGNNConfig(DataConfig):
     @field_validator("budgets", "level_shares", mode="before")
     @classmethod
     def _parse_list(cls, v: Any, info) -> list[float]:
-        return _floats(v, "finite numbers > 0 separated by commas, e.g. '1,2,4'"
-                       if info.field_name == "budgets" else
-                       "one share in [0, 1] per level separated by commas, e.g. '0.5,0.3,0.2'")
+        return _floats(
+            v,
+            "finite numbers > 0 separated by commas, e.g. '1,2,4'"
+            if info.field_name == "budgets"
+            else "one share in [0, 1] per level separated by commas, e.g. '0.5,0.3,0.2'",
+        )
 
     @field_validator("budgets")
     @classmethod
@@ -108,7 +131,7 @@ class PPGNNConfig(DataConfig):
 
     @field_validator("epsilon")
     @classmethod
-    def _epsilon(cls, v: Optional[float], info) -> Optional[float]:
+    def _epsilon(cls, v: float | None, info) -> float | None:
         if v is not None and (not math.isfinite(v) or v <= 0):
             raise ValueError(f"epsilon must be finite and > 0 (allowed: (0, inf)), got {v}")
         if v is not None:
@@ -117,9 +140,10 @@ class PPGNNConfig(DataConfig):
         if v is not None and mechanism == "ppm":
             raise ValueError(
                 f"has no effect with mechanism 'ppm' (each level spends its budget from "
-                f"budgets): leave epsilon empty and set budgets (e.g. budgets = \"{v:g}\" for "
+                f'budgets): leave epsilon empty and set budgets (e.g. budgets = "{v:g}" for '
                 f"everyone at {v:g}), or choose a uniform mechanism (multi-bit, one-bit, "
-                f"laplace, gaussian)")
+                f"laplace, gaussian)"
+            )
         if v is not None and budgets and mechanism != "ppm" and v > min(budgets) * (1 + 1e-9):
             # a uniform mechanism gives every user this epsilon: the lower levels would
             # overspend (fedgraph.federation.check_feature_budgets checks any mechanism;
@@ -128,7 +152,8 @@ class PPGNNConfig(DataConfig):
                 f"{v:g} is above the smallest level's budget {min(budgets):g} (budgets "
                 f"{', '.join(f'{b:g}' for b in budgets)}): mechanism {mechanism!r} gives every "
                 f"user the same epsilon (allowed: (0, {min(budgets):g}]); for everyone at "
-                f"{v:g}, set budgets = \"{v:g}\"")
+                f'{v:g}, set budgets = "{v:g}"'
+            )
         return v
 
     _check_delta = field_validator("delta", mode="after")(_delta)
@@ -158,13 +183,15 @@ class PPGNNConfig(DataConfig):
             raise ValueError(
                 f"label-epsilon: {self.label_epsilon!r} is spent out of every level's budget "
                 f"and leaves the smallest ({low:g}) less than {MIN_FEATURE_EPSILON:g} for the "
-                f"features (allowed: [0, {max(room, 0):.10g}]; or raise budgets)")
+                f"features (allowed: [0, {max(room, 0):.10g}]; or raise budgets)"
+            )
         if self.epsilon is not None and self.epsilon + self.label_epsilon > low * (1 + 1e-9):
             raise ValueError(
                 f"epsilon: {self.epsilon:g} on the features and label-epsilon "
                 f"{self.label_epsilon:g} on the labels exceed the smallest level's budget "
                 f"{low:g} (allowed: epsilon in (0, {low - self.label_epsilon:g}] with this "
-                f"label-epsilon)")
+                f"label-epsilon)"
+            )
         return self
 
     @property
@@ -187,14 +214,16 @@ class PPGNNConfig(DataConfig):
                     f"gamma x {max(self.budgets):g} = {share * max(self.budgets):g}, at or past "
                     f"the {ESW_MAX_EPSILON:g} accepted (ESW's exp(epsilon) overflows float64 "
                     f"above 709.8); allowed with several levels and gamma = {self.gamma:g}: "
-                    f"budgets below {ESW_MAX_EPSILON / share:g}")
+                    f"budgets below {ESW_MAX_EPSILON / share:g}"
+                )
             limit = ppm_level_scan_limit(share)
             if max(self.budgets) >= limit:
                 raise ValueError(
                     f"budgets: {max(self.budgets):g} is too large for PPM's level analysis over "
                     f"every feature count (allowed "
                     + (f"with gamma = {self.gamma:g}" if share else "with one level")
-                    + f": budgets below {limit:g})")
+                    + f": budgets below {limit:g})"
+                )
         return self
 
     @field_validator("level_shares")

@@ -1,4 +1,5 @@
 """PrivGNN's run config (:class:`PrivGNNConfig`)."""
+
 from __future__ import annotations
 
 import math
@@ -29,38 +30,70 @@ class PrivGNNConfig(DataConfig):
 
     method: Literal["privgnn"] = "privgnn"
     partitioner: str = "random"
-    public_fraction: float = Field(0.5, gt=0, lt=1, description="share of nodes in the public graph")
-    public_test_fraction: float = Field(0.5, gt=0, lt=1, description="share of public nodes that are test nodes")
-    num_queries: int = Field(1000, ge=1, description="Q: public nodes the clients are asked to label")
+    public_fraction: float = Field(
+        0.5, gt=0, lt=1, description="share of nodes in the public graph"
+    )
+    public_test_fraction: float = Field(
+        0.5, gt=0, lt=1, description="share of public nodes that are test nodes"
+    )
+    num_queries: int = Field(
+        1000, ge=1, description="Q: public nodes the clients are asked to label"
+    )
     query_policy: Literal["random", "entropy"] = Field(
-        "random", description="entropy: half random, half where a first student is least certain")
+        "random", description="entropy: half random, half where a first student is least certain"
+    )
     lam: float = Field(0.2, gt=0, description="Laplace parameter lambda: noise scale 2 / lambda")
     gamma: float = Field(0.3, gt=0, le=1, description="Poisson sampling rate of private nodes")
-    num_neighbours: int = Field(30, ge=1, description="K: sampled private nodes per teacher (at most floor(gamma * n) of the smallest client)")
+    num_neighbours: int = Field(
+        30,
+        ge=1,
+        description="K: sampled private nodes per teacher (at most floor(gamma * n) of the smallest client)",
+    )
     answer_mode: Literal["posterior", "vote", "log-softmax-paper", "ensemble"] = Field(
-        "posterior", description="log-softmax-paper: the authors' rule, NOT DP (report: no "
-                                 "finite epsilon); ensemble: PATE's (Confident-)GNMax")
+        "posterior",
+        description="log-softmax-paper: the authors' rule, NOT DP (report: no "
+        "finite epsilon); ensemble: PATE's (Confident-)GNMax",
+    )
     num_teachers: int = Field(10, ge=1, description="ensemble: disjoint teachers per client")
-    sigma_votes: float | None = Field(None, ge=1, description="ensemble: std of each client's "
-                               "Gaussian noise on its vote histogram (GNMax copy; with secure "
-                               "aggregation, of the summed noise); at least 1 vote (below, the "
-                               "histogram is released almost exactly and the PLD cross-check "
-                               "needs gigabytes); unset (\"\"): calibrated by the strategy so "
-                               "that num-queries histograms spend the smallest client-epsilons "
-                               "at delta")
-    sigma_threshold: float = Field(0.0, ge=0, description="ensemble: std of each client's "
-                                   "threshold copy (with secure aggregation, of the sum); 0: no "
-                                   "threshold check, else at least 1")
-    threshold: float = Field(0.0, ge=0, description="ensemble: Confident-GNMax threshold on "
-                             "the summed votes (needs sigma-threshold > 0); 0: answer all")
-    keep_fraction: float = Field(1.0, gt=0, le=1, description="ensemble: keep this share of the "
-                                 "answered queries with the widest noisy top-2 margin (free)")
+    sigma_votes: float | None = Field(
+        None,
+        ge=1,
+        description="ensemble: std of each client's "
+        "Gaussian noise on its vote histogram (GNMax copy; with secure "
+        "aggregation, of the summed noise); at least 1 vote (below, the "
+        "histogram is released almost exactly and the PLD cross-check "
+        'needs gigabytes); unset (""): calibrated by the strategy so '
+        "that num-queries histograms spend the smallest client-epsilons "
+        "at delta",
+    )
+    sigma_threshold: float = Field(
+        0.0,
+        ge=0,
+        description="ensemble: std of each client's "
+        "threshold copy (with secure aggregation, of the sum); 0: no "
+        "threshold check, else at least 1",
+    )
+    threshold: float = Field(
+        0.0,
+        ge=0,
+        description="ensemble: Confident-GNMax threshold on "
+        "the summed votes (needs sigma-threshold > 0); 0: answer all",
+    )
+    keep_fraction: float = Field(
+        1.0,
+        gt=0,
+        le=1,
+        description="ensemble: keep this share of the "
+        "answered queries with the widest noisy top-2 margin (free)",
+    )
     secure_aggregation: bool = Field(
-        False, description="ensemble: pairwise-masked secure aggregation of the clients' "
+        False,
+        description="ensemble: pairwise-masked secure aggregation of the clients' "
         "histograms (fedgraph.secure_aggregation, no dropout recovery): the server learns only "
         "their sum; sigma-votes / sigma-threshold are then the std of the summed noise, each "
         "client adding a 1/n share of the variance; every client answers the same queries "
-        "(the smallest client limit)")
+        "(the smallest client limit)",
+    )
     client_epsilons: list[float] = Field(default_factory=lambda: [10.0])
     delta: float = Field(1e-4)
     hops: int = Field(2, ge=1, le=10, description="public neighbourhood of a query (l hops)")
@@ -70,11 +103,20 @@ class PrivGNNConfig(DataConfig):
     teacher_epochs: int = Field(200, ge=1)
     teacher_batch_size: int = Field(64, ge=1, description="teachers trained together (speed only)")
     hidden: int = Field(64, ge=1, description="student hidden size")
-    student_propagation: float = Field(0.0, ge=0, lt=1, description="label-propagation alpha "
-                                       "smoothing the student over the public graph; 0: off")
-    student_holdout: float = Field(0.2, ge=0, lt=1, description="share of the pseudo-labelled "
-                                   "queries held out to select the student's epoch; 0: train "
-                                   "on all, keep the epoch that fits them best")
+    student_propagation: float = Field(
+        0.0,
+        ge=0,
+        lt=1,
+        description="label-propagation alpha smoothing the student over the public graph; 0: off",
+    )
+    student_holdout: float = Field(
+        0.2,
+        ge=0,
+        lt=1,
+        description="share of the pseudo-labelled "
+        "queries held out to select the student's epoch; 0: train "
+        "on all, keep the epoch that fits them best",
+    )
     dropout: float = Field(0.5, ge=0, lt=1)
     epochs: int = Field(200, ge=1, description="student epochs")
     lr: float = Field(0.01, gt=0)
@@ -91,12 +133,16 @@ class PrivGNNConfig(DataConfig):
     @classmethod
     def _secure_aggregation_needs_ensemble(cls, v: bool, info) -> bool:
         if v and info.data.get("answer_mode") != "ensemble":
-            raise ValueError("secure aggregation of PrivGNN answers is built for answer-mode = "
-                             "ensemble only (allowed: secure-aggregation = false, or "
-                             "answer-mode = 'ensemble')")
+            raise ValueError(
+                "secure aggregation of PrivGNN answers is built for answer-mode = "
+                "ensemble only (allowed: secure-aggregation = false, or "
+                "answer-mode = 'ensemble')"
+            )
         if v and info.data.get("num_clients", 2) < 2:
-            raise ValueError("needs num-clients >= 2 (with one client the sum is its own "
-                             "release: nothing to mask)")
+            raise ValueError(
+                "needs num-clients >= 2 (with one client the sum is its own "
+                "release: nothing to mask)"
+            )
         return v
 
     @field_validator("sigma_votes", mode="before")
@@ -108,16 +154,17 @@ class PrivGNNConfig(DataConfig):
     @classmethod
     def _sigma_threshold_off_or_at_least_one(cls, v: float) -> float:
         if 0 < v < 1 or not math.isfinite(v):
-            raise ValueError(f"must be 0 (no threshold check) or a finite std >= 1 vote "
-                             f"(got {v})")
+            raise ValueError(f"must be 0 (no threshold check) or a finite std >= 1 vote (got {v})")
         return v
 
     @field_validator("threshold", mode="after")
     @classmethod
     def _threshold_needs_noise(cls, v: float, info) -> float:
         if v > 0 and not info.data.get("sigma_threshold"):
-            raise ValueError(f"threshold {v} needs sigma-threshold > 0 (the threshold check's "
-                             "own noise); allowed: threshold = 0, or sigma-threshold > 0")
+            raise ValueError(
+                f"threshold {v} needs sigma-threshold > 0 (the threshold check's "
+                "own noise); allowed: threshold = 0, or sigma-threshold > 0"
+            )
         return v
 
     @field_validator("lam", "gamma", "lr", "delta", "alpha", mode="after")

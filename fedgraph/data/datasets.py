@@ -70,11 +70,11 @@ the :data:`DATASETS` registry). The loaders: :mod:`~fedgraph.data.pyg_loaders`
 folders: :mod:`~fedgraph.data.paths`, :mod:`~fedgraph.data.raw_folders`; the
 normalised form and its check: :mod:`~fedgraph.data.normal_form`.
 """
+
 from __future__ import annotations
 
 import time
 from pathlib import Path
-from typing import List, Optional, Tuple, Union
 
 from torch_geometric.data import Data
 
@@ -89,11 +89,12 @@ from .synthetic import PREFIX as SBM_PREFIX
 from .synthetic import load_sbm, sbm_spec
 from .user_graphs import files_dataset, load_custom
 
-PathLike = Union[str, Path]
+PathLike = str | Path
 
 
-def load_dataset(name: str, root: Optional[PathLike] = None, *,
-                 min_class_size: int = 1000, download: bool = False) -> Data:
+def load_dataset(
+    name: str, root: PathLike | None = None, *, min_class_size: int = 1000, download: bool = False
+) -> Data:
     r"""Loads a dataset by name (case-insensitive).
 
     Args:
@@ -130,17 +131,19 @@ def load_dataset(name: str, root: Optional[PathLike] = None, *,
     key = name.strip().lower()
     base = resolve_root(root)
 
-    if key.startswith('facebook100:'):
-        college = name.strip().split(':', 1)[1].strip()
+    if key.startswith("facebook100:"):
+        college = name.strip().split(":", 1)[1].strip()
         if not college:
-            raise ValueError("Expected 'facebook100:<College>', e.g. "
-                             "'facebook100:Caltech36'")
-        return load_facebook100(find_facebook100(college, base),
-                                min_class_size=min_class_size)
+            raise ValueError("Expected 'facebook100:<College>', e.g. 'facebook100:Caltech36'")
+        return load_facebook100(find_facebook100(college, base), min_class_size=min_class_size)
     if key.startswith(SBM_PREFIX):  # already normalised: no finalize copy of a large graph
         return load_sbm(key)
-    loaders = {'facebook-pagepage': load_facebook_pagepage, 'lastfm-asia': load_lastfm,
-               'reddit': load_reddit, 'ogbn-products': load_ogbn_products}
+    loaders = {
+        "facebook-pagepage": load_facebook_pagepage,
+        "lastfm-asia": load_lastfm,
+        "reddit": load_reddit,
+        "ogbn-products": load_ogbn_products,
+    }
     if key in _PLANETOID_NAMES or key in loaders:
         started = time.time()
         try:
@@ -155,10 +158,12 @@ def load_dataset(name: str, root: Optional[PathLike] = None, *,
             raise ValueError(
                 f"could not read dataset '{name}' under {base}: {type(err).__name__}: {err}. "
                 "A raw file is probably corrupt or truncated: replace it (and delete the "
-                "'processed' folder next to 'raw')") from err
+                "'processed' folder next to 'raw')"
+            ) from err
     spec = dataset_spec(name)
-    return load_custom(spec, DATASETS.resolve(spec),
-                        None if root is None else Path(root).expanduser())
+    return load_custom(
+        spec, DATASETS.resolve(spec), None if root is None else Path(root).expanduser()
+    )
 
 
 # --------------------------------------------------------------------------
@@ -169,20 +174,28 @@ def _check_loader(loader, name: str) -> None:
     import inspect
 
     if not callable(loader):
-        raise ContractError(f"dataset {name!r}: the loader must be a function "
-                            f"loader(root) -> Data, got {type(loader).__name__}")
+        raise ContractError(
+            f"dataset {name!r}: the loader must be a function "
+            f"loader(root) -> Data, got {type(loader).__name__}"
+        )
     try:
         inspect.signature(loader).bind(None)
     except TypeError:
-        raise ContractError(f"dataset {name!r}: the loader must accept one argument, "
-                            f"loader(root) -> Data (root: data-root as a Path, or None)") from None
+        raise ContractError(
+            f"dataset {name!r}: the loader must accept one argument, "
+            f"loader(root) -> Data (root: data-root as a Path, or None)"
+        ) from None
     except ValueError:  # builtins without a signature
         pass
 
 
 #: Datasets registered by users: name -> ``loader(root) -> Data``.
-DATASETS: Registry = Registry('dataset', check=_check_loader, builtin=KNOWN_DATASETS,
-                              hint="See docs/extending.md, 'A dataset'.")
+DATASETS: Registry = Registry(
+    "dataset",
+    check=_check_loader,
+    builtin=KNOWN_DATASETS,
+    hint="See docs/extending.md, 'A dataset'.",
+)
 
 
 def load_graph_locked(cfg):
@@ -220,11 +233,11 @@ def register_dataset(name: str, loader=None, *, replace: bool = False):
     return DATASETS.register(name, loader, replace=replace)
 
 
-def _builtin_names() -> Tuple[str, ...]:
-    return tuple(k for k in KNOWN_DATASETS if ':' not in k)
+def _builtin_names() -> tuple[str, ...]:
+    return tuple(k for k in KNOWN_DATASETS if ":" not in k)
 
 
-def known_datasets() -> List[str]:
+def known_datasets() -> list[str]:
     """Built-in dataset names followed by the registered ones."""
     return list(KNOWN_DATASETS) + sorted(DATASETS)
 
@@ -248,7 +261,7 @@ def dataset_spec(name: str) -> str:
     key = name.lower()
     if key in _builtin_names():
         return key
-    if key.startswith('facebook100:'):
+    if key.startswith("facebook100:"):
         return name
     if key.startswith(SBM_PREFIX):
         return sbm_spec(key)
@@ -257,4 +270,4 @@ def dataset_spec(name: str) -> str:
     return DATASETS.check_name(name)
 
 
-DATASETS.register('files', files_dataset)
+DATASETS.register("files", files_dataset)

@@ -1,10 +1,11 @@
 """Facebook100 college graphs (Traud et al., 2012) from their ``.mat`` files, for class-year
 prediction (the "Facebook" task of GAP, Sajadmanesh et al., USENIX Security 2023):
 :func:`load_facebook100` and its one-hot attribute encoding."""
+
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Sequence, Tuple, Union
 
 import numpy as np
 import torch
@@ -14,12 +15,18 @@ from torch_geometric.data import Data
 from ..dataset_files import find_facebook100  # noqa: F401 (re-exported)
 from .normal_form import finalize
 
-PathLike = Union[str, Path]
+PathLike = str | Path
 
 #: Columns of ``local_info`` in the Facebook100 ``.mat`` files.
-FACEBOOK100_COLUMNS: Tuple[str, ...] = ('status', 'gender', 'major',
-                                        'second_major', 'dorm', 'year',
-                                        'high_school')
+FACEBOOK100_COLUMNS: tuple[str, ...] = (
+    "status",
+    "gender",
+    "major",
+    "second_major",
+    "dorm",
+    "year",
+    "high_school",
+)
 _FB100_YEAR = 5
 #: The feature columns of :func:`load_facebook100` by default: those of the GAP reference
 #: code (sisaman/GAP, ``core/datasets/facebook.py``: ``local_info[:, :-1]`` without the year),
@@ -27,7 +34,7 @@ _FB100_YEAR = 5
 #: most of the features (2,304 of 2,903 columns on Wisconsin87, about 8 nodes per column) and
 #: costs accuracy: GAP on Wisconsin87, one client, 5 seeds, 79.5 without noise without it,
 #: 76.9 with it (issue 14; docs/results/accuracy.md, GAP).
-FACEBOOK100_FEATURES: Tuple[str, ...] = ('status', 'gender', 'major', 'second_major', 'dorm')
+FACEBOOK100_FEATURES: tuple[str, ...] = ("status", "gender", "major", "second_major", "dorm")
 
 
 def one_hot_attributes(attributes: np.ndarray) -> Tensor:
@@ -51,16 +58,16 @@ def one_hot_attributes(attributes: np.ndarray) -> Tensor:
         cats = np.unique(values[values != 0])
         block = np.zeros((n, cats.size), dtype=np.float32)
         present = values != 0
-        block[np.nonzero(present)[0],
-              np.searchsorted(cats, values[present])] = 1.0
+        block[np.nonzero(present)[0], np.searchsorted(cats, values[present])] = 1.0
         blocks.append(block)
     if not blocks:
         return torch.zeros((n, 0), dtype=torch.float32)
     return torch.from_numpy(np.concatenate(blocks, axis=1))
 
 
-def load_facebook100(path: PathLike, min_class_size: int = 1000,
-                     features: Sequence[str] = FACEBOOK100_FEATURES) -> Data:
+def load_facebook100(
+    path: PathLike, min_class_size: int = 1000, features: Sequence[str] = FACEBOOK100_FEATURES
+) -> Data:
     r"""Loads a Facebook100 college graph for class-year prediction (the
     "Facebook" task of the GAP paper, Sajadmanesh et al., USENIX Sec. 2023).
 
@@ -107,14 +114,14 @@ def load_facebook100(path: PathLike, min_class_size: int = 1000,
         raise ValueError(f"'min_class_size' must be >= 1 (got {min_class_size})")
     if isinstance(features, str):  # one column name, not its letters
         features = (features,)
-    allowed = [c for c in FACEBOOK100_COLUMNS if c != 'year']
+    allowed = [c for c in FACEBOOK100_COLUMNS if c != "year"]
     bad = [f for f in features if f not in allowed]
     if bad or not features:
         raise ValueError(f"'features': {bad or 'none given'}; allowed: {', '.join(allowed)}")
     path = Path(path)
     mat = scipy.io.loadmat(str(path))
-    adj = sp.csr_matrix(mat['A'])
-    info = np.asarray(mat['local_info']).astype(np.int64)
+    adj = sp.csr_matrix(mat["A"])
+    info = np.asarray(mat["local_info"]).astype(np.int64)
 
     years = info[:, _FB100_YEAR]
     uniq, counts = np.unique(years[years != 0], return_counts=True)
@@ -122,7 +129,8 @@ def load_facebook100(path: PathLike, min_class_size: int = 1000,
     if kept_years.size == 0:
         raise ValueError(
             f"No class-year of '{path.name}' has at least min_class_size="
-            f"{min_class_size} nodes (largest: {int(counts.max(initial=0))})")
+            f"{min_class_size} nodes (largest: {int(counts.max(initial=0))})"
+        )
     keep = np.isin(years, kept_years)  # year 0 is never in kept_years
     idx = np.nonzero(keep)[0]
 
@@ -133,7 +141,7 @@ def load_facebook100(path: PathLike, min_class_size: int = 1000,
     x = one_hot_attributes(info[idx][:, columns])
 
     data = Data(x=x, y=y, edge_index=edge_index, num_nodes=idx.size)
-    out = finalize(data, f'facebook100:{path.stem}', (0.0, 1.0))
+    out = finalize(data, f"facebook100:{path.stem}", (0.0, 1.0))
     out.class_years = torch.from_numpy(kept_years.astype(np.int64))
     out.original_ids = torch.from_numpy(idx.astype(np.int64))
     return out

@@ -4,17 +4,18 @@ A user at level ``tau`` (1-based, ``1..h``) uses the privacy budget
 ``budgets[tau - 1]``; budgets are strictly increasing, so level 1 is the most
 private.
 """
+
 from __future__ import annotations
 
 import math
-from typing import List, Optional, Sequence
+from collections.abc import Sequence
 
 import numpy as np
 import torch
 from torch import Tensor
 
 
-def check_budgets(budgets: Sequence[float]) -> List[float]:
+def check_budgets(budgets: Sequence[float]) -> list[float]:
     r"""Validates privacy budgets.
 
     Raises:
@@ -26,8 +27,7 @@ def check_budgets(budgets: Sequence[float]) -> List[float]:
         raise ValueError("'budgets' must contain at least one epsilon")
     for b in values:
         if not math.isfinite(b) or b <= 0:
-            raise ValueError(f"'budgets': epsilon must be > 0 and finite "
-                             f"(got {b})")
+            raise ValueError(f"'budgets': epsilon must be > 0 and finite (got {b})")
     if any(b >= a for b, a in zip(values, values[1:])):
         raise ValueError(f"'budgets' must be strictly increasing (got {values})")
     return values
@@ -43,9 +43,12 @@ def _largest_remainder(num: int, probs: np.ndarray) -> np.ndarray:
     return counts
 
 
-def assign_privacy_levels(num_users: int, budgets: Sequence[float],
-                          probabilities: Optional[Sequence[float]] = None,
-                          seed: int = 0) -> Tensor:
+def assign_privacy_levels(
+    num_users: int,
+    budgets: Sequence[float],
+    probabilities: Sequence[float] | None = None,
+    seed: int = 0,
+) -> Tensor:
     r"""Assigns every user a privacy level in ``1..h`` with ``h =
     len(budgets)``.
 
@@ -68,8 +71,7 @@ def assign_privacy_levels(num_users: int, budgets: Sequence[float],
     Raises:
         ValueError: naming ``num_users``, ``budgets`` or ``probabilities``.
     """
-    if isinstance(num_users, bool) or not isinstance(num_users, (int, np.integer)) \
-            or num_users < 0:
+    if isinstance(num_users, bool) or not isinstance(num_users, (int, np.integer)) or num_users < 0:
         raise ValueError(f"'num_users' must be an integer >= 0 (got {num_users})")
     h = len(check_budgets(budgets))
     if probabilities is None:
@@ -77,24 +79,26 @@ def assign_privacy_levels(num_users: int, budgets: Sequence[float],
     else:
         probs = np.asarray([float(p) for p in probabilities], dtype=np.float64)
         if probs.size != h:
-            raise ValueError(f"'probabilities' must have one entry per budget "
-                             f"({h}) (got {probs.size})")
+            raise ValueError(
+                f"'probabilities' must have one entry per budget ({h}) (got {probs.size})"
+            )
         if not np.all(np.isfinite(probs)) or np.any(probs < 0):
-            raise ValueError(f"'probabilities' must be non-negative "
-                             f"(got {probs.tolist()})")
+            raise ValueError(f"'probabilities' must be non-negative (got {probs.tolist()})")
         if abs(probs.sum() - 1.0) > 1e-6:
-            raise ValueError(f"'probabilities' must sum to 1 "
-                             f"(got {probs.sum()})")
+            raise ValueError(f"'probabilities' must sum to 1 (got {probs.sum()})")
     counts = _largest_remainder(int(num_users), probs)
-    levels = torch.repeat_interleave(torch.arange(1, h + 1),
-                                     torch.from_numpy(counts))
-    return levels[torch.randperm(int(num_users),
-                                 generator=torch.Generator().manual_seed(int(seed)))]
+    levels = torch.repeat_interleave(torch.arange(1, h + 1), torch.from_numpy(counts))
+    return levels[
+        torch.randperm(int(num_users), generator=torch.Generator().manual_seed(int(seed)))
+    ]
 
 
-def draw_privacy_levels(num_users: int, budgets: Sequence[float],
-                        probabilities: Optional[Sequence[float]] = None,
-                        generator=None) -> Tensor:
+def draw_privacy_levels(
+    num_users: int,
+    budgets: Sequence[float],
+    probabilities: Sequence[float] | None = None,
+    generator=None,
+) -> Tensor:
     r"""The privacy levels of one client's users, drawn on the client: the exact shares of
     :func:`assign_privacy_levels` (largest remainder over ``num_users``) in an order drawn
     from the client's own ``generator`` (:func:`fedgraph.randomness.client_generator`), which
@@ -122,7 +126,7 @@ def draw_privacy_levels(num_users: int, budgets: Sequence[float],
     return ordered[randperm(int(num_users), generator)]
 
 
-def geometric_budgets(base_epsilon: float, num_levels: int) -> List[float]:
+def geometric_budgets(base_epsilon: float, num_levels: int) -> list[float]:
     r"""Budgets ``[eps, 2 eps, 4 eps, ..., 2^(num_levels-1) eps]`` (the
     PPGNN paper's set ``E``).
 
@@ -132,13 +136,14 @@ def geometric_budgets(base_epsilon: float, num_levels: int) -> List[float]:
     """
     eps = float(base_epsilon)
     if not math.isfinite(eps) or eps <= 0:
-        raise ValueError(f"'base_epsilon': epsilon must be > 0 and finite "
-                         f"(got {base_epsilon})")
-    if isinstance(num_levels, bool) or not isinstance(num_levels, (int, np.integer)) \
-            or num_levels < 1:
-        raise ValueError(f"'num_levels' must be an integer >= 1 "
-                         f"(got {num_levels})")
-    return [eps * 2.0 ** i for i in range(int(num_levels))]
+        raise ValueError(f"'base_epsilon': epsilon must be > 0 and finite (got {base_epsilon})")
+    if (
+        isinstance(num_levels, bool)
+        or not isinstance(num_levels, (int, np.integer))
+        or num_levels < 1
+    ):
+        raise ValueError(f"'num_levels' must be an integer >= 1 (got {num_levels})")
+    return [eps * 2.0**i for i in range(int(num_levels))]
 
 
 def level_budgets(levels: Tensor, budgets: Sequence[float]) -> Tensor:

@@ -2,13 +2,14 @@
 sales-ranking split in the masks and a cache of the normalised tensors
 (:func:`load_ogbn_products`).
 """
+
 from __future__ import annotations
 
 import hashlib
 import os
 import shutil
+from collections.abc import Sequence
 from pathlib import Path
-from typing import List, Sequence
 
 import numpy as np
 import torch
@@ -31,7 +32,7 @@ _OGBN_CACHE_VERSION = 1
 def _read_csv_gz(path: Path, dtype) -> np.ndarray:
     """A headerless OGB ``.csv.gz`` as a 2-d array; a malformed row names the file."""
     try:
-        return np.loadtxt(path, delimiter=',', dtype=dtype, ndmin=2)
+        return np.loadtxt(path, delimiter=",", dtype=dtype, ndmin=2)
     except ValueError as err:
         raise ValueError(f"{path}: {err}") from err
 
@@ -45,7 +46,7 @@ def _download_ogbn_products(dataset_dir: Path) -> None:
     zip_path = download_url(OGBN_PRODUCTS_URL, str(parent))
     extract_zip(zip_path, str(parent))
     os.unlink(zip_path)
-    extracted = parent / 'products'
+    extracted = parent / "products"
     if dataset_dir.exists():  # partial earlier attempt: replaced by the fresh release
         shutil.rmtree(dataset_dir)
     os.replace(extracted, dataset_dir)
@@ -54,16 +55,21 @@ def _download_ogbn_products(dataset_dir: Path) -> None:
 def _ogbn_cache_path(dataset_dir: Path) -> Path:
     """Where the normalised tensors are cached: ``<dataset>/processed/`` when writable, else
     ``<user cache>/processed-copies/<hash of the dataset folder>/ogbn_products/processed/``."""
-    processed = dataset_dir / 'processed'
-    if is_writable_dir(dataset_dir) and (not processed.exists()
-                                          or is_writable_dir(processed)):
-        return processed / 'fedgraph.pt'
+    processed = dataset_dir / "processed"
+    if is_writable_dir(dataset_dir) and (not processed.exists() or is_writable_dir(processed)):
+        return processed / "fedgraph.pt"
     key = hashlib.sha1(str(dataset_dir.resolve()).encode()).hexdigest()
-    return (user_cache_dir() / 'processed-copies' / key[:12] / _OGBN_PRODUCTS_DIR
-            / 'processed' / 'fedgraph.pt')
+    return (
+        user_cache_dir()
+        / "processed-copies"
+        / key[:12]
+        / _OGBN_PRODUCTS_DIR
+        / "processed"
+        / "fedgraph.pt"
+    )
 
 
-def _ogbn_stamp(files: Sequence[Path]) -> List[List[int]]:
+def _ogbn_stamp(files: Sequence[Path]) -> list[list[int]]:
     """Sizes and modification times of the source files: a changed file invalidates the cache."""
     return [[p.stat().st_size, p.stat().st_mtime_ns] for p in files]
 
@@ -113,9 +119,9 @@ def load_ogbn_products(root: Path, download: bool) -> Data:
     missing = [p for p in files if not p.is_file()]
     if missing:
         if not download:
-            not_found('ogbn-products', missing, OGBN_DOWNLOAD)
+            not_found("ogbn-products", missing, OGBN_DOWNLOAD)
         if not is_writable_dir(dataset_dir):
-            dataset_dir = user_cache_dir() / 'downloads' / _OGBN_PRODUCTS_DIR
+            dataset_dir = user_cache_dir() / "downloads" / _OGBN_PRODUCTS_DIR
             files = _ogbn_files(dataset_dir)
         if not all(p.is_file() for p in files):
             _download_ogbn_products(dataset_dir)
@@ -127,31 +133,41 @@ def load_ogbn_products(root: Path, download: bool) -> Data:
             saved = torch.load(cache, weights_only=True)
         except Exception:  # noqa: BLE001 - a damaged cache is rebuilt from the source files
             saved = {}
-        if saved.get('version') == _OGBN_CACHE_VERSION and saved.get('stamp') == stamp:
-            out = Data(x=saved['x'], y=saved['y'], edge_index=saved['edge_index'],
-                       num_nodes=int(saved['num_nodes']))
-            for key in ('train_mask', 'val_mask', 'test_mask'):
+        if saved.get("version") == _OGBN_CACHE_VERSION and saved.get("stamp") == stamp:
+            out = Data(
+                x=saved["x"],
+                y=saved["y"],
+                edge_index=saved["edge_index"],
+                num_nodes=int(saved["num_nodes"]),
+            )
+            for key in ("train_mask", "val_mask", "test_mask"):
                 out[key] = saved[key]
-                out['public_' + key] = saved[key].clone()
-            out.name = 'ogbn-products'
+                out["public_" + key] = saved[key].clone()
+            out.name = "ogbn-products"
             out.feature_domain = None
             return out
 
-    raw = dataset_dir / 'raw'
-    x = _read_csv_gz(raw / 'node-feat.csv.gz', np.float32)
-    y = _read_csv_gz(raw / 'node-label.csv.gz', np.int64)
+    raw = dataset_dir / "raw"
+    x = _read_csv_gz(raw / "node-feat.csv.gz", np.float32)
+    y = _read_csv_gz(raw / "node-label.csv.gz", np.int64)
     n = x.shape[0]
     if y.shape != (n, 1):
-        raise ValueError(f"{raw / 'node-label.csv.gz'}: expected one label per node ({n} "
-                         f"rows, as node-feat.csv.gz), got shape {list(y.shape)}")
-    edges = _read_csv_gz(raw / 'edge.csv.gz', np.int64)
+        raise ValueError(
+            f"{raw / 'node-label.csv.gz'}: expected one label per node ({n} "
+            f"rows, as node-feat.csv.gz), got shape {list(y.shape)}"
+        )
+    edges = _read_csv_gz(raw / "edge.csv.gz", np.int64)
     if edges.size and (edges.shape[1] != 2 or edges.min() < 0 or edges.max() >= n):
-        raise ValueError(f"{raw / 'edge.csv.gz'}: expected 'source,target' rows with node "
-                         f"ids in [0, {n})")
-    data = Data(x=torch.from_numpy(x), y=torch.from_numpy(y.reshape(-1)),
-                edge_index=torch.from_numpy(np.ascontiguousarray(edges.reshape(-1, 2).T)),
-                num_nodes=n)
-    for key, fname in zip(('train_mask', 'val_mask', 'test_mask'), _OGBN_SPLIT_FILES):
+        raise ValueError(
+            f"{raw / 'edge.csv.gz'}: expected 'source,target' rows with node ids in [0, {n})"
+        )
+    data = Data(
+        x=torch.from_numpy(x),
+        y=torch.from_numpy(y.reshape(-1)),
+        edge_index=torch.from_numpy(np.ascontiguousarray(edges.reshape(-1, 2).T)),
+        num_nodes=n,
+    )
+    for key, fname in zip(("train_mask", "val_mask", "test_mask"), _OGBN_SPLIT_FILES):
         path = dataset_dir / _OGBN_SPLIT / fname
         idx = _read_csv_gz(path, np.int64).reshape(-1)
         if idx.size and (idx.min() < 0 or idx.max() >= n):
@@ -159,13 +175,22 @@ def load_ogbn_products(root: Path, download: bool) -> Data:
         mask = torch.zeros(n, dtype=torch.bool)
         mask[torch.from_numpy(idx)] = True
         data[key] = mask
-    out = finalize(data, 'ogbn-products', None)
+    out = finalize(data, "ogbn-products", None)
     try:  # the cache is an optimisation: an unwritable cache folder is not an error
         cache.parent.mkdir(parents=True, exist_ok=True)
-        tmp = cache.with_name(f'{cache.name}.tmp-{os.getpid()}')
-        torch.save({'version': _OGBN_CACHE_VERSION, 'stamp': stamp, 'x': out.x, 'y': out.y,
-                    'edge_index': out.edge_index, 'num_nodes': n,
-                    **{k: out[k] for k in ('train_mask', 'val_mask', 'test_mask')}}, tmp)
+        tmp = cache.with_name(f"{cache.name}.tmp-{os.getpid()}")
+        torch.save(
+            {
+                "version": _OGBN_CACHE_VERSION,
+                "stamp": stamp,
+                "x": out.x,
+                "y": out.y,
+                "edge_index": out.edge_index,
+                "num_nodes": n,
+                **{k: out[k] for k in ("train_mask", "val_mask", "test_mask")},
+            },
+            tmp,
+        )
         os.replace(tmp, cache)  # atomic: concurrent loaders see whole files
     except OSError:
         pass

@@ -13,17 +13,20 @@ or named by import path in the run config (``partitioner =
 "mypkg.split:my_method"``). ``options`` holds ``alpha`` and
 ``users_per_client``: accept ``**options`` and ignore what you do not use.
 """
+
 from __future__ import annotations
 
 import heapq
 import inspect
 import zlib
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Callable, List, Optional
+from typing import TYPE_CHECKING
 
 import numpy as np
 import torch
 from torch import Tensor
+
 if TYPE_CHECKING:
     from torch_geometric.data import Data
 
@@ -40,18 +43,22 @@ class PartitionerError(ContractError):
 
 def _check_partitioner(fn, name: str) -> None:
     if not callable(fn):
-        raise ContractError(f"partitioner {name!r}: expected a function "
-                            f"fn(data, num_clients, seed, **options), got {type(fn).__name__}")
+        raise ContractError(
+            f"partitioner {name!r}: expected a function "
+            f"fn(data, num_clients, seed, **options), got {type(fn).__name__}"
+        )
 
 
 #: Registered partitioners: name -> ``fn(data, num_clients, seed, **options)``
 #: returning a ``LongTensor [N]`` of client ids.
-PARTITIONERS: Registry = Registry('partitioner', check=_check_partitioner,
-                                  hint="See docs/extending.md, 'A partitioner'.")
+PARTITIONERS: Registry = Registry(
+    "partitioner", check=_check_partitioner, hint="See docs/extending.md, 'A partitioner'."
+)
 
 
-def register_partitioner(name: str, *, replace: bool = False
-                         ) -> Callable[[Partitioner], Partitioner]:
+def register_partitioner(
+    name: str, *, replace: bool = False
+) -> Callable[[Partitioner], Partitioner]:
     r"""Decorator registering a partitioner under ``name`` in
     :data:`PARTITIONERS`.
 
@@ -86,36 +93,43 @@ class ClientGraph:
             (:func:`fedgraph.utils.sparse.sum_over_edges`; ``tests/test_data.py``).
         levels (LongTensor, optional): privacy levels ``[n]`` of its users.
     """
+
     client_id: int
     node_ids: Tensor
     x: Tensor
     y: Tensor
-    train_mask: Optional[Tensor]
-    val_mask: Optional[Tensor]
-    test_mask: Optional[Tensor]
+    train_mask: Tensor | None
+    val_mask: Tensor | None
+    test_mask: Tensor | None
     edge_index: Tensor
     boundary_edge_index: Tensor
-    levels: Optional[Tensor] = None
+    levels: Tensor | None = None
 
     @property
     def num_nodes(self) -> int:
         return int(self.node_ids.numel())
 
     def __repr__(self) -> str:
-        return (f'ClientGraph(client_id={self.client_id}, '
-                f'num_nodes={self.num_nodes}, '
-                f'num_edges={self.edge_index.size(1)}, '
-                f'num_boundary_edges={self.boundary_edge_index.size(1)})')
+        return (
+            f"ClientGraph(client_id={self.client_id}, "
+            f"num_nodes={self.num_nodes}, "
+            f"num_edges={self.edge_index.size(1)}, "
+            f"num_boundary_edges={self.boundary_edge_index.size(1)})"
+        )
 
 
 # --------------------------------------------------------------------------
 # Helpers
 # --------------------------------------------------------------------------
 def _check_num_clients(num_clients: int, num_nodes: int) -> int:
-    if (isinstance(num_clients, bool) or not isinstance(num_clients, (int, np.integer))
-            or not 1 <= num_clients <= num_nodes):
-        raise ValueError(f"'num_clients' must be an integer in "
-                         f"[1, {num_nodes}] (num_nodes) (got {num_clients})")
+    if (
+        isinstance(num_clients, bool)
+        or not isinstance(num_clients, (int, np.integer))
+        or not 1 <= num_clients <= num_nodes
+    ):
+        raise ValueError(
+            f"'num_clients' must be an integer in [1, {num_nodes}] (num_nodes) (got {num_clients})"
+        )
     return int(num_clients)
 
 
@@ -148,8 +162,7 @@ def fix_empty_clients(assign: Tensor, num_clients: int) -> Tensor:
 MASK_CLIENTS = 16
 
 
-def build_client_graphs(data: Data, assign: Tensor,
-                        num_clients: int) -> List[ClientGraph]:
+def build_client_graphs(data: Data, assign: Tensor, num_clients: int) -> list[ClientGraph]:
     r"""Cuts ``data`` into one :class:`ClientGraph` per client.
 
     Every directed edge ``(u, v)`` of ``data.edge_index`` is given to the
@@ -174,7 +187,7 @@ def build_client_graphs(data: Data, assign: Tensor,
     row, col = data.edge_index
     # int32 tables for the per-edge gathers and the sort: at 50 M edges the int64 ones took
     # twice the time (the outputs stay int64)
-    small = torch.int32 if max(n, num_clients) < 2 ** 31 else torch.long
+    small = torch.int32 if max(n, num_clients) < 2**31 else torch.long
     assign32, local32 = assign.to(small), local.to(small)
     owner = assign32[row]
     crossing = owner != assign32[col]
@@ -184,18 +197,18 @@ def build_client_graphs(data: Data, assign: Tensor,
 
         def edges_of(c: int) -> tuple[Tensor, Tensor]:
             mine = owner == c
-            return ((mine & local_edge).nonzero().flatten(),
-                    (mine & crossing).nonzero().flatten())
+            return ((mine & local_edge).nonzero().flatten(), (mine & crossing).nonzero().flatten())
     else:  # one stable sort of the edges by owner, cut into the clients' runs
-        edge_chunks = torch.split(torch.argsort(owner, stable=True),
-                                  torch.bincount(owner, minlength=num_clients).tolist())
+        edge_chunks = torch.split(
+            torch.argsort(owner, stable=True), torch.bincount(owner, minlength=num_clients).tolist()
+        )
 
         def edges_of(c: int) -> tuple[Tensor, Tensor]:
             e = edge_chunks[c]
             cross = crossing[e]
             return e[~cross], e[cross]
 
-    def pick(key: str, ids: Tensor) -> Optional[Tensor]:
+    def pick(key: str, ids: Tensor) -> Tensor | None:
         value = getattr(data, key, None)
         return value[ids] if isinstance(value, Tensor) else None
 
@@ -203,36 +216,37 @@ def build_client_graphs(data: Data, assign: Tensor,
     for c in range(num_clients):
         ids = node_chunks[c]
         loc_e, bnd_e = edges_of(c)  # increasing edge positions either way: the same parts
-        clients.append(ClientGraph(
-            client_id=c,
-            node_ids=ids,
-            x=data.x[ids],
-            y=data.y[ids],
-            train_mask=pick('train_mask', ids),
-            val_mask=pick('val_mask', ids),
-            test_mask=pick('test_mask', ids),
-            edge_index=torch.stack([local32[row[loc_e]], local32[col[loc_e]]]).long(),
-            boundary_edge_index=torch.stack([local32[row[bnd_e]].long(), col[bnd_e]]),
-            levels=pick('levels', ids),
-        ))
+        clients.append(
+            ClientGraph(
+                client_id=c,
+                node_ids=ids,
+                x=data.x[ids],
+                y=data.y[ids],
+                train_mask=pick("train_mask", ids),
+                val_mask=pick("val_mask", ids),
+                test_mask=pick("test_mask", ids),
+                edge_index=torch.stack([local32[row[loc_e]], local32[col[loc_e]]]).long(),
+                boundary_edge_index=torch.stack([local32[row[bnd_e]].long(), col[bnd_e]]),
+                levels=pick("levels", ids),
+            )
+        )
     return clients
 
 
 # --------------------------------------------------------------------------
 # Partitioners
 # --------------------------------------------------------------------------
-@register_partitioner('random')
-def random_partition(data: Data, num_clients: int, seed: int,
-                     **options) -> Tensor:
+@register_partitioner("random")
+def random_partition(data: Data, num_clients: int, seed: int, **options) -> Tensor:
     r"""Each node picks a client uniformly at random."""
     gen = torch.Generator().manual_seed(int(seed))
     return torch.randint(num_clients, (int(data.num_nodes),), generator=gen)
 
 
-@register_partitioner('users')
-def users_partition(data: Data, num_clients: int, seed: int, *,
-                    users_per_client: Optional[int] = None,
-                    **options) -> Tensor:
+@register_partitioner("users")
+def users_partition(
+    data: Data, num_clients: int, seed: int, *, users_per_client: int | None = None, **options
+) -> Tensor:
     r"""Groups of users (nodes) per client: contiguous chunks of a seeded
     permutation, sizes equal up to one. If ``users_per_client`` is given it
     overrides ``num_clients`` with ``max(1, N // users_per_client)``.
@@ -244,10 +258,10 @@ def users_partition(data: Data, num_clients: int, seed: int, *,
     test nodes."""
     n = int(data.num_nodes)
     if users_per_client is not None:
-        if not isinstance(users_per_client, (int, np.integer)) or not (
-                1 <= users_per_client <= n):
-            raise ValueError(f"'users_per_client' must be an integer in "
-                             f"[1, {n}] (got {users_per_client})")
+        if not isinstance(users_per_client, (int, np.integer)) or not (1 <= users_per_client <= n):
+            raise ValueError(
+                f"'users_per_client' must be an integer in [1, {n}] (got {users_per_client})"
+            )
         num_clients = max(1, n // int(users_per_client))
     gen = torch.Generator().manual_seed(zlib.crc32(f"users:{int(seed)}".encode()))
     perm = torch.randperm(n, generator=gen)
@@ -257,9 +271,10 @@ def users_partition(data: Data, num_clients: int, seed: int, *,
     return assign
 
 
-@register_partitioner('label-skew')
-def label_skew_partition(data: Data, num_clients: int, seed: int, *,
-                         alpha: float = 0.5, **options) -> Tensor:
+@register_partitioner("label-skew")
+def label_skew_partition(
+    data: Data, num_clients: int, seed: int, *, alpha: float = 0.5, **options
+) -> Tensor:
     r"""Dirichlet label skew: for every class, proportions
     ``p ~ Dir(alpha * 1_C)`` over clients, and that class's (shuffled) nodes
     are cut at ``floor(cumsum(p) * n_class)``. Smaller ``alpha`` means more
@@ -280,9 +295,8 @@ def label_skew_partition(data: Data, num_clients: int, seed: int, *,
     return torch.from_numpy(assign)
 
 
-@register_partitioner('louvain')
-def louvain_partition(data: Data, num_clients: int, seed: int,
-                      **options) -> Tensor:
+@register_partitioner("louvain")
+def louvain_partition(data: Data, num_clients: int, seed: int, **options) -> Tensor:
     r"""Louvain communities (:func:`networkx.community.louvain_communities`
     with ``seed``), packed greedily into clients: communities in decreasing
     size (ties by smallest node id) each go to the currently smallest client
@@ -306,9 +320,15 @@ def louvain_partition(data: Data, num_clients: int, seed: int,
     return assign
 
 
-def partition(data: Data, num_clients: int, method: str, seed: int, *,
-              alpha: float = 0.5,
-              users_per_client: Optional[int] = None) -> List[ClientGraph]:
+def partition(
+    data: Data,
+    num_clients: int,
+    method: str,
+    seed: int,
+    *,
+    alpha: float = 0.5,
+    users_per_client: int | None = None,
+) -> list[ClientGraph]:
     r"""Splits the nodes of ``data`` among clients.
 
     Every node ends in exactly one client and no client is empty (empties are
@@ -341,7 +361,7 @@ def partition(data: Data, num_clients: int, method: str, seed: int, *,
     """
     fn = PARTITIONERS.resolve(method)
     n = int(data.num_nodes)
-    if not (method == 'users' and users_per_client is not None):
+    if not (method == "users" and users_per_client is not None):
         num_clients = _check_num_clients(num_clients, n)
     else:
         num_clients = 1  # replaced below by the partitioner's choice
@@ -349,43 +369,57 @@ def partition(data: Data, num_clients: int, method: str, seed: int, *,
     try:
         inspect.signature(fn).bind(data, num_clients, seed, **options)
     except TypeError as err:
-        raise PartitionerError(f"partitioner {method!r} must accept fn(data, num_clients, "
-                               f"seed, **options) (options passed: {', '.join(options)}; "
-                               f"accept **options and ignore what you do not use): "
-                               f"{err}") from None
+        raise PartitionerError(
+            f"partitioner {method!r} must accept fn(data, num_clients, "
+            f"seed, **options) (options passed: {', '.join(options)}; "
+            f"accept **options and ignore what you do not use): "
+            f"{err}"
+        ) from None
     except ValueError:  # no signature to inspect (a builtin): call it
         pass
     try:
         assign = fn(data, num_clients, seed, **options)
     except Exception as err:  # noqa: BLE001 - the partitioner's own failure, named
-        raise PartitionerError(f"partitioner {method!r} raised {type(err).__name__}: "
-                               f"{err}") from err
+        raise PartitionerError(
+            f"partitioner {method!r} raised {type(err).__name__}: {err}"
+        ) from err
     if not isinstance(assign, (Tensor, np.ndarray, list)):
-        raise PartitionerError(f"partitioner {method!r} returned "
-                               f"{type(assign).__name__}; expected a LongTensor [N] "
-                               f"of client ids")
+        raise PartitionerError(
+            f"partitioner {method!r} returned "
+            f"{type(assign).__name__}; expected a LongTensor [N] "
+            f"of client ids"
+        )
     assign = torch.as_tensor(assign)
     if assign.is_floating_point() or assign.dtype == torch.bool:
-        raise PartitionerError(f"partitioner {method!r} returned {assign.dtype} "
-                               f"client ids; expected integers")
+        raise PartitionerError(
+            f"partitioner {method!r} returned {assign.dtype} client ids; expected integers"
+        )
     assign = assign.to(torch.long).view(-1)
     if assign.numel() != n or (n > 0 and int(assign.min()) < 0):
-        raise PartitionerError(f"partitioner {method!r} returned an invalid "
-                               f"assignment: {assign.numel()} client ids for {n} nodes "
-                               f"(smallest {int(assign.min()) if assign.numel() else None});"
-                               f" expected {n}, each in [0, num_clients)")
-    if method == 'users' and users_per_client is not None:
+        raise PartitionerError(
+            f"partitioner {method!r} returned an invalid "
+            f"assignment: {assign.numel()} client ids for {n} nodes "
+            f"(smallest {int(assign.min()) if assign.numel() else None});"
+            f" expected {n}, each in [0, num_clients)"
+        )
+    if method == "users" and users_per_client is not None:
         num_clients = int(assign.max()) + 1
     if int(assign.max()) >= num_clients:
-        raise PartitionerError(f"partitioner {method!r} returned client ids up to "
-                               f"{int(assign.max())}; expected ids in [0, {num_clients}) "
-                               f"(num_clients = {num_clients})")
+        raise PartitionerError(
+            f"partitioner {method!r} returned client ids up to "
+            f"{int(assign.max())}; expected ids in [0, {num_clients}) "
+            f"(num_clients = {num_clients})"
+        )
     empty = sorted(set(range(num_clients)) - set(assign.unique().tolist()))
     if empty:
         import warnings
 
-        warnings.warn(f"partitioner {method!r} left client(s) {', '.join(map(str, empty))} of "
-                      f"{num_clients} empty: one node was moved to each "
-                      f"(fedgraph.data.partition.fix_empty_clients)", UserWarning, stacklevel=2)
+        warnings.warn(
+            f"partitioner {method!r} left client(s) {', '.join(map(str, empty))} of "
+            f"{num_clients} empty: one node was moved to each "
+            f"(fedgraph.data.partition.fix_empty_clients)",
+            UserWarning,
+            stacklevel=2,
+        )
         assign = fix_empty_clients(assign, num_clients)
     return build_client_graphs(data, assign, num_clients)

@@ -3,20 +3,19 @@ built-in dataset is read from, without importing torch or PyG (the partition cac
 need them in every client process). The data root and the user cache are resolved by
 :mod:`fedgraph.dataset_files` (outside this package, whose ``__init__`` imports torch), which
 ``fedgraph run`` reads before anything starts."""
+
 from __future__ import annotations
 
 from pathlib import Path
-from typing import List, Optional, Union
 
 from ..catalog import SBM_PREFIX
-from ..dataset_files import OGBN_PRODUCTS_DIR, PYG_RAW
-from ..dataset_files import ENV_DATA, resolve_root, user_cache_dir  # noqa: F401 (re-exported)
+from ..dataset_files import ENV_DATA, OGBN_PRODUCTS_DIR, PYG_RAW, resolve_root, user_cache_dir  # noqa: F401 (re-exported)
 from ..dataset_files import PLANETOID_NAMES as _PLANETOID_NAMES
 
-PathLike = Union[str, Path]
+PathLike = str | Path
 
 
-_BUNDLED_ROOT = Path(__file__).resolve().parent / '_bundled'
+_BUNDLED_ROOT = Path(__file__).resolve().parent / "_bundled"
 
 
 def bundled_root() -> Path:
@@ -32,27 +31,27 @@ def bundled_root() -> Path:
         import json
         from importlib.metadata import distribution
 
-        dist = distribution('fedgraph')
-        located = Path(dist.locate_file('fedgraph/data/_bundled'))
+        dist = distribution("fedgraph")
+        located = Path(dist.locate_file("fedgraph/data/_bundled"))
         if located.is_absolute():
             candidates.append(located)
-        url = dist.read_text('direct_url.json')
+        url = dist.read_text("direct_url.json")
         if url:
             info = json.loads(url)
-            if info.get('url', '').startswith('file://'):
+            if info.get("url", "").startswith("file://"):
                 from urllib.parse import unquote, urlparse
 
-                src = Path(unquote(urlparse(info['url']).path))
-                candidates.append(src / 'fedgraph' / 'data' / '_bundled')
+                src = Path(unquote(urlparse(info["url"]).path))
+                candidates.append(src / "fedgraph" / "data" / "_bundled")
     except Exception:  # not installed: only the folder next to this module
         pass
     for c in candidates:
-        if (c / 'planetoid' / 'Cora' / 'raw' / 'ind.cora.x').is_file():
+        if (c / "planetoid" / "Cora" / "raw" / "ind.cora.x").is_file():
             return c
     return _BUNDLED_ROOT
 
 
-def dataset_inputs(name: str, root: Optional[PathLike] = None) -> Optional[List[Path]]:
+def dataset_inputs(name: str, root: PathLike | None = None) -> list[Path] | None:
     r"""The folders and files a built-in dataset is read from (for
     :mod:`fedgraph.partition_cache` to notice a changed input without loading
     the graph): ``raw`` folders of the PyG datasets (Cora: the root's and the
@@ -64,14 +63,19 @@ def dataset_inputs(name: str, root: Optional[PathLike] = None) -> Optional[List[
     base = resolve_root(root)
     if key.startswith(SBM_PREFIX):
         return []
-    if key.startswith('facebook100:'):
-        college = name.strip().split(':', 1)[1].strip().lower()
-        folder = base / 'facebook100'
-        return sorted(p for p in folder.glob('*') if p.stem.lower() == college) \
-            if folder.is_dir() else []
+    if key.startswith("facebook100:"):
+        college = name.strip().split(":", 1)[1].strip().lower()
+        folder = base / "facebook100"
+        return (
+            sorted(p for p in folder.glob("*") if p.stem.lower() == college)
+            if folder.is_dir()
+            else []
+        )
     if key in _PLANETOID_NAMES:
-        rel = Path('planetoid') / _PLANETOID_NAMES[key] / 'raw'
-        return [base / rel] + ([bundled_root() / rel] if key == 'cora' else [])
-    folders = {**{k: rel / 'raw' for k, (rel, _) in PYG_RAW.items()},
-               'ogbn-products': Path(OGBN_PRODUCTS_DIR)}
+        rel = Path("planetoid") / _PLANETOID_NAMES[key] / "raw"
+        return [base / rel] + ([bundled_root() / rel] if key == "cora" else [])
+    folders = {
+        **{k: rel / "raw" for k, (rel, _) in PYG_RAW.items()},
+        "ogbn-products": Path(OGBN_PRODUCTS_DIR),
+    }
     return [base / folders[key]] if key in folders else None

@@ -4,13 +4,16 @@ Every function returns a shallow copy of the input :class:`Data` with boolean
 ``train_mask``, ``val_mask`` and ``test_mask`` of shape ``[N]``; the input is
 not modified.
 """
+
 from __future__ import annotations
 
 import copy
 import math
-from typing import TYPE_CHECKING, Callable, Dict
+from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 import torch
+
 if TYPE_CHECKING:
     from torch_geometric.data import Data
 
@@ -24,8 +27,7 @@ def _check_fraction(value: float, arg: str) -> float:
     return value
 
 
-def random_split(data: Data, train: float, val: float, test: float,
-                 seed: int) -> Data:
+def random_split(data: Data, train: float, val: float, test: float, seed: int) -> Data:
     r"""Random node split with the given fractions.
 
     Counts are ``round(train * N)`` and ``round(val * N)``; the test set takes
@@ -48,13 +50,14 @@ def random_split(data: Data, train: float, val: float, test: float,
         ValueError: if a fraction is outside ``(0, 1]`` (naming it) or the
             fractions sum to more than 1.
     """
-    train = _check_fraction(train, 'train')
-    val = _check_fraction(val, 'val')
-    test = _check_fraction(test, 'test')
+    train = _check_fraction(train, "train")
+    val = _check_fraction(val, "val")
+    test = _check_fraction(test, "test")
     total = train + val + test
     if total > 1.0 + _EPS:
-        raise ValueError(f"'train' + 'val' + 'test' must be <= 1 "
-                         f"(got {train} + {val} + {test} = {total})")
+        raise ValueError(
+            f"'train' + 'val' + 'test' must be <= 1 (got {train} + {val} + {test} = {total})"
+        )
     n = int(data.num_nodes)
     n_train = min(n, int(round(train * n)))
     n_val = min(n - n_train, int(round(val * n)))
@@ -70,7 +73,7 @@ def random_split(data: Data, train: float, val: float, test: float,
     start = 0
     for count in (n_train, n_val, n_test):
         mask = torch.zeros(n, dtype=torch.bool)
-        mask[perm[start:start + count]] = True
+        mask[perm[start : start + count]] = True
         masks.append(mask)
         start += count
     out.train_mask, out.val_mask, out.test_mask = masks
@@ -101,12 +104,13 @@ def planetoid_split(data: Data, seed: int = 0) -> Data:
     Raises:
         ValueError: if ``data`` carries no public Planetoid masks.
     """
-    keys = ('public_train_mask', 'public_val_mask', 'public_test_mask')
+    keys = ("public_train_mask", "public_val_mask", "public_test_mask")
     if not all(k in data for k in keys):
         raise ValueError(
             f"Dataset '{getattr(data, 'name', '?')}' has no public Planetoid "
             f"split (only cora, citeseer, pubmed and ogbn-products loaded with "
-            f"fedgraph.data.load_dataset have one)")
+            f"fedgraph.data.load_dataset have one)"
+        )
     out = copy.copy(data)
     out.train_mask = data.public_train_mask.clone()
     out.val_mask = data.public_val_mask.clone()
@@ -114,10 +118,10 @@ def planetoid_split(data: Data, seed: int = 0) -> Data:
     return out
 
 
-SPLITS: Dict[str, Callable[[Data, int], Data]] = {
-    'random-50-25-25': ppgnn_split,
-    'random-75-10-15': gap_split,
-    'planetoid': planetoid_split,
+SPLITS: dict[str, Callable[[Data, int], Data]] = {
+    "random-50-25-25": ppgnn_split,
+    "random-75-10-15": gap_split,
+    "planetoid": planetoid_split,
 }
 
 
@@ -135,6 +139,5 @@ def apply_split(data: Data, name: str, seed: int = 0) -> Data:
     """
     key = str(name).strip().lower()
     if key not in SPLITS:
-        raise ValueError(f"Unknown split '{name}'. Known splits: "
-                         f"{', '.join(SPLITS)}")
+        raise ValueError(f"Unknown split '{name}'. Known splits: {', '.join(SPLITS)}")
     return SPLITS[key](data, seed)

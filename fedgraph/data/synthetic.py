@@ -17,10 +17,11 @@ undirected edges (``2M`` directed entries in ``edge_index``: ``avg_degree`` as
 STATS (``synthetic-sbm:2000:10``): 2,000 nodes, 20,000 directed edges, 32 binary features,
 5 classes, homophily about 0.8.
 """
+
 from __future__ import annotations
 
 import zlib
-from typing import TYPE_CHECKING, Tuple
+from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:  # torch and PyG load with sbm_graph: parsing a name needs neither
     from torch import Tensor
@@ -38,10 +39,16 @@ SBM_FEATURES = 32
 SBM_FEATURE_P = (0.5, 0.1)
 
 
-def sbm_graph(num_nodes: int, avg_degree: float, seed: int = 0, *,
-              num_classes: int = SBM_CLASSES, homophily: float = SBM_HOMOPHILY,
-              num_features: int = SBM_FEATURES,
-              feature_p: Tuple[float, float] = SBM_FEATURE_P) -> Data:
+def sbm_graph(
+    num_nodes: int,
+    avg_degree: float,
+    seed: int = 0,
+    *,
+    num_classes: int = SBM_CLASSES,
+    homophily: float = SBM_HOMOPHILY,
+    num_features: int = SBM_FEATURES,
+    feature_p: tuple[float, float] = SBM_FEATURE_P,
+) -> Data:
     r"""A sparse planted-partition SBM with class-dependent binary features (module docs).
 
     Args:
@@ -67,8 +74,9 @@ def sbm_graph(num_nodes: int, avg_degree: float, seed: int = 0, *,
     """
     n, c = int(num_nodes), int(num_classes)
     if c < 2 or n < 2 * c:
-        raise ValueError(f"need num_classes >= 2 and num_nodes >= 2 * num_classes, got "
-                         f"{n} nodes, {c} classes")
+        raise ValueError(
+            f"need num_classes >= 2 and num_nodes >= 2 * num_classes, got {n} nodes, {c} classes"
+        )
     if not (0 < avg_degree <= n - 1):
         raise ValueError(f"avg_degree must lie in (0, num_nodes - 1], got {avg_degree}")
     if not (1.0 / c <= homophily <= 1.0):
@@ -125,8 +133,14 @@ def sbm_graph(num_nodes: int, avg_degree: float, seed: int = 0, *,
     p_in, p_out = feature_p
     prob = torch.where(block[None, :] == y[:, None], p_in, p_out)
     x = (torch.rand(n, num_features, generator=gen) < prob).to(torch.float32)
-    return Data(x=x, y=y, edge_index=edge_index, num_nodes=n, feature_domain=(0.0, 1.0),
-                name=f"{PREFIX}{n}:{avg_degree:g}:{seed}")
+    return Data(
+        x=x,
+        y=y,
+        edge_index=edge_index,
+        num_nodes=n,
+        feature_domain=(0.0, 1.0),
+        name=f"{PREFIX}{n}:{avg_degree:g}:{seed}",
+    )
 
 
 def load_sbm(name: str) -> Data:
@@ -142,5 +156,5 @@ def load_sbm(name: str) -> Data:
 def homophily_of(edge_index: Tensor, y: Tensor) -> float:
     """Share of edges ``[2, E]`` whose endpoints have the same label ``y [N]``."""
     if edge_index.numel() == 0:
-        return float('nan')
+        return float("nan")
     return float((y[edge_index[0]] == y[edge_index[1]]).double().mean())

@@ -1,4 +1,5 @@
 """Input validation shared by every mechanism (shapes, domains, budgets)."""
+
 from __future__ import annotations
 
 import math
@@ -15,7 +16,9 @@ def check_epsilon(epsilon: float | Tensor, name: str = "epsilon") -> Tensor:
     """
     eps = torch.as_tensor(epsilon, dtype=torch.float64)
     if eps.numel() == 0 or not bool(torch.isfinite(eps).all()) or not bool((eps > 0).all()):
-        raise ValueError(f"{name} must be finite and > 0 (allowed range: (0, inf)), got {epsilon!r}")
+        raise ValueError(
+            f"{name} must be finite and > 0 (allowed range: (0, inf)), got {epsilon!r}"
+        )
     return eps
 
 
@@ -35,8 +38,10 @@ def check_noise_scale(value: float, name: str, *, allow_zero: bool = False) -> f
     except (TypeError, ValueError):
         v = math.nan
     if isinstance(value, bool) or not math.isfinite(v) or v < 0 or (v == 0 and not allow_zero):
-        raise ValueError(f"{name} must be finite and {'>= 0' if allow_zero else '> 0'} "
-                         f"(allowed: {allowed}), got {value!r}")
+        raise ValueError(
+            f"{name} must be finite and {'>= 0' if allow_zero else '> 0'} "
+            f"(allowed: {allowed}), got {value!r}"
+        )
     return v
 
 
@@ -63,5 +68,7 @@ def per_row(epsilon: Tensor, n: int, device: torch.device) -> Tensor:
     if epsilon.dim() == 0:
         epsilon = epsilon.expand(n)
     if epsilon.shape != (n,):
-        raise ValueError(f"epsilon must be a scalar or have shape [{n}], got {tuple(epsilon.shape)}")
+        raise ValueError(
+            f"epsilon must be a scalar or have shape [{n}], got {tuple(epsilon.shape)}"
+        )
     return epsilon.to(device).view(n, 1)

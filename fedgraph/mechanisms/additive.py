@@ -1,4 +1,5 @@
 """Additive-noise LDP mechanisms for features in ``[-1, 1]^d`` (PPGNN paper, Sec. II-D 1-2)."""
+
 from __future__ import annotations
 
 import math

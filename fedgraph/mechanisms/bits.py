@@ -15,6 +15,7 @@ Each sign compares a 53-bit uniform integer with an integer threshold
 ratio is at most ``e^epsilon`` exactly; an epsilon per entry above ``ln(2^53 - 1) = 36.74`` is
 refused (Mironov, CCS 2012; issue 60, fault 7).
 """
+
 from __future__ import annotations
 
 from typing import NamedTuple
@@ -94,7 +95,9 @@ class SampledBits(NamedTuple):
 
 
 def sample_dims(
-    num_dims: Tensor, num_features: int, generator: torch.Generator | None = None,
+    num_dims: Tensor,
+    num_features: int,
+    generator: torch.Generator | None = None,
     chunk_rows: int = 4096,
 ) -> tuple[Tensor, Tensor]:
     """Sample ``num_dims[i]`` distinct dimensions uniformly without replacement for each row.
@@ -109,7 +112,7 @@ def sample_dims(
     rows, cols = [], []
     n = num_dims.numel()
     for start in range(0, n, chunk_rows):
-        m = num_dims[start:start + chunk_rows].cpu()
+        m = num_dims[start : start + chunk_rows].cpu()
         m_max = int(m.max())
         keys = rng.rand((m.numel(), num_features), generator)
         top = keys.topk(m_max, dim=1).indices  # m_max distinct dims per row, uniform
@@ -121,8 +124,11 @@ def sample_dims(
 
 
 def multi_bit(
-    x: Tensor, epsilon: float | Tensor, num_dims: Tensor | int | None = None,
-    generator: torch.Generator | None = None, divisor: float = 2.2,
+    x: Tensor,
+    epsilon: float | Tensor,
+    num_dims: Tensor | int | None = None,
+    generator: torch.Generator | None = None,
+    divisor: float = 2.2,
 ) -> SampledBits:
     r"""Multi-bit mechanism / MLR (PPGNN paper Alg. 2; LPGNN Alg. 1), client side.
 
@@ -145,7 +151,11 @@ def multi_bit(
     """
     x = check_unit_features(x)
     n, d = x.shape
-    eps = check_epsilon(epsilon).expand(n) if check_epsilon(epsilon).dim() == 0 else check_epsilon(epsilon)
+    eps = (
+        check_epsilon(epsilon).expand(n)
+        if check_epsilon(epsilon).dim() == 0
+        else check_epsilon(epsilon)
+    )
     if num_dims is None:
         m = mlr_num_dims(eps, d, divisor)
     else:
@@ -160,13 +170,17 @@ def multi_bit(
     # response refuse such an epsilon instead (their own single draw is the release).
     eps_entry = (eps.to(x.device) / m.to(x.device))[row].clamp(max=BINARY_EPSILON_MAX)
     t_lo, t_hi = binary_thresholds(eps_entry, "epsilon / num_dims (per sampled dimension)")
-    sign = torch.where(rng.bernoulli_bits(sign_thresholds(x[row, col], t_lo, t_hi), generator),
-                       1, -1).to(torch.int8)
+    sign = torch.where(
+        rng.bernoulli_bits(sign_thresholds(x[row, col], t_lo, t_hi), generator), 1, -1
+    ).to(torch.int8)
     return SampledBits(row, col, sign)
 
 
 def multi_bit_estimate(
-    bits: SampledBits, num_rows: int, num_features: int, epsilon: float | Tensor,
+    bits: SampledBits,
+    num_rows: int,
+    num_features: int,
+    epsilon: float | Tensor,
     num_dims: Tensor | int,
 ) -> Tensor:
     r"""Server side of multi-bit / MLR: the unbiased estimate ``x'_j = (d/m) C(eps/m) s_j``.
@@ -182,7 +196,11 @@ def multi_bit_estimate(
     Returns:
         Dense float32 estimate ``[num_rows, num_features]`` (zero where nothing was sampled).
     """
-    eps = check_epsilon(epsilon).expand(num_rows) if check_epsilon(epsilon).dim() == 0 else check_epsilon(epsilon)
+    eps = (
+        check_epsilon(epsilon).expand(num_rows)
+        if check_epsilon(epsilon).dim() == 0
+        else check_epsilon(epsilon)
+    )
     m = torch.as_tensor(num_dims, dtype=torch.float64).expand(num_rows).to(bits.row.device)
     scale = (num_features / m) * unbias_factor(eps.to(bits.row.device) / m)
     return scatter_bits(bits, num_rows, num_features, scale)
@@ -205,6 +223,14 @@ def multi_bit_variance(x: Tensor, epsilon: float, num_dims: int) -> Tensor:
 
 
 __all__ = [
-    "SampledBits", "local_randomizer", "mlr_num_dims", "multi_bit", "multi_bit_estimate",
-    "multi_bit_variance", "one_bit", "sample_dims", "scatter_bits", "unbias_factor",
+    "SampledBits",
+    "local_randomizer",
+    "mlr_num_dims",
+    "multi_bit",
+    "multi_bit_estimate",
+    "multi_bit_variance",
+    "one_bit",
+    "sample_dims",
+    "scatter_bits",
+    "unbias_factor",
 ]

@@ -1,4 +1,5 @@
 """Map features to the mechanisms' input domain ``[-1, 1]`` with a *public* range."""
+
 from __future__ import annotations
 
 import torch
@@ -23,9 +24,8 @@ def to_unit_range(x: Tensor, low: float | Tensor, high: float | Tensor) -> Tenso
     if (span <= 0).any() if isinstance(span, Tensor) else span <= 0:
         raise ValueError(f"feature_domain must satisfy high > low, got low={low}, high={high}")
     out = 2.0 * (x - low) / span - 1.0
-    if out.numel() and (not bool(torch.isfinite(out).all())
-                        or out.min() < -1.0 - 1e-6 or out.max() > 1.0 + 1e-6):
-        raise ValueError(
-            f"features lie outside the declared public feature_domain [{low}, {high}]"
-        )
+    if out.numel() and (
+        not bool(torch.isfinite(out).all()) or out.min() < -1.0 - 1e-6 or out.max() > 1.0 + 1e-6
+    ):
+        raise ValueError(f"features lie outside the declared public feature_domain [{low}, {high}]")
     return out.clamp_(-1.0, 1.0)

@@ -14,6 +14,7 @@ user's own budget, which would make the set of possible outputs depend on the le
 is computed once from a *public* budget (the smallest ESW budget of the budget set) and shared
 by every user; only ``p`` and ``q`` use the user's own budget.
 """
+
 from __future__ import annotations
 
 import math
@@ -65,7 +66,9 @@ def _window_ratio(eps: float) -> float:
     return ((eps - 1.0) * em + em * em) / (2.0 * (1.0 - (1.0 + eps) * em))
 
 
-def esw_probabilities(epsilon: Tensor | float, num_levels: int, window: int) -> tuple[Tensor, Tensor]:
+def esw_probabilities(
+    epsilon: Tensor | float, num_levels: int, window: int
+) -> tuple[Tensor, Tensor]:
     """``(p, q)`` of Eq. (6) as float64 tensors with the shape of ``epsilon``."""
     eps = check_epsilon(epsilon, "esw epsilon")
     e = torch.exp(eps)
@@ -74,7 +77,10 @@ def esw_probabilities(epsilon: Tensor | float, num_levels: int, window: int) -> 
 
 
 def esw(
-    levels: Tensor, epsilon: float | Tensor, num_levels: int, window: int,
+    levels: Tensor,
+    epsilon: float | Tensor,
+    num_levels: int,
+    window: int,
     generator: torch.Generator | None = None,
 ) -> Tensor:
     r"""Release privacy levels with ESW (PPGNN paper Eq. 6).

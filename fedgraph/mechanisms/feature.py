@@ -10,11 +10,12 @@ Register a new one with :func:`register_mechanism` or select it by import path
 declares (:func:`check_privacy_declaration`) and :func:`check_mechanism` dry-runs it
 (shapes, report types, raw features not released). See ``docs/extending.md``.
 """
+
 from __future__ import annotations
 
 import math
 from abc import ABC, abstractmethod
-from typing import Callable
+from collections.abc import Callable
 
 import torch
 from torch import Tensor
@@ -22,7 +23,7 @@ from torch import Tensor
 from ..registry import ContractError, Registry
 from ._checks import check_unit_features
 from .additive import gaussian, laplace
-from .bits import SampledBits, multi_bit, multi_bit_estimate, mlr_num_dims, one_bit, unbias_factor
+from .bits import SampledBits, mlr_num_dims, multi_bit, multi_bit_estimate, one_bit, unbias_factor
 from .ppm import PPMParams, PPMReport, ppm, ppm_estimate
 from .ppm import level_epsilon as ppm_level_epsilon
 
@@ -45,7 +46,9 @@ class FeatureMechanism(ABC):
     hides_level: bool = False
 
     @abstractmethod
-    def perturb(self, x: Tensor, levels: Tensor, generator: torch.Generator | None = None) -> Report:
+    def perturb(
+        self, x: Tensor, levels: Tensor, generator: torch.Generator | None = None
+    ) -> Report:
         """Client side. ``x``: ``[n, d]`` in ``[-1, 1]``; ``levels``: long ``[n]`` (1-based)."""
 
     @abstractmethod
@@ -60,8 +63,9 @@ class FeatureMechanism(ABC):
         """delta of the LDP guarantee (0 for pure mechanisms)."""
         return 0.0
 
-    def level_epsilon(self, level: int, num_features: int | None = None,
-                      relation: str = "level") -> float:
+    def level_epsilon(
+        self, level: int, num_features: int | None = None, relation: str = "level"
+    ) -> float:
         """Epsilon (nats) of what one user's *whole* report reveals about its level, for a user
         at ``level``: the largest log ratio of the report's probability against any other
         level (``relation = "level"``: features fixed). Required, finite and >= 0, when
@@ -77,18 +81,26 @@ class PPMMechanism(FeatureMechanism):
     hides_level = True
 
     def __init__(self, budgets, gamma: float = 0.1, shares=None, rescale: str = "posterior"):
-        self.params = PPMParams(tuple(float(b) for b in budgets), float(gamma),
-                                tuple(float(s) for s in shares) if shares else None)
+        self.params = PPMParams(
+            tuple(float(b) for b in budgets),
+            float(gamma),
+            tuple(float(s) for s in shares) if shares else None,
+        )
         self.rescale = rescale
 
     def perturb(self, x, levels, generator=None):
         r = ppm(x, levels, self.params, generator)
-        return {"released_level": r.released_level, "row": r.bits.row, "col": r.bits.col,
-                "sign": r.bits.sign}
+        return {
+            "released_level": r.released_level,
+            "row": r.bits.row,
+            "col": r.bits.col,
+            "sign": r.bits.sign,
+        }
 
     def estimate(self, report, num_features):
-        r = PPMReport(report["released_level"],
-                      SampledBits(report["row"], report["col"], report["sign"]))
+        r = PPMReport(
+            report["released_level"], SampledBits(report["row"], report["col"], report["sign"])
+        )
         return ppm_estimate(r, num_features, self.params, self.rescale)
 
     def privacy_spent(self, level):
@@ -121,8 +133,12 @@ class MultiBitMechanism(_UniformMechanism):
 
     def perturb(self, x, levels, generator=None):
         bits = multi_bit(x, self.epsilon, generator=generator, divisor=2.18)
-        return {"row": bits.row, "col": bits.col, "sign": bits.sign,
-                "num_rows": torch.tensor([x.shape[0]])}
+        return {
+            "row": bits.row,
+            "col": bits.col,
+            "sign": bits.sign,
+            "num_rows": torch.tensor([x.shape[0]]),
+        }
 
     def estimate(self, report, num_features):
         n = int(report["num_rows"][0])
@@ -180,26 +196,33 @@ def _check_factory(factory, name: str) -> None:
     """Registry check: a callable; a class must be a concrete :class:`FeatureMechanism`."""
     if isinstance(factory, type):
         if not issubclass(factory, FeatureMechanism):
-            raise ContractError(f"mechanism {name!r}: {factory.__qualname__} is not a subclass "
-                                "of fedgraph.mechanisms.FeatureMechanism")
+            raise ContractError(
+                f"mechanism {name!r}: {factory.__qualname__} is not a subclass "
+                "of fedgraph.mechanisms.FeatureMechanism"
+            )
         missing = sorted(getattr(factory, "__abstractmethods__", ()))
         if missing:
-            raise ContractError(f"mechanism {name!r}: {factory.__qualname__} does not implement "
-                                f"{', '.join(missing)}")
+            raise ContractError(
+                f"mechanism {name!r}: {factory.__qualname__} does not implement "
+                f"{', '.join(missing)}"
+            )
     elif not callable(factory):
-        raise ContractError(f"mechanism {name!r}: expected a FeatureMechanism subclass or a "
-                            f"factory function, got {type(factory).__name__}")
+        raise ContractError(
+            f"mechanism {name!r}: expected a FeatureMechanism subclass or a "
+            f"factory function, got {type(factory).__name__}"
+        )
 
 
 #: name -> factory(budgets=..., gamma=..., shares=..., rescale=..., epsilon=..., delta=...)
 #: returning a FeatureMechanism (a FeatureMechanism subclass is such a factory).
 FEATURE_MECHANISMS: Registry = Registry(
-    "mechanism", check=_check_factory,
-    hint="See docs/extending.md, 'A feature mechanism'.")
+    "mechanism", check=_check_factory, hint="See docs/extending.md, 'A feature mechanism'."
+)
 
 
-def register_mechanism(name: str, factory: Callable[..., FeatureMechanism] | None = None, *,
-                       replace: bool = False):
+def register_mechanism(
+    name: str, factory: Callable[..., FeatureMechanism] | None = None, *, replace: bool = False
+):
     """Register a feature mechanism factory under ``name`` (usable as a decorator).
 
     ``factory(budgets=[eps_1, ..], gamma=.., shares=.., rescale=.., epsilon=.., delta=..)``
@@ -214,11 +237,19 @@ def register_mechanism(name: str, factory: Callable[..., FeatureMechanism] | Non
     return FEATURE_MECHANISMS.register(name, factory, replace=replace)
 
 
-register_mechanism("ppm", lambda budgets, gamma=0.1, shares=None, rescale="posterior", **_:
-                   PPMMechanism(budgets, gamma, shares, rescale))
+register_mechanism(
+    "ppm",
+    lambda budgets, gamma=0.1, shares=None, rescale="posterior", **_: PPMMechanism(
+        budgets, gamma, shares, rescale
+    ),
+)
 for _cls in (MultiBitMechanism, OneBitMechanism, LaplaceMechanism, GaussianMechanism):
-    register_mechanism(_cls.name, lambda budgets, epsilon=None, _c=_cls, **kw: _c(
-        epsilon if epsilon is not None else min(budgets), **kw))
+    register_mechanism(
+        _cls.name,
+        lambda budgets, epsilon=None, _c=_cls, **kw: _c(
+            epsilon if epsilon is not None else min(budgets), **kw
+        ),
+    )
 
 
 def check_privacy_declaration(mech: FeatureMechanism, num_levels: int, name: str = "") -> None:
@@ -234,28 +265,42 @@ def check_privacy_declaration(mech: FeatureMechanism, num_levels: int, name: str
     """
     label = f"mechanism {name or getattr(mech, 'name', type(mech).__name__)!r}"
     if not isinstance(mech, FeatureMechanism):
-        raise ContractError(f"{label}: the factory returned {type(mech).__name__}, not a "
-                            "fedgraph.mechanisms.FeatureMechanism")
+        raise ContractError(
+            f"{label}: the factory returned {type(mech).__name__}, not a "
+            "fedgraph.mechanisms.FeatureMechanism"
+        )
     for level in range(1, num_levels + 1):
         spent = mech.privacy_spent(level)
         if not isinstance(spent, dict) or not spent:
             raise ContractError(
                 f"{label}: privacy_spent(level={level}) returned {spent!r}; it must name every "
                 "release with its epsilon, e.g. {'features': 1.0}: without it the reports "
-                "would leave the clients with no event in the privacy ledger")
+                "would leave the clients with no event in the privacy ledger"
+            )
         for release, eps in spent.items():
-            if not isinstance(release, str) or isinstance(eps, bool) or not isinstance(
-                    eps, (int, float)) or not math.isfinite(eps) or eps <= 0:
-                raise ContractError(f"{label}: privacy_spent(level={level}) has {release!r}: "
-                                    f"{eps!r}; every epsilon must be a finite number > 0")
+            if (
+                not isinstance(release, str)
+                or isinstance(eps, bool)
+                or not isinstance(eps, (int, float))
+                or not math.isfinite(eps)
+                or eps <= 0
+            ):
+                raise ContractError(
+                    f"{label}: privacy_spent(level={level}) has {release!r}: "
+                    f"{eps!r}; every epsilon must be a finite number > 0"
+                )
         if mech.hides_level:
             eps = mech.level_epsilon(level)
-            if isinstance(eps, bool) or not isinstance(eps, (int, float)) or not (
-                    0 <= eps < math.inf):
+            if (
+                isinstance(eps, bool)
+                or not isinstance(eps, (int, float))
+                or not (0 <= eps < math.inf)
+            ):
                 raise ContractError(
                     f"{label}: hides_level is True but level_epsilon(level={level}) returned "
                     f"{eps!r}; it must state what the whole report reveals about the level "
-                    "(a finite epsilon >= 0)")
+                    "(a finite epsilon >= 0)"
+                )
     delta = mech.delta()
     if not isinstance(delta, (int, float)) or not 0.0 <= float(delta) < 1.0:
         raise ContractError(f"{label}: delta() must lie in [0, 1), got {delta!r}")
@@ -276,8 +321,13 @@ def make_mechanism(name: str, **kwargs) -> FeatureMechanism:
     return mech
 
 
-def check_mechanism(mech: FeatureMechanism, num_features: int = 8, num_levels: int = 1,
-                    num_users: int = 32, seed: int = 0) -> Report:
+def check_mechanism(
+    mech: FeatureMechanism,
+    num_features: int = 8,
+    num_levels: int = 1,
+    num_users: int = 32,
+    seed: int = 0,
+) -> Report:
     """Dry-run ``mech`` on random features and check the contract a strategy relies on.
 
     Checks :func:`check_privacy_declaration`; ``perturb`` returns a non-empty dict of tensors,
@@ -311,10 +361,17 @@ def check_mechanism(mech: FeatureMechanism, num_features: int = 8, num_levels: i
     x = torch.rand(num_users, num_features, generator=gen) * 2 - 1
     levels = torch.arange(num_users) % num_levels + 1
     key = hashlib.sha256(f"fedgraph check_mechanism {seed}".encode()).digest()
-    reports = [_dry_run(mech, label, x, levels, generator, kind) for generator, kind in (
-        (gen, 'a torch.Generator (noise-source "mt19937")'),
-        (SecureRandom(key), 'a fedgraph.randomness.SecureRandom (noise-source "secure", the '
-                            'default, and "secret")'))]
+    reports = [
+        _dry_run(mech, label, x, levels, generator, kind)
+        for generator, kind in (
+            (gen, 'a torch.Generator (noise-source "mt19937")'),
+            (
+                SecureRandom(key),
+                'a fedgraph.randomness.SecureRandom (noise-source "secure", the '
+                'default, and "secret")',
+            ),
+        )
+    ]
     return reports[0]
 
 
@@ -324,45 +381,64 @@ def _first_line(err: BaseException) -> str:
     return (str(err).splitlines() or [""])[0]
 
 
-def _dry_run(mech: FeatureMechanism, label: str, x: Tensor, levels: Tensor, generator,
-             kind: str) -> Report:
+def _dry_run(
+    mech: FeatureMechanism, label: str, x: Tensor, levels: Tensor, generator, kind: str
+) -> Report:
     """One dry run of :func:`check_mechanism` on ``x [n, d]`` with ``generator`` (described by
     ``kind``)."""
     num_users, num_features = x.shape
     try:
         report = mech.perturb(x.clone(), levels, generator)
     except Exception as err:  # noqa: BLE001 - the mechanism's own failure, named
-        hint = (" (draw with fedgraph.randomness's rand/randn/randint/randperm/add_gaussian"
-                "(..., generator), which take either kind)" if isinstance(err, TypeError)
-                else "")
-        raise ContractError(f"{label}: perturb raised {type(err).__name__} with {kind}"
-                            f"{hint}: {_first_line(err)}") from err
-    if not isinstance(report, dict) or not report or not all(
-            isinstance(k, str) and isinstance(v, Tensor) for k, v in report.items()):
-        raise ContractError(f"{label}: perturb must return a non-empty dict of named tensors "
-                            f"(what leaves the client), got {type(report).__name__}")
+        hint = (
+            " (draw with fedgraph.randomness's rand/randn/randint/randperm/add_gaussian"
+            "(..., generator), which take either kind)"
+            if isinstance(err, TypeError)
+            else ""
+        )
+        raise ContractError(
+            f"{label}: perturb raised {type(err).__name__} with {kind}{hint}: {_first_line(err)}"
+        ) from err
+    if (
+        not isinstance(report, dict)
+        or not report
+        or not all(isinstance(k, str) and isinstance(v, Tensor) for k, v in report.items())
+    ):
+        raise ContractError(
+            f"{label}: perturb must return a non-empty dict of named tensors "
+            f"(what leaves the client), got {type(report).__name__}"
+        )
     for key, value in report.items():
         if value.shape == x.shape and torch.equal(value.to(x.dtype), x):
-            raise ContractError(f"{label}: report[{key!r}] is the raw feature matrix: only "
-                                "perturbed values may leave a client")
+            raise ContractError(
+                f"{label}: report[{key!r}] is the raw feature matrix: only "
+                "perturbed values may leave a client"
+            )
     try:
         out = mech.estimate(report, num_features)
     except Exception as err:  # noqa: BLE001 - as perturb's
-        raise ContractError(f"{label}: estimate raised {type(err).__name__} on the report of "
-                            f"a dry run with {kind}: {_first_line(err)}") from err
+        raise ContractError(
+            f"{label}: estimate raised {type(err).__name__} on the report of "
+            f"a dry run with {kind}: {_first_line(err)}"
+        ) from err
     if not (isinstance(out, tuple) and len(out) == 2):
         raise ContractError(f"{label}: estimate must return (x_hat, level_hat or None)")
     x_hat, level_hat = out
     if not isinstance(x_hat, Tensor) or tuple(x_hat.shape) != (num_users, num_features):
-        raise ContractError(f"{label}: estimate returned x_hat of shape "
-                            f"{tuple(getattr(x_hat, 'shape', ()))}, expected "
-                            f"[{num_users}, {num_features}]")
+        raise ContractError(
+            f"{label}: estimate returned x_hat of shape "
+            f"{tuple(getattr(x_hat, 'shape', ()))}, expected "
+            f"[{num_users}, {num_features}]"
+        )
     if not bool(torch.isfinite(x_hat).all()):
-        raise ContractError(f"{label}: estimate returned a non-finite x_hat (NaN or inf); "
-                            "an estimate must be finite")
+        raise ContractError(
+            f"{label}: estimate returned a non-finite x_hat (NaN or inf); "
+            "an estimate must be finite"
+        )
     if level_hat is None and mech.hides_level:
         raise ContractError(f"{label}: hides_level is True but estimate returned no level_hat")
-    if level_hat is not None and (not isinstance(level_hat, Tensor)
-                                  or tuple(level_hat.shape) != (num_users,)):
+    if level_hat is not None and (
+        not isinstance(level_hat, Tensor) or tuple(level_hat.shape) != (num_users,)
+    ):
         raise ContractError(f"{label}: level_hat must be None or a tensor [{num_users}]")
     return report

@@ -15,9 +15,11 @@ released level: when ``tau' != tau`` the server's rescaling uses a slightly wron
 the estimate is biased for that user (it is unbiased when ``tau' == tau``).
 With a single level (``|E| = 1``) the level is public, ESW is skipped and ``gamma`` is ignored.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
+
 import torch
 from torch import Tensor
 
@@ -49,10 +51,14 @@ class PPMParams:
             raise ValueError(f"budgets must be strictly increasing, got {list(b)}")
         if len(b) > 1 and not (0.0 < self.gamma < 1.0):
             raise ValueError(f"gamma must lie in (0, 1), got {self.gamma}")
-        if self.shares is not None and (len(self.shares) != len(b) or any(
-                s < 0 for s in self.shares) or abs(sum(self.shares) - 1) > 1e-6):
-            raise ValueError(f"shares must be one non-negative share per level summing to 1, "
-                             f"got {self.shares}")
+        if self.shares is not None and (
+            len(self.shares) != len(b)
+            or any(s < 0 for s in self.shares)
+            or abs(sum(self.shares) - 1) > 1e-6
+        ):
+            raise ValueError(
+                f"shares must be one non-negative share per level summing to 1, got {self.shares}"
+            )
 
     @property
     def num_levels(self) -> int:
@@ -65,7 +71,11 @@ class PPMParams:
     @property
     def window(self) -> int:
         """ESW window ``b`` from the public smallest ESW budget ``gamma * min(E)``."""
-        return esw_window(self.esw_share * self.budgets[0], self.num_levels) if self.num_levels > 1 else 0
+        return (
+            esw_window(self.esw_share * self.budgets[0], self.num_levels)
+            if self.num_levels > 1
+            else 0
+        )
 
     def budget_of(self, levels: Tensor) -> Tensor:
         """Epsilon of each level index (1-based) as float64."""
@@ -90,8 +100,9 @@ class PPMReport:
     bits: SampledBits
 
 
-def ppm(x: Tensor, levels: Tensor, params: PPMParams,
-        generator: torch.Generator | None = None) -> PPMReport:
+def ppm(
+    x: Tensor, levels: Tensor, params: PPMParams, generator: torch.Generator | None = None
+) -> PPMReport:
     """User side of PPM (Alg. 3), vectorized over ``n`` users.
 
     Args:
@@ -105,8 +116,9 @@ def ppm(x: Tensor, levels: Tensor, params: PPMParams,
     x = check_unit_features(x)
     n, d = x.shape
     if levels.shape != (n,) or levels.dtype != torch.long:
-        raise ValueError(f"levels must be a long tensor of shape [{n}], got "
-                         f"{levels.dtype} {tuple(levels.shape)}")
+        raise ValueError(
+            f"levels must be a long tensor of shape [{n}], got {levels.dtype} {tuple(levels.shape)}"
+        )
     if n and (levels.min() < 1 or levels.max() > params.num_levels):
         raise ValueError(f"levels must lie in {{1, ..., {params.num_levels}}}")
     eps = params.budget_of(levels)
@@ -114,7 +126,11 @@ def ppm(x: Tensor, levels: Tensor, params: PPMParams,
         released = esw(levels, params.esw_share * eps, params.num_levels, params.window, generator)
     else:
         released = torch.ones_like(levels)
-    m = mlr_num_dims((1 - params.esw_share) * params.budget_of(esw_decode(released, params.num_levels, params.window)), d)
+    m = mlr_num_dims(
+        (1 - params.esw_share)
+        * params.budget_of(esw_decode(released, params.num_levels, params.window)),
+        d,
+    )
     bits = multi_bit(x, (1 - params.esw_share) * eps, num_dims=m, generator=generator)
     return PPMReport(released, bits)
 
@@ -139,7 +155,9 @@ def _esw_likelihood(released: Tensor, params: PPMParams) -> Tensor:
 
     h, b = params.num_levels, params.window
     taus = torch.arange(1, h + 1)
-    p, q = esw_probabilities(params.esw_share * torch.tensor(params.budgets, dtype=torch.float64), h, b)
+    p, q = esw_probabilities(
+        params.esw_share * torch.tensor(params.budgets, dtype=torch.float64), h, b
+    )
     inside = (released.view(-1, 1) - (taus.view(1, -1) + b)).abs() <= b  # [n, h]
     return torch.where(inside, p.view(1, -1), q.view(1, -1))
 
@@ -155,7 +173,9 @@ def decoded_level_posterior(params: PPMParams) -> Tensor:
     released = torch.arange(1, h + 2 * b + 1)
     like = _esw_likelihood(released, params)  # [R, h]
     decoded = esw_decode(released, h, b)  # [R]
-    given = torch.zeros(h, h, dtype=torch.float64).index_add_(0, decoded - 1, like)  # P(tau_hat|tau)
+    given = torch.zeros(h, h, dtype=torch.float64).index_add_(
+        0, decoded - 1, like
+    )  # P(tau_hat|tau)
     prior = torch.tensor(params.shares or [1.0 / h] * h, dtype=torch.float64)
     post = given * prior.view(1, -1)
     return post / post.sum(1, keepdim=True).clamp_min(1e-300)
@@ -177,8 +197,9 @@ def posterior_inverse_variance(level_hat: Tensor, params: PPMParams, num_feature
     return w[level_hat.cpu() - 1].to(level_hat.device)
 
 
-def ppm_estimate(report: PPMReport, num_features: int, params: PPMParams,
-                 rescale: str = "released") -> tuple[Tensor, Tensor]:
+def ppm_estimate(
+    report: PPMReport, num_features: int, params: PPMParams, rescale: str = "released"
+) -> tuple[Tensor, Tensor]:
     r"""Server side of PPM: rescale each user's signs into a feature estimate.
 
     Args:
@@ -217,8 +238,9 @@ def ppm_estimate(report: PPMReport, num_features: int, params: PPMParams,
 LEVEL_RELATIONS = ("level", "level+features")
 
 
-def level_leakage(params: PPMParams, num_features: int | None = None,
-                  relation: str = "level") -> Tensor:
+def level_leakage(
+    params: PPMParams, num_features: int | None = None, relation: str = "level"
+) -> Tensor:
     r"""Exact worst-case log ratio between the distributions of one user's PPM report at two
     levels, float64 ``[h, h]`` (nats; entry ``[tau-1, tau'-1]``, symmetric).
 
@@ -271,18 +293,21 @@ def level_leakage(params: PPMParams, num_features: int | None = None,
         top = int(mlr_num_dims(eps_feat, 1 << 30))  # m' without the cap d
         if top > PPM_LEVEL_SCAN_MAX:
             limit = ppm_level_scan_limit(params.esw_share)  # floor(eps_feat / 2.2) <= max
-            raise ValueError(f"budgets: {max(params.budgets):g} is too large for PPM's level "
-                             f"analysis over every feature count (MLR would sample up to {top} "
-                             f"dimensions; allowed: budgets below {limit:g}; from Python, "
-                             "passing the dataset's num_features lifts the limit)")
-        return torch.stack([level_leakage(params, d, relation)
-                            for d in range(1, top + 1)]).amax(0)
+            raise ValueError(
+                f"budgets: {max(params.budgets):g} is too large for PPM's level "
+                f"analysis over every feature count (MLR would sample up to {top} "
+                f"dimensions; allowed: budgets below {limit:g}; from Python, "
+                "passing the dataset's num_features lifts the limit)"
+            )
+        return torch.stack([level_leakage(params, d, relation) for d in range(1, top + 1)]).amax(0)
     if isinstance(num_features, bool) or not isinstance(num_features, int) or num_features < 1:
         raise ValueError(f"num_features must be an integer >= 1, got {num_features!r}")
     h, b = params.num_levels, params.window
     eps_feat = (1 - params.esw_share) * torch.tensor(params.budgets, dtype=torch.float64)  # [h]
     if h == 1:
-        return torch.zeros(1, 1, dtype=torch.float64) if relation == "level" else eps_feat.view(1, 1)
+        return (
+            torch.zeros(1, 1, dtype=torch.float64) if relation == "level" else eps_feat.view(1, 1)
+        )
     released = torch.arange(1, h + 2 * b + 1)  # [R], every ESW output
     log_esw = _esw_likelihood(released, params).log()  # [R, h]
     m = mlr_num_dims(eps_feat[esw_decode(released, h, b) - 1], num_features).double()  # [R]
@@ -291,20 +316,31 @@ def level_leakage(params: PPMParams, num_features: int | None = None,
     disagree = -torch.nn.functional.softplus(per_sign)  # log P(s = -sign(x) | x = +-1)
     # [R, tau, tau', 2]: one sign's log ratio at the worst ends x_j = +-1 (and x'_j = +-1)
     if relation == "level":
-        u = torch.stack([agree.unsqueeze(2) - agree.unsqueeze(1),
-                         disagree.unsqueeze(2) - disagree.unsqueeze(1)], -1)
+        u = torch.stack(
+            [
+                agree.unsqueeze(2) - agree.unsqueeze(1),
+                disagree.unsqueeze(2) - disagree.unsqueeze(1),
+            ],
+            -1,
+        )
     else:
-        u = torch.stack([agree.unsqueeze(2) - disagree.unsqueeze(1),
-                         disagree.unsqueeze(2) - agree.unsqueeze(1),
-                         agree.unsqueeze(2) - agree.unsqueeze(1),
-                         disagree.unsqueeze(2) - disagree.unsqueeze(1)], -1)
+        u = torch.stack(
+            [
+                agree.unsqueeze(2) - disagree.unsqueeze(1),
+                disagree.unsqueeze(2) - agree.unsqueeze(1),
+                agree.unsqueeze(2) - agree.unsqueeze(1),
+                disagree.unsqueeze(2) - disagree.unsqueeze(1),
+            ],
+            -1,
+        )
     d_esw = (log_esw.unsqueeze(2) - log_esw.unsqueeze(1)).unsqueeze(-1)  # [R, h, h, 1]
     total = d_esw + m.view(-1, 1, 1, 1) * torch.stack([u.amax(-1), u.amin(-1)], -1)
     return total.abs().amax(-1).amax(0)
 
 
-def level_epsilon(params: PPMParams, num_features: int | None = None,
-                  relation: str = "level") -> Tensor:
+def level_epsilon(
+    params: PPMParams, num_features: int | None = None, relation: str = "level"
+) -> Tensor:
     r"""Level-inference epsilon of a user at each level, float64 ``[h]`` (nats, whole report).
 
     Entry ``tau - 1`` is :math:`\max_{\tau' \ne \tau} L(\tau, \tau')` of :func:`level_leakage`:

@@ -1,4 +1,5 @@
 """k-ary randomized response for labels (Warner 1965; Kairouz et al. 2016)."""
+
 from __future__ import annotations
 
 import torch
@@ -9,8 +10,9 @@ from ._checks import check_epsilon
 from .thresholds import randomized_response_thresholds
 
 
-def randomized_response(y: Tensor, num_classes: int, epsilon: float,
-                        generator: torch.Generator | None = None) -> Tensor:
+def randomized_response(
+    y: Tensor, num_classes: int, epsilon: float, generator: torch.Generator | None = None
+) -> Tensor:
     r"""Keep each label with probability :math:`e^\epsilon / (e^\epsilon + k - 1)`, else report
     one of the other ``k - 1`` classes uniformly. ``epsilon``-LDP per label, exactly.
 

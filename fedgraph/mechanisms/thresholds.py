@@ -20,6 +20,7 @@ together) is covered by a relative margin of :data:`MARGIN` (``2^-49``, 16 ulps)
 probability, which is then rounded up (the larger one gets what is left), so the integer
 thresholds satisfy the privacy inequality exactly, whatever the last bits of ``exp``.
 """
+
 from __future__ import annotations
 
 import math
@@ -31,7 +32,7 @@ from ..randomness import UNIFORM_SPAN
 from ._checks import check_epsilon
 
 #: relative margin on the smaller probability, above float64's error in computing it
-MARGIN = 2.0 ** -49
+MARGIN = 2.0**-49
 #: the largest epsilon of a binary choice on the ``2^-53`` grid: ``ln(2^53 - 1)`` (36.74), the
 #: ratio ``(2^53 - 1) / 1`` of the most lopsided split
 BINARY_EPSILON_MAX = math.log(UNIFORM_SPAN - 1)
@@ -62,9 +63,11 @@ def binary_thresholds(epsilon: float | Tensor, name: str = "epsilon") -> tuple[T
     """
     eps = check_epsilon(epsilon, name)
     if bool((eps > BINARY_EPSILON_MAX).any()):
-        raise ValueError(f"{name} must lie in (0, {BINARY_EPSILON_MAX:.6f}] (allowed range: a "
-                         "sign drawn on the 2^-53 grid cannot carry a probability below 2^-53; "
-                         f"Mironov 2012), got {float(eps.max())!r}")
+        raise ValueError(
+            f"{name} must lie in (0, {BINARY_EPSILON_MAX:.6f}] (allowed range: a "
+            "sign drawn on the 2^-53 grid cannot carry a probability below 2^-53; "
+            f"Mironov 2012), got {float(eps.max())!r}"
+        )
     lo = _small_units(1.0 + torch.exp(eps)).clamp(1, _HALF).long()
     return lo, UNIFORM_SPAN - lo
 
@@ -103,8 +106,9 @@ def randomized_response_range(num_classes: int) -> tuple[float, float]:
     return math.log1p((UNIFORM_SPAN - k * f) / f), math.log(UNIFORM_SPAN - (k - 1))
 
 
-def randomized_response_thresholds(epsilon: float, num_classes: int,
-                                   name: str = "label_epsilon") -> tuple[int, int]:
+def randomized_response_thresholds(
+    epsilon: float, num_classes: int, name: str = "label_epsilon"
+) -> tuple[int, int]:
     r"""``(keep, other)``: integer lengths on the ``2^53`` grid of k-ary randomized response
     (Warner 1965; Kairouz et al. 2016): the true label keeps ``keep / 2^53``, each of the other
     ``k - 1`` classes gets ``other / 2^53``, ``keep + (k - 1) other = 2^53``, ``other >= 2^53 /
@@ -124,16 +128,20 @@ def randomized_response_thresholds(epsilon: float, num_classes: int,
         return UNIFORM_SPAN, 0
     low, high = randomized_response_range(k)
     if eps > high:
-        raise ValueError(f"{name} must lie in [{low:.3g}, {high:.6f}] for {k} classes (allowed "
-                         "range: a label kept with probability above 1 - 2^-53 cannot be drawn "
-                         f"exactly on the 2^-53 grid; Mironov 2012), got {epsilon!r}")
+        raise ValueError(
+            f"{name} must lie in [{low:.3g}, {high:.6f}] for {k} classes (allowed "
+            "range: a label kept with probability above 1 - 2^-53 cannot be drawn "
+            f"exactly on the 2^-53 grid; Mironov 2012), got {epsilon!r}"
+        )
     norm = math.exp(eps) + (k - 1)
     other = min(math.ceil(UNIFORM_SPAN / norm * (1.0 + MARGIN)), UNIFORM_SPAN // k)
     keep = UNIFORM_SPAN - (k - 1) * other
     if math.log1p((keep - other) / other) > eps:
-        raise ValueError(f"{name} must lie in [{low:.3g}, {high:.6f}] for {k} classes (allowed "
-                         "range: below it the 2^-53 grid cannot split the probability evenly "
-                         f"enough), got {epsilon!r}")
+        raise ValueError(
+            f"{name} must lie in [{low:.3g}, {high:.6f}] for {k} classes (allowed "
+            "range: below it the 2^-53 grid cannot split the probability evenly "
+            f"enough), got {epsilon!r}"
+        )
     return keep, other
 
 
@@ -145,8 +153,9 @@ def randomized_response_effective_epsilon(epsilon: float, num_classes: int) -> f
     return 0.0 if other == 0 else math.log1p((keep - other) / other)
 
 
-def esw_thresholds(epsilon: float | Tensor, num_levels: int, window: int,
-                   name: str = "esw epsilon") -> tuple[Tensor, Tensor]:
+def esw_thresholds(
+    epsilon: float | Tensor, num_levels: int, window: int, name: str = "esw epsilon"
+) -> tuple[Tensor, Tensor]:
     r"""``(p_units, q_units)``: integer lengths on the ``2^53`` grid of ESW (PPGNN Eq. 6):
     each of the ``2b + 1`` outputs in the window gets ``p_units / 2^53``, each of the ``f - 1``
     others ``q_units / 2^53``, ``q_units >= 2^53 / ((2b + 1) e^epsilon + f - 1)`` (rounded up),
@@ -170,14 +179,18 @@ def esw_thresholds(epsilon: float | Tensor, num_levels: int, window: int,
     cap = UNIFORM_SPAN // (f - 1 + w)
     low = math.log1p(((UNIFORM_SPAN - (f - 1) * cap) // w - cap) / cap)
     if bool((eps > high).any()):
-        raise ValueError(f"{name} must lie in [{low:.3g}, {high:.6f}] for {f} levels and window "
-                         f"{b} (allowed range: the 2^-53 grid; Mironov 2012), got "
-                         f"{float(eps.max())!r}")
+        raise ValueError(
+            f"{name} must lie in [{low:.3g}, {high:.6f}] for {f} levels and window "
+            f"{b} (allowed range: the 2^-53 grid; Mironov 2012), got "
+            f"{float(eps.max())!r}"
+        )
     q = _small_units(w * torch.exp(eps) + (f - 1)).clamp(1, cap).long()
     p = (UNIFORM_SPAN - (f - 1) * q) // w
     if bool((torch.log1p((p - q).double() / q.double()) > eps).any()):
-        raise ValueError(f"{name} must lie in [{low:.3g}, {high:.6f}] for {f} levels and window "
-                         f"{b} (allowed range: the 2^-53 grid), got {float(eps.min())!r}")
+        raise ValueError(
+            f"{name} must lie in [{low:.3g}, {high:.6f}] for {f} levels and window "
+            f"{b} (allowed range: the 2^-53 grid), got {float(eps.min())!r}"
+        )
     return p, q
 
 
@@ -189,7 +202,14 @@ def esw_effective_epsilon(epsilon: float | Tensor, num_levels: int, window: int)
 
 
 __all__ = [
-    "BINARY_EPSILON_MAX", "MARGIN", "binary_effective_epsilon", "binary_thresholds",
-    "esw_effective_epsilon", "esw_thresholds", "randomized_response_effective_epsilon",
-    "randomized_response_range", "randomized_response_thresholds", "sign_thresholds",
+    "BINARY_EPSILON_MAX",
+    "MARGIN",
+    "binary_effective_epsilon",
+    "binary_thresholds",
+    "esw_effective_epsilon",
+    "esw_thresholds",
+    "randomized_response_effective_epsilon",
+    "randomized_response_range",
+    "randomized_response_thresholds",
+    "sign_thresholds",
 ]

@@ -1,4 +1,5 @@
 """Full-batch node-classification training with model selection on the validation set."""
+
 from __future__ import annotations
 
 import copy
@@ -28,8 +29,15 @@ def accuracy(logits: Tensor, y: Tensor, mask: Tensor) -> float:
 
 
 def train_node_classifier(
-    model: nn.Module, x: Tensor, edge_index: Tensor, y: Tensor, train_mask: Tensor,
-    val_mask: Tensor, epochs: int = 200, lr: float = 0.01, weight_decay: float = 0.0,
+    model: nn.Module,
+    x: Tensor,
+    edge_index: Tensor,
+    y: Tensor,
+    train_mask: Tensor,
+    val_mask: Tensor,
+    epochs: int = 200,
+    lr: float = 0.01,
+    weight_decay: float = 0.0,
     patience: int | None = None,
 ) -> TrainResult:
     """Train ``model(x, edge_index)`` with Adam and cross-entropy on ``train_mask``; keep the
@@ -56,7 +64,12 @@ def train_node_classifier(
             val_acc = accuracy(out, y, val_mask)
             val_loss = float(F.cross_entropy(out[val_mask], y[val_mask]))
         if (val_acc, -val_loss) > (best[0], -best[1]):
-            best, best_state, best_epoch, since = (val_acc, val_loss), copy.deepcopy(model.state_dict()), epoch, 0
+            best, best_state, best_epoch, since = (
+                (val_acc, val_loss),
+                copy.deepcopy(model.state_dict()),
+                epoch,
+                0,
+            )
         else:
             since += 1
             if patience is not None and since >= patience:
@@ -65,4 +78,6 @@ def train_node_classifier(
     model.eval()
     with torch.no_grad():
         out = model(x, edge_index)
-    return TrainResult(model, best_epoch, accuracy(out, y, train_mask), accuracy(out, y, val_mask), epoch)
+    return TrainResult(
+        model, best_epoch, accuracy(out, y, train_mask), accuracy(out, y, val_mask), epoch
+    )

@@ -22,6 +22,7 @@ normalization is optional and must stay off under DP-SGD (it mixes examples of a
 hidden layers (``batch_norm``) and, as the reference code does, after the normalized encoder
 output and after the normalized combined hops (``output_batch_norm``).
 """
+
 from __future__ import annotations
 
 import torch
@@ -58,16 +59,25 @@ class MLP(nn.Module):
     Shapes: ``[*, in_dim] -> [*, out_dim]``.
     """
 
-    def __init__(self, in_dim: int, hidden: int, out_dim: int, num_layers: int = 2,
-                 dropout: float = 0.0, batch_norm: bool = False, plain_last: bool = True):
+    def __init__(
+        self,
+        in_dim: int,
+        hidden: int,
+        out_dim: int,
+        num_layers: int = 2,
+        dropout: float = 0.0,
+        batch_norm: bool = False,
+        plain_last: bool = True,
+    ):
         super().__init__()
         if num_layers < 1:
             raise ValueError(f"num_layers must be >= 1, got {num_layers}")
         dims = [in_dim] + [hidden] * (num_layers - 1) + [out_dim]
         self.layers = nn.ModuleList(nn.Linear(a, b) for a, b in zip(dims[:-1], dims[1:]))
         n_act = num_layers - 1 if plain_last else num_layers
-        self.norms = nn.ModuleList(nn.BatchNorm1d(dims[i + 1]) if batch_norm else nn.Identity()
-                                   for i in range(n_act))
+        self.norms = nn.ModuleList(
+            nn.BatchNorm1d(dims[i + 1]) if batch_norm else nn.Identity() for i in range(n_act)
+        )
         self.dropout = nn.Dropout(dropout)
 
     def forward(self, x: Tensor) -> Tensor:
@@ -102,12 +112,21 @@ class GAPEncoder(nn.Module):
     Shapes: ``forward: [N, F] -> [N, C]``; ``embed: [N, F] -> [N, e]`` (unit-norm rows).
     """
 
-    def __init__(self, in_dim: int, num_classes: int, encoder_dim: int = 16, hidden: int = 16,
-                 num_layers: int = 2, dropout: float = 0.0, batch_norm: bool = False,
-                 output_batch_norm: bool = False):
+    def __init__(
+        self,
+        in_dim: int,
+        num_classes: int,
+        encoder_dim: int = 16,
+        hidden: int = 16,
+        num_layers: int = 2,
+        dropout: float = 0.0,
+        batch_norm: bool = False,
+        output_batch_norm: bool = False,
+    ):
         super().__init__()
-        self.encoder = MLP(in_dim, hidden, encoder_dim, num_layers, dropout, batch_norm,
-                           plain_last=True)
+        self.encoder = MLP(
+            in_dim, hidden, encoder_dim, num_layers, dropout, batch_norm, plain_last=True
+        )
         self.dropout = nn.Dropout(dropout)
         self.out_norm = nn.BatchNorm1d(encoder_dim) if output_batch_norm else nn.Identity()
         self.head = nn.Linear(encoder_dim, num_classes)
@@ -124,8 +143,12 @@ class GAPEncoder(nn.Module):
         if batch_size is None:
             out = normalize_rows(self.encoder(x))
         else:
-            out = torch.cat([normalize_rows(self.encoder(x[i:i + batch_size]))
-                             for i in range(0, x.size(0), batch_size)])
+            out = torch.cat(
+                [
+                    normalize_rows(self.encoder(x[i : i + batch_size]))
+                    for i in range(0, x.size(0), batch_size)
+                ]
+            )
         self.train(was_training)
         return out
 
@@ -153,10 +176,19 @@ class GAPClassifier(nn.Module):
     Shapes: ``forward: [N, K+1, e] -> [N, C]`` (see :func:`stack_hops`).
     """
 
-    def __init__(self, num_hops: int, in_dim: int, hidden: int = 16, num_classes: int = 2,
-                 combine: str = "cat", base_layers: int = 1, head_layers: int = 1,
-                 dropout: float = 0.0, batch_norm: bool = False,
-                 output_batch_norm: bool = False):
+    def __init__(
+        self,
+        num_hops: int,
+        in_dim: int,
+        hidden: int = 16,
+        num_classes: int = 2,
+        combine: str = "cat",
+        base_layers: int = 1,
+        head_layers: int = 1,
+        dropout: float = 0.0,
+        batch_norm: bool = False,
+        output_batch_norm: bool = False,
+    ):
         super().__init__()
         if num_hops < 0:
             raise ValueError(f"num_hops must be >= 0, got {num_hops}")
@@ -165,14 +197,16 @@ class GAPClassifier(nn.Module):
         self.num_hops, self.combine = num_hops, combine
         self.base = nn.ModuleList(
             MLP(in_dim, hidden, hidden, base_layers, dropout, batch_norm, plain_last=True)
-            for _ in range(num_hops + 1))
+            for _ in range(num_hops + 1)
+        )
         if combine == "attention":
             self.score = nn.Linear(hidden, 1, bias=False)
         width = hidden * (num_hops + 1) if combine == "cat" else hidden
         self.out_norm = nn.BatchNorm1d(width) if output_batch_norm else nn.Identity()
         self.dropout = nn.Dropout(dropout)
-        self.head = MLP(width, hidden, num_classes, head_layers, dropout, batch_norm,
-                        plain_last=True)
+        self.head = MLP(
+            width, hidden, num_classes, head_layers, dropout, batch_norm, plain_last=True
+        )
 
     def forward(self, x: Tensor) -> Tensor:
         if x.dim() != 3 or x.size(1) != self.num_hops + 1:

@@ -1,5 +1,6 @@
 """GNN backbones from PyG, configured as in the PPGNN paper (Sec. IV-A 3): 2 layers, hidden 16,
 SELU activation followed by dropout."""
+
 from __future__ import annotations
 
 import torch
@@ -20,8 +21,12 @@ class ProjectFirstSAGEConv(SAGEConv):
     """
 
     def forward(self, x, edge_index, size=None) -> Tensor:
-        if (not isinstance(x, Tensor) or self.project or self.aggr != "mean"
-                or self.lin_l.in_channels <= self.lin_l.out_channels):
+        if (
+            not isinstance(x, Tensor)
+            or self.project
+            or self.aggr != "mean"
+            or self.lin_l.in_channels <= self.lin_l.out_channels
+        ):
             return super().forward(x, edge_index, size)
         # One matmul for both projections (the wide input is read once).
         weights = [self.lin_l.weight] + ([self.lin_r.weight] if self.root_weight else [])
@@ -32,7 +37,7 @@ class ProjectFirstSAGEConv(SAGEConv):
         if self.root_weight:
             out = out + h[1]
         if self.normalize:
-            out = F.normalize(out, p=2., dim=-1)
+            out = F.normalize(out, p=2.0, dim=-1)
         return out
 
 
@@ -47,8 +52,14 @@ class ProjectFirstGraphSAGE(GraphSAGE):
 BACKBONES = {"gcn": GCN, "sage": ProjectFirstGraphSAGE, "gat": GAT}
 
 
-def make_backbone(name: str, in_channels: int, out_channels: int, hidden_channels: int = 16,
-                  num_layers: int = 2, dropout: float = 0.5) -> nn.Module:
+def make_backbone(
+    name: str,
+    in_channels: int,
+    out_channels: int,
+    hidden_channels: int = 16,
+    num_layers: int = 2,
+    dropout: float = 0.5,
+) -> nn.Module:
     """Build a PyG backbone ``name`` in ``{gcn, sage, gat}``; forward ``(x [N, F], edge_index
     [2, E]) -> logits [N, C]``.
 
@@ -57,9 +68,14 @@ def make_backbone(name: str, in_channels: int, out_channels: int, hidden_channel
     """
     if name not in BACKBONES:
         raise ValueError(f"backbone: unknown {name!r}; allowed: {sorted(BACKBONES)}")
-    return BACKBONES[name](in_channels=in_channels, hidden_channels=hidden_channels,
-                           num_layers=num_layers, out_channels=out_channels, dropout=dropout,
-                           act="selu")
+    return BACKBONES[name](
+        in_channels=in_channels,
+        hidden_channels=hidden_channels,
+        num_layers=num_layers,
+        out_channels=out_channels,
+        dropout=dropout,
+        act="selu",
+    )
 
 
 def adjacency_for(name: str, edge_index, num_nodes: int):

@@ -9,6 +9,7 @@ LPGNN reference code (sisaman/LPGNN, ``add_self_loops=False``) do; ``self_loops=
 it (the run-config key ``self-loops``; bench/ppgnn_table.py measures both). A node without neighbours keeps its own features either way.
 Sparse throughout: cost ``O(K * E * d)``, memory ``O(E + N * d)``, never an ``N x N`` matrix.
 """
+
 from __future__ import annotations
 
 import torch
@@ -19,7 +20,10 @@ from ..utils.sparse import dst_csr
 
 
 def weighted_propagation(
-    x: Tensor, edge_index: Tensor, steps: int, node_weight: Tensor | None = None,
+    x: Tensor,
+    edge_index: Tensor,
+    steps: int,
+    node_weight: Tensor | None = None,
     self_loops: bool = False,
 ) -> Tensor:
     """``steps`` rounds of weighted neighbourhood averaging.
@@ -55,8 +59,11 @@ def weighted_propagation(
     # itself, not a copy.
     adj = dst_csr(edge_index, n, drop_self_loops=True, dtype=x.dtype)
     crow = adj.crow_indices()
-    w = torch.ones(n, 1, dtype=x.dtype, device=x.device) if node_weight is None \
+    w = (
+        torch.ones(n, 1, dtype=x.dtype, device=x.device)
+        if node_weight is None
         else node_weight.to(x.device, x.dtype).view(n, 1)
+    )
     # Pi h = (A (w * h)) / (A w): the row sums of Pi are 1 by construction; no [E] coefficient
     # and no [E, d] message block.
     norm = adj @ w
@@ -79,8 +86,11 @@ def weighted_propagation(
 
 
 def flexprop_weights(
-    level_hat: Tensor, budgets: list[float] | tuple[float, ...], mode: str = "level",
-    num_features: int | None = None, feature_share: float = 1.0,
+    level_hat: Tensor,
+    budgets: list[float] | tuple[float, ...],
+    mode: str = "level",
+    num_features: int | None = None,
+    feature_share: float = 1.0,
 ) -> Tensor | None:
     r"""Source-node weights ``w_j`` for :func:`weighted_propagation`.
 
@@ -107,4 +117,6 @@ def flexprop_weights(
         m = mlr_num_dims(eps, num_features)
         var = (num_features / m) * unbias_factor(eps / m) ** 2
         return (1.0 / var).to(level_hat.device)
-    raise ValueError(f"flexprop weights: unknown mode {mode!r}; allowed: level, inverse-variance, uniform")
+    raise ValueError(
+        f"flexprop weights: unknown mode {mode!r}; allowed: level, inverse-variance, uniform"
+    )

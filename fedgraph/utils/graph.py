@@ -20,6 +20,7 @@ aggregation *on the degree-bounded graph*. The sampling itself depends on the ne
 (removing ``w`` frees a slot of each in-neighbour of ``w`` for another edge), which the bound does
 not account for.
 """
+
 from __future__ import annotations
 
 import torch
@@ -47,9 +48,15 @@ def out_degree(edge_index: Tensor, num_nodes: int) -> Tensor:
     return torch.bincount(edge_index[0], minlength=num_nodes)
 
 
-def bound_degree(edge_index: Tensor, num_nodes: int, max_degree: int,
-                 generator: torch.Generator | None = None, *, direction: str = "in",
-                 return_mask: bool = False) -> Tensor | tuple[Tensor, Tensor]:
+def bound_degree(
+    edge_index: Tensor,
+    num_nodes: int,
+    max_degree: int,
+    generator: torch.Generator | None = None,
+    *,
+    direction: str = "in",
+    return_mask: bool = False,
+) -> Tensor | tuple[Tensor, Tensor]:
     r"""Keeps, for every node, at most ``max_degree`` of its incoming (``direction="in"``) or
     outgoing (``direction="out"``) edges, chosen uniformly at random without replacement.
 
@@ -88,8 +95,9 @@ def bound_degree(edge_index: Tensor, num_nodes: int, max_degree: int,
     return (kept, mask) if return_mask else kept
 
 
-def bound_in_degree(edge_index: Tensor, num_nodes: int, max_degree: int,
-                    generator: torch.Generator | None = None) -> Tensor:
+def bound_in_degree(
+    edge_index: Tensor, num_nodes: int, max_degree: int, generator: torch.Generator | None = None
+) -> Tensor:
     r"""Keeps at most ``max_degree`` incoming edges per target node, uniformly at random without
     replacement (see :func:`bound_degree`).
 
@@ -102,8 +110,9 @@ def bound_in_degree(edge_index: Tensor, num_nodes: int, max_degree: int,
     return bound_degree(edge_index, num_nodes, max_degree, generator, direction="in")
 
 
-def bound_out_degree(edge_index: Tensor, num_nodes: int, max_degree: int,
-                     generator: torch.Generator | None = None) -> Tensor:
+def bound_out_degree(
+    edge_index: Tensor, num_nodes: int, max_degree: int, generator: torch.Generator | None = None
+) -> Tensor:
     r"""Keeps at most ``max_degree`` outgoing edges per source node, uniformly at random without
     replacement (see :func:`bound_degree`); GAP's ``BoundOutDegree``.
 
@@ -117,11 +126,12 @@ def bound_out_degree(edge_index: Tensor, num_nodes: int, max_degree: int,
 
 #: Default cap on the elements of the ``[chunk, d]`` message block of :func:`scatter_sum_chunked`
 #: (2**24 float32 elements: 64 MiB).
-MAX_MESSAGE_ELEMENTS = 2 ** 24
+MAX_MESSAGE_ELEMENTS = 2**24
 
 
-def scatter_sum_chunked(h: Tensor, src: Tensor, dst: Tensor, num_rows: int,
-                        max_elements: int = MAX_MESSAGE_ELEMENTS) -> Tensor:
+def scatter_sum_chunked(
+    h: Tensor, src: Tensor, dst: Tensor, num_rows: int, max_elements: int = MAX_MESSAGE_ELEMENTS
+) -> Tensor:
     r"""``out[i] = sum over edges e with dst[e] = i of h[src[e]]``, with bounded extra memory.
 
     The plain ``index_add_(0, dst, h[src])`` materializes the ``[E, d]`` message block (3.2 GB
@@ -144,13 +154,14 @@ def scatter_sum_chunked(h: Tensor, src: Tensor, dst: Tensor, num_rows: int,
         ValueError: ``src`` and ``dst`` differ in length or ``max_elements < 1``.
     """
     if src.numel() != dst.numel():
-        raise ValueError(f"src and dst must have the same length, got {src.numel()} and "
-                         f"{dst.numel()}")
+        raise ValueError(
+            f"src and dst must have the same length, got {src.numel()} and {dst.numel()}"
+        )
     if max_elements < 1:
         raise ValueError(f"max_elements must be >= 1, got {max_elements}")
     d = h.size(1)
     out = torch.zeros(num_rows, d, dtype=h.dtype, device=h.device)
     step = max(1, max_elements // max(d, 1))
     for s in range(0, src.numel(), step):
-        out.index_add_(0, dst[s:s + step], h[src[s:s + step]])
+        out.index_add_(0, dst[s : s + step], h[src[s : s + step]])
     return out

@@ -22,6 +22,7 @@ lives on with its views). Sharing only saves memory and time: a block freed earl
 again at the next request. Nothing here crosses processes, and on a deployed
 client, which runs only itself, these are its own blocks.
 """
+
 from __future__ import annotations
 
 import threading
@@ -32,7 +33,7 @@ from torch import Tensor
 
 __all__ = ["shared_ones", "shared_block"]
 
-_BLOCKS: "weakref.WeakValueDictionary[tuple, Tensor]" = weakref.WeakValueDictionary()
+_BLOCKS: weakref.WeakValueDictionary[tuple, Tensor] = weakref.WeakValueDictionary()
 _LOCK = threading.Lock()
 
 
@@ -47,8 +48,9 @@ def _block(key: tuple, size: int, make) -> Tensor:
         return base
 
 
-def shared_ones(n: int, dtype: torch.dtype = torch.float32,
-                device: torch.device | str = "cpu") -> Tensor:
+def shared_ones(
+    n: int, dtype: torch.dtype = torch.float32, device: torch.device | str = "cpu"
+) -> Tensor:
     """``[n]`` ones of ``dtype`` on ``device``: a view of the process's block of ones, which
     its other callers share, so never write to it.
 
@@ -58,13 +60,19 @@ def shared_ones(n: int, dtype: torch.dtype = torch.float32,
     if n < 0:
         raise ValueError(f"n must be >= 0, got {n}")
     device = torch.device(device)
-    base = _block(("ones", dtype, str(device)), n,
-                  lambda: torch.ones(n, dtype=dtype, device=device))
+    base = _block(
+        ("ones", dtype, str(device)), n, lambda: torch.ones(n, dtype=dtype, device=device)
+    )
     return base[:n]
 
 
-def shared_block(name: str, rows: int, cols: int, dtype: torch.dtype = torch.float32,
-                 device: torch.device | str = "cpu") -> Tensor:
+def shared_block(
+    name: str,
+    rows: int,
+    cols: int,
+    dtype: torch.dtype = torch.float32,
+    device: torch.device | str = "cpu",
+) -> Tensor:
     """A contiguous ``[rows, cols]`` tensor of ``dtype`` on ``device`` with arbitrary contents:
     the first rows of this thread's block of that ``name``, ``cols``, ``dtype`` and ``device``,
     which its other callers share. What one caller wrote is overwritten by the next, so a

@@ -13,6 +13,7 @@ then ``src``: then the transposed CSR adjacency (``adj_t[dst, src]``, what PyG's
 aggregation and FlexProp take) is ``crow`` from the counts of ``dst`` and ``col = edge_index[0]``
 itself, a view, not a copy (:func:`dst_csr`).
 """
+
 from __future__ import annotations
 
 import warnings
@@ -23,7 +24,7 @@ from torch import Tensor
 from .scratch import shared_ones
 
 #: edges per chunk of the checks and of the decoding (2**22: 32 MiB of int64 per row)
-CHUNK = 2 ** 22
+CHUNK = 2**22
 
 
 def _keys(src: Tensor, dst: Tensor, num_nodes: int) -> Tensor:
@@ -35,7 +36,7 @@ def is_sorted(values: Tensor, chunk: int = CHUNK) -> bool:
     """Whether the 1-D ``values`` are non-decreasing (checked over chunks, no ``[E]``
     temporary)."""
     for s in range(0, max(values.numel() - 1, 0), chunk):
-        part = values[s:s + chunk + 1]
+        part = values[s : s + chunk + 1]
         if bool((part[1:] < part[:-1]).any()):
             return False
     return True
@@ -46,7 +47,7 @@ def is_dst_coalesced(edge_index: Tensor, num_nodes: int, chunk: int = CHUNK) -> 
     ``src`` (module docs), checked over chunks."""
     src, dst = edge_index
     for s in range(0, max(src.numel() - 1, 0), chunk):
-        key = _keys(src[s:s + chunk + 1], dst[s:s + chunk + 1], num_nodes)
+        key = _keys(src[s : s + chunk + 1], dst[s : s + chunk + 1], num_nodes)
         if bool((key[1:] <= key[:-1]).any()):
             return False
     return True
@@ -65,20 +66,24 @@ def unique_edges(parts: list[Tensor], num_nodes: int, chunk: int = CHUNK) -> Ten
     at = 0
     for p in parts:
         for s in range(0, p.size(1), chunk):
-            part = p[:, s:s + chunk]
-            keys[at:at + part.size(1)] = _keys(part[0], part[1], num_nodes)
+            part = p[:, s : s + chunk]
+            keys[at : at + part.size(1)] = _keys(part[0], part[1], num_nodes)
             at += part.size(1)
     keys = torch.unique(keys, sorted=True)
     out = torch.empty(2, keys.numel(), dtype=torch.long)
     for s in range(0, keys.numel(), chunk):
-        k = keys[s:s + chunk]
-        torch.remainder(k, num_nodes, out=out[0, s:s + chunk])
-        torch.div(k, num_nodes, rounding_mode="floor", out=out[1, s:s + chunk])
+        k = keys[s : s + chunk]
+        torch.remainder(k, num_nodes, out=out[0, s : s + chunk])
+        torch.div(k, num_nodes, rounding_mode="floor", out=out[1, s : s + chunk])
     return out
 
 
-def dst_csr(edge_index: Tensor, num_nodes: int, drop_self_loops: bool = False,
-            dtype: torch.dtype = torch.float32) -> Tensor:
+def dst_csr(
+    edge_index: Tensor,
+    num_nodes: int,
+    drop_self_loops: bool = False,
+    dtype: torch.dtype = torch.float32,
+) -> Tensor:
     """The transposed adjacency ``adj_t[dst, src] = 1`` as a sparse CSR tensor ``[n, n]`` with
     ``dtype`` values, one entry per edge (duplicates stay separate entries: a sparse matmul
     sums them as a coalesced matrix would).
@@ -89,8 +94,9 @@ def dst_csr(edge_index: Tensor, num_nodes: int, drop_self_loops: bool = False,
     there is one).
     """
     src, dst = edge_index[0], edge_index[1]
-    if drop_self_loops and any(bool((src[s:s + CHUNK] == dst[s:s + CHUNK]).any())
-                               for s in range(0, src.numel(), CHUNK)):
+    if drop_self_loops and any(
+        bool((src[s : s + CHUNK] == dst[s : s + CHUNK]).any()) for s in range(0, src.numel(), CHUNK)
+    ):
         keep = src != dst
         src, dst = src[keep], dst[keep]
         del keep
@@ -98,8 +104,9 @@ def dst_csr(edge_index: Tensor, num_nodes: int, drop_self_loops: bool = False,
         order = torch.sort(dst, stable=True).indices
         src, dst = src[order], dst[order]
         del order
-    return _ones_csr(_crow(torch.bincount(dst, minlength=num_nodes)), src, num_nodes, dtype,
-                     src.device)
+    return _ones_csr(
+        _crow(torch.bincount(dst, minlength=num_nodes)), src, num_nodes, dtype, src.device
+    )
 
 
 def _crow(counts: Tensor) -> Tensor:
@@ -107,20 +114,34 @@ def _crow(counts: Tensor) -> Tensor:
     return torch.cat([counts.new_zeros(1), counts.cumsum(0)])
 
 
-def _ones_csr(crow: Tensor, col: Tensor, num_cols: int, dtype: torch.dtype,
-              device, index_dtype: torch.dtype = torch.long, shared: bool = False) -> Tensor:
+def _ones_csr(
+    crow: Tensor,
+    col: Tensor,
+    num_cols: int,
+    dtype: torch.dtype,
+    device,
+    index_dtype: torch.dtype = torch.long,
+    shared: bool = False,
+) -> Tensor:
     """The 0/1 CSR matrix ``[len(crow) - 1, num_cols]`` of row pointers ``crow`` and column
     ids ``col`` (entries unchecked: the callers' ids are in range), on ``device``, with
     ``index_dtype`` indices (int32 where :class:`EdgeSum`'s ids fit). ``shared``: the values
     are a view of the process's ones (:func:`~fedgraph.utils.scratch.shared_ones`), for a
     matrix that only its owner multiplies by (never written to, never handed out)."""
-    ones = (shared_ones(col.numel(), dtype, device) if shared
-            else torch.ones(col.numel(), dtype=dtype, device=device))
+    ones = (
+        shared_ones(col.numel(), dtype, device)
+        if shared
+        else torch.ones(col.numel(), dtype=dtype, device=device)
+    )
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # sparse CSR "beta" warning
         return torch.sparse_csr_tensor(
-            crow.to(device, index_dtype), col.to(device, index_dtype).contiguous(), ones,
-            (crow.numel() - 1, num_cols), check_invariants=False)
+            crow.to(device, index_dtype),
+            col.to(device, index_dtype).contiguous(),
+            ones,
+            (crow.numel() - 1, num_cols),
+            check_invariants=False,
+        )
 
 
 #: dtypes of ``h`` the sparse matmul takes on every device (others: the ``index_add_`` path)
@@ -132,7 +153,7 @@ _CSR_DTYPES = (torch.float32, torch.float64)
 #: a GAP client's remote rows (750k x 16) spent about half their time in the kernel (system
 #: time, 1.7 s of 3.7 s over 8 products, issue 31); a block's temporary is small enough to be
 #: reused by the allocator, and an ``out`` kept across calls is faulted in once.
-ROW_BLOCK_ELEMENTS = 2 ** 20
+ROW_BLOCK_ELEMENTS = 2**20
 
 
 def _check_edges(num_cols: int, src: Tensor, dst: Tensor, num_rows: int | None = None) -> None:
@@ -141,21 +162,27 @@ def _check_edges(num_cols: int, src: Tensor, dst: Tensor, num_rows: int | None =
     ``h`` unchecked (``check_invariants=False``), so an id out of range would read memory
     outside ``h`` instead of failing."""
     for name, ids in (("src", src), ("dst", dst)):
-        if ids.dtype.is_floating_point or ids.dtype.is_complex or ids.dtype == torch.bool \
-                or ids.dim() != 1:
-            raise ValueError(f"{name} must be a 1-D integer tensor of node ids, got "
-                             f"{ids.dtype} of shape {tuple(ids.shape)}")
+        if (
+            ids.dtype.is_floating_point
+            or ids.dtype.is_complex
+            or ids.dtype == torch.bool
+            or ids.dim() != 1
+        ):
+            raise ValueError(
+                f"{name} must be a 1-D integer tensor of node ids, got "
+                f"{ids.dtype} of shape {tuple(ids.shape)}"
+            )
     if src.numel() != dst.numel():
-        raise ValueError(f"src and dst must have the same length, got {src.numel()} and "
-                         f"{dst.numel()}")
+        raise ValueError(
+            f"src and dst must have the same length, got {src.numel()} and {dst.numel()}"
+        )
     if num_rows is not None and num_rows < 0:
         raise ValueError(f"num_rows must be >= 0, got {num_rows}")
     if not src.numel():
         return
     low, high = (int(v) for v in torch.aminmax(src))
     if low < 0 or high >= num_cols:
-        raise ValueError(f"src ids must lie in [0, {num_cols}) (rows of h), got "
-                         f"[{low}, {high}]")
+        raise ValueError(f"src ids must lie in [0, {num_cols}) (rows of h), got [{low}, {high}]")
     low, high = (int(v) for v in torch.aminmax(dst))
     if low < 0:
         raise ValueError(f"dst ids must be >= 0, got {low}")
@@ -200,16 +227,24 @@ class EdgeSum:
         MissingRowError: an id of ``dst`` not in ``row_ids`` (a ``ValueError``).
     """
 
-    def __init__(self, src: Tensor, dst: Tensor, num_cols: int, num_rows: int | None = None,
-                 row_ids: Tensor | None = None, max_elements: int | None = None):
+    def __init__(
+        self,
+        src: Tensor,
+        dst: Tensor,
+        num_cols: int,
+        num_rows: int | None = None,
+        row_ids: Tensor | None = None,
+        max_elements: int | None = None,
+    ):
         if (num_rows is None) == (row_ids is None):
             raise ValueError("pass exactly one of num_rows and row_ids")
         _check_edges(num_cols, src, dst, num_rows)  # once, not at every product
         src, dst = src.long(), dst.long()
         self.row_ids = row_ids  # the output rows' ids (None: row numbers)
         if row_ids is not None:
-            if not is_sorted(row_ids) or (row_ids.numel() > 1
-                                          and bool((row_ids[1:] == row_ids[:-1]).any())):
+            if not is_sorted(row_ids) or (
+                row_ids.numel() > 1 and bool((row_ids[1:] == row_ids[:-1]).any())
+            ):
                 raise ValueError("row_ids must be sorted and distinct")
             num_rows = row_ids.numel()
         self.num_cols, self.num_rows = int(num_cols), int(num_rows)
@@ -227,7 +262,7 @@ class EdgeSum:
                 counts = torch.bincount(dst, minlength=size)[row_ids.to(dst.device)]
                 if int(counts.sum()) != dst.numel():
                     raise MissingRowError("row_ids must contain every id of dst")
-            small = dst.numel() < 2 ** 31 and self.num_cols < 2 ** 31
+            small = dst.numel() < 2**31 and self.num_cols < 2**31
             index = torch.int32 if small else torch.long
             self._crow = _crow(counts).to(index)
             self._col = src.to(index)  # int64: src itself (a view); int32: a copy
@@ -248,8 +283,9 @@ class EdgeSum:
         if key not in self._matrices:
             # the values: the process's ones, shared with the other clients' sums a
             # simulation's worker holds (faulted in once, not per client; issue 31)
-            self._matrices[key] = _ones_csr(self._crow, self._col, self.num_cols, dtype, device,
-                                            self._col.dtype, shared=True)
+            self._matrices[key] = _ones_csr(
+                self._crow, self._col, self.num_cols, dtype, device, self._col.dtype, shared=True
+            )
         return self._matrices[key]
 
     def _blocks(self, dtype: torch.dtype, rows: int) -> list[tuple[int, int, Tensor]]:
@@ -265,20 +301,39 @@ class EdgeSum:
                 a, b = int(crow[s]), int(crow[e])
                 with warnings.catch_warnings():
                     warnings.simplefilter("ignore")  # sparse CSR "beta" warning
-                    blocks.append((s, e, torch.sparse_csr_tensor(
-                        crow[s:e + 1] - a, col[a:b], val[a:b], (e - s, self.num_cols),
-                        check_invariants=False)))
+                    blocks.append(
+                        (
+                            s,
+                            e,
+                            torch.sparse_csr_tensor(
+                                crow[s : e + 1] - a,
+                                col[a:b],
+                                val[a:b],
+                                (e - s, self.num_cols),
+                                check_invariants=False,
+                            ),
+                        )
+                    )
             self._matrices[key] = blocks
         return self._matrices[key]
 
     def _check_out(self, h: Tensor, out: Tensor) -> None:
-        if tuple(out.shape) != (self.num_rows, h.size(1)) or out.dtype != h.dtype \
-                or out.device != h.device or not out.is_contiguous():
-            raise ValueError(f"out must be a contiguous [{self.num_rows}, {h.size(1)}] "
-                             f"{h.dtype} tensor on {h.device}, got {out.dtype} "
-                             f"{tuple(out.shape)} on {out.device}")
-        if out.numel() and h.numel() and \
-                out.untyped_storage().data_ptr() == h.untyped_storage().data_ptr():
+        if (
+            tuple(out.shape) != (self.num_rows, h.size(1))
+            or out.dtype != h.dtype
+            or out.device != h.device
+            or not out.is_contiguous()
+        ):
+            raise ValueError(
+                f"out must be a contiguous [{self.num_rows}, {h.size(1)}] "
+                f"{h.dtype} tensor on {h.device}, got {out.dtype} "
+                f"{tuple(out.shape)} on {out.device}"
+            )
+        if (
+            out.numel()
+            and h.numel()
+            and out.untyped_storage().data_ptr() == h.untyped_storage().data_ptr()
+        ):
             raise ValueError("out must not share memory with h")
 
     def __call__(self, h: Tensor, out: Tensor | None = None) -> Tensor:
@@ -296,8 +351,10 @@ class EdgeSum:
         from .graph import MAX_MESSAGE_ELEMENTS, scatter_sum_chunked
 
         if h.dim() != 2 or h.size(0) != self.num_cols:
-            raise ValueError(f"h must be [{self.num_cols}, d] (the rows the edges' src ids "
-                             f"name), got {tuple(h.shape)}")
+            raise ValueError(
+                f"h must be [{self.num_cols}, d] (the rows the edges' src ids "
+                f"name), got {tuple(h.shape)}"
+            )
         grad = h.requires_grad and torch.is_grad_enabled()
         if out is not None:
             if grad:
@@ -323,12 +380,18 @@ class EdgeSum:
             src, dst = self._src, self._dst
         if not src.numel():
             return torch.zeros(self.num_rows, h.size(1), dtype=h.dtype, device=h.device)
-        return scatter_sum_chunked(h, src.to(h.device), dst.to(h.device), self.num_rows,
-                                   self.max_elements or MAX_MESSAGE_ELEMENTS)
+        return scatter_sum_chunked(
+            h,
+            src.to(h.device),
+            dst.to(h.device),
+            self.num_rows,
+            self.max_elements or MAX_MESSAGE_ELEMENTS,
+        )
 
 
-def sum_over_edges(h: Tensor, src: Tensor, dst: Tensor, num_rows: int,
-                   max_elements: int | None = None) -> Tensor:
+def sum_over_edges(
+    h: Tensor, src: Tensor, dst: Tensor, num_rows: int, max_elements: int | None = None
+) -> Tensor:
     r"""``out[i] = sum over edges e with dst[e] = i of h[src[e]]``: :math:`A^T H`, GAP's sum
     aggregation (GAP paper Eq. 7), once: :class:`EdgeSum` built and applied (one sparse
     matmul when ``dst`` is sorted: at 1e6 nodes, 50 M edges and 16 columns, 1.3 s on one CPU
@@ -350,8 +413,9 @@ def sum_over_edges(h: Tensor, src: Tensor, dst: Tensor, num_rows: int,
     return EdgeSum(src, dst, h.size(0), num_rows=num_rows, max_elements=max_elements)(h)
 
 
-def sum_over_edges_at(h: Tensor, src: Tensor, dst: Tensor, row_ids: Tensor,
-                      max_elements: int | None = None) -> Tensor:
+def sum_over_edges_at(
+    h: Tensor, src: Tensor, dst: Tensor, row_ids: Tensor, max_elements: int | None = None
+) -> Tensor:
     r"""``out[j] = sum over edges e with dst[e] = row_ids[j] of h[src[e]]``: the sums into the
     rows named by ``row_ids`` (e.g. a client's partial sums for remote nodes, ``dst`` global
     ids), once (:class:`EdgeSum` with ``row_ids``).
@@ -391,11 +455,22 @@ def index_in(ids: Tensor, query: Tensor) -> Tensor:
     ids = ids.to(query.device)
     if ids.numel():
         size = max(size, int(ids.max()) + 1)
-    dtype = torch.int32 if ids.numel() < 2 ** 31 else torch.long
+    dtype = torch.int32 if ids.numel() < 2**31 else torch.long
     table = torch.full((size,), -1, dtype=dtype, device=query.device)
     table[ids] = torch.arange(ids.numel(), dtype=dtype, device=query.device)
     return table[query].long()
 
 
-__all__ = ["CHUNK", "EdgeSum", "ROW_BLOCK_ELEMENTS", "MissingRowError", "dst_csr", "index_in", "is_dst_coalesced", "is_sorted", "sum_over_edges",
-           "sum_over_edges_at", "unique_edges"]
+__all__ = [
+    "CHUNK",
+    "EdgeSum",
+    "ROW_BLOCK_ELEMENTS",
+    "MissingRowError",
+    "dst_csr",
+    "index_in",
+    "is_dst_coalesced",
+    "is_sorted",
+    "sum_over_edges",
+    "sum_over_edges_at",
+    "unique_edges",
+]

@@ -1,6 +1,7 @@
 """What every method's handlers share: the message's run config, client view and generators;
 the reply; the reply's ``meta`` record; the tensors a client keeps between messages; and the
 secure-aggregation key exchange."""
+
 from __future__ import annotations
 
 import json
@@ -13,8 +14,18 @@ from fedgraph.randomness import client_generator
 from fedgraph.simulations import client_guard as guard
 from fedgraph.simulations import client_state
 from fedgraph.simulations.client_guard import (  # noqa: F401 - the routes' one import
-    AUTHORITY_STATE, OWN_CONFIG_ENV, RUN_FIXED_PURPOSES, TRANSCRIPT_STATE, _parsed, authority,
-    ledger_record, own_config, release, reply, save)
+    AUTHORITY_STATE,
+    OWN_CONFIG_ENV,
+    RUN_FIXED_PURPOSES,
+    TRANSCRIPT_STATE,
+    _parsed,
+    authority,
+    ledger_record,
+    own_config,
+    release,
+    reply,
+    save,
+)
 
 
 def setup(msg: Message, context: Context, view: bool = True):
@@ -64,8 +75,13 @@ def advertise_key(msg: Message, context: Context) -> Message:
 
     method = msg.metadata.message_type.removeprefix("query.").removesuffix("_keys")
     cfg, _, _, _ = setup(msg, context, view=False)  # its own config first
-    private, fields = advertise(context.node_config, int(context.node_config["partition-id"]),
-                                context.run_id, method, cfg.num_clients)
+    private, fields = advertise(
+        context.node_config,
+        int(context.node_config["partition-id"]),
+        context.run_id,
+        method,
+        cfg.num_clients,
+    )
     context.state[f"{method}.secagg"] = ConfigRecord({"private-key": private})
     return reply(msg, secagg=ConfigRecord(fields))
 
@@ -80,6 +96,12 @@ def verified_keys(msg: Message, context: Context, cfg, method: str):
         return None
     key = f"{method}.secagg"
     private = bytes(context.state[key]["private-key"]) if key in context.state else None
-    return private, verify_relayed(msg.content["secagg"], private, context.node_config,
-                                   int(context.node_config["partition-id"]), context.run_id,
-                                   method, cfg.num_clients)
+    return private, verify_relayed(
+        msg.content["secagg"],
+        private,
+        context.node_config,
+        int(context.node_config["partition-id"]),
+        context.run_id,
+        method,
+        cfg.num_clients,
+    )

@@ -1,5 +1,6 @@
 """GAP's handlers (:mod:`fedgraph.methods.gap.client`): setup, training rounds (encoder and
 classifier), the PMA hops, validation and the final counts."""
+
 from __future__ import annotations
 
 import json
@@ -26,8 +27,9 @@ def _authority(cfg, pid: int, view, context: Context):
     plan = gap.client_plan(cfg, pid, view).to_dict()
     subject = f"client-{pid}"
     target = own.client_epsilon(pid)
-    auth = common.authority(context, {subject: target, f"{subject} (held-out graph)": target},
-                            own.delta, own.accountant)
+    auth = common.authority(
+        context, {subject: target, f"{subject} (held-out graph)": target}, own.delta, own.accountant
+    )
     if subject not in auth.allowance:
         auth.allow(subject, [e for _, e in plan_events(plan)])
         auth.allow(f"{subject} (held-out graph)", [e for _, e in heldout_events(plan)])
@@ -39,8 +41,9 @@ def gap_setup(msg: Message, context: Context) -> Message:
     ids, plan = gap.setup(cfg, pid, view)
     auth, _ = _authority(cfg, pid, view, context)
     common.save(context, auth)
-    return reply(msg, ids=ArrayRecord({"node_ids": ids}),
-                 meta=meta(view, pid, plan=json.dumps(plan)))
+    return reply(
+        msg, ids=ArrayRecord({"node_ids": ids}), meta=meta(view, pid, plan=json.dumps(plan))
+    )
 
 
 def gap_train(msg: Message, context: Context) -> Message:
@@ -58,14 +61,23 @@ def gap_train(msg: Message, context: Context) -> Message:
 
     def records():
         context.state["gap.rounds"] = ConfigRecord(admitted)
-        arrays, metrics = gap.train(cfg, pid, view, phase, weights, kept(context),
-                                    server_round=server_round,
-                                    validate=bool(c.get("evaluate", False)), generator=gen,
-                                    proximal_mu=float(c.get("proximal-mu", 0.0)))
+        arrays, metrics = gap.train(
+            cfg,
+            pid,
+            view,
+            phase,
+            weights,
+            kept(context),
+            server_round=server_round,
+            validate=bool(c.get("evaluate", False)),
+            generator=gen,
+            proximal_mu=float(c.get("proximal-mu", 0.0)),
+        )
         return {"arrays": ArrayRecord(arrays), "metrics": MetricRecord(metrics)}
 
-    return common.release(msg, context, auth, f"gap:{phase}:{server_round}", charges, records,
-                          with_ledger=False)
+    return common.release(
+        msg, context, auth, f"gap:{phase}:{server_round}", charges, records, with_ledger=False
+    )
 
 
 def gap_pma(msg: Message, context: Context) -> Message:
@@ -82,16 +94,16 @@ def gap_pma(msg: Message, context: Context) -> Message:
     auth, plan = _authority(cfg, pid, view, context)
     phase = "pma (held-out graph)" if heldout else "pma"
     subject = f"client-{pid}" + (" (held-out graph)" if heldout else "")
-    charges = ([(subject, r, e) for r, e in reply_events(plan, phase)]
-               if req.hop <= cfg.hops else [])
+    charges = [(subject, r, e) for r, e in reply_events(plan, phase)] if req.hop <= cfg.hops else []
     purpose = f"gap:pma{req.hop}" + (":test" if heldout else "")
 
     def records():
         kept = client_state.get_tensors(context, key) if key in context.state else None
         # the sums over the client's edges, built at the first hop for the rest (dropped with
         # the state at the last hop)
-        step = gap.pma_step(cfg, pid, view, req, kept, gen,
-                            lambda build: client_state.derived(context, key, build))
+        step = gap.pma_step(
+            cfg, pid, view, req, kept, gen, lambda build: client_state.derived(context, key, build)
+        )
         # the release by Ray's object store when both ends read it (fedgraph.messaging.
         # bulk_record; the previous hop's, read by the server before it sent this hop, is freed)
         slot = (int(context.run_id), int(context.node_id), key + ".release")
@@ -111,8 +123,9 @@ def gap_pma(msg: Message, context: Context) -> Message:
 def gap_evaluate_round(msg: Message, context: Context) -> Message:
     cfg, _, view, _ = setup(msg, context)
     c, weights = msg.content["config"], tensors(msg.content["arrays"])
-    return reply(msg, metrics=MetricRecord(
-        gap.validate(cfg, view, c.get("phase"), weights, kept(context))))
+    return reply(
+        msg, metrics=MetricRecord(gap.validate(cfg, view, c.get("phase"), weights, kept(context)))
+    )
 
 
 def gap_evaluate(msg: Message, context: Context) -> Message:

@@ -1,5 +1,6 @@
 """PPGNN's handlers (:mod:`fedgraph.methods.ppgnn.client`): the client's perturbed report and
 its count of correct predictions (test labels never leave it)."""
+
 from __future__ import annotations
 
 from flwr.app import Context, Message, MetricRecord
@@ -27,12 +28,14 @@ def ppgnn_query(msg: Message, context: Context) -> Message:
     auth = _authority(context)
 
     def records():
-        report = ppgnn.client_query(view.graph, cfg, view.feature_domain,
-                                    view.schema["num_classes"], gen)
+        report = ppgnn.client_query(
+            view.graph, cfg, view.feature_domain, view.schema["num_classes"], gen
+        )
         return {"report": array_record(report), "meta": meta(view, pid)}
 
-    return common.release(msg, context, auth, "ppgnn", reply_events(cfg, build_mechanism(cfg)),
-                          records)
+    return common.release(
+        msg, context, auth, "ppgnn", reply_events(cfg, build_mechanism(cfg)), records
+    )
 
 
 def ppgnn_evaluate(msg: Message, context: Context) -> Message:
@@ -40,6 +43,8 @@ def ppgnn_evaluate(msg: Message, context: Context) -> Message:
 
     _, _, view, _ = setup(msg, context)
     pred = tensors(msg.content["predictions"])
-    return reply(msg, metrics=MetricRecord(
-        ppgnn.count_correct(view.graph, pred["node_ids"], pred["pred"])),
-        ledger=common.ledger_record(_authority(context)))
+    return reply(
+        msg,
+        metrics=MetricRecord(ppgnn.count_correct(view.graph, pred["node_ids"], pred["pred"])),
+        ledger=common.ledger_record(_authority(context)),
+    )

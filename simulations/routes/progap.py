@@ -7,6 +7,7 @@ The client's state: ``progap.rounds`` (the last round it trained per stage),
 between the two steps of an aggregation), ``progap.secagg`` (its secure-aggregation key,
 :func:`.common.advertise_key`).
 """
+
 from __future__ import annotations
 
 import json
@@ -27,8 +28,13 @@ def _stage(msg: Message, context: Context, stage: int):
 
     cfg, pid, view, gen = setup(msg, context)
     cache = client_state.get_tensors(context, "progap.cache") if stage else {}
-    model, x = stage_model(cfg, view, stage, msg.content["arrays"].to_torch_state_dict(),
-                           [cache[f"x{i}"] for i in range(1, stage + 1) if f"x{i}" in cache])
+    model, x = stage_model(
+        cfg,
+        view,
+        stage,
+        msg.content["arrays"].to_torch_state_dict(),
+        [cache[f"x{i}"] for i in range(1, stage + 1) if f"x{i}" in cache],
+    )
     return cfg, pid, view, gen, model, x
 
 
@@ -41,8 +47,7 @@ def _authority(cfg, pid: int, view, context: Context):
     own = common.own_config(context)
     plan = client_plan(cfg, pid, view).to_dict()
     subject = f"client-{pid}"
-    auth = common.authority(context, {subject: own.client_epsilon(pid)}, own.delta,
-                            own.accountant)
+    auth = common.authority(context, {subject: own.client_epsilon(pid)}, own.delta, own.accountant)
     if subject not in auth.allowance:
         auth.allow(subject, [e for _, e in plan_events(plan)])
     return auth, plan
@@ -55,8 +60,9 @@ def progap_setup(msg: Message, context: Context) -> Message:
     ids, plan = client_setup(cfg, pid, view)
     auth, _ = _authority(cfg, pid, view, context)
     common.save(context, auth)
-    return reply(msg, ids=ArrayRecord({"node_ids": ids}),
-                 meta=meta(view, pid, plan=json.dumps(plan)))
+    return reply(
+        msg, ids=ArrayRecord({"node_ids": ids}), meta=meta(view, pid, plan=json.dumps(plan))
+    )
 
 
 def progap_train(msg: Message, context: Context) -> Message:
@@ -71,19 +77,29 @@ def progap_train(msg: Message, context: Context) -> Message:
     last = dict(context.state["progap.rounds"]) if "progap.rounds" in context.state else {}
     admitted = admit_round(cfg, stage, rnd, last)
     auth, plan = _authority(cfg, pid, view, context)
-    charges = ([(f"client-{pid}", r, e) for r, e in reply_events(plan, "train", cfg.epochs)]
-               if cfg.level == "node" else [])
+    charges = (
+        [(f"client-{pid}", r, e) for r, e in reply_events(plan, "train", cfg.epochs)]
+        if cfg.level == "node"
+        else []
+    )
 
     def records():
         context.state["progap.rounds"] = ConfigRecord(admitted)
-        arrays, metrics = train_round(cfg, pid, view, model, x,
-                                      gen(f"progap:train:{stage}:{rnd}"),
-                                      validate=bool(c.get("evaluate", False)),
-                                      proximal_mu=float(c.get("proximal-mu", 0.0)))
+        arrays, metrics = train_round(
+            cfg,
+            pid,
+            view,
+            model,
+            x,
+            gen(f"progap:train:{stage}:{rnd}"),
+            validate=bool(c.get("evaluate", False)),
+            proximal_mu=float(c.get("proximal-mu", 0.0)),
+        )
         return {"arrays": ArrayRecord(arrays), "metrics": MetricRecord(metrics)}
 
-    return common.release(msg, context, auth, f"progap:train:{stage}:{rnd}", charges, records,
-                          with_ledger=False)
+    return common.release(
+        msg, context, auth, f"progap:train:{stage}:{rnd}", charges, records, with_ledger=False
+    )
 
 
 def progap_validate(msg: Message, context: Context) -> Message:
@@ -99,8 +115,9 @@ def progap_eval(msg: Message, context: Context) -> Message:
 
     cfg, pid, view, _, model, x = _stage(msg, context, int(msg.content["stage"]["stage"]))
     auth, _ = _authority(cfg, pid, view, context)
-    return reply(msg, metrics=MetricRecord(counts(model, x, view)),
-                 ledger=common.ledger_record(auth))
+    return reply(
+        msg, metrics=MetricRecord(counts(model, x, view)), ledger=common.ledger_record(auth)
+    )
 
 
 def progap_aggregate(msg: Message, context: Context) -> Message:
@@ -116,8 +133,12 @@ def progap_aggregate(msg: Message, context: Context) -> Message:
         _, _, view, _ = setup(msg, context)
         inc = bulk_tensors(c["incoming"])
         cache = dict(client_state.get_tensors(context, "progap.cache")) if stage > 1 else {}
-        cache[f"x{stage}"] = finish(client_state.get_tensors(context, "progap.pending")["sums"],
-                                    view.graph.node_ids, inc["ids"], inc["sums"])
+        cache[f"x{stage}"] = finish(
+            client_state.get_tensors(context, "progap.pending")["sums"],
+            view.graph.node_ids,
+            inc["ids"],
+            inc["sums"],
+        )
         client_state.put_tensors(context, "progap.cache", cache)
         client_state.drop(context, "progap.pending")
         return reply(msg, done=ConfigRecord({"stage": stage}))
@@ -129,15 +150,25 @@ def progap_aggregate(msg: Message, context: Context) -> Message:
     secagg = None
     if "secagg" in c:  # the relayed key list, verified against this client's own identity
         private, keys = common.verified_keys(msg, context, cfg, "progap")  # directory first
-        secagg = (private, keys, tensors(c["owner"])["owner"],
-                  f"fedgraph progap run={context.run_id} stage={stage}")
+        secagg = (
+            private,
+            keys,
+            tensors(c["owner"])["owner"],
+            f"fedgraph progap run={context.run_id} stage={stage}",
+        )
 
     def records():
         local, out = release(
-            cfg, pid, view, model, x,
+            cfg,
+            pid,
+            view,
+            model,
+            x,
             remote_sigma=float(agg["remote-sigma"]) if "remote-sigma" in agg else None,
-            contributors=int(agg["remote-contributors"]) if "remote-contributors" in agg
-            else None, secagg=secagg, generator=gen)
+            contributors=int(agg["remote-contributors"]) if "remote-contributors" in agg else None,
+            secagg=secagg,
+            generator=gen,
+        )
         client_state.put_tensors(context, "progap.pending", {"sums": local})
         shared = bool(agg.get("object-store", False)) and client_state.in_ray_worker()
         return {"partial_sums": bulk_record(out, slot if shared else None)}

@@ -61,21 +61,70 @@ runs (:mod:`.reference`); a federated client's from :func:`fedgraph.randomness.c
 (a ``torch.Generator`` (``mt19937``) keyed so the server cannot rebuild it, or (the default) an
 AES-256-CTR :class:`~fedgraph.randomness.SecureRandom`, which :func:`local_train` accepts too).
 """
+
 from .aggregation import aggregate, normalize_rows, perturb, pma
-from .baselines import (SAGE_COMBINATIONS, SAGE_DP_DEFAULTS, calibrate_sage_dp, mean_aggregate,
-                        sage_dp_events, sage_dp_features, sage_dp_sensitivity, train_sage,
-                        train_sage_dp)
-from .privacy import (LEVELS, calibrate_gap, default_delta, edge_sensitivity, gap_events,
-                      node_sensitivity)
+from .baselines import (
+    SAGE_COMBINATIONS,
+    SAGE_DP_DEFAULTS,
+    calibrate_sage_dp,
+    mean_aggregate,
+    sage_dp_events,
+    sage_dp_features,
+    sage_dp_sensitivity,
+    train_sage,
+    train_sage_dp,
+)
+from .privacy import (
+    LEVELS,
+    calibrate_gap,
+    default_delta,
+    edge_sensitivity,
+    gap_events,
+    node_sensitivity,
+)
 from .reference import LEVEL_DEFAULTS, METHODS, run_gap
-from .training import (DPSGD, FitResult, dpsgd_schedule, evaluate, fit, local_gradient,
-                       local_train, train_classifier, train_encoder)
+from .training import (
+    DPSGD,
+    FitResult,
+    dpsgd_schedule,
+    evaluate,
+    fit,
+    local_gradient,
+    local_train,
+    train_classifier,
+    train_encoder,
+)
 
 __all__ = [
-    "aggregate", "perturb", "normalize_rows", "pma", "edge_sensitivity", "node_sensitivity",
-    "DPSGD", "dpsgd_schedule", "default_delta", "gap_events", "calibrate_gap", "local_train",
-    "local_gradient", "evaluate", "FitResult", "fit", "train_encoder", "train_classifier",
-    "run_gap", "METHODS", "LEVELS", "LEVEL_DEFAULTS",
-    "mean_aggregate", "sage_dp_features", "sage_dp_sensitivity", "sage_dp_events",
-    "calibrate_sage_dp", "train_sage_dp", "train_sage", "SAGE_COMBINATIONS", "SAGE_DP_DEFAULTS",
+    "aggregate",
+    "perturb",
+    "normalize_rows",
+    "pma",
+    "edge_sensitivity",
+    "node_sensitivity",
+    "DPSGD",
+    "dpsgd_schedule",
+    "default_delta",
+    "gap_events",
+    "calibrate_gap",
+    "local_train",
+    "local_gradient",
+    "evaluate",
+    "FitResult",
+    "fit",
+    "train_encoder",
+    "train_classifier",
+    "run_gap",
+    "METHODS",
+    "LEVELS",
+    "LEVEL_DEFAULTS",
+    "mean_aggregate",
+    "sage_dp_features",
+    "sage_dp_sensitivity",
+    "sage_dp_events",
+    "calibrate_sage_dp",
+    "train_sage_dp",
+    "train_sage",
+    "SAGE_COMBINATIONS",
+    "SAGE_DP_DEFAULTS",
 ]

@@ -13,6 +13,7 @@ Aggregation (PMA; GAP paper Sec. 4, "Aggregation Module", Alg. 1, Eq. 7-9).
 :func:`pma` runs the loop on one graph (centralized GAP, :mod:`.reference`). The pieces are
 exposed so that a federation can run PMA across clients (:mod:`.client_pma`, :mod:`.server`).
 """
+
 from __future__ import annotations
 
 import torch
@@ -49,8 +50,9 @@ def aggregate(h: Tensor, edge_index: Tensor, num_nodes: int, chunk_size: int = 2
     """
     if edge_index.dim() != 2 or edge_index.size(0) != 2:
         raise ValueError(f"edge_index must have shape [2, E], got {tuple(edge_index.shape)}")
-    return sum_over_edges(h, edge_index[0], edge_index[1], num_nodes,
-                          max_elements=chunk_size * max(h.size(1), 1))
+    return sum_over_edges(
+        h, edge_index[0], edge_index[1], num_nodes, max_elements=chunk_size * max(h.size(1), 1)
+    )
 
 
 def perturb(sums: Tensor, sigma: float, generator: torch.Generator | None = None) -> Tensor:
@@ -71,8 +73,14 @@ def perturb(sums: Tensor, sigma: float, generator: torch.Generator | None = None
     return sums + sigma * noise.to(sums.device)
 
 
-def pma(x0: Tensor, edge_index: Tensor, num_hops: int, sigma: float,
-        generator: torch.Generator | None = None, chunk_size: int = 2**22) -> list[Tensor]:
+def pma(
+    x0: Tensor,
+    edge_index: Tensor,
+    num_hops: int,
+    sigma: float,
+    generator: torch.Generator | None = None,
+    chunk_size: int = 2**22,
+) -> list[Tensor]:
     r"""Private Multi-hop Aggregation (paper Alg. 1).
 
     :math:`\check X^{(0)} = x_0 / \lVert x_0 \rVert` (rows; Eq. 6, so the sensitivity holds
@@ -102,8 +110,9 @@ def pma(x0: Tensor, edge_index: Tensor, num_hops: int, sigma: float,
         return hops
     # the sum over the edges built once for the K hops, as each federated client builds its
     # own once per run (Eq. 7 at every hop: the same matrix, a new right-hand side)
-    edge_sum = EdgeSum(edge_index[0], edge_index[1], n, num_rows=n,
-                       max_elements=chunk_size * max(x0.size(1), 1))
+    edge_sum = EdgeSum(
+        edge_index[0], edge_index[1], n, num_rows=n, max_elements=chunk_size * max(x0.size(1), 1)
+    )
     for _ in range(num_hops):
         hops.append(normalize_rows(perturb(edge_sum(hops[-1]), sigma, generator)))
     return hops

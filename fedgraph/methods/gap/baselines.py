@@ -32,6 +32,7 @@ and argued here (the other baselines, MLP and GAP without noise, are ``run_gap``
   :mod:`fedgraph.utils.graph` (the sampling itself depends on the neighbourhood) applies as for
   GAP.
 """
+
 from __future__ import annotations
 
 import math
@@ -48,10 +49,11 @@ from ...utils.sparse import sum_over_edges
 from .aggregation import perturb
 from .training import DPSGD, FitResult, _BestEpoch, _indices, dpsgd_schedule
 
-
 #: The (method, level, epsilon) combinations :func:`run_gap` accepts for ``method="sage"``.
-SAGE_COMBINATIONS = ("method='sage', level='edge', epsilon=inf (GraphSAGE without DP)",
-                     "method='sage', level='node', finite epsilon (GraphSAGE with DP-SGD)")
+SAGE_COMBINATIONS = (
+    "method='sage', level='edge', epsilon=inf (GraphSAGE without DP)",
+    "method='sage', level='node', finite epsilon (GraphSAGE with DP-SGD)",
+)
 
 
 #: Training defaults of node-level GraphSAGE-DP (``"auto"`` in :func:`run_gap`): full batch
@@ -60,8 +62,9 @@ SAGE_COMBINATIONS = ("method='sage', level='edge', epsilon=inf (GraphSAGE withou
 SAGE_DP_DEFAULTS: dict[str, Any] = dict(epochs=10, batch_size=None)
 
 
-def mean_aggregate(h: Tensor, edge_index: Tensor, num_nodes: int,
-                   max_elements: int = MAX_MESSAGE_ELEMENTS) -> Tensor:
+def mean_aggregate(
+    h: Tensor, edge_index: Tensor, num_nodes: int, max_elements: int = MAX_MESSAGE_ELEMENTS
+) -> Tensor:
     r"""GraphSAGE's mean aggregation over in-neighbours:
     ``out[v] = mean over (u, v) in E of h[u]`` (zero rows for nodes without in-edges).
 
@@ -84,8 +87,13 @@ def mean_aggregate(h: Tensor, edge_index: Tensor, num_nodes: int,
     return sums / deg.unsqueeze(-1)
 
 
-def sage_dp_features(x: Tensor, edge_index: Tensor, num_nodes: int, sigma: float = 0.0,
-                     generator: torch.Generator | None = None) -> Tensor:
+def sage_dp_features(
+    x: Tensor,
+    edge_index: Tensor,
+    num_nodes: int,
+    sigma: float = 0.0,
+    generator: torch.Generator | None = None,
+) -> Tensor:
     r"""Inputs of node-level GraphSAGE-DP: row ``i`` is
     :math:`[\hat x_i,\ \bar x_i + \mathcal N(0, \sigma^2 I)]` with
     :math:`\hat x_i = x_i / \lVert x_i \rVert_2` and
@@ -141,23 +149,46 @@ def sage_dp_events(noise_multiplier: float, steps: int, inference: bool = True) 
     return [Gaussian(noise_multiplier, count=count)] if count > 0 else []
 
 
-def calibrate_sage_dp(target_epsilon: float, delta: float, steps: int, *,
-                      inference: bool = True, accountant: str = "prv") -> float:
+def calibrate_sage_dp(
+    target_epsilon: float,
+    delta: float,
+    steps: int,
+    *,
+    inference: bool = True,
+    accountant: str = "prv",
+) -> float:
     """Smallest noise multiplier for which :func:`sage_dp_events` meets
     ``(target_epsilon, delta)`` (``inf``: 0, no noise)."""
     from ...accounting import calibrate
 
     if math.isinf(target_epsilon):
         return 0.0
-    return float(calibrate(target_epsilon, delta,
-                           lambda z: sage_dp_events(z, steps, inference), accountant=accountant))
+    return float(
+        calibrate(
+            target_epsilon,
+            delta,
+            lambda z: sage_dp_events(z, steps, inference),
+            accountant=accountant,
+        )
+    )
 
 
-def train_sage_dp(model: nn.Module, x: Tensor, y: Tensor, train_mask: Tensor, *, epochs: int,
-                  batch_size: int | None, noise_multiplier: float, max_grad_norm: float,
-                  lr: float = 0.01, weight_decay: float = 0.0, physical_batch_size: int = 1024,
-                  generator: torch.Generator | None = None,
-                  num_public: int | None = None) -> FitResult:
+def train_sage_dp(
+    model: nn.Module,
+    x: Tensor,
+    y: Tensor,
+    train_mask: Tensor,
+    *,
+    epochs: int,
+    batch_size: int | None,
+    noise_multiplier: float,
+    max_grad_norm: float,
+    lr: float = 0.01,
+    weight_decay: float = 0.0,
+    physical_batch_size: int = 1024,
+    generator: torch.Generator | None = None,
+    num_public: int | None = None,
+) -> FitResult:
     r"""DP-SGD (Opacus, around Adam) on the fixed rows ``x`` (:func:`sage_dp_features`).
 
     The sampling rate, the number of steps and Opacus's normaliser (the expected batch size)
@@ -203,9 +234,16 @@ def train_sage_dp(model: nn.Module, x: Tensor, y: Tensor, train_mask: Tensor, *,
     noise_gen = generator
     if generator is not None and x.device.type != "cpu":
         noise_gen = torch.Generator(device=x.device).manual_seed(
-            int(torch.randint(2 ** 62, (1,), generator=generator)))
-    dp_opt = DPOptimizer(opt, noise_multiplier=noise_multiplier, max_grad_norm=max_grad_norm,
-                         expected_batch_size=bsz, loss_reduction="mean", generator=noise_gen)
+            int(torch.randint(2**62, (1,), generator=generator))
+        )
+    dp_opt = DPOptimizer(
+        opt,
+        noise_multiplier=noise_multiplier,
+        max_grad_norm=max_grad_norm,
+        expected_batch_size=bsz,
+        loss_reduction="mean",
+        generator=noise_gen,
+    )
     result = FitResult(model, epochs, epochs)
     model.train()
     try:
@@ -238,9 +276,19 @@ def train_sage_dp(model: nn.Module, x: Tensor, y: Tensor, train_mask: Tensor, *,
     return result
 
 
-def train_sage(model: nn.Module, x: Tensor, edge_index: Tensor, y: Tensor, train_mask: Tensor,
-               val_mask: Tensor | None, *, epochs: int, lr: float = 0.01,
-               weight_decay: float = 0.0, select_on_val: bool = True) -> FitResult:
+def train_sage(
+    model: nn.Module,
+    x: Tensor,
+    edge_index: Tensor,
+    y: Tensor,
+    train_mask: Tensor,
+    val_mask: Tensor | None,
+    *,
+    epochs: int,
+    lr: float = 0.01,
+    weight_decay: float = 0.0,
+    select_on_val: bool = True,
+) -> FitResult:
     """Full-batch Adam on a graph model ``model(x, edge_index) -> [N, C]`` logits (no DP;
     ``edge_index`` may be anything the model takes, e.g. a sparse ``adj_t``),
     keeping the epoch with the best validation accuracy (ties: lower validation loss) when

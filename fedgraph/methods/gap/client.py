@@ -22,26 +22,51 @@ Every draw comes from ``generator(purpose)``, the client's own generator for tha
 (:func:`fedgraph.randomness.client_generator`, keyed by the client's data as well), so the
 functions run the same in a test with a seeded generator.
 """
+
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
 
 import torch
 from torch import Tensor
 
 from ...device import resolve_device, to_cpu
 from ..rounds import admit_round as rounds_admit
-from .client_pma import (client_edges, graph_nodes, masked_release, pma_edge_sums, pma_finish,
-                         pma_partial_sums, release_buffer)
+from .client_pma import (
+    client_edges,
+    graph_nodes,
+    masked_release,
+    pma_edge_sums,
+    pma_finish,
+    pma_partial_sums,
+    release_buffer,
+)
 from .models import build_classifier, build_encoder
 from .privacy import check_remote_sigma, own_contributors, privacy_plan
 from .training import evaluate, local_gradient, local_train
 
-__all__ = ["client_plan", "setup", "inputs", "phase_inputs", "train", "train_round", "validate",
-           "validation", "validation_phase", "final_counts", "evaluate_counts", "PMARequest",
-           "PMAState", "PMAStep", "pma_request", "pma_hop", "pma_step", "hops_key",
-           "pma_state_key"]
+__all__ = [
+    "client_plan",
+    "setup",
+    "inputs",
+    "phase_inputs",
+    "train",
+    "train_round",
+    "validate",
+    "validation",
+    "validation_phase",
+    "final_counts",
+    "evaluate_counts",
+    "PMARequest",
+    "PMAState",
+    "PMAStep",
+    "pma_request",
+    "pma_hop",
+    "pma_step",
+    "hops_key",
+    "pma_state_key",
+]
 
 
 def client_plan(cfg, partition_id: int, view):
@@ -56,8 +81,12 @@ def setup(cfg, partition_id: int, view) -> tuple[Tensor, dict]:
     (``num_nodes``, ``num_train``: counts of nodes are not protected by edge-level DP's unit,
     and node level's node universe is public); no edge count is sent."""
     g = view.graph
-    plan = {**client_plan(cfg, partition_id, view).to_dict(), "partition_id": partition_id,
-            "num_nodes": g.num_nodes, "num_train": int(g.train_mask.sum())}
+    plan = {
+        **client_plan(cfg, partition_id, view).to_dict(),
+        "partition_id": partition_id,
+        "num_nodes": g.num_nodes,
+        "num_train": int(g.train_mask.sum()),
+    }
     return g.node_ids, plan
 
 
@@ -67,8 +96,14 @@ def hops_key(graph: str) -> str:
     return "gap.hops.test" if graph == "test" else "gap.hops"
 
 
-def inputs(cfg, view, phase: str, weights: dict | None = None, hops: Tensor | None = None,
-           heldout_hops: Tensor | None = None):
+def inputs(
+    cfg,
+    view,
+    phase: str,
+    weights: dict | None = None,
+    hops: Tensor | None = None,
+    heldout_hops: Tensor | None = None,
+):
     """``(model, x)`` of a phase on this client's device (``device``: the GPU Ray assigned,
     else the CPU): the encoder on raw features ``[n, F]``; the classifier on the stacked
     private hops ``[n, K + 1, e]`` (``hops``; the MLP baseline: raw features ``[n, 1, F]``),
@@ -84,8 +119,9 @@ def inputs(cfg, view, phase: str, weights: dict | None = None, hops: Tensor | No
         else:
             if hops is None or hops.size(1) != cfg.hops + 1:
                 held = "none" if hops is None else hops.size(1) - 1
-                raise ValueError(f"client state holds {held} hops, the run config says "
-                                 f"hops = {cfg.hops}")
+                raise ValueError(
+                    f"client state holds {held} hops, the run config says hops = {cfg.hops}"
+                )
             x = hops
             if heldout_hops is not None:
                 x = torch.where(g.test_mask.view(-1, 1, 1), heldout_hops.to(x.dtype), x)
@@ -95,12 +131,19 @@ def inputs(cfg, view, phase: str, weights: dict | None = None, hops: Tensor | No
     return model.to(dev), x.to(dev)
 
 
-def phase_inputs(cfg, view, phase: str, weights: dict | None,
-                 kept: Callable[[str], dict[str, Tensor]], heldout: bool = False):
+def phase_inputs(
+    cfg,
+    view,
+    phase: str,
+    weights: dict | None,
+    kept: Callable[[str], dict[str, Tensor]],
+    heldout: bool = False,
+):
     """``(model, x)`` of ``phase`` (:func:`inputs`), the private hops read from what this client
     kept: ``kept(key)`` returns the tensors kept under ``key`` (:func:`hops_key`; the ClientApp
     passes its client state's reader). ``heldout``: the test nodes' rows from the held-out
     graph's hops (inductive inference). The encoder and the MLP baseline read nothing."""
+
     def hops(graph):
         return kept(hops_key(graph))["hops"]
 
@@ -130,16 +173,27 @@ def validation_phase(cfg, phase: str | None) -> str:
     Raises:
         ValueError: node level, or an unknown phase."""
     if cfg.level == "node":
-        raise ValueError("level: node: the validation labels are private, validation accuracy "
-                         "is not released (the strategy does not select rounds at node level)")
+        raise ValueError(
+            "level: node: the validation labels are private, validation accuracy "
+            "is not released (the strategy does not select rounds at node level)"
+        )
     phase = "gap.classifier" if phase is None else str(phase)
     if phase not in ("gap.encoder", "gap.classifier"):
         raise ValueError(f"unknown GAP phase {phase!r}")
     return phase
 
 
-def train_round(cfg, partition_id: int, view, model, x: Tensor, *, validate: bool,
-                generator, proximal_mu: float = 0.0) -> tuple[dict, dict]:
+def train_round(
+    cfg,
+    partition_id: int,
+    view,
+    model,
+    x: Tensor,
+    *,
+    validate: bool,
+    generator,
+    proximal_mu: float = 0.0,
+) -> tuple[dict, dict]:
     """``train``: ``(arrays, metrics)`` of one round at ``model``'s received weights.
 
     FedSGD (edge level): the full-batch gradient of the mean training loss, the batch norms'
@@ -163,12 +217,24 @@ def train_round(cfg, partition_id: int, view, model, x: Tensor, *, validate: boo
         grads.update(model.named_buffers())
         return to_cpu(grads), {"num-examples": n, "train-loss": float(loss) if n else 0.0, **val}
     dp = client_plan(cfg, partition_id, view).dpsgd(cfg)  # node level: DP-SGD's schedule
-    n, loss = local_train(model, x, _on(x, g.y), _on(x, g.train_mask), cfg.local_epochs,
-                          cfg.dpsgd_batch_size if dp else (cfg.batch_size or None), cfg.lr, dp,
-                          generator=generator, num_public=int(g.train_mask.sum()),
-                          proximal_mu=proximal_mu)
-    metrics = ({"num-examples": max(n, 1), "train-loss": float(loss)} if cfg.level == "edge"
-               else {"num-examples": 1})
+    n, loss = local_train(
+        model,
+        x,
+        _on(x, g.y),
+        _on(x, g.train_mask),
+        cfg.local_epochs,
+        cfg.dpsgd_batch_size if dp else (cfg.batch_size or None),
+        cfg.lr,
+        dp,
+        generator=generator,
+        num_public=int(g.train_mask.sum()),
+        proximal_mu=proximal_mu,
+    )
+    metrics = (
+        {"num-examples": max(n, 1), "train-loss": float(loss)}
+        if cfg.level == "edge"
+        else {"num-examples": 1}
+    )
     return to_cpu(model.state_dict()), metrics
 
 
@@ -193,20 +259,38 @@ def admit_round(cfg, phase: str, server_round: int, last: dict[str, int]) -> dic
     return rounds_admit(phase, server_round, rounds, last)
 
 
-def train(cfg, partition_id: int, view, phase: str, weights: dict | None,
-          kept: Callable[[str], dict[str, Tensor]], *, server_round: int, validate: bool,
-          generator: Callable[[str], object], proximal_mu: float = 0.0) -> tuple[dict, dict]:
+def train(
+    cfg,
+    partition_id: int,
+    view,
+    phase: str,
+    weights: dict | None,
+    kept: Callable[[str], dict[str, Tensor]],
+    *,
+    server_round: int,
+    validate: bool,
+    generator: Callable[[str], object],
+    proximal_mu: float = 0.0,
+) -> tuple[dict, dict]:
     """``train``: :func:`train_round` of ``phase`` (``gap.encoder``/``gap.classifier``) at the
     received ``weights`` (:func:`phase_inputs`), with this round's generator
     ``generator(f"gap:{phase}:{server_round}")`` (:func:`admit_round` first)."""
     model, x = phase_inputs(cfg, view, phase, weights, kept)
-    return train_round(cfg, partition_id, view, model, x, validate=validate,
-                       generator=generator(f"gap:{phase}:{server_round}"),
-                       proximal_mu=proximal_mu)
+    return train_round(
+        cfg,
+        partition_id,
+        view,
+        model,
+        x,
+        validate=validate,
+        generator=generator(f"gap:{phase}:{server_round}"),
+        proximal_mu=proximal_mu,
+    )
 
 
-def validate(cfg, view, phase: str | None, weights: dict | None,
-             kept: Callable[[str], dict[str, Tensor]]) -> dict:
+def validate(
+    cfg, view, phase: str | None, weights: dict | None, kept: Callable[[str], dict[str, Tensor]]
+) -> dict:
     """``evaluate``: :func:`validation` of ``phase`` (:func:`validation_phase`; ``None``: the
     classifier) at the received ``weights``.
 
@@ -217,8 +301,7 @@ def validate(cfg, view, phase: str | None, weights: dict | None,
     return validation(model, x, view)
 
 
-def final_counts(cfg, view, weights: dict | None,
-                 kept: Callable[[str], dict[str, Tensor]]) -> dict:
+def final_counts(cfg, view, weights: dict | None, kept: Callable[[str], dict[str, Tensor]]) -> dict:
     """``evaluate.gap``: :func:`evaluate_counts` of the classifier at the received ``weights``,
     the test nodes on the held-out graph's hops under inductive inference."""
     model, x = phase_inputs(cfg, view, "gap.classifier", weights, kept, heldout=True)
@@ -260,8 +343,9 @@ class PMARequest:
     object_store: bool = False
 
 
-def pma_request(content, secagg: tuple | None, label: str,
-                read: Callable | None = None) -> PMARequest:
+def pma_request(
+    content, secagg: tuple | None, label: str, read: Callable | None = None
+) -> PMARequest:
     """A ``query.gap_pma`` message's records (``pma``: hop, graph, remote sigma and
     contributors, object store; ``encoder``; ``incoming``; with secure aggregation ``secagg``
     and ``owner``) as a :class:`PMARequest`; ``secagg``: ``(private key, VerifiedKeys)``, this
@@ -273,6 +357,7 @@ def pma_request(content, secagg: tuple | None, label: str,
 
     Raises:
         ValueError: the message carries a key list this client has not verified."""
+
     def tensors(record) -> dict:
         return dict(record.to_torch_state_dict())
 
@@ -282,16 +367,26 @@ def pma_request(content, secagg: tuple | None, label: str,
     secagg = None
     if "secagg" in content:
         if keys is None:
-            raise ValueError("secure aggregation: the server sent a key list this client has "
-                             "not verified; refusing to release")
-        secagg = (keys[0], keys[1], tensors(content["owner"])["owner"],
-                  f"{label} graph={graph} hop={hop}")
-    return PMARequest(hop, graph,
-                      content["encoder"].to_torch_state_dict() if "encoder" in content else None,
-                      (read or tensors)(content["incoming"]) if "incoming" in content else None,
-                      float(pma["remote-sigma"]) if "remote-sigma" in pma else None,
-                      int(pma["remote-contributors"]) if "remote-contributors" in pma else None,
-                      secagg, bool(pma.get("object-store", False)))
+            raise ValueError(
+                "secure aggregation: the server sent a key list this client has "
+                "not verified; refusing to release"
+            )
+        secagg = (
+            keys[0],
+            keys[1],
+            tensors(content["owner"])["owner"],
+            f"{label} graph={graph} hop={hop}",
+        )
+    return PMARequest(
+        hop,
+        graph,
+        content["encoder"].to_torch_state_dict() if "encoder" in content else None,
+        (read or tensors)(content["incoming"]) if "incoming" in content else None,
+        float(pma["remote-sigma"]) if "remote-sigma" in pma else None,
+        int(pma["remote-contributors"]) if "remote-contributors" in pma else None,
+        secagg,
+        bool(pma.get("object-store", False)),
+    )
 
 
 @dataclass
@@ -307,9 +402,15 @@ class PMAState:
         return torch.stack([self.tensors[f"hop{j}"].cpu() for j in range(num_hops + 1)], dim=1)
 
 
-def pma_hop(cfg, partition_id: int, view, req: PMARequest, state: PMAState | None,
-            generator: Callable[[str], object],
-            memo: Callable[[Callable], object] | None = None) -> tuple[PMAState, dict[str, Tensor]]:
+def pma_hop(
+    cfg,
+    partition_id: int,
+    view,
+    req: PMARequest,
+    state: PMAState | None,
+    generator: Callable[[str], object],
+    memo: Callable[[Callable], object] | None = None,
+) -> tuple[PMAState, dict[str, Tensor]]:
     """One PMA hop: finish hop k-1 with the rows received, then compute this client's noisy
     partial sums of hop k and release the rows for remote nodes (GAP Alg. 1 lines 3-6).
 
@@ -353,8 +454,9 @@ def pma_hop(cfg, partition_id: int, view, req: PMARequest, state: PMAState | Non
     else:
         hops = dict(state.tensors)
         inc = req.incoming
-        hops[f"hop{k - 1}"] = pma_finish(hops.pop("local_sums").to(dev), g.node_ids,
-                                         inc["ids"], inc["sums"])
+        hops[f"hop{k - 1}"] = pma_finish(
+            hops.pop("local_sums").to(dev), g.node_ids, inc["ids"], inc["sums"]
+        )
     out = {"ids": torch.zeros(0, dtype=torch.long), "sums": torch.zeros(0, cfg.encoder_dim)}
     if k <= cfg.hops:
         plan = client_plan(cfg, partition_id, view)
@@ -366,32 +468,50 @@ def pma_hop(cfg, partition_id: int, view, req: PMARequest, state: PMAState | Non
             others[g.node_ids] = False
             if in_graph is not None:
                 others &= in_graph
-            remote = (others.nonzero().flatten() if cfg.cross_client_edges
-                      else others.nonzero()[:0].flatten())
+            remote = (
+                others.nonzero().flatten()
+                if cfg.cross_client_edges
+                else others.nonzero()[:0].flatten()
+            )
             return (*pma_edge_sums(local, boundary, g.num_nodes, remote), {})
 
         if req.remote_sigma is not None:  # a share only over contributors it verified
             if cfg.secure_aggregation and req.secagg is None:
-                raise ValueError("secure-aggregation = true but the server sent no public "
-                                 "keys: refusing to release unmasked rows")
-            check_remote_sigma(req.remote_sigma, plan.sigma, own_contributors(
-                cfg.secure_aggregation, req.secagg and req.secagg[1], req.remote_contributors))
+                raise ValueError(
+                    "secure-aggregation = true but the server sent no public "
+                    "keys: refusing to release unmasked rows"
+                )
+            check_remote_sigma(
+                req.remote_sigma,
+                plan.sigma,
+                own_contributors(
+                    cfg.secure_aggregation, req.secagg and req.secagg[1], req.remote_contributors
+                ),
+            )
         local, boundary, buffers = edge_sums() if memo is None else memo(edge_sums)
         h_prev = hops[f"hop{k - 1}"].to(dev)
         local_sums, ids, sums = pma_partial_sums(
-            h_prev, local, boundary, plan.sigma, generator(f"gap:pma{k}{tag}"),
-            remote_sigma=req.remote_sigma, remote_norm=plan.remote_norm,
-            remote_out=None if memo is None else release_buffer(buffers, boundary.num_rows,
-                                                                h_prev))
+            h_prev,
+            local,
+            boundary,
+            plan.sigma,
+            generator(f"gap:pma{k}{tag}"),
+            remote_sigma=req.remote_sigma,
+            remote_norm=plan.remote_norm,
+            remote_out=None if memo is None else release_buffer(buffers, boundary.num_rows, h_prev),
+        )
         hops["local_sums"] = local_sums
         out = {"ids": ids, "sums": sums}
         if cfg.secure_aggregation and ids.numel():  # only masked rows leave
             if req.secagg is None:
-                raise ValueError("secure-aggregation = true but the server sent no public "
-                                 "keys: refusing to release unmasked rows")
+                raise ValueError(
+                    "secure-aggregation = true but the server sent no public "
+                    "keys: refusing to release unmasked rows"
+                )
             private, keys, owner, label = req.secagg
-            out = masked_release(ids, sums, private, list(keys.public_keys), keys.index, owner,
-                                 label)
+            out = masked_release(
+                ids, sums, private, list(keys.public_keys), keys.index, owner, label
+            )
     return PMAState(to_cpu(hops)), to_cpu(out)
 
 
@@ -416,9 +536,15 @@ class PMAStep:
     release: dict[str, Tensor]
 
 
-def pma_step(cfg, partition_id: int, view, req: PMARequest, kept: dict[str, Tensor] | None,
-             generator: Callable[[str], object],
-             memo: Callable[[Callable], object] | None = None) -> PMAStep:
+def pma_step(
+    cfg,
+    partition_id: int,
+    view,
+    req: PMARequest,
+    kept: dict[str, Tensor] | None,
+    generator: Callable[[str], object],
+    memo: Callable[[Callable], object] | None = None,
+) -> PMAStep:
     """``query.gap_pma`` with the client's state in and out: ``kept``, the tensors kept under
     :func:`pma_state_key` after the previous hop (read from hop 2 on; ``None``: nothing kept),
     and what to keep now (:class:`PMAStep`). The hop itself: :func:`pma_hop` (``memo``: as
@@ -430,8 +556,9 @@ def pma_step(cfg, partition_id: int, view, req: PMARequest, kept: dict[str, Tens
     """
     if req.hop > 1 and kept is None:
         raise ValueError(f"PMA hop {req.hop}: this client kept no state of hop {req.hop - 1}")
-    state, release = pma_hop(cfg, partition_id, view, req,
-                             PMAState(kept) if req.hop > 1 else None, generator, memo)
+    state, release = pma_hop(
+        cfg, partition_id, view, req, PMAState(kept) if req.hop > 1 else None, generator, memo
+    )
     if req.hop <= cfg.hops:
         return PMAStep(state.tensors, None, release)
     return PMAStep(None, state.stacked(cfg.hops), release)

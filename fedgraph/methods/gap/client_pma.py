@@ -28,6 +28,7 @@ the edges of the current graph, and the released rows are those of the current g
 nodes (fixed by the public split, not by the edges). Why the two runs cost one:
 :mod:`.privacy`.
 """
+
 from __future__ import annotations
 
 import torch
@@ -39,7 +40,6 @@ from ...nn.gap import normalize_rows_
 from ...utils.graph import MAX_MESSAGE_ELEMENTS, bound_out_degree
 from ...utils.scratch import shared_block
 from ...utils.sparse import EdgeSum, MissingRowError, index_in
-
 
 GRAPHS = ("all", "train", "test")  # PMA's edge sets: whole graph, training graph, held-out graph
 
@@ -61,16 +61,18 @@ def graph_nodes(test_mask: Tensor | None, graph: str) -> Tensor | None:
     return test_mask.clone() if graph == "test" else ~test_mask
 
 
-def client_edges(client, cfg: GAPConfig, generator: torch.Generator,
-                 in_graph: Tensor | None = None) -> tuple[Tensor, Tensor]:
+def client_edges(
+    client, cfg: GAPConfig, generator: torch.Generator, in_graph: Tensor | None = None
+) -> tuple[Tensor, Tensor]:
     """The client's directed edges ``(local [2, e], boundary [2, b])`` that PMA uses: boundary
     edges only with ``cross_client_edges``; ``in_graph`` (global boolean mask ``[N]``, from
     :func:`graph_nodes`; ``None``: all nodes): only edges with both ends in it, local and
     boundary alike; node level: then out-degree bounded by ``D`` over both (the client owns its
     nodes' out-edges)."""
     local = client.edge_index
-    boundary = client.boundary_edge_index if cfg.cross_client_edges else \
-        client.boundary_edge_index[:, :0]
+    boundary = (
+        client.boundary_edge_index if cfg.cross_client_edges else client.boundary_edge_index[:, :0]
+    )
     if in_graph is not None:
         mine = in_graph[client.node_ids]
         local = local[:, mine[local[0]] & mine[local[1]]]
@@ -87,9 +89,13 @@ def client_edges(client, cfg: GAPConfig, generator: torch.Generator,
     return kept[:, is_local], torch.stack([rem[0], remote_ids[rem[1] - n]])
 
 
-def pma_edge_sums(local: Tensor, boundary: Tensor, num_nodes: int,
-                  remote_ids: Tensor | None = None,
-                  max_elements: int = MAX_MESSAGE_ELEMENTS) -> tuple[EdgeSum, EdgeSum]:
+def pma_edge_sums(
+    local: Tensor,
+    boundary: Tensor,
+    num_nodes: int,
+    remote_ids: Tensor | None = None,
+    max_elements: int = MAX_MESSAGE_ELEMENTS,
+) -> tuple[EdgeSum, EdgeSum]:
     """A client's two sums over edges of every PMA hop, built once for a run's hops (the edges
     are the same at every hop, the node level's degree-bounded ones too: one ``gap:degree``
     draw): ``(local [n] rows from its local edges, remote [m] rows, one per id of remote_ids,
@@ -105,22 +111,30 @@ def pma_edge_sums(local: Tensor, boundary: Tensor, num_nodes: int,
     """
     if remote_ids is None:
         remote_ids = torch.unique(boundary[1])
-    local_sum = EdgeSum(local[0], local[1], num_nodes, num_rows=num_nodes,
-                        max_elements=max_elements)
+    local_sum = EdgeSum(
+        local[0], local[1], num_nodes, num_rows=num_nodes, max_elements=max_elements
+    )
     try:
-        remote_sum = EdgeSum(boundary[0], boundary[1], num_nodes, row_ids=remote_ids,
-                             max_elements=max_elements)
+        remote_sum = EdgeSum(
+            boundary[0], boundary[1], num_nodes, row_ids=remote_ids, max_elements=max_elements
+        )
     except MissingRowError:
         raise ValueError("remote_ids must contain every boundary target") from None
     return local_sum, remote_sum
 
 
-def pma_partial_sums(h_prev: Tensor, local: Tensor | EdgeSum, boundary: Tensor | EdgeSum,
-                     sigma: float,
-                     generator: torch.Generator, remote_ids: Tensor | None = None,
-                     max_elements: int = MAX_MESSAGE_ELEMENTS,
-                     remote_sigma: float | None = None, remote_norm: float | None = None,
-                     remote_out: Tensor | None = None) -> tuple[Tensor, Tensor, Tensor]:
+def pma_partial_sums(
+    h_prev: Tensor,
+    local: Tensor | EdgeSum,
+    boundary: Tensor | EdgeSum,
+    sigma: float,
+    generator: torch.Generator,
+    remote_ids: Tensor | None = None,
+    max_elements: int = MAX_MESSAGE_ELEMENTS,
+    remote_sigma: float | None = None,
+    remote_norm: float | None = None,
+    remote_out: Tensor | None = None,
+) -> tuple[Tensor, Tensor, Tensor]:
     """One hop of PMA on a client (Alg. 1 lines 3-4, split across clients).
 
     Args:
@@ -162,11 +176,13 @@ def pma_partial_sums(h_prev: Tensor, local: Tensor | EdgeSum, boundary: Tensor |
     from ...mechanisms._checks import check_noise_scale
 
     sigma = check_noise_scale(sigma, "sigma", allow_zero=True)
-    remote_sigma = sigma if remote_sigma is None else check_noise_scale(
-        remote_sigma, "remote_sigma", allow_zero=sigma == 0)
+    remote_sigma = (
+        sigma
+        if remote_sigma is None
+        else check_noise_scale(remote_sigma, "remote_sigma", allow_zero=sigma == 0)
+    )
     if not isinstance(local, EdgeSum):
-        local, boundary = pma_edge_sums(local, boundary, h_prev.size(0), remote_ids,
-                                        max_elements)
+        local, boundary = pma_edge_sums(local, boundary, h_prev.size(0), remote_ids, max_elements)
     if remote_norm is not None and not remote_norm > 0:
         raise ValueError(f"remote_norm must be > 0 (or None), got {remote_norm}")
     local_sums = local(h_prev)
@@ -202,8 +218,15 @@ def release_buffer(buffers: dict, rows: int, like: Tensor) -> Tensor | None:
     return buffers[key]
 
 
-def masked_release(ids: Tensor, sums: Tensor, private_key: bytes, public_keys: list[bytes],
-                   me: int, owner: Tensor, context: str) -> dict[str, Tensor]:
+def masked_release(
+    ids: Tensor,
+    sums: Tensor,
+    private_key: bytes,
+    public_keys: list[bytes],
+    me: int,
+    owner: Tensor,
+    context: str,
+) -> dict[str, Tensor]:
     """Secure aggregation of a client's remote rows: what leaves the client instead of
     ``{"ids", "sums"}`` (:func:`fedgraph.secure_aggregation.mask_rows`).
 
@@ -224,13 +247,21 @@ def masked_release(ids: Tensor, sums: Tensor, private_key: bytes, public_keys: l
 
     from ...secure_aggregation import mask_rows
 
-    masked = mask_rows(sums.detach().double().cpu().numpy(), ids.cpu().numpy(),
-                       owner.cpu().numpy(), me, private_key, public_keys, context)
+    masked = mask_rows(
+        sums.detach().double().cpu().numpy(),
+        ids.cpu().numpy(),
+        owner.cpu().numpy(),
+        me,
+        private_key,
+        public_keys,
+        context,
+    )
     return {"ids": ids.cpu(), "masked": torch.from_numpy(masked.view(np.int64))}
 
 
-def pma_finish(local_sums: Tensor, node_ids: Tensor, incoming_ids: Tensor,
-               incoming_sums: Tensor) -> Tensor:
+def pma_finish(
+    local_sums: Tensor, node_ids: Tensor, incoming_ids: Tensor, incoming_sums: Tensor
+) -> Tensor:
     """Add the noisy partial sums received for this client's nodes and row-normalize (Alg. 1
     line 5, Eq. 9).
 
@@ -255,5 +286,6 @@ def pma_finish(local_sums: Tensor, node_ids: Tensor, incoming_ids: Tensor,
     if bool((pos < 0).any()):
         raise ValueError("received partial sums for nodes this client does not hold")
     dev = local_sums.device
-    return normalize_rows_(local_sums.index_add(0, pos.to(dev),
-                                                incoming_sums.to(dev, local_sums.dtype)))
+    return normalize_rows_(
+        local_sums.index_add(0, pos.to(dev), incoming_sums.to(dev, local_sums.dtype))
+    )

@@ -1,6 +1,7 @@
 """The encoder and classifier of a federated GAP run, built from its config (GAP paper Sec. 4,
 :mod:`fedgraph.nn.gap`): the clients' models (:mod:`.client`) and the server's initial weights
 (``strategies/gap.py``) come from the same two functions."""
+
 from __future__ import annotations
 
 from ...config import GAPConfig
@@ -10,8 +11,16 @@ from ...nn.gap import GAPClassifier, GAPEncoder
 def build_encoder(cfg: GAPConfig, num_features: int, num_classes: int) -> GAPEncoder:
     """GAP's encoder; ``cfg.batch_norm``: the reference code's batch norms (hidden layers and
     after the normalized output), see :func:`build_classifier` for their statistics."""
-    return GAPEncoder(num_features, num_classes, cfg.encoder_dim, cfg.hidden, 2, 0.0,
-                      batch_norm=cfg.batch_norm, output_batch_norm=cfg.batch_norm)
+    return GAPEncoder(
+        num_features,
+        num_classes,
+        cfg.encoder_dim,
+        cfg.hidden,
+        2,
+        0.0,
+        batch_norm=cfg.batch_norm,
+        output_batch_norm=cfg.batch_norm,
+    )
 
 
 def build_classifier(cfg: GAPConfig, num_features: int, num_classes: int) -> GAPClassifier:
@@ -26,7 +35,15 @@ def build_classifier(cfg: GAPConfig, num_features: int, num_classes: int) -> GAP
     same inputs as the weights (edge level): no further epsilon."""
     hops = 0 if cfg.variant == "mlp" else cfg.hops
     in_dim = num_features if cfg.variant == "mlp" else cfg.encoder_dim
-    return GAPClassifier(hops, in_dim, cfg.hidden, num_classes, cfg.combine,
-                         base_layers=2 if cfg.variant == "mlp" else 1, head_layers=1,
-                         dropout=0.0, batch_norm=cfg.batch_norm,
-                         output_batch_norm=cfg.batch_norm)
+    return GAPClassifier(
+        hops,
+        in_dim,
+        cfg.hidden,
+        num_classes,
+        cfg.combine,
+        base_layers=2 if cfg.variant == "mlp" else 1,
+        head_layers=1,
+        dropout=0.0,
+        batch_norm=cfg.batch_norm,
+        output_batch_norm=cfg.batch_norm,
+    )

@@ -44,6 +44,7 @@ node level), as in the transductive mode; the ledger records the held-out run un
 subject ``client-i (held-out graph)`` (:func:`heldout_events`; the ledger cannot express parallel
 composition), and a client's epsilon is the larger of its two subjects', i.e. ``client-i``'s.
 """
+
 from __future__ import annotations
 
 import math
@@ -52,7 +53,6 @@ from functools import lru_cache
 
 from ...config import GAPConfig
 from .training import DPSGD, dpsgd_schedule
-
 
 LEVELS = ("edge", "node")
 
@@ -139,9 +139,14 @@ def default_delta(count: int) -> float:
     return 10.0 ** -len(str(int(count)))
 
 
-def gap_events(noise_multiplier_pma: float, num_hops: int, *, node_level: bool = False,
-               encoder_dpsgd: tuple[float, float, int] | None = None,
-               classifier_dpsgd: tuple[float, float, int] | None = None) -> list:
+def gap_events(
+    noise_multiplier_pma: float,
+    num_hops: int,
+    *,
+    node_level: bool = False,
+    encoder_dpsgd: tuple[float, float, int] | None = None,
+    classifier_dpsgd: tuple[float, float, int] | None = None,
+) -> list:
     """Privacy events of one GAP run (for :func:`fedgraph.accounting.compose_epsilon`).
 
     Args:
@@ -161,8 +166,10 @@ def gap_events(noise_multiplier_pma: float, num_hops: int, *, node_level: bool =
     from ...accounting import Gaussian, SubsampledGaussian
 
     if node_level and (encoder_dpsgd is None or classifier_dpsgd is None):
-        raise ValueError("node-level GAP needs encoder_dpsgd and classifier_dpsgd "
-                         "(use (q, noise, 0) for a module that is not trained)")
+        raise ValueError(
+            "node-level GAP needs encoder_dpsgd and classifier_dpsgd "
+            "(use (q, noise, 0) for a module that is not trained)"
+        )
     events = []
     if num_hops > 0:
         events.append(Gaussian(noise_multiplier_pma, count=num_hops))
@@ -173,10 +180,16 @@ def gap_events(noise_multiplier_pma: float, num_hops: int, *, node_level: bool =
     return events
 
 
-def calibrate_gap(target_epsilon: float, delta: float, *, num_hops: int, level: str = "edge",
-                  encoder_schedule: tuple[float, int] | None = None,
-                  classifier_schedule: tuple[float, int] | None = None,
-                  accountant: str = "prv") -> float:
+def calibrate_gap(
+    target_epsilon: float,
+    delta: float,
+    *,
+    num_hops: int,
+    level: str = "edge",
+    encoder_schedule: tuple[float, int] | None = None,
+    classifier_schedule: tuple[float, int] | None = None,
+    accountant: str = "prv",
+) -> float:
     r"""Smallest noise multiplier for which GAP meets ``(target_epsilon, delta)``.
 
     Edge level: PMA only (``K`` Gaussian mechanisms; schedules must be ``None``). Node level:
@@ -211,9 +224,12 @@ def calibrate_gap(target_epsilon: float, delta: float, *, num_hops: int, level: 
     return float(calibrate(target_epsilon, delta, make_events, accountant=accountant))
 
 
-def gap_noise_events(num_hops: int, level: str = "edge",
-                     encoder_schedule: tuple[float, int] | None = None,
-                     classifier_schedule: tuple[float, int] | None = None):
+def gap_noise_events(
+    num_hops: int,
+    level: str = "edge",
+    encoder_schedule: tuple[float, int] | None = None,
+    classifier_schedule: tuple[float, int] | None = None,
+):
     """``make_events(noise_multiplier) -> list[Event]`` of what :func:`calibrate_gap`
     calibrates (arguments as there), or ``None`` when nothing is noised (no hop at edge level;
     no hop and no DP-SGD step at node level).
@@ -234,9 +250,14 @@ def gap_noise_events(num_hops: int, level: str = "edge",
         return None
 
     def make_events(z: float) -> list:
-        return gap_events(z, num_hops, node_level=level == "node",
-                          encoder_dpsgd=(enc[0], z, enc[1]) if level == "node" else None,
-                          classifier_dpsgd=(cls[0], z, cls[1]) if level == "node" else None)
+        return gap_events(
+            z,
+            num_hops,
+            node_level=level == "node",
+            encoder_dpsgd=(enc[0], z, enc[1]) if level == "node" else None,
+            classifier_dpsgd=(cls[0], z, cls[1]) if level == "node" else None,
+        )
+
     return make_events
 
 
@@ -276,11 +297,17 @@ class PrivacyPlan:
         return DPSGD(self.noise_multiplier, cfg.max_grad_norm)
 
     def to_dict(self) -> dict:
-        return {"epsilon_target": self.epsilon, "delta": self.delta,
-                "noise_multiplier": self.noise_multiplier, "sensitivity": self.sensitivity,
-                "sigma": self.sigma, "hops": self.hops, "remote_norm": self.remote_norm,
-                "encoder_schedule": self.encoder_schedule,
-                "classifier_schedule": self.classifier_schedule}
+        return {
+            "epsilon_target": self.epsilon,
+            "delta": self.delta,
+            "noise_multiplier": self.noise_multiplier,
+            "sensitivity": self.sensitivity,
+            "sigma": self.sigma,
+            "hops": self.hops,
+            "remote_norm": self.remote_norm,
+            "encoder_schedule": self.encoder_schedule,
+            "classifier_schedule": self.classifier_schedule,
+        }
 
 
 def plan_events(plan: dict) -> list[tuple[str, object]]:
@@ -333,14 +360,24 @@ def heldout_events(plan: dict) -> list[tuple[str, object]]:
     """``(release, event)`` pairs of the inductive mode's PMA on the held-out graph (the ``K``
     Gaussian mechanisms of :func:`plan_events`' ``pma``, same noise): a ledger subject of its
     own, since it composes in parallel with the training graph's releases (module docstring)."""
-    return [(f"{release} (held-out graph)", event) for release, event in plan_events(plan)
-            if release == "pma"]
+    return [
+        (f"{release} (held-out graph)", event)
+        for release, event in plan_events(plan)
+        if release == "pma"
+    ]
 
 
 @lru_cache(maxsize=64)
 def _calibrate(epsilon, delta, hops, level, enc, cls, accountant) -> float:
-    return calibrate_gap(epsilon, delta, num_hops=hops, level=level, encoder_schedule=enc,
-                         classifier_schedule=cls, accountant=accountant)
+    return calibrate_gap(
+        epsilon,
+        delta,
+        num_hops=hops,
+        level=level,
+        encoder_schedule=enc,
+        classifier_schedule=cls,
+        accountant=accountant,
+    )
 
 
 def has_remote_rows(cfg: GAPConfig) -> bool:
@@ -364,12 +401,12 @@ def epsilon_floor(cfg: GAPConfig, num_train: int) -> float:
     def at_largest(epsilon, delta, hops, level, enc, cls, accountant) -> float:
         floor[0] = floor_of(gap_noise_events(hops, level, enc, cls), delta, accountant)
         return MAX_NOISE_MULTIPLIER
+
     privacy_plan(cfg, 1.0, num_train, calibrator=at_largest)
     return floor[0]
 
 
-def privacy_plan(cfg: GAPConfig, epsilon: float, num_train: int,
-                 calibrator=None) -> PrivacyPlan:
+def privacy_plan(cfg: GAPConfig, epsilon: float, num_train: int, calibrator=None) -> PrivacyPlan:
     """Calibrate a client's noise multiplier for its target ``epsilon`` (per client, for the
     whole run) and ``cfg.delta``. Edge level: PMA only, sensitivity
     :func:`edge_sensitivity` of ``cfg.edge_unit``; node level: PMA and
@@ -384,8 +421,11 @@ def privacy_plan(cfg: GAPConfig, epsilon: float, num_train: int,
     hops = 0 if cfg.variant == "mlp" else cfg.hops
     node = cfg.level == "node"
     others = cfg.num_clients - 1 if has_remote_rows(cfg) else 0
-    sens = node_sensitivity(cfg.max_degree, others, cfg.secure_aggregation) if node \
+    sens = (
+        node_sensitivity(cfg.max_degree, others, cfg.secure_aggregation)
+        if node
         else edge_sensitivity(cfg.edge_unit)
+    )
     if cfg.variant == "gap-inf" or math.isinf(epsilon):
         return PrivacyPlan(math.inf, 0.0, 0.0, sens, None, None, hops)
     enc = cls = None
@@ -397,8 +437,16 @@ def privacy_plan(cfg: GAPConfig, epsilon: float, num_train: int,
     elif hops == 0:  # MLP at edge level touches no edge
         return PrivacyPlan(epsilon, cfg.delta, 0.0, 0.0, None, None, 0)
     z = (calibrator or _calibrate)(epsilon, cfg.delta, hops, cfg.level, enc, cls, cfg.accountant)
-    return PrivacyPlan(epsilon, cfg.delta, z, sens if hops else 0.0, enc, cls, hops,
-                       REMOTE_ROW_NORM if node and others else None)
+    return PrivacyPlan(
+        epsilon,
+        cfg.delta,
+        z,
+        sens if hops else 0.0,
+        enc,
+        cls,
+        hops,
+        REMOTE_ROW_NORM if node and others else None,
+    )
 
 
 def undirected_edge_epsilon(cfg, plans: list[dict]) -> dict[str, float]:
@@ -426,9 +474,10 @@ def undirected_edge_epsilon(cfg, plans: list[dict]) -> dict[str, float]:
         if not p["hops"] or other == 0:
             out[f"client-{p['partition_id']}"] = 0.0 if not p["hops"] else math.inf
             continue
-        z = 1 / math.sqrt(1 / p["sigma"] ** 2 + 1 / other ** 2)  # std / sensitivity sqrt 2
-        out[f"client-{p['partition_id']}"] = float(compose_epsilon(
-            [Gaussian(z, count=p["hops"])], p["delta"], accountant=cfg.accountant))
+        z = 1 / math.sqrt(1 / p["sigma"] ** 2 + 1 / other**2)  # std / sensitivity sqrt 2
+        out[f"client-{p['partition_id']}"] = float(
+            compose_epsilon([Gaussian(z, count=p["hops"])], p["delta"], accountant=cfg.accountant)
+        )
     return out
 
 
@@ -493,13 +542,18 @@ def check_remote_sigma(remote_sigma: float, own_sigma: float, contributors: int)
         ValueError: ``remote_sigma * sqrt(contributors) < own_sigma`` (the client refuses to
             release).
     """
-    if not remote_sigma >= 0 or remote_sigma * math.sqrt(max(contributors, 1)) < own_sigma * (1 - 1e-9):
-        raise ValueError(f"remote noise std {remote_sigma:.4g} over {contributors} client(s) is "
-                         f"below this client's sigma {own_sigma:.4g}; refusing to release")
+    if not remote_sigma >= 0 or remote_sigma * math.sqrt(max(contributors, 1)) < own_sigma * (
+        1 - 1e-9
+    ):
+        raise ValueError(
+            f"remote noise std {remote_sigma:.4g} over {contributors} client(s) is "
+            f"below this client's sigma {own_sigma:.4g}; refusing to release"
+        )
 
 
-def own_contributors(secure_aggregation: bool, keys, claimed: int | None = None, *,
-                     owned: bool = True) -> int:
+def own_contributors(
+    secure_aggregation: bool, keys, claimed: int | None = None, *, owned: bool = True
+) -> int:
     """How many clients' noise a client may assume adds up in each of its remote rows, counted
     by the client itself: with secure aggregation and a key list it verified (``keys``, a
     :class:`fedgraph.secure_aggregation.VerifiedKeys`), the verified contributors of a row by
@@ -516,7 +570,9 @@ def own_contributors(secure_aggregation: bool, keys, claimed: int | None = None,
     """
     own = keys.contributors(owned) if secure_aggregation and keys is not None else 1
     if claimed is not None and int(claimed) != own:
-        raise ValueError(f"the server says {int(claimed)} clients' rows are summed per remote "
-                         f"node; this client counts {own} (its verified peers under secure "
-                         f"aggregation, else 1); refusing to release")
+        raise ValueError(
+            f"the server says {int(claimed)} clients' rows are summed per remote "
+            f"node; this client counts {own} (its verified peers under secure "
+            f"aggregation, else 1); refusing to release"
+        )
     return own

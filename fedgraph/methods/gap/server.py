@@ -4,6 +4,7 @@ each owner the sums of its nodes (:func:`sum_partial_sums`) or, with secure aggr
 same from masked rows (:func:`unmask_partial_sums`). The rows are noisy, so this is
 post-processing; the strategies (``strategies/gap.py``, ``strategies/progap.py``: ProGAP's
 aggregations are PMA hops of another input) send and record them."""
+
 from __future__ import annotations
 
 import numpy as np
@@ -13,8 +14,9 @@ from torch import Tensor
 from ...secure_aggregation import unmask_sum
 
 
-def sum_partial_sums(released: list[tuple[Tensor, Tensor]], owner: Tensor,
-                     num_clients: int) -> list[tuple[Tensor, Tensor]]:
+def sum_partial_sums(
+    released: list[tuple[Tensor, Tensor]], owner: Tensor, num_clients: int
+) -> list[tuple[Tensor, Tensor]]:
     """The server's step of federated PMA: every released row (a global node id and its noisy
     partial sum) is added into its node's sum, and each client receives one row per node it
     holds, ``owner[id]``: the sum of the rows the other clients released for it (GAP Alg. 1
@@ -83,8 +85,9 @@ class PartialSums:
         return out
 
 
-def unmask_partial_sums(released: list[dict[str, Tensor]], owner: Tensor,
-                        dim: int) -> list[tuple[Tensor, Tensor]]:
+def unmask_partial_sums(
+    released: list[dict[str, Tensor]], owner: Tensor, dim: int
+) -> list[tuple[Tensor, Tensor]]:
     """Secure aggregation's server step of federated PMA: the clients' masked rows
     (:func:`fedgraph.secure_aggregation.mask_rows`, :func:`.client_pma.masked_release`) added
     per node, which cancels the masks (:func:`~fedgraph.secure_aggregation.unmask_sum`), one

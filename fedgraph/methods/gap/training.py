@@ -18,6 +18,7 @@ epoch by default (``select_on_val=False``) and report validation accuracy as a m
 Everything here trains a model on fixed rows (a row per node); the graph-model trainer of the
 other methods is :func:`fedgraph.methods.training.train_node_classifier`.
 """
+
 from __future__ import annotations
 
 import copy
@@ -43,7 +44,9 @@ class DPSGD:
 
     def __post_init__(self):
         if not (self.noise_multiplier > 0 and math.isfinite(self.noise_multiplier)):
-            raise ValueError(f"noise_multiplier must be finite and > 0, got {self.noise_multiplier}")
+            raise ValueError(
+                f"noise_multiplier must be finite and > 0, got {self.noise_multiplier}"
+            )
         if not (self.max_grad_norm > 0 and math.isfinite(self.max_grad_norm)):
             raise ValueError(f"max_grad_norm must be finite and > 0, got {self.max_grad_norm}")
 
@@ -53,8 +56,10 @@ def dpsgd_schedule(num_examples: int, batch_size: int, epochs: int) -> tuple[flo
     ``q = min(1, batch_size / n)`` and ``epochs * max(1, n // batch_size)`` steps (the reference
     code's ``epochs * n // batch_size``). Use the same call for training and accounting."""
     if num_examples < 1 or batch_size < 1 or epochs < 0:
-        raise ValueError(f"need num_examples >= 1, batch_size >= 1, epochs >= 0 "
-                         f"(got {num_examples}, {batch_size}, {epochs})")
+        raise ValueError(
+            f"need num_examples >= 1, batch_size >= 1, epochs >= 0 "
+            f"(got {num_examples}, {batch_size}, {epochs})"
+        )
     q = min(1.0, batch_size / num_examples)
     return q, epochs * max(1, num_examples // batch_size)
 
@@ -85,11 +90,22 @@ class _BestEpoch:
         model.eval()
 
 
-def local_train(model: nn.Module, x: Tensor, y: Tensor, mask: Tensor | None, epochs: int,
-                batch_size: int | None, lr: float, dp: DPSGD | None = None, *,
-                weight_decay: float = 0.0, optimizer: torch.optim.Optimizer | None = None,
-                generator: torch.Generator | None = None,
-                num_public: int | None = None, proximal_mu: float = 0.0) -> tuple[int, float]:
+def local_train(
+    model: nn.Module,
+    x: Tensor,
+    y: Tensor,
+    mask: Tensor | None,
+    epochs: int,
+    batch_size: int | None,
+    lr: float,
+    dp: DPSGD | None = None,
+    *,
+    weight_decay: float = 0.0,
+    optimizer: torch.optim.Optimizer | None = None,
+    generator: torch.Generator | None = None,
+    num_public: int | None = None,
+    proximal_mu: float = 0.0,
+) -> tuple[int, float]:
     r"""Train ``model`` for ``epochs`` epochs on the rows ``mask`` of ``(x, y)`` with
     cross-entropy: the local step of a FedAvg round, or one epoch of :func:`fit`.
 
@@ -136,8 +152,11 @@ def local_train(model: nn.Module, x: Tensor, y: Tensor, mask: Tensor | None, epo
     n = int(idx.numel())
     if n == 0 or epochs == 0:
         return n, float("nan")
-    opt = optimizer if optimizer is not None else torch.optim.Adam(
-        model.parameters(), lr=lr, weight_decay=weight_decay)
+    opt = (
+        optimizer
+        if optimizer is not None
+        else torch.optim.Adam(model.parameters(), lr=lr, weight_decay=weight_decay)
+    )
     model.train()
     losses: list[float] = []
     anchor = [p.detach().clone() for p in model.parameters()] if proximal_mu > 0 else None
@@ -175,10 +194,14 @@ def local_train(model: nn.Module, x: Tensor, y: Tensor, mask: Tensor | None, epo
     gsm = GradSampleModule(model, loss_reduction="sum", strict=True)  # refuses BatchNorm
     # Opacus draws the noise on the parameters' device: rng.dp_optimizer gives it a generator
     # there (seeded from ``generator``), or draws it from a SecureRandom.
-    dp_opt = rng.dp_optimizer(opt, noise_multiplier=dp.noise_multiplier,
-                              max_grad_norm=dp.max_grad_norm,
-                              expected_batch_size=min(batch_size, n_pub), generator=generator,
-                              device=x.device)
+    dp_opt = rng.dp_optimizer(
+        opt,
+        noise_multiplier=dp.noise_multiplier,
+        max_grad_norm=dp.max_grad_norm,
+        expected_batch_size=min(batch_size, n_pub),
+        generator=generator,
+        device=x.device,
+    )
     try:
         for _ in range(steps):
             # Poisson sampling at q rounded down to the 2^-53 grid (fedgraph.randomness.
@@ -205,8 +228,9 @@ def local_train(model: nn.Module, x: Tensor, y: Tensor, mask: Tensor | None, epo
     return n, (sum(losses) / len(losses)) if losses else float("nan")
 
 
-def local_gradient(model: nn.Module, x: Tensor, y: Tensor,
-                   mask: Tensor | None) -> tuple[int, float, dict[str, Tensor]]:
+def local_gradient(
+    model: nn.Module, x: Tensor, y: Tensor, mask: Tensor | None
+) -> tuple[int, float, dict[str, Tensor]]:
     r"""The client's half of a FedSGD round: the full-batch gradient of the mean cross-entropy
     over the rows ``mask`` at ``model``'s current weights (training mode), and nothing else.
 
@@ -232,13 +256,20 @@ def local_gradient(model: nn.Module, x: Tensor, y: Tensor,
     model.zero_grad(set_to_none=True)
     loss = F.cross_entropy(model(x[idx]), y[idx])
     grads = torch.autograd.grad(loss, list(params.values()), allow_unused=True)
-    return int(idx.numel()), loss.item(), {
-        k: torch.zeros_like(p) if g is None else g.detach() for (k, p), g in zip(params.items(), grads)}
+    return (
+        int(idx.numel()),
+        loss.item(),
+        {
+            k: torch.zeros_like(p) if g is None else g.detach()
+            for (k, p), g in zip(params.items(), grads)
+        },
+    )
 
 
 @torch.no_grad()
-def evaluate(model: nn.Module, x: Tensor, y: Tensor, mask: Tensor | None,
-             batch_size: int | None = None) -> dict[str, float]:
+def evaluate(
+    model: nn.Module, x: Tensor, y: Tensor, mask: Tensor | None, batch_size: int | None = None
+) -> dict[str, float]:
     """``{"correct", "total", "accuracy", "loss"}`` of ``model`` on the rows ``mask`` (eval
     mode; the previous mode is restored). ``accuracy``/``loss`` are ``nan`` on an empty mask."""
     idx = _indices(mask, x.size(0), x.device)
@@ -250,7 +281,7 @@ def evaluate(model: nn.Module, x: Tensor, y: Tensor, mask: Tensor | None,
     step = batch_size or total
     correct, loss = 0, 0.0
     for s in range(0, total, step):
-        b = idx[s:s + step]
+        b = idx[s : s + step]
         out = model(x[b])
         correct += int((out.argmax(-1) == y[b]).sum())
         loss += float(F.cross_entropy(out, y[b], reduction="sum"))
@@ -269,10 +300,21 @@ class FitResult:
     val_accuracy: list[float] = field(default_factory=list)
 
 
-def fit(model: nn.Module, x: Tensor, y: Tensor, train_mask: Tensor, val_mask: Tensor | None,
-        *, epochs: int, batch_size: int | None = None, lr: float = 0.01,
-        weight_decay: float = 0.0, dp: DPSGD | None = None, select_on_val: bool = True,
-        generator: torch.Generator | None = None) -> FitResult:
+def fit(
+    model: nn.Module,
+    x: Tensor,
+    y: Tensor,
+    train_mask: Tensor,
+    val_mask: Tensor | None,
+    *,
+    epochs: int,
+    batch_size: int | None = None,
+    lr: float = 0.01,
+    weight_decay: float = 0.0,
+    dp: DPSGD | None = None,
+    select_on_val: bool = True,
+    generator: torch.Generator | None = None,
+) -> FitResult:
     """Run :func:`local_train` one epoch at a time with one Adam optimizer.
 
     With ``select_on_val`` the weights of the epoch with the best validation accuracy (ties: the
@@ -289,8 +331,9 @@ def fit(model: nn.Module, x: Tensor, y: Tensor, train_mask: Tensor, val_mask: Te
         va = _indices(val_mask, x.size(0), x.device)
         x_va, y_va = x[va], y[va]
     for epoch in range(1, epochs + 1):
-        _, loss = local_train(model, x_tr, y_tr, None, 1, batch_size, lr, dp, optimizer=opt,
-                              generator=generator)
+        _, loss = local_train(
+            model, x_tr, y_tr, None, 1, batch_size, lr, dp, optimizer=opt, generator=generator
+        )
         result.train_loss.append(loss)
         if use_val:
             ev = evaluate(model, x_va, y_va, None)
@@ -301,16 +344,27 @@ def fit(model: nn.Module, x: Tensor, y: Tensor, train_mask: Tensor, val_mask: Te
     return result
 
 
-def train_encoder(encoder: GAPEncoder, x: Tensor, y: Tensor, train_mask: Tensor,
-                  val_mask: Tensor | None = None, **kwargs) -> FitResult:
+def train_encoder(
+    encoder: GAPEncoder,
+    x: Tensor,
+    y: Tensor,
+    train_mask: Tensor,
+    val_mask: Tensor | None = None,
+    **kwargs,
+) -> FitResult:
     """Pre-train GAP's encoder with its softmax head on ``(x, y)`` (paper Eq. 4; no edges).
     Keyword arguments as in :func:`fit` (node level: ``dp=DPSGD(...)``, a ``batch_size``)."""
     return fit(encoder, x, y, train_mask, val_mask, **kwargs)
 
 
-def train_classifier(classifier: GAPClassifier, hops: Tensor | list[Tensor], y: Tensor,
-                     train_mask: Tensor, val_mask: Tensor | None = None,
-                     **kwargs) -> FitResult:
+def train_classifier(
+    classifier: GAPClassifier,
+    hops: Tensor | list[Tensor],
+    y: Tensor,
+    train_mask: Tensor,
+    val_mask: Tensor | None = None,
+    **kwargs,
+) -> FitResult:
     """Train GAP's classifier on the private aggregations ``hops`` (``[N, K+1, e]`` or a list of
     ``K+1`` tensors ``[N, e]``). Per-example gradients are per node: under node-level DP-SGD a
     node's example is its own row of the (already private) aggregations and its label.

@@ -14,13 +14,25 @@ Modules (each one job):
 - :mod:`.client`: a client's levels, its release and its evaluation counts.
 - :mod:`.server`: decoding, denoising, training and model selection on the server.
 """
+
 from __future__ import annotations
 
 from .client import client_query, client_report, count_correct, with_client_levels
-from .privacy import (LEVEL_RELEASE, build_mechanism, level_subject, record_privacy,
-                      set_budgets)
+from .privacy import LEVEL_RELEASE, build_mechanism, level_subject, record_privacy, set_budgets
 from .server import ServerFit, assemble, fit_each_steps, server_fit
 
-__all__ = ["build_mechanism", "level_subject", "LEVEL_RELEASE", "record_privacy", "set_budgets",
-           "with_client_levels", "client_report", "client_query", "count_correct", "ServerFit",
-           "assemble", "fit_each_steps", "server_fit"]
+__all__ = [
+    "build_mechanism",
+    "level_subject",
+    "LEVEL_RELEASE",
+    "record_privacy",
+    "set_budgets",
+    "with_client_levels",
+    "client_report",
+    "client_query",
+    "count_correct",
+    "ServerFit",
+    "assemble",
+    "fit_each_steps",
+    "server_fit",
+]

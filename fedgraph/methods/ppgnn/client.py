@@ -5,9 +5,10 @@ users (the paper's setting; optionally through randomized response) and the grap
 knows (the server knows the structure in the paper's threat model). Test labels never leave
 the clients: accuracy is counted there (:func:`count_correct`).
 """
+
 from __future__ import annotations
 
-from typing import Callable
+from collections.abc import Callable
 
 import torch
 from torch import Tensor
@@ -27,12 +28,18 @@ def with_client_levels(client: ClientGraph, cfg: PPGNNConfig, generator) -> Clie
 
     from ...data import draw_privacy_levels
 
-    return replace(client, levels=draw_privacy_levels(client.num_nodes, cfg.budgets,
-                                                      cfg.shares, generator))
+    return replace(
+        client, levels=draw_privacy_levels(client.num_nodes, cfg.budgets, cfg.shares, generator)
+    )
 
 
-def client_report(client: ClientGraph, cfg: PPGNNConfig, feature_domain, num_classes: int,
-                  generator: torch.Generator) -> dict[str, Tensor]:
+def client_report(
+    client: ClientGraph,
+    cfg: PPGNNConfig,
+    feature_domain,
+    num_classes: int,
+    generator: torch.Generator,
+) -> dict[str, Tensor]:
     """Everything one client releases for PPGNN, as named tensors (ids are global).
 
     Keys: ``node_ids [n]``, ``mech.<name>`` (the mechanism's report), ``labelled_ids``,
@@ -52,7 +59,8 @@ def client_report(client: ClientGraph, cfg: PPGNNConfig, feature_domain, num_cla
     if feature_domain is None:
         raise ConfigError(
             f"dataset: {cfg.dataset!r} has no public feature domain; LDP feature mechanisms "
-            "need one (features with a known range, e.g. binary bag-of-words)")
+            "need one (features with a known range, e.g. binary bag-of-words)"
+        )
     if client.num_nodes == 0:
         raise ConfigError(f"client {client.client_id} holds no users")
     x = to_unit_range(client.x, *feature_domain)
@@ -62,9 +70,14 @@ def client_report(client: ClientGraph, cfg: PPGNNConfig, feature_domain, num_cla
     if cfg.label_epsilon > 0:
         labels = randomized_response(labels, num_classes, cfg.label_epsilon, generator)
     edges = report_edges(client)
-    return {"node_ids": client.node_ids, **{f"mech.{k}": v for k, v in report.items()},
-            "labelled_ids": client.node_ids[labelled], "labels": labels,
-            "is_train": client.train_mask[labelled], "edge_index": edges}
+    return {
+        "node_ids": client.node_ids,
+        **{f"mech.{k}": v for k, v in report.items()},
+        "labelled_ids": client.node_ids[labelled],
+        "labels": labels,
+        "is_train": client.train_mask[labelled],
+        "edge_index": edges,
+    }
 
 
 def report_edges(client: ClientGraph) -> Tensor:
@@ -74,9 +87,10 @@ def report_edges(client: ClientGraph) -> Tensor:
     :func:`~fedgraph.methods.ppgnn.server.assemble` reads any integer dtype)."""
     local, bnd = client.edge_index, client.boundary_edge_index
     e, eb = local.size(1), bnd.size(1)
-    top = max(int(client.node_ids.max()) if client.node_ids.numel() else 0,
-              int(bnd[1].max()) if eb else 0)
-    dtype = torch.int32 if top < 2 ** 31 else torch.long
+    top = max(
+        int(client.node_ids.max()) if client.node_ids.numel() else 0, int(bnd[1].max()) if eb else 0
+    )
+    dtype = torch.int32 if top < 2**31 else torch.long
     out = torch.empty(2, e + eb, dtype=dtype)
     ids = client.node_ids.to(dtype)
     for row in (0, 1):
@@ -86,8 +100,13 @@ def report_edges(client: ClientGraph) -> Tensor:
     return out
 
 
-def client_query(client: ClientGraph, cfg: PPGNNConfig, feature_domain, num_classes: int,
-                 generator: Callable[[str], object]) -> dict[str, Tensor]:
+def client_query(
+    client: ClientGraph,
+    cfg: PPGNNConfig,
+    feature_domain,
+    num_classes: int,
+    generator: Callable[[str], object],
+) -> dict[str, Tensor]:
     """One ``query.ppgnn`` on a client: its users' levels (:func:`with_client_levels`, drawn
     from ``generator("ppgnn:levels")``), then its release (:func:`client_report`, drawn from
     ``generator("ppgnn")``); ``generator``: ``purpose -> generator``, the client's own
@@ -121,5 +140,4 @@ def count_correct(client: ClientGraph, node_ids: Tensor, predictions: Tensor) ->
     return out
 
 
-__all__ = ["with_client_levels", "client_report", "report_edges", "client_query",
-           "count_correct"]
+__all__ = ["with_client_levels", "client_report", "report_edges", "client_query", "count_correct"]

@@ -4,6 +4,7 @@ Decentralized Local Graphs", IEEE TKDE, arXiv 2607.04777): the configured featur
 ledger entries of what each user at each privacy level releases, next to the mechanism's
 parameters they describe.
 """
+
 from __future__ import annotations
 
 from ...accounting import ApproxDP, PrivacyLedger, PureDP
@@ -14,9 +15,15 @@ from ...mechanisms import FeatureMechanism, make_mechanism
 def build_mechanism(cfg: PPGNNConfig) -> FeatureMechanism:
     """The configured feature mechanism (``cfg.mechanism``) with each level's features'
     budget (``cfg.feature_budgets``: ``budgets`` less ``label_epsilon``)."""
-    return make_mechanism(cfg.mechanism, budgets=cfg.feature_budgets, gamma=cfg.gamma,
-                          shares=cfg.shares, rescale=cfg.rescale, epsilon=cfg.epsilon,
-                          delta=cfg.delta)
+    return make_mechanism(
+        cfg.mechanism,
+        budgets=cfg.feature_budgets,
+        gamma=cfg.gamma,
+        shares=cfg.shares,
+        rescale=cfg.rescale,
+        epsilon=cfg.epsilon,
+        delta=cfg.delta,
+    )
 
 
 def level_subject(level: int) -> str:
@@ -51,7 +58,7 @@ def reply_events(cfg: PPGNNConfig, mech: FeatureMechanism) -> list[tuple[str, st
     spent = {level: mech.privacy_spent(level) for level in levels}
     uniform = len(levels) > 1 and all(spent[level] == spent[1] for level in levels)
     out = []
-    for level in ([1] if uniform else levels):
+    for level in [1] if uniform else levels:
         # A mechanism that ignores the levels (LPGNN, the uniform baselines) gives every user
         # the same guarantee: one subject, not one row per level with the same epsilon.
         subject = "every-user" if uniform else f"level-{level}"
@@ -63,8 +70,9 @@ def reply_events(cfg: PPGNNConfig, mech: FeatureMechanism) -> list[tuple[str, st
     return out
 
 
-def record_privacy(ledger: PrivacyLedger, cfg: PPGNNConfig, mech: FeatureMechanism,
-                   num_features: int | None = None) -> None:
+def record_privacy(
+    ledger: PrivacyLedger, cfg: PPGNNConfig, mech: FeatureMechanism, num_features: int | None = None
+) -> None:
     """Record in ``ledger`` what each user at each level releases (subject ``level-<tau>``;
     ``every-user`` when the mechanism declares the same for every level).
 
@@ -86,8 +94,9 @@ def record_privacy(ledger: PrivacyLedger, cfg: PPGNNConfig, mech: FeatureMechani
     levels = range(1, len(cfg.budgets) + 1)
     if mech.hides_level and len(levels) > 1:
         for level in levels:
-            ledger.record(level_subject(level), LEVEL_RELEASE,
-                          PureDP(mech.level_epsilon(level, num_features)))
+            ledger.record(
+                level_subject(level), LEVEL_RELEASE, PureDP(mech.level_epsilon(level, num_features))
+            )
 
 
 __all__ = ["build_mechanism", "level_subject", "LEVEL_RELEASE", "record_privacy", "reply_events"]

@@ -10,6 +10,7 @@ paper's Eq. 12. The default departs from the paper because it measured better: o
 level where Eq. 12 is -1.74 +- 0.56, and level with Eq. 12 or above it on Cora and CiteSeer
 (docs/results/accuracy.md).
 """
+
 from __future__ import annotations
 
 from collections.abc import Iterator
@@ -36,8 +37,9 @@ class ServerFit:
     level_hat: Tensor | None  # long [N] decoded levels (PPM) or None
 
 
-def assemble(reports: list[dict[str, Tensor]], mech: FeatureMechanism, num_nodes: int,
-             num_features: int):
+def assemble(
+    reports: list[dict[str, Tensor]], mech: FeatureMechanism, num_nodes: int, num_features: int
+):
     """Decode and scatter the clients' reports into global arrays.
 
     Raises:
@@ -67,9 +69,11 @@ def assemble(reports: list[dict[str, Tensor]], mech: FeatureMechanism, num_nodes
         mrep = {k[5:]: v for k, v in rep.items() if k.startswith("mech.")}
         xc, lc = mech.estimate(mrep, num_features)
         if not bool(torch.isfinite(xc).all()):
-            raise ValueError(f"mechanism: {type(mech).__name__}.estimate returned a non-finite "
-                             f"x_hat (NaN or inf) for {int((~torch.isfinite(xc)).any(1).sum())} "
-                             f"of {len(ids)} users of one client; allowed: finite estimates")
+            raise ValueError(
+                f"mechanism: {type(mech).__name__}.estimate returned a non-finite "
+                f"x_hat (NaN or inf) for {int((~torch.isfinite(xc)).any(1).sum())} "
+                f"of {len(ids)} users of one client; allowed: finite estimates"
+            )
         x_hat[ids] = xc
         if lc is not None:
             level_hat = torch.ones(num_nodes, dtype=torch.long) if level_hat is None else level_hat
@@ -84,8 +88,13 @@ def assemble(reports: list[dict[str, Tensor]], mech: FeatureMechanism, num_nodes
     return x_hat, level_hat, y, train_mask, val_mask, edge_index
 
 
-def fit_each_steps(reports: list[dict[str, Tensor]], cfg: PPGNNConfig, num_nodes: int,
-                   num_features: int, num_classes: int) -> Iterator[ServerFit]:
+def fit_each_steps(
+    reports: list[dict[str, Tensor]],
+    cfg: PPGNNConfig,
+    num_nodes: int,
+    num_features: int,
+    num_classes: int,
+) -> Iterator[ServerFit]:
     """Server half of PPGNN once per candidate ``K`` in ``cfg.steps`` (ascending): decode,
     denoise (FlexProp / KProp / none) with ``K`` steps, train, predict.
 
@@ -107,18 +116,24 @@ def fit_each_steps(reports: list[dict[str, Tensor]], cfg: PPGNNConfig, num_nodes
     dev = resolve_device(cfg.device)
     mech = build_mechanism(cfg)
     x_hat, level_hat, y, train_mask, val_mask, edge_index = assemble(
-        reports, mech, num_nodes, num_features)
+        reports, mech, num_nodes, num_features
+    )
     w = None
     if cfg.denoiser == "flexprop" and level_hat is not None and cfg.weights == "posterior":
         from ...mechanisms.ppm import PPMParams, posterior_inverse_variance
 
-        params = PPMParams(tuple(cfg.feature_budgets), cfg.gamma, tuple(cfg.shares) if cfg.shares else None)
+        params = PPMParams(
+            tuple(cfg.feature_budgets), cfg.gamma, tuple(cfg.shares) if cfg.shares else None
+        )
         w = posterior_inverse_variance(level_hat, params, num_features).to(dev)
     elif cfg.denoiser == "flexprop" and level_hat is not None and cfg.weights != "uniform":
-        w = flexprop_weights(level_hat, cfg.feature_budgets, cfg.weights, num_features, 1 - cfg.gamma)
+        w = flexprop_weights(
+            level_hat, cfg.feature_budgets, cfg.weights, num_features, 1 - cfg.gamma
+        )
         w = w.to(dev)
     x_hat, y, train_mask, val_mask, edge_index = (
-        t.to(dev) for t in (x_hat, y, train_mask, val_mask, edge_index))
+        t.to(dev) for t in (x_hat, y, train_mask, val_mask, edge_index)
+    )
     graph = adjacency_for(cfg.backbone, edge_index, num_nodes)
     candidates = [0] if cfg.denoiser == "none" else sorted(set(cfg.steps))
     h, done = x_hat, 0
@@ -127,11 +142,21 @@ def fit_each_steps(reports: list[dict[str, Tensor]], cfg: PPGNNConfig, num_nodes
         done = k
         feats = (h - h.mean(0)) / h.std(0).clamp_min(1e-6) if cfg.standardize else h
         torch.manual_seed(cfg.seed)
-        model = make_backbone(cfg.backbone, num_features, num_classes, cfg.hidden, 2,
-                              cfg.dropout).to(dev)
-        result = train_node_classifier(model, feats, graph, y.clamp_min(0), train_mask, val_mask,
-                                       epochs=cfg.epochs, lr=cfg.lr, weight_decay=cfg.weight_decay,
-                                       patience=cfg.patience or None)
+        model = make_backbone(
+            cfg.backbone, num_features, num_classes, cfg.hidden, 2, cfg.dropout
+        ).to(dev)
+        result = train_node_classifier(
+            model,
+            feats,
+            graph,
+            y.clamp_min(0),
+            train_mask,
+            val_mask,
+            epochs=cfg.epochs,
+            lr=cfg.lr,
+            weight_decay=cfg.weight_decay,
+            patience=cfg.patience or None,
+        )
         result.steps = k
         with torch.no_grad():
             pred = result.model(feats, graph).argmax(-1)
@@ -139,8 +164,13 @@ def fit_each_steps(reports: list[dict[str, Tensor]], cfg: PPGNNConfig, num_nodes
         yield ServerFit(result, feats.cpu(), edge_index.cpu(), pred.cpu(), level_hat)
 
 
-def server_fit(reports: list[dict[str, Tensor]], cfg: PPGNNConfig, num_nodes: int,
-               num_features: int, num_classes: int) -> ServerFit:
+def server_fit(
+    reports: list[dict[str, Tensor]],
+    cfg: PPGNNConfig,
+    num_nodes: int,
+    num_features: int,
+    num_classes: int,
+) -> ServerFit:
     """Server half of PPGNN: decode, denoise (FlexProp / KProp / none), train, predict.
 
     With several candidate ``cfg.steps`` (K), one model is trained per K

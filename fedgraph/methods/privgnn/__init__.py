@@ -34,57 +34,164 @@ Modules (each one job):
 - :mod:`.student`: the student GraphSAGE and label propagation.
 - :mod:`.reference`: the centralized run and the baselines.
 """
+
 from __future__ import annotations
 
-from .client import (ClientReply, SecAggKeys, answer_queries, client_answer, masked_histograms,
-                     query_round)
+from .client import (
+    ClientReply,
+    SecAggKeys,
+    answer_queries,
+    client_answer,
+    masked_histograms,
+    query_round,
+)
 from .graphs import check_config_neighbours, client_graph, public_graph
-from .privacy import (DP_MODES, NOT_DP_REASON, SENSITIVITY, VOTE_SENSITIVITY, Mode,
-                      BudgetExceededError, QueryBudget, answer_limit, client_limit,
-                      ensemble_answer_limit, ensemble_collusion_epsilon, ensemble_epsilon,
-                      ensemble_events, ensemble_sigma_for_epsilon, lam_for_epsilon, laplace_noise,
-                      max_queries, noisy_answers, noisy_votes, one_answer_epsilon,
-                      privgnn_epsilon, privgnn_events)
-from .queries import (SPARSE_DENSITY, FeatureProjection, QueryGraphs, decode_queries,
-                      encode_queries, first_queries, make_queries, public_projection,
-                      query_neighbourhoods, select_queries)
-from .reference import (BaselineResult, PrivGNNRun, majority_accuracy, nonprivate_teacher,
-                        public_label_student, run_centralized)
-from .server import (Aggregate, aggregate_answers, aggregate_ensemble, aggregate_partial,
-                     confident_aggregate, margin_filter, unmask_histograms)
+from .privacy import (
+    DP_MODES,
+    NOT_DP_REASON,
+    SENSITIVITY,
+    VOTE_SENSITIVITY,
+    BudgetExceededError,
+    Mode,
+    QueryBudget,
+    answer_limit,
+    client_limit,
+    ensemble_answer_limit,
+    ensemble_collusion_epsilon,
+    ensemble_epsilon,
+    ensemble_events,
+    ensemble_sigma_for_epsilon,
+    lam_for_epsilon,
+    laplace_noise,
+    max_queries,
+    noisy_answers,
+    noisy_votes,
+    one_answer_epsilon,
+    privgnn_epsilon,
+    privgnn_events,
+)
+from .queries import (
+    SPARSE_DENSITY,
+    FeatureProjection,
+    QueryGraphs,
+    decode_queries,
+    encode_queries,
+    first_queries,
+    make_queries,
+    public_projection,
+    query_neighbourhoods,
+    select_queries,
+)
+from .reference import (
+    BaselineResult,
+    PrivGNNRun,
+    majority_accuracy,
+    nonprivate_teacher,
+    public_label_student,
+    run_centralized,
+)
+from .server import (
+    Aggregate,
+    aggregate_answers,
+    aggregate_ensemble,
+    aggregate_partial,
+    confident_aggregate,
+    margin_filter,
+    unmask_histograms,
+)
 from .split import check_neighbours, max_neighbours, poisson_subsample, privgnn_split
 from .student import StudentResult, make_sage, propagate_labels, train_student
-from .teachers import (BatchedSAGE, TeacherConfig, TeacherTiming, ensemble_votes,
-                       teacher_assignment, teacher_config, teacher_groups, teacher_posteriors,
-                       train_teachers)
+from .teachers import (
+    BatchedSAGE,
+    TeacherConfig,
+    TeacherTiming,
+    ensemble_votes,
+    teacher_assignment,
+    teacher_config,
+    teacher_groups,
+    teacher_posteriors,
+    train_teachers,
+)
 
 __all__ = [
     # split
-    "privgnn_split", "poisson_subsample", "max_neighbours", "check_neighbours",
+    "privgnn_split",
+    "poisson_subsample",
+    "max_neighbours",
+    "check_neighbours",
     # graphs
-    "public_graph", "client_graph", "check_config_neighbours",
+    "public_graph",
+    "client_graph",
+    "check_config_neighbours",
     # queries
-    "QueryGraphs", "query_neighbourhoods", "FeatureProjection", "public_projection",
-    "select_queries", "SPARSE_DENSITY", "encode_queries", "decode_queries", "first_queries",
+    "QueryGraphs",
+    "query_neighbourhoods",
+    "FeatureProjection",
+    "public_projection",
+    "select_queries",
+    "SPARSE_DENSITY",
+    "encode_queries",
+    "decode_queries",
+    "first_queries",
     "make_queries",
     # teachers
-    "TeacherConfig", "teacher_config", "BatchedSAGE", "train_teachers", "TeacherTiming",
-    "teacher_posteriors", "teacher_assignment", "teacher_groups", "ensemble_votes",
+    "TeacherConfig",
+    "teacher_config",
+    "BatchedSAGE",
+    "train_teachers",
+    "TeacherTiming",
+    "teacher_posteriors",
+    "teacher_assignment",
+    "teacher_groups",
+    "ensemble_votes",
     # privacy
-    "Mode", "DP_MODES", "NOT_DP_REASON", "SENSITIVITY", "VOTE_SENSITIVITY", "laplace_noise",
-    "noisy_answers", "privgnn_events", "privgnn_epsilon", "lam_for_epsilon", "max_queries",
-    "BudgetExceededError", "QueryBudget", "answer_limit", "noisy_votes", "ensemble_events",
-    "ensemble_epsilon", "ensemble_collusion_epsilon", "ensemble_sigma_for_epsilon",
-    "ensemble_answer_limit", "client_limit", "one_answer_epsilon",
+    "Mode",
+    "DP_MODES",
+    "NOT_DP_REASON",
+    "SENSITIVITY",
+    "VOTE_SENSITIVITY",
+    "laplace_noise",
+    "noisy_answers",
+    "privgnn_events",
+    "privgnn_epsilon",
+    "lam_for_epsilon",
+    "max_queries",
+    "BudgetExceededError",
+    "QueryBudget",
+    "answer_limit",
+    "noisy_votes",
+    "ensemble_events",
+    "ensemble_epsilon",
+    "ensemble_collusion_epsilon",
+    "ensemble_sigma_for_epsilon",
+    "ensemble_answer_limit",
+    "client_limit",
+    "one_answer_epsilon",
     # client
-    "answer_queries", "SecAggKeys", "ClientReply", "client_answer", "query_round",
+    "answer_queries",
+    "SecAggKeys",
+    "ClientReply",
+    "client_answer",
+    "query_round",
     "masked_histograms",
     # server
-    "aggregate_answers", "margin_filter", "confident_aggregate", "unmask_histograms",
-    "Aggregate", "aggregate_partial", "aggregate_ensemble",
+    "aggregate_answers",
+    "margin_filter",
+    "confident_aggregate",
+    "unmask_histograms",
+    "Aggregate",
+    "aggregate_partial",
+    "aggregate_ensemble",
     # student
-    "make_sage", "StudentResult", "propagate_labels", "train_student",
+    "make_sage",
+    "StudentResult",
+    "propagate_labels",
+    "train_student",
     # reference
-    "BaselineResult", "nonprivate_teacher", "public_label_student", "majority_accuracy",
-    "PrivGNNRun", "run_centralized",
+    "BaselineResult",
+    "nonprivate_teacher",
+    "public_label_student",
+    "majority_accuracy",
+    "PrivGNNRun",
+    "run_centralized",
 ]

@@ -8,10 +8,11 @@ queries, ``m`` = what its epsilon budget still allows (0: a refusal,
 answered, limit, target). :func:`query_round` is what the ClientApp calls: it keeps the
 counters across rounds (state in, state out) and names the round's generator.
 """
+
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
 
 import torch
 from torch import Tensor
@@ -21,17 +22,32 @@ from ...device import resolve_device
 from .graphs import client_graph
 from .privacy import Mode, QueryBudget, client_limit, noisy_answers, noisy_votes
 from .queries import FeatureProjection, QueryGraphs, decode_queries, first_queries
-from .teachers import (TeacherConfig, TeacherTiming, ensemble_votes, teacher_config,
-                       teacher_posteriors)
+from .teachers import (
+    TeacherConfig,
+    TeacherTiming,
+    ensemble_votes,
+    teacher_config,
+    teacher_posteriors,
+)
 
 
-def answer_queries(private, query_x: Tensor, *, rate: float, k: int, lam: float,
-                   num_classes: int, teacher: TeacherConfig | None = None,
-                   mode: Mode = "posterior", neighbourhoods: QueryGraphs | None = None,
-                   projection: FeatureProjection | None = None,
-                   budget: QueryBudget | None = None, generator: torch.Generator | None = None,
-                   timing: TeacherTiming | None = None,
-                   device: torch.device | str | None = None) -> Tensor:
+def answer_queries(
+    private,
+    query_x: Tensor,
+    *,
+    rate: float,
+    k: int,
+    lam: float,
+    num_classes: int,
+    teacher: TeacherConfig | None = None,
+    mode: Mode = "posterior",
+    neighbourhoods: QueryGraphs | None = None,
+    projection: FeatureProjection | None = None,
+    budget: QueryBudget | None = None,
+    generator: torch.Generator | None = None,
+    timing: TeacherTiming | None = None,
+    device: torch.device | str | None = None,
+) -> Tensor:
     """Client side of PrivGNN: noisy answers to ``Q`` queries (paper Alg. 1 lines 3-7).
 
     Args:
@@ -59,10 +75,19 @@ def answer_queries(private, query_x: Tensor, *, rate: float, k: int, lam: float,
     """
     if budget is not None:
         budget.charge(int(query_x.shape[0]))
-    post = teacher_posteriors(private, query_x, rate=rate, k=k, num_classes=num_classes,
-                              teacher=teacher, neighbourhoods=neighbourhoods,
-                              projection=projection, generator=generator, timing=timing,
-                              device=device)
+    post = teacher_posteriors(
+        private,
+        query_x,
+        rate=rate,
+        k=k,
+        num_classes=num_classes,
+        teacher=teacher,
+        neighbourhoods=neighbourhoods,
+        projection=projection,
+        generator=generator,
+        timing=timing,
+        device=device,
+    )
     return noisy_answers(post, lam, mode, generator).cpu()
 
 
@@ -96,9 +121,15 @@ class ClientReply:
     meta: dict
 
 
-def client_answer(cfg: PrivGNNConfig, partition_id: int, arrays: dict[str, Tensor],
-                  answered_before: int, generator: torch.Generator | None = None,
-                  secagg: SecAggKeys | None = None, data: tuple | None = None) -> ClientReply:
+def client_answer(
+    cfg: PrivGNNConfig,
+    partition_id: int,
+    arrays: dict[str, Tensor],
+    answered_before: int,
+    generator: torch.Generator | None = None,
+    secagg: SecAggKeys | None = None,
+    data: tuple | None = None,
+) -> ClientReply:
     """Client side of a query round (paper Alg. 1 lines 3-7, within a budget).
 
     Args:
@@ -133,8 +164,10 @@ def client_answer(cfg: PrivGNNConfig, partition_id: int, arrays: dict[str, Tenso
             unmasked histograms).
     """
     if cfg.secure_aggregation and secagg is None:
-        raise ValueError("secure-aggregation = true but the server sent no public keys: "
-                         "refusing to release unmasked histograms")
+        raise ValueError(
+            "secure-aggregation = true but the server sent no public keys: "
+            "refusing to release unmasked histograms"
+        )
     device = resolve_device(cfg.device)  # before any work: a bad device fails every round
     graph, stats = client_graph(cfg, partition_id) if data is None else data
     hoods, proj = decode_queries(arrays)
@@ -150,31 +183,64 @@ def client_answer(cfg: PrivGNNConfig, partition_id: int, arrays: dict[str, Tenso
     elif cfg.answer_mode == "ensemble":
         budget.charge(m)
         sub = first_queries(hoods, m)
-        votes = ensemble_votes(graph, sub.query_x, num_teachers=cfg.num_teachers,
-                               num_classes=C, teacher=teacher_config(cfg), neighbourhoods=sub,
-                               projection=proj, generator=generator, device=device)
+        votes = ensemble_votes(
+            graph,
+            sub.query_x,
+            num_teachers=cfg.num_teachers,
+            num_classes=C,
+            teacher=teacher_config(cfg),
+            neighbourhoods=sub,
+            projection=proj,
+            generator=generator,
+            device=device,
+        )
         # a noise share only over the contributors this client verified
         shares = max(int(secagg.contributors), 1) if cfg.secure_aggregation else 1
-        answers = noisy_votes(votes, cfg.sigma_votes, cfg.sigma_threshold or None, generator,
-                              shares=shares)
+        answers = noisy_votes(
+            votes, cfg.sigma_votes, cfg.sigma_threshold or None, generator, shares=shares
+        )
         if secagg is not None:
             answers = masked_histograms(answers, secagg)
     else:
         sub = first_queries(hoods, m)
-        answers = answer_queries(graph, sub.query_x, rate=cfg.gamma, k=cfg.num_neighbours,
-                                 lam=cfg.lam, num_classes=C, teacher=teacher_config(cfg),
-                                 mode=cfg.answer_mode, neighbourhoods=sub, projection=proj,
-                                 budget=budget, generator=generator, device=device)
-    meta = {"partition_id": int(partition_id), "asked": asked, "answered": int(m),
-            "refused": asked - int(m), "limit": int(limit),
-            "answered_total": int(budget.answered), "epsilon_target": float(target)}
+        answers = answer_queries(
+            graph,
+            sub.query_x,
+            rate=cfg.gamma,
+            k=cfg.num_neighbours,
+            lam=cfg.lam,
+            num_classes=C,
+            teacher=teacher_config(cfg),
+            mode=cfg.answer_mode,
+            neighbourhoods=sub,
+            projection=proj,
+            budget=budget,
+            generator=generator,
+            device=device,
+        )
+    meta = {
+        "partition_id": int(partition_id),
+        "asked": asked,
+        "answered": int(m),
+        "refused": asked - int(m),
+        "limit": int(limit),
+        "answered_total": int(budget.answered),
+        "epsilon_target": float(target),
+    }
     return ClientReply(answers, meta)
 
 
-def query_round(cfg: PrivGNNConfig, partition_id: int, arrays: dict[str, Tensor],
-                state: dict | None, generator: Callable[[str, object], object],
-                private_key: bytes | None = None, secagg=None,
-                run_id: int = 0, data: tuple | None = None) -> tuple[ClientReply, dict]:
+def query_round(
+    cfg: PrivGNNConfig,
+    partition_id: int,
+    arrays: dict[str, Tensor],
+    state: dict | None,
+    generator: Callable[[str, object], object],
+    private_key: bytes | None = None,
+    secagg=None,
+    run_id: int = 0,
+    data: tuple | None = None,
+) -> tuple[ClientReply, dict]:
     """One ``query.privgnn`` round on a client, with its state explicit: the ClientApp's
     handler decodes the message, calls this, stores the new state and encodes the reply.
 
@@ -214,11 +280,17 @@ def query_round(cfg: PrivGNNConfig, partition_id: int, arrays: dict[str, Tensor]
         from ...secure_aggregation import VerifiedKeys
 
         if private_key is None or not isinstance(secagg, VerifiedKeys):
-            raise ValueError("secure aggregation: a key list this client has not verified, or "
-                             "no key exchange of its own; refusing to release")
-        keys = SecAggKeys(bytes(private_key), list(secagg.public_keys), int(secagg.index),
-                          f"fedgraph privgnn ensemble run={run_id} round={rnd}",
-                          secagg.contributors(owned=False))
+            raise ValueError(
+                "secure aggregation: a key list this client has not verified, or "
+                "no key exchange of its own; refusing to release"
+            )
+        keys = SecAggKeys(
+            bytes(private_key),
+            list(secagg.public_keys),
+            int(secagg.index),
+            f"fedgraph privgnn ensemble run={run_id} round={rnd}",
+            secagg.contributors(owned=False),
+        )
     reply = client_answer(cfg, partition_id, arrays, before, gen, keys, data)
     return reply, {"answered": reply.meta["answered_total"], "rounds": rnd + 1}
 
@@ -233,11 +305,23 @@ def masked_histograms(histograms: Tensor, keys: SecAggKeys) -> Tensor:
     from ...secure_aggregation import mask_rows
 
     m = int(histograms.shape[0])
-    masked = mask_rows(histograms.detach().double().cpu().numpy(), np.arange(m),
-                       np.full(m, -1), int(keys.index), keys.private_key, list(keys.public_keys),
-                       keys.context)
+    masked = mask_rows(
+        histograms.detach().double().cpu().numpy(),
+        np.arange(m),
+        np.full(m, -1),
+        int(keys.index),
+        keys.private_key,
+        list(keys.public_keys),
+        keys.context,
+    )
     return torch.from_numpy(masked.view(np.int64))
 
 
-__all__ = ["answer_queries", "SecAggKeys", "ClientReply", "client_answer", "query_round",
-           "masked_histograms"]
+__all__ = [
+    "answer_queries",
+    "SecAggKeys",
+    "ClientReply",
+    "client_answer",
+    "query_round",
+    "masked_histograms",
+]

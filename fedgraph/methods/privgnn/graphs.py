@@ -7,6 +7,7 @@ its own part (:func:`client_graph`: a :class:`~fedgraph.data.ClientGraph`, all n
 :func:`check_config_neighbours` checks a run config against that partition before any client
 starts.
 """
+
 from __future__ import annotations
 
 import json
@@ -24,7 +25,7 @@ def data_key(cfg: PrivGNNConfig) -> str:
 
 
 #: data key -> ``(public, clients, stats)``, the two most recent (a process's memo)
-_FEDERATIONS: "OrderedDict[str, tuple]" = OrderedDict()
+_FEDERATIONS: OrderedDict[str, tuple] = OrderedDict()
 
 
 def federation(cfg: PrivGNNConfig, data=None) -> tuple:
@@ -49,19 +50,26 @@ def _split(key: str, data=None) -> tuple:
     cfg = DataConfig(**{k: v for k, v in d.items() if k in DataConfig.model_fields})
     if data is None:
         data = load_graph(cfg)
-    private, public = privgnn_split(data, public_fraction=d["public_fraction"],
-                                    public_test_fraction=d["public_test_fraction"],
-                                    seed=cfg.seed)
+    private, public = privgnn_split(
+        data,
+        public_fraction=d["public_fraction"],
+        public_test_fraction=d["public_test_fraction"],
+        seed=cfg.seed,
+    )
     clients = partition(private, cfg.num_clients, cfg.partitioner, cfg.seed, alpha=cfg.alpha)
     # What the server may state: the public graph's own statistics and the schema. The
     # private graphs' sizes, edges and labels are the simulation's ground truth (the report's
     # ground_truth, from the harness), never the server's knowledge (issue 28, fault 1).
     whole = dataset_statistics(data)
-    stats = {"name": whole["name"], "num_features": whole["num_features"],
-             "num_classes": whole["num_classes"], "public_nodes": int(public.num_nodes),
-             "public_edges": int(public.edge_index.size(1)),
-             "public_query_pool": int(public.train_mask.sum()),
-             "public_test_nodes": int(public.test_mask.sum())}
+    stats = {
+        "name": whole["name"],
+        "num_features": whole["num_features"],
+        "num_classes": whole["num_classes"],
+        "public_nodes": int(public.num_nodes),
+        "public_edges": int(public.edge_index.size(1)),
+        "public_query_pool": int(public.train_mask.sum()),
+        "public_test_nodes": int(public.test_mask.sum()),
+    }
     return public, tuple(clients), stats
 
 
@@ -80,8 +88,10 @@ def client_graph(cfg: PrivGNNConfig, partition_id: int):
             private nodes.
     """
     if not 0 <= partition_id < cfg.num_clients:
-        raise ValueError(f"partition-id {partition_id} outside [0, {cfg.num_clients}): the "
-                         "federation's num-supernodes must equal the run config's num-clients")
+        raise ValueError(
+            f"partition-id {partition_id} outside [0, {cfg.num_clients}): the "
+            "federation's num-supernodes must equal the run config's num-clients"
+        )
     _, clients, stats = federation(cfg)
     return clients[partition_id], stats
 
@@ -102,23 +112,32 @@ def check_config_neighbours(cfg: PrivGNNConfig, data=None) -> None:
     _, clients, stats = federation(cfg, data)
     pool = int(stats["public_query_pool"])
     if cfg.num_queries > pool:
-        raise ConfigError(f"num-queries = {cfg.num_queries} exceeds the public query pool "
-                          f"({pool} unlabelled public nodes at public-fraction "
-                          f"{cfg.public_fraction:g}, public-test-fraction "
-                          f"{cfg.public_test_fraction:g}); allowed: 1 <= num-queries <= {pool}")
-    sizes = [int(c.train_mask.sum()) if getattr(c, "train_mask", None) is not None
-             else int(c.num_nodes) for c in clients]
+        raise ConfigError(
+            f"num-queries = {cfg.num_queries} exceeds the public query pool "
+            f"({pool} unlabelled public nodes at public-fraction "
+            f"{cfg.public_fraction:g}, public-test-fraction "
+            f"{cfg.public_test_fraction:g}); allowed: 1 <= num-queries <= {pool}"
+        )
+    sizes = [
+        int(c.train_mask.sum()) if getattr(c, "train_mask", None) is not None else int(c.num_nodes)
+        for c in clients
+    ]
     small = min(range(len(sizes)), key=sizes.__getitem__)
     if cfg.answer_mode == "ensemble":  # disjoint groups of labelled nodes, not K neighbours
         if cfg.num_teachers > sizes[small]:
             raise ConfigError(
                 f"num-teachers = {cfg.num_teachers} exceeds the labelled private nodes of "
                 f"client {small} ({sizes[small]}): each teacher needs its own disjoint group; "
-                f"allowed: 1 <= num-teachers <= {sizes[small]}")
+                f"allowed: 1 <= num-teachers <= {sizes[small]}"
+            )
         return
     try:
-        check_neighbours(cfg.num_neighbours, sizes[small], cfg.gamma,
-                         f" for client {small} ({sizes[small]} private nodes)")
+        check_neighbours(
+            cfg.num_neighbours,
+            sizes[small],
+            cfg.gamma,
+            f" for client {small} ({sizes[small]} private nodes)",
+        )
     except ValueError as err:
         raise ConfigError(str(err)) from None
 

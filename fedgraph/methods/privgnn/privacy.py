@@ -33,12 +33,14 @@ ICLR 2018, "Scalable Private Learning with PATE").
 
 Everything after the noise (aggregation, student training) is post-processing.
 """
+
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 from functools import lru_cache
-from typing import Callable, Literal
+from typing import Literal
 
 import torch
 import torch.nn.functional as F
@@ -46,7 +48,6 @@ from torch import Tensor
 
 from ... import randomness as rng
 from ...config import PrivGNNConfig
-
 
 Mode = Literal["posterior", "vote", "log-softmax-paper"]
 
@@ -58,15 +59,20 @@ NOT_DP_REASON = (
     "answer-mode log-softmax-paper reproduces the authors' code: Laplace noise of scale "
     "1/lam on the teachers' log-softmax outputs, accounted by the paper as sensitivity 1. "
     "Log-probabilities are unbounded (one private node can move a log-probability from near "
-    "0 to below -100), so no finite sensitivity, hence no finite epsilon, holds")
+    "0 to below -100), so no finite sensitivity, hence no finite epsilon, holds"
+)
 
 #: L1 sensitivity of a released answer: a probability vector or a one-hot vote (any two differ
 #: by at most 2 in L1 norm).
 SENSITIVITY = 2.0
 
 
-def laplace_noise(shape, scale: float, generator: torch.Generator | None = None,
-                  dtype: torch.dtype = torch.float32) -> Tensor:
+def laplace_noise(
+    shape,
+    scale: float,
+    generator: torch.Generator | None = None,
+    dtype: torch.dtype = torch.float32,
+) -> Tensor:
     """i.i.d. ``Laplace(0, scale)`` samples of ``shape``: ``scale`` times
     :func:`fedgraph.randomness.laplace` (float64, inverse CDF on 52-bit uniforms and a sign
     bit), rounded to ``dtype``. The same draws as :func:`noisy_answers` makes from the same
@@ -82,8 +88,12 @@ def laplace_noise(shape, scale: float, generator: torch.Generator | None = None,
     return (float(scale) * rng.laplace(shape, generator)).to(dtype)
 
 
-def noisy_answers(posteriors: Tensor, lam: float, mode: Mode = "posterior",
-                  generator: torch.Generator | None = None) -> Tensor:
+def noisy_answers(
+    posteriors: Tensor,
+    lam: float,
+    mode: Mode = "posterior",
+    generator: torch.Generator | None = None,
+) -> Tensor:
     """Laplace mechanism on the teachers' outputs (paper Sec. 3.1.2): ``posterior`` releases
     the probability vector, ``vote`` the one-hot argmax, each plus i.i.d. Laplace noise of scale
     ``SENSITIVITY / lam`` (= 2 / lambda) per coordinate. The noise is drawn in float64 from
@@ -111,13 +121,15 @@ def noisy_answers(posteriors: Tensor, lam: float, mode: Mode = "posterior",
         clean = posteriors.float().clamp_min(torch.finfo(torch.float32).tiny).log()
         return rng.add_laplace(clean, 1.0 / lam, generator)
     else:
-        raise ValueError(f"answer-mode: unknown {mode!r}; allowed: "
-                         "['posterior', 'vote', 'log-softmax-paper']")
+        raise ValueError(
+            f"answer-mode: unknown {mode!r}; allowed: ['posterior', 'vote', 'log-softmax-paper']"
+        )
     return rng.add_laplace(clean, SENSITIVITY / lam, generator)
 
 
-def privgnn_events(num_queries: int, rate: float, lam: float,
-                   sensitivity: float = SENSITIVITY) -> list:
+def privgnn_events(
+    num_queries: int, rate: float, lam: float, sensitivity: float = SENSITIVITY
+) -> list:
     """Privacy events of answering ``num_queries`` queries (paper Thm. 7): that many
     Poisson-subsampled (rate ``gamma``) Laplace mechanisms of scale ``sensitivity / lam`` on an
     answer of L1 sensitivity ``sensitivity``, i.e. noise multiplier ``1 / lam``."""
@@ -129,15 +141,17 @@ def privgnn_events(num_queries: int, rate: float, lam: float,
     return [Laplace(scale / sensitivity, count=int(num_queries), sample_rate=float(rate))]
 
 
-def privgnn_epsilon(num_queries: int, rate: float, lam: float, delta: float,
-                    accountant: str = "pld") -> float:
+def privgnn_epsilon(
+    num_queries: int, rate: float, lam: float, delta: float, accountant: str = "pld"
+) -> float:
     """Epsilon of ``num_queries`` answers at ``delta`` (0 for no query)."""
     from ...accounting import compose_epsilon
 
     if num_queries < 1:
         return 0.0
-    return float(compose_epsilon(privgnn_events(num_queries, rate, lam), delta,
-                                 accountant=accountant))
+    return float(
+        compose_epsilon(privgnn_events(num_queries, rate, lam), delta, accountant=accountant)
+    )
 
 
 def lam_for_epsilon(epsilon: float, delta: float, num_queries: int, rate: float) -> float:
@@ -152,13 +166,26 @@ def lam_for_epsilon(epsilon: float, delta: float, num_queries: int, rate: float)
 
     if num_queries < 1:
         raise ValueError(f"num_queries must be >= 1 (got {num_queries})")
-    z = calibrate(epsilon, delta, lambda s: privgnn_events(num_queries, rate, 1.0 / s),
-                  accountant="pld", lower=0.01, upper=1e6)
+    z = calibrate(
+        epsilon,
+        delta,
+        lambda s: privgnn_events(num_queries, rate, 1.0 / s),
+        accountant="pld",
+        lower=0.01,
+        upper=1e6,
+    )
     return 1.0 / float(z)
 
 
-def max_queries(epsilon_budget: float, delta: float, rate: float, lam: float, *,
-                accountant: str = "pld", cap: int = 1_000_000) -> int:
+def max_queries(
+    epsilon_budget: float,
+    delta: float,
+    rate: float,
+    lam: float,
+    *,
+    accountant: str = "pld",
+    cap: int = 1_000_000,
+) -> int:
     """The largest number of queries whose composed epsilon stays within ``epsilon_budget``
     (binary search over the count; epsilon grows with it). At most ``cap``."""
     if not (epsilon_budget > 0):
@@ -203,10 +230,10 @@ class QueryBudget:
     delta: float | None = None
 
     @classmethod
-    def for_epsilon(cls, epsilon: float, delta: float, rate: float, lam: float,
-                    accountant: str = "pld") -> "QueryBudget":
-        return cls(max_queries(epsilon, delta, rate, lam, accountant=accountant), 0,
-                   epsilon, delta)
+    def for_epsilon(
+        cls, epsilon: float, delta: float, rate: float, lam: float, accountant: str = "pld"
+    ) -> QueryBudget:
+        return cls(max_queries(epsilon, delta, rate, lam, accountant=accountant), 0, epsilon, delta)
 
     @property
     def remaining(self) -> int:
@@ -222,7 +249,8 @@ class QueryBudget:
             target = f" (epsilon={self.epsilon}, delta={self.delta})" if self.epsilon else ""
             raise BudgetExceededError(
                 f"privacy budget exhausted{target}: {num_queries} queries asked, "
-                f"{self.remaining} of {self.limit} left; ask at most {self.remaining}")
+                f"{self.remaining} of {self.limit} left; ask at most {self.remaining}"
+            )
         self.answered += int(num_queries)
 
 
@@ -239,8 +267,13 @@ def answer_limit(epsilon: float, delta: float, rate: float, lam: float, wanted: 
     return max_queries(epsilon, delta, rate, lam, accountant="pld", cap=int(wanted))
 
 
-def noisy_votes(votes: Tensor, sigma_votes: float, sigma_threshold: float | None = None,
-                generator: torch.Generator | None = None, shares: int = 1) -> Tensor:
+def noisy_votes(
+    votes: Tensor,
+    sigma_votes: float,
+    sigma_threshold: float | None = None,
+    generator: torch.Generator | None = None,
+    shares: int = 1,
+) -> Tensor:
     """A client's release of its vote histograms ``[Q, C]``: ``votes + N(0, sigma_votes^2 /
     shares)`` per coordinate (the GNMax copy) and, with ``sigma_threshold``, an independent
     ``votes + N(0, sigma_threshold^2 / shares)`` (the copy for Confident-GNMax's threshold
@@ -282,8 +315,9 @@ def noisy_votes(votes: Tensor, sigma_votes: float, sigma_threshold: float | None
 VOTE_SENSITIVITY = math.sqrt(2.0)
 
 
-def ensemble_events(num_queries: int, sigma_votes: float,
-                    sigma_threshold: float | None = None) -> list:
+def ensemble_events(
+    num_queries: int, sigma_votes: float, sigma_threshold: float | None = None
+) -> list:
     """Privacy events of ``num_queries`` released noisy histograms (:func:`noisy_votes`): per
     query a Gaussian of noise multiplier ``sigma / sqrt 2`` per copy (RDP ``alpha / sigma^2``:
     PATE 2018 Prop. 8's data-independent bound of GNMax, which also covers the whole noisy
@@ -298,8 +332,13 @@ def ensemble_events(num_queries: int, sigma_votes: float,
     return out
 
 
-def ensemble_epsilon(num_queries: int, sigma_votes: float, sigma_threshold: float | None,
-                     delta: float, accountant: str = "analytic") -> float:
+def ensemble_epsilon(
+    num_queries: int,
+    sigma_votes: float,
+    sigma_threshold: float | None,
+    delta: float,
+    accountant: str = "analytic",
+) -> float:
     """Epsilon at ``delta`` of ``num_queries`` released histograms (0 for none); by default
     the exact composition of Gaussians (analytic Gaussian, Balle & Wang 2018: microseconds,
     where PLD's discretisation needs gigabytes once epsilon is in the hundreds)."""
@@ -307,25 +346,34 @@ def ensemble_epsilon(num_queries: int, sigma_votes: float, sigma_threshold: floa
 
     if num_queries < 1:
         return 0.0
-    return float(compose_epsilon(ensemble_events(num_queries, sigma_votes, sigma_threshold),
-                                 delta, accountant=accountant))
+    return float(
+        compose_epsilon(
+            ensemble_events(num_queries, sigma_votes, sigma_threshold), delta, accountant=accountant
+        )
+    )
 
 
-def ensemble_collusion_epsilon(num_queries: int, sigma_votes: float,
-                               sigma_threshold: float | None, delta: float,
-                               num_clients: int) -> float:
+def ensemble_collusion_epsilon(
+    num_queries: int,
+    sigma_votes: float,
+    sigma_threshold: float | None,
+    delta: float,
+    num_clients: int,
+) -> float:
     """Secure aggregation's weak point, stated: epsilon at ``delta`` of ``num_queries``
     histograms of one client against a server that colludes with all ``num_clients - 1``
     other clients (they know their own noise shares and subtract them from the sum), so only
     this client's share, std ``sigma / sqrt(num_clients)``, protects it (:func:`noisy_votes`
     with ``shares = num_clients``). With ``num_clients = 1`` it is :func:`ensemble_epsilon`."""
     root = math.sqrt(int(num_clients))
-    return ensemble_epsilon(num_queries, sigma_votes / root,
-                            sigma_threshold / root if sigma_threshold else None, delta)
+    return ensemble_epsilon(
+        num_queries, sigma_votes / root, sigma_threshold / root if sigma_threshold else None, delta
+    )
 
 
-def ensemble_sigma_for_epsilon(epsilon: float, delta: float, num_queries: int,
-                               threshold_ratio: float | None = None) -> float:
+def ensemble_sigma_for_epsilon(
+    epsilon: float, delta: float, num_queries: int, threshold_ratio: float | None = None
+) -> float:
     """``sigma_votes`` (per-client std) at which ``num_queries`` released histograms cost
     ``epsilon`` at ``delta`` (with a threshold copy of std ``threshold_ratio * sigma_votes``):
     :func:`fedgraph.accounting.calibrate` on the ledger's own events (:func:`ensemble_events`,
@@ -339,14 +387,22 @@ def ensemble_sigma_for_epsilon(epsilon: float, delta: float, num_queries: int,
     if num_queries < 1:
         raise ValueError(f"num_queries must be >= 1 (got {num_queries})")
     ratio = threshold_ratio or None
-    return float(calibrate(epsilon, delta, lambda s: ensemble_events(
-        num_queries, s, ratio * s if ratio else None), accountant="analytic", lower=1.0,
-        upper=1e6))
+    return float(
+        calibrate(
+            epsilon,
+            delta,
+            lambda s: ensemble_events(num_queries, s, ratio * s if ratio else None),
+            accountant="analytic",
+            lower=1.0,
+            upper=1e6,
+        )
+    )
 
 
 @lru_cache(maxsize=64)
-def ensemble_answer_limit(epsilon: float, delta: float, sigma_votes: float,
-                          sigma_threshold: float, wanted: int) -> int:
+def ensemble_answer_limit(
+    epsilon: float, delta: float, sigma_votes: float, sigma_threshold: float, wanted: int
+) -> int:
     """Ensemble mode: the most released histograms (at most ``wanted``) whose composed epsilon
     at ``delta`` (:func:`ensemble_epsilon`, exact) stays within ``epsilon``; public
     parameters only. Epsilon grows with the count, so a bisection finds it."""
@@ -384,20 +440,46 @@ def client_limit(cfg: PrivGNNConfig, partition_id: int, wanted: int) -> int:
     target = cfg.client_epsilon(partition_id)
     if cfg.answer_mode == "ensemble":
         if cfg.secure_aggregation:  # the masks cancel only over every client: same queries
-            return min(ensemble_answer_limit(cfg.client_epsilon(p), cfg.delta, cfg.sigma_votes,
-                                             cfg.sigma_threshold, int(wanted))
-                       for p in range(min(cfg.num_clients, len(cfg.client_epsilons))))
-        return ensemble_answer_limit(target, cfg.delta, cfg.sigma_votes, cfg.sigma_threshold,
-                                     int(wanted))
+            return min(
+                ensemble_answer_limit(
+                    cfg.client_epsilon(p),
+                    cfg.delta,
+                    cfg.sigma_votes,
+                    cfg.sigma_threshold,
+                    int(wanted),
+                )
+                for p in range(min(cfg.num_clients, len(cfg.client_epsilons)))
+            )
+        return ensemble_answer_limit(
+            target, cfg.delta, cfg.sigma_votes, cfg.sigma_threshold, int(wanted)
+        )
     return answer_limit(target, cfg.delta, cfg.gamma, cfg.lam, int(wanted))
 
 
-__all__ = ["Mode", "DP_MODES", "NOT_DP_REASON", "SENSITIVITY", "laplace_noise", "noisy_answers",
-           "privgnn_events", "privgnn_epsilon", "lam_for_epsilon", "max_queries",
-           "BudgetExceededError", "QueryBudget", "answer_limit", "noisy_votes", "VOTE_SENSITIVITY",
-           "ensemble_events", "ensemble_epsilon", "ensemble_collusion_epsilon",
-           "ensemble_sigma_for_epsilon", "ensemble_answer_limit", "client_limit",
-           "one_answer_epsilon"]
+__all__ = [
+    "Mode",
+    "DP_MODES",
+    "NOT_DP_REASON",
+    "SENSITIVITY",
+    "laplace_noise",
+    "noisy_answers",
+    "privgnn_events",
+    "privgnn_epsilon",
+    "lam_for_epsilon",
+    "max_queries",
+    "BudgetExceededError",
+    "QueryBudget",
+    "answer_limit",
+    "noisy_votes",
+    "VOTE_SENSITIVITY",
+    "ensemble_events",
+    "ensemble_epsilon",
+    "ensemble_collusion_epsilon",
+    "ensemble_sigma_for_epsilon",
+    "ensemble_answer_limit",
+    "client_limit",
+    "one_answer_epsilon",
+]
 
 
 def reply_events(cfg, answered: int) -> list[tuple[str, object]]:

@@ -6,6 +6,7 @@ Message (server -> client, :func:`encode_queries`): the queries' public ``hops``
 neighbourhoods and, with ``projection-dim > 0``, a PCA map fitted on the public features.
 No private data, so none of this costs privacy.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -44,9 +45,13 @@ class QueryGraphs:
         return self.x[lo:hi], e[:, keep] - lo, int(self.center[q]) - lo
 
 
-def query_neighbourhoods(public: Data, query_idx: Tensor, hops: int = 2,
-                         max_nodes: int | None = 2000,
-                         generator: torch.Generator | None = None) -> QueryGraphs:
+def query_neighbourhoods(
+    public: Data,
+    query_idx: Tensor,
+    hops: int = 2,
+    max_nodes: int | None = 2000,
+    generator: torch.Generator | None = None,
+) -> QueryGraphs:
     """Server side: the ``hops``-hop public neighbourhood of every query (paper Sec. 3.1.2: a
     teacher predicts a query from its ``l``-hop neighbourhood; ``l`` = number of layers).
 
@@ -55,12 +60,13 @@ def query_neighbourhoods(public: Data, query_idx: Tensor, hops: int = 2,
     """
     xs, edges, ptr, centers, offset = [], [], [0], [], 0
     for v in query_idx.tolist():
-        nodes, ei, mapping, _ = k_hop_subgraph(int(v), hops, public.edge_index, relabel_nodes=True,
-                                               num_nodes=int(public.num_nodes))
+        nodes, ei, mapping, _ = k_hop_subgraph(
+            int(v), hops, public.edge_index, relabel_nodes=True, num_nodes=int(public.num_nodes)
+        )
         c = int(mapping[0])
         if max_nodes is not None and nodes.numel() > max_nodes:
             others = torch.tensor([i for i in range(nodes.numel()) if i != c])
-            keep = others[rng.randperm(others.numel(), generator)[:max_nodes - 1]]
+            keep = others[rng.randperm(others.numel(), generator)[: max_nodes - 1]]
             keep = torch.cat([torch.tensor([c]), keep]).sort().values
             ei, _ = subgraph(keep, ei, relabel_nodes=True, num_nodes=nodes.numel())
             c = int((keep == c).nonzero())
@@ -70,8 +76,7 @@ def query_neighbourhoods(public: Data, query_idx: Tensor, hops: int = 2,
         centers.append(c + offset)
         offset += nodes.numel()
         ptr.append(offset)
-    return QueryGraphs(torch.cat(xs), torch.cat(edges, 1), torch.tensor(ptr),
-                       torch.tensor(centers))
+    return QueryGraphs(torch.cat(xs), torch.cat(edges, 1), torch.tensor(ptr), torch.tensor(centers))
 
 
 @dataclass
@@ -79,7 +84,7 @@ class FeatureProjection:
     """A linear map of features fitted on *public* data only (so it costs no privacy), applied
     to every teacher's input: ``(x - mean) @ components``. Retrieval still uses raw features."""
 
-    mean: Tensor        # [F]
+    mean: Tensor  # [F]
     components: Tensor  # [F, d]
 
     def __call__(self, x: Tensor) -> Tensor:
@@ -97,9 +102,13 @@ def public_projection(public_x: Tensor, dim: int = 64, seed: int = 0) -> Feature
     return FeatureProjection(mean, v[:, :dim])
 
 
-def select_queries(public: Data, num_queries: int, policy: str = "random",
-                   student: nn.Module | None = None,
-                   generator: torch.Generator | None = None) -> Tensor:
+def select_queries(
+    public: Data,
+    num_queries: int,
+    policy: str = "random",
+    student: nn.Module | None = None,
+    generator: torch.Generator | None = None,
+) -> Tensor:
     """Server side: ``num_queries`` query nodes from the public pool (``public.train_mask``).
 
     ``random`` (paper): uniform without replacement. ``entropy``: the nodes on which
@@ -118,8 +127,9 @@ def select_queries(public: Data, num_queries: int, policy: str = "random",
             raise ValueError("select_queries: policy 'entropy' needs a student model")
         student.eval()
         with torch.no_grad():
-            p = student(public.x, adjacency_for("sage", public.edge_index,
-                                                int(public.num_nodes)))[pool].softmax(-1)
+            p = student(public.x, adjacency_for("sage", public.edge_index, int(public.num_nodes)))[
+                pool
+            ].softmax(-1)
         ent = -(p * p.clamp_min(1e-12).log()).sum(-1)
         return pool[torch.argsort(ent, descending=True)[:num_queries]]
     raise ValueError(f"policy: unknown {policy!r}; allowed: ['random', 'entropy']")
@@ -130,8 +140,9 @@ def select_queries(public: Data, num_queries: int, policy: str = "random",
 SPARSE_DENSITY = 0.25
 
 
-def encode_queries(hoods: QueryGraphs, projection: FeatureProjection | None = None
-                   ) -> dict[str, Tensor]:
+def encode_queries(
+    hoods: QueryGraphs, projection: FeatureProjection | None = None
+) -> dict[str, Tensor]:
     """Server side: the tensors of a ``query.privgnn`` message.
 
     Keys: ``edge_index [2, E]``, ``ptr [Q+1]``, ``center [Q]`` (:class:`QueryGraphs`),
@@ -143,8 +154,7 @@ def encode_queries(hoods: QueryGraphs, projection: FeatureProjection | None = No
     out = {"edge_index": hoods.edge_index, "ptr": hoods.ptr, "center": hoods.center}
     if x.numel() and float((x != 0).float().mean()) < SPARSE_DENSITY:
         idx = x.nonzero().T
-        out.update(x_index=idx, x_value=x[idx[0], idx[1]],
-                   x_shape=torch.tensor(list(x.shape)))
+        out.update(x_index=idx, x_value=x[idx[0], idx[1]], x_shape=torch.tensor(list(x.shape)))
     else:
         out["x"] = x
     if projection is not None:
@@ -160,8 +170,11 @@ def decode_queries(arrays: dict[str, Tensor]) -> tuple[QueryGraphs, FeatureProje
         shape = tuple(int(s) for s in arrays["x_shape"])
         x = torch.zeros(shape)
         x[arrays["x_index"][0], arrays["x_index"][1]] = arrays["x_value"]
-    proj = (FeatureProjection(arrays["proj_mean"], arrays["proj_components"])
-            if "proj_mean" in arrays else None)
+    proj = (
+        FeatureProjection(arrays["proj_mean"], arrays["proj_components"])
+        if "proj_mean" in arrays
+        else None
+    )
     return QueryGraphs(x, arrays["edge_index"], arrays["ptr"], arrays["center"]), proj
 
 
@@ -169,13 +182,18 @@ def first_queries(hoods: QueryGraphs, m: int) -> QueryGraphs:
     """The neighbourhoods of queries ``0..m-1`` only (a prefix of the union)."""
     end = int(hoods.ptr[m])
     keep = hoods.edge_index[0] < end
-    return QueryGraphs(hoods.x[:end], hoods.edge_index[:, keep], hoods.ptr[:m + 1],
-                       hoods.center[:m])
+    return QueryGraphs(
+        hoods.x[:end], hoods.edge_index[:, keep], hoods.ptr[: m + 1], hoods.center[:m]
+    )
 
 
-def make_queries(public, query_idx: Tensor, cfg: PrivGNNConfig,
-                 generator: torch.Generator | None = None,
-                 projection: FeatureProjection | None = None) -> dict[str, Tensor]:
+def make_queries(
+    public,
+    query_idx: Tensor,
+    cfg: PrivGNNConfig,
+    generator: torch.Generator | None = None,
+    projection: FeatureProjection | None = None,
+) -> dict[str, Tensor]:
     """Server side: the message tensors for ``query_idx`` (long ``[Q]`` public node ids):
     their ``cfg.hops``-hop public neighbourhoods capped at ``cfg.neighbourhood_size`` nodes
     (a random subset: public data, no privacy cost)."""
@@ -183,6 +201,15 @@ def make_queries(public, query_idx: Tensor, cfg: PrivGNNConfig,
     return encode_queries(hoods, projection)
 
 
-__all__ = ["QueryGraphs", "query_neighbourhoods", "FeatureProjection", "public_projection",
-           "select_queries", "SPARSE_DENSITY", "encode_queries", "decode_queries", "first_queries",
-           "make_queries"]
+__all__ = [
+    "QueryGraphs",
+    "query_neighbourhoods",
+    "FeatureProjection",
+    "public_projection",
+    "select_queries",
+    "SPARSE_DENSITY",
+    "encode_queries",
+    "decode_queries",
+    "first_queries",
+    "make_queries",
+]

@@ -3,11 +3,12 @@ noisy answers: sum each query's answers over the clients that answered it, drop 
 answered (or, in the ensemble mode, below the Confident-GNMax threshold), argmax ->
 pseudo-labels. With secure aggregation the server first unmasks the sum.
 """
+
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Sequence
 
 import torch
 from torch import Tensor
@@ -35,12 +36,13 @@ def margin_filter(scores: Tensor, keep_fraction: float) -> Tensor:
     top2 = scores.float().topk(2, -1).values
     gap = top2[:, 0] - top2[:, 1]
     keep = torch.zeros(scores.shape[0], dtype=torch.bool)
-    keep[gap.argsort(descending=True)[:math.ceil(float(keep_fraction) * scores.shape[0])]] = True
+    keep[gap.argsort(descending=True)[: math.ceil(float(keep_fraction) * scores.shape[0])]] = True
     return keep
 
 
-def confident_aggregate(releases: Sequence[Tensor], num_classes: int,
-                        threshold: float | None = None) -> tuple[Tensor, Tensor]:
+def confident_aggregate(
+    releases: Sequence[Tensor], num_classes: int, threshold: float | None = None
+) -> tuple[Tensor, Tensor]:
     """Server side of the ensemble mode (post-processing of the clients' noisy histograms):
     sums the releases ``[Q, C]`` or ``[Q, 2C]`` (:func:`noisy_votes`) over the clients; with
     ``threshold`` (needs the threshold copies) a query is answered iff the summed threshold
@@ -63,8 +65,11 @@ def confident_aggregate(releases: Sequence[Tensor], num_classes: int,
         check, gnmax = None, total
     else:
         raise ValueError(f"releases must be [Q, {C}] or [Q, {2 * C}] (got {tuple(total.shape)})")
-    answered = (check.max(-1).values >= float(threshold) if threshold and check is not None
-                else torch.ones(total.shape[0], dtype=torch.bool))
+    answered = (
+        check.max(-1).values >= float(threshold)
+        if threshold and check is not None
+        else torch.ones(total.shape[0], dtype=torch.bool)
+    )
     return answered, gnmax.argmax(-1)
 
 
@@ -84,8 +89,10 @@ def unmask_histograms(masked: dict[int, Tensor], num_clients: int) -> Tensor:
 
     sizes = {int(t.shape[0]) for t in masked.values()}
     if len(sizes) != 1:
-        raise ValueError(f"secure aggregation: the clients answered different numbers of "
-                         f"queries {sorted(sizes)}; the masks cancel only over the same rows")
+        raise ValueError(
+            f"secure aggregation: the clients answered different numbers of "
+            f"queries {sorted(sizes)}; the masks cancel only over the same rows"
+        )
     m = sizes.pop()
     width = max(int(t.shape[1]) for t in masked.values())
     if m == 0:
@@ -124,8 +131,13 @@ def aggregate_partial(answers: list[Tensor], num_queries: int, num_classes: int)
     return Aggregate(kept, total[kept].argmax(-1), votes)
 
 
-def aggregate_ensemble(answers: list[Tensor], num_queries: int, num_classes: int,
-                       threshold: float = 0.0, keep_fraction: float = 1.0) -> Aggregate:
+def aggregate_ensemble(
+    answers: list[Tensor],
+    num_queries: int,
+    num_classes: int,
+    threshold: float = 0.0,
+    keep_fraction: float = 1.0,
+) -> Aggregate:
     """Server side of the ensemble mode (post-processing): each client answered a prefix
     ``[m_c, C]`` or ``[m_c, 2C]`` of the queries with noisy vote histograms; per query, sum
     over the clients that answered it, keep it if someone answered and (with ``threshold``)
@@ -144,16 +156,24 @@ def aggregate_ensemble(answers: list[Tensor], num_queries: int, num_classes: int
         full[:m] = a.float()
         counts[:m] += 1
         padded.append(full)
-    answered, labels = confident_aggregate(padded or [torch.zeros(int(num_queries), width)],
-                                           num_classes, threshold or None)
+    answered, labels = confident_aggregate(
+        padded or [torch.zeros(int(num_queries), width)], num_classes, threshold or None
+    )
     kept = answered & (counts > 0)
     if keep_fraction < 1.0 and int(kept.sum()):
-        gnmax = torch.stack(padded).sum(0)[:, -int(num_classes):]
+        gnmax = torch.stack(padded).sum(0)[:, -int(num_classes) :]
         ids = kept.nonzero().view(-1)
         kept = torch.zeros_like(kept)
         kept[ids[margin_filter(gnmax[ids], keep_fraction)]] = True
     return Aggregate(kept, labels[kept], counts)
 
 
-__all__ = ["aggregate_answers", "margin_filter", "confident_aggregate", "unmask_histograms",
-           "Aggregate", "aggregate_partial", "aggregate_ensemble"]
+__all__ = [
+    "aggregate_answers",
+    "margin_filter",
+    "confident_aggregate",
+    "unmask_histograms",
+    "Aggregate",
+    "aggregate_partial",
+    "aggregate_ensemble",
+]

@@ -1,6 +1,7 @@
 """PrivGNN's data split (Olatunji, Funke & Khosla, TMLR 2023, arXiv 2109.08907, App. F) and
 the Poisson subsample of the private nodes with its ``K`` rule (Sec. 3.1.1, App. B.1).
 """
+
 from __future__ import annotations
 
 import math
@@ -25,8 +26,9 @@ def _check_fraction(value: float, name: str, *, allow_zero: bool = False) -> flo
 def _induced(data: Data, nodes: Tensor) -> Data:
     """Induced subgraph on ``nodes`` (global ids, sorted); keeps ``node_ids`` = those ids."""
     nodes = nodes.sort().values
-    edge_index, _ = subgraph(nodes, data.edge_index, relabel_nodes=True,
-                             num_nodes=int(data.num_nodes))
+    edge_index, _ = subgraph(
+        nodes, data.edge_index, relabel_nodes=True, num_nodes=int(data.num_nodes)
+    )
     out = Data(x=data.x[nodes], y=data.y[nodes], edge_index=edge_index, num_nodes=nodes.numel())
     out.node_ids = nodes
     for key in ("name", "feature_domain"):
@@ -35,9 +37,14 @@ def _induced(data: Data, nodes: Tensor) -> Data:
     return out
 
 
-def privgnn_split(data: Data, *, public_fraction: float = 0.5,
-                  public_test_fraction: float = 0.5, audit_fraction: float = 0.0,
-                  seed: int = 0) -> tuple[Data, Data] | tuple[Data, Data, Data]:
+def privgnn_split(
+    data: Data,
+    *,
+    public_fraction: float = 0.5,
+    public_test_fraction: float = 0.5,
+    audit_fraction: float = 0.0,
+    seed: int = 0,
+) -> tuple[Data, Data] | tuple[Data, Data, Data]:
     """The paper's inductive split into a private and a public graph (App. F).
 
     A seeded permutation puts ``round(audit_fraction * N)`` nodes aside (membership-inference
@@ -73,8 +80,9 @@ def privgnn_split(data: Data, *, public_fraction: float = 0.5,
     rest = perm[n_audit:]
     n_pub = int(round(public_fraction * rest.numel()))
     if n_pub < 2 or rest.numel() - n_pub < 1:
-        raise ValueError(f"privgnn_split: {n} nodes are too few for public_fraction="
-                         f"{public_fraction}")
+        raise ValueError(
+            f"privgnn_split: {n} nodes are too few for public_fraction={public_fraction}"
+        )
     pub_nodes, priv_nodes = rest[:n_pub], rest[n_pub:]
     private = _induced(data, priv_nodes)
     private.train_mask = torch.ones(private.num_nodes, dtype=torch.bool)
@@ -93,8 +101,9 @@ def privgnn_split(data: Data, *, public_fraction: float = 0.5,
     return private, public, audit
 
 
-def poisson_subsample(num_nodes: int, rate: float,
-                      generator: torch.Generator | None = None) -> Tensor:
+def poisson_subsample(
+    num_nodes: int, rate: float, generator: torch.Generator | None = None
+) -> Tensor:
     """Poisson subsample (paper Sec. 3.1.1, App. B.1): every node is kept independently with
     probability ``rate``; the subsampled-mechanism accountant assumes exactly this. The coins
     compare 53-bit uniform integers with ``floor(rate 2^53)`` (:func:`fedgraph.randomness.
@@ -139,7 +148,9 @@ def check_neighbours(k: int, num_candidates: int, rate: float, where: str = "") 
             f"gamma * n = {float(rate):g} * {int(num_candidates)} = "
             f"{float(rate) * int(num_candidates):.1f}{where}: every teacher would be trained on "
             f"its whole subsample; allowed: 1 <= num-neighbours <= {largest} (or raise gamma)"
-            if k >= 1 else f"num-neighbours (K) must be >= 1 (got {k})")
+            if k >= 1
+            else f"num-neighbours (K) must be >= 1 (got {k})"
+        )
     return k
 
 

@@ -2,6 +2,7 @@
 public graph with the released pseudo-labels, optionally smoothed by label propagation;
 post-processing of the releases.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass, field
@@ -16,8 +17,9 @@ from ...nn import adjacency_for
 from ..training import TrainResult, accuracy, train_node_classifier
 
 
-def make_sage(in_channels: int, out_channels: int, hidden: int = 64, num_layers: int = 2,
-              dropout: float = 0.5) -> nn.Module:
+def make_sage(
+    in_channels: int, out_channels: int, hidden: int = 64, num_layers: int = 2, dropout: float = 0.5
+) -> nn.Module:
     """The paper's GraphSAGE (App. G.1: mean aggregation, ReLU, dropout)."""
     return GraphSAGE(in_channels, hidden, num_layers, out_channels, dropout=dropout, act="relu")
 
@@ -33,9 +35,15 @@ class StudentResult:
     predictions: Tensor = field(repr=False)
 
 
-def propagate_labels(public: Data, query_idx: Tensor, labels: Tensor, num_classes: int,
-                     base: Tensor | None = None, alpha: float = 0.9,
-                     num_layers: int = 10) -> Tensor:
+def propagate_labels(
+    public: Data,
+    query_idx: Tensor,
+    labels: Tensor,
+    num_classes: int,
+    base: Tensor | None = None,
+    alpha: float = 0.9,
+    num_layers: int = 10,
+) -> Tensor:
     """Label propagation over the public graph (Zhou et al., NeurIPS 2004; PyG's
     ``LabelPropagation``: ``Y <- alpha * D^-1/2 A D^-1/2 Y + (1 - alpha) Y0``, ``num_layers``
     steps) from ``Y0`` = one-hot released ``labels`` at ``query_idx`` and ``base`` (``[N, C]``
@@ -56,10 +64,20 @@ def propagate_labels(public: Data, query_idx: Tensor, labels: Tensor, num_classe
     return LabelPropagation(int(num_layers), float(alpha))(y0, public.edge_index)
 
 
-def train_student(public: Data, query_idx: Tensor, labels: Tensor, *,
-                  holdout_fraction: float = 0.2, hidden: int = 64, dropout: float = 0.5,
-                  epochs: int = 200, lr: float = 0.01, weight_decay: float = 0.0,
-                  seed: int = 0, propagation: float = 0.0) -> StudentResult:
+def train_student(
+    public: Data,
+    query_idx: Tensor,
+    labels: Tensor,
+    *,
+    holdout_fraction: float = 0.2,
+    hidden: int = 64,
+    dropout: float = 0.5,
+    epochs: int = 200,
+    lr: float = 0.01,
+    weight_decay: float = 0.0,
+    seed: int = 0,
+    propagation: float = 0.0,
+) -> StudentResult:
     """Server side: the student (paper Sec. 3.1.3), a 2-layer GraphSAGE trained transductively
     on the public graph with ``labels`` at ``query_idx``.
 
@@ -74,8 +92,11 @@ def train_student(public: Data, query_idx: Tensor, labels: Tensor, *,
     (:func:`propagate_labels` with ``alpha = propagation``); predictions and test accuracy are
     the smoothed ones. Public graph and released labels only: no privacy cost.
     """
-    num_classes = int(public.y.max()) + 1 if labels.numel() == 0 else max(
-        int(public.y.max()), int(labels.max())) + 1
+    num_classes = (
+        int(public.y.max()) + 1
+        if labels.numel() == 0
+        else max(int(public.y.max()), int(labels.max())) + 1
+    )
     gen = torch.Generator().manual_seed(int(seed))
     perm = query_idx[torch.randperm(query_idx.numel(), generator=gen)]
     lab = torch.full((int(public.num_nodes),), -1, dtype=torch.long)
@@ -90,15 +111,30 @@ def train_student(public: Data, query_idx: Tensor, labels: Tensor, *,
     torch.manual_seed(int(seed))
     model = make_sage(public.x.shape[1], num_classes, hidden, 2, dropout)
     graph = adjacency_for("sage", public.edge_index, int(public.num_nodes))
-    res = train_node_classifier(model, public.x, graph, lab.clamp_min(0), train_mask, val_mask,
-                                epochs=epochs, lr=lr, weight_decay=weight_decay)
+    res = train_node_classifier(
+        model,
+        public.x,
+        graph,
+        lab.clamp_min(0),
+        train_mask,
+        val_mask,
+        epochs=epochs,
+        lr=lr,
+        weight_decay=weight_decay,
+    )
     with torch.no_grad():
         logits = res.model(public.x, graph)
         if propagation:
-            logits = propagate_labels(public, query_idx, labels, num_classes,
-                                      logits.softmax(-1), alpha=propagation)
-    return StudentResult(res.model, res, res.val_accuracy if n_hold else float("nan"),
-                         accuracy(logits, public.y, public.test_mask), logits.argmax(-1))
+            logits = propagate_labels(
+                public, query_idx, labels, num_classes, logits.softmax(-1), alpha=propagation
+            )
+    return StudentResult(
+        res.model,
+        res,
+        res.val_accuracy if n_hold else float("nan"),
+        accuracy(logits, public.y, public.test_mask),
+        logits.argmax(-1),
+    )
 
 
 __all__ = ["make_sage", "StudentResult", "propagate_labels", "train_student"]

@@ -20,6 +20,7 @@ dropout masks) comes from the caller's CPU :class:`torch.Generator` (or a
 :func:`fedgraph.randomness.client_generator`) and is then moved to the device, so a seed gives
 the same draws on every device.
 """
+
 from __future__ import annotations
 
 import math
@@ -57,8 +58,13 @@ class TeacherConfig:
 
 def teacher_config(cfg: PrivGNNConfig) -> TeacherConfig:
     """The clients' per-query teachers (paper App. G.1 apart from the sizes in ``cfg``)."""
-    return TeacherConfig(hidden=cfg.teacher_hidden, epochs=cfg.teacher_epochs,
-                         batch_size=cfg.teacher_batch_size, dropout=cfg.dropout, lr=cfg.lr)
+    return TeacherConfig(
+        hidden=cfg.teacher_hidden,
+        epochs=cfg.teacher_epochs,
+        batch_size=cfg.teacher_batch_size,
+        dropout=cfg.dropout,
+        lr=cfg.lr,
+    )
 
 
 class BatchedSAGE(nn.Module):
@@ -72,14 +78,21 @@ class BatchedSAGE(nn.Module):
     -> logits ``[B, N, C]``.
     """
 
-    def __init__(self, num_models: int, in_channels: int, hidden_channels: int,
-                 out_channels: int, num_layers: int = 2, dropout: float = 0.5,
-                 generator: torch.Generator | None = None):
+    def __init__(
+        self,
+        num_models: int,
+        in_channels: int,
+        hidden_channels: int,
+        out_channels: int,
+        num_layers: int = 2,
+        dropout: float = 0.5,
+        generator: torch.Generator | None = None,
+    ):
         super().__init__()
         dims = [in_channels] + [hidden_channels] * (num_layers - 1) + [out_channels]
         self.num_models, self.dims, self.dropout = num_models, dims, float(dropout)
         self.weight = nn.ParameterList()  # [B, d_in, 2 d_out] = [W_l^T | W_r^T]
-        self.bias = nn.ParameterList()    # [B, 1, d_out] (lin_l's bias)
+        self.bias = nn.ParameterList()  # [B, 1, d_out] (lin_l's bias)
         for d_in, d_out in zip(dims[:-1], dims[1:]):
             bound = 1.0 / math.sqrt(d_in)  # torch.nn.Linear's default initialisation
             w = (rng.rand((num_models, d_in, 2 * d_out), generator) * 2 - 1) * bound
@@ -139,8 +152,15 @@ def _block_features(x: Tensor) -> Tensor:
     return torch.sparse_coo_tensor(idx, x[b, i, j], (B * N, B * Fd)).coalesce()
 
 
-def train_teachers(xs: Tensor, adjs: Tensor, ys: Tensor, mask: Tensor, num_classes: int,
-                   cfg: TeacherConfig, generator: torch.Generator | None = None) -> BatchedSAGE:
+def train_teachers(
+    xs: Tensor,
+    adjs: Tensor,
+    ys: Tensor,
+    mask: Tensor,
+    num_classes: int,
+    cfg: TeacherConfig,
+    generator: torch.Generator | None = None,
+) -> BatchedSAGE:
     """Trains ``B`` teachers at once, teacher ``b`` on graph ``b`` only (paper Alg. 1 line 5).
 
     Args:
@@ -154,10 +174,10 @@ def train_teachers(xs: Tensor, adjs: Tensor, ys: Tensor, mask: Tensor, num_class
     initial weights and dropout masks are drawn from ``generator`` (CPU) and moved there.
     """
     B, K, Fd = xs.shape
-    model = BatchedSAGE(B, Fd, cfg.hidden, num_classes, cfg.num_layers, cfg.dropout,
-                        generator).to(xs.device)
-    opt = torch.optim.Adam(model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay,
-                           fused=True)
+    model = BatchedSAGE(B, Fd, cfg.hidden, num_classes, cfg.num_layers, cfg.dropout, generator).to(
+        xs.device
+    )
+    opt = torch.optim.Adam(model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay, fused=True)
     density = float((xs != 0).float().mean()) if xs.numel() else 1.0
     feats = _block_features(xs) if density < 0.1 else xs
     counts = mask.sum(1).clamp_min(1).float()
@@ -198,13 +218,20 @@ class TeacherTiming:
         return self.seconds / max(self.queries, 1)
 
 
-def teacher_posteriors(private, query_x: Tensor, *, rate: float, k: int, num_classes: int,
-                       teacher: TeacherConfig | None = None,
-                       neighbourhoods: QueryGraphs | None = None,
-                       projection: FeatureProjection | None = None,
-                       generator: torch.Generator | None = None,
-                       timing: TeacherTiming | None = None,
-                       device: torch.device | str | None = None) -> Tensor:
+def teacher_posteriors(
+    private,
+    query_x: Tensor,
+    *,
+    rate: float,
+    k: int,
+    num_classes: int,
+    teacher: TeacherConfig | None = None,
+    neighbourhoods: QueryGraphs | None = None,
+    projection: FeatureProjection | None = None,
+    generator: torch.Generator | None = None,
+    timing: TeacherTiming | None = None,
+    device: torch.device | str | None = None,
+) -> Tensor:
     """The noise-free posteriors of the per-query teachers, ``[Q, C]`` on ``device`` (``None``:
     the CPU). Internal to a client: never release these; :func:`answer_queries` is the release.
 
@@ -229,8 +256,12 @@ def teacher_posteriors(private, query_x: Tensor, *, rate: float, k: int, num_cla
     if neighbourhoods is not None and neighbourhoods.center.numel() != Q:
         raise ValueError("neighbourhoods must describe exactly the Q queries")
     if neighbourhoods is not None:  # ptr/center stay on the CPU: they only index
-        neighbourhoods = QueryGraphs(neighbourhoods.x.to(dev), neighbourhoods.edge_index.to(dev),
-                                     neighbourhoods.ptr, neighbourhoods.center)
+        neighbourhoods = QueryGraphs(
+            neighbourhoods.x.to(dev),
+            neighbourhoods.edge_index.to(dev),
+            neighbourhoods.ptr,
+            neighbourhoods.center,
+        )
     if projection is not None:
         projection = FeatureProjection(projection.mean.to(dev), projection.components.to(dev))
     query_x = query_x.to(dev)
@@ -274,9 +305,10 @@ def teacher_posteriors(private, query_x: Tensor, *, rate: float, k: int, num_cla
                     gx = proj(gx)
                 else:  # query attached to its retrieved nodes: node m, edges j -> m
                     m = chosen[i].numel()
-                    gx = torch.cat([xs[j, :m], proj(query_x[q:q + 1])])
-                    star = torch.stack([torch.arange(m, device=dev),
-                                        torch.full((m,), m, device=dev)])
+                    gx = torch.cat([xs[j, :m], proj(query_x[q : q + 1])])
+                    star = torch.stack(
+                        [torch.arange(m, device=dev), torch.full((m,), m, device=dev)]
+                    )
                     gei, c = torch.cat([sub_edges[j], star], 1), m
                 out[q] = model.single(j, gx, gei)[c].softmax(-1)
     if timing is not None:
@@ -288,8 +320,9 @@ def teacher_posteriors(private, query_x: Tensor, *, rate: float, k: int, num_cla
     return out
 
 
-def teacher_assignment(num_candidates: int, num_teachers: int,
-                       generator: torch.Generator | None = None) -> Tensor:
+def teacher_assignment(
+    num_candidates: int, num_teachers: int, generator: torch.Generator | None = None
+) -> Tensor:
     r"""Each of ``num_candidates`` labelled private nodes gets its own teacher, drawn
     independently and uniformly from ``0..num_teachers-1`` (long ``[num_candidates]``, CPU;
     :func:`fedgraph.randomness.randint` on the client's generator: never looks at the data).
@@ -344,13 +377,16 @@ def teacher_assignment(num_candidates: int, num_teachers: int,
             :func:`~.graphs.check_config_neighbours`).
     """
     if not 1 <= int(num_teachers) <= int(num_candidates):
-        raise ValueError(f"num-teachers must lie in [1, {int(num_candidates)}] (the client's "
-                         f"labelled private nodes; got {num_teachers})")
+        raise ValueError(
+            f"num-teachers must lie in [1, {int(num_candidates)}] (the client's "
+            f"labelled private nodes; got {num_teachers})"
+        )
     return rng.randint(0, int(num_teachers), (int(num_candidates),), generator)
 
 
-def teacher_groups(num_candidates: int, num_teachers: int,
-                   generator: torch.Generator | None = None) -> list[Tensor]:
+def teacher_groups(
+    num_candidates: int, num_teachers: int, generator: torch.Generator | None = None
+) -> list[Tensor]:
     """A random partition of ``0..num_candidates-1`` into ``num_teachers`` disjoint groups
     (sorted; possibly empty): group ``t`` holds the nodes that :func:`teacher_assignment`
     sends to teacher ``t``, each node independently and uniformly (the draw does not look at
@@ -364,13 +400,19 @@ def teacher_groups(num_candidates: int, num_teachers: int,
     return [(assign == t).nonzero().view(-1) for t in range(int(num_teachers))]
 
 
-def ensemble_votes(private, query_x: Tensor, *, num_teachers: int, num_classes: int,
-                   teacher: TeacherConfig | None = None,
-                   neighbourhoods: QueryGraphs | None = None,
-                   projection: FeatureProjection | None = None,
-                   generator: torch.Generator | None = None,
-                   timing: TeacherTiming | None = None,
-                   device: torch.device | str | None = None) -> Tensor:
+def ensemble_votes(
+    private,
+    query_x: Tensor,
+    *,
+    num_teachers: int,
+    num_classes: int,
+    teacher: TeacherConfig | None = None,
+    neighbourhoods: QueryGraphs | None = None,
+    projection: FeatureProjection | None = None,
+    generator: torch.Generator | None = None,
+    timing: TeacherTiming | None = None,
+    device: torch.device | str | None = None,
+) -> Tensor:
     """Noise-free vote histograms of a client's teacher ensemble, ``[Q, C]`` float counts
     summing to the number of teachers with at least one node (``num_teachers`` unless a group
     drew no node) per query (internal to the client: never release them).
@@ -394,8 +436,11 @@ def ensemble_votes(private, query_x: Tensor, *, num_teachers: int, num_classes: 
     if neighbourhoods is not None and neighbourhoods.center.numel() != Q:
         raise ValueError("neighbourhoods must describe exactly the Q queries")
     t0 = time.perf_counter()
-    proj = ((lambda z: (z.float() - projection.mean.to(dev)) @ projection.components.to(dev))
-            if projection is not None else (lambda z: z.float()))
+    proj = (
+        (lambda z: (z.float() - projection.mean.to(dev)) @ projection.components.to(dev))
+        if projection is not None
+        else (lambda z: z.float())
+    )
     tx = proj(x)
     ids = cand.nonzero().view(-1)
     groups = [ids[g.to(dev)] for g in teacher_groups(ids.numel(), num_teachers, generator)]
@@ -432,5 +477,14 @@ def ensemble_votes(private, query_x: Tensor, *, num_teachers: int, num_classes: 
     return votes
 
 
-__all__ = ["TeacherConfig", "teacher_config", "BatchedSAGE", "train_teachers", "TeacherTiming",
-           "teacher_posteriors", "teacher_assignment", "teacher_groups", "ensemble_votes"]
+__all__ = [
+    "TeacherConfig",
+    "teacher_config",
+    "BatchedSAGE",
+    "train_teachers",
+    "TeacherTiming",
+    "teacher_posteriors",
+    "teacher_assignment",
+    "teacher_groups",
+    "ensemble_votes",
+]

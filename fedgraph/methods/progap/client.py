@@ -23,6 +23,7 @@ its own state. What leaves a client:
 
 Every draw comes from ``generator(purpose)``, the client's generator of one release.
 """
+
 from __future__ import annotations
 
 import torch
@@ -31,6 +32,7 @@ from torch import Tensor
 
 from ...device import resolve_device, to_cpu
 from ...nn.gap import normalize_rows
+
 # GAP's pieces this module reuses (one place, to repoint when GAP's modules move)
 from ..gap.client_pma import client_edges, masked_release, pma_partial_sums
 from ..gap.privacy import check_remote_sigma, own_contributors
@@ -39,9 +41,18 @@ from ..rounds import admit_round as rounds_admit
 from .model import ProgressiveModel, stage_input
 from .privacy import gap_edges_config, privacy_plan
 
-__all__ = ["client_plan", "setup", "build_model", "stage_model", "admit_round", "train_round",
-           "validation",
-           "counts", "release", "finish"]
+__all__ = [
+    "client_plan",
+    "setup",
+    "build_model",
+    "stage_model",
+    "admit_round",
+    "train_round",
+    "validation",
+    "counts",
+    "release",
+    "finish",
+]
 
 
 def client_plan(cfg, partition_id: int, view):
@@ -54,8 +65,12 @@ def setup(cfg, partition_id: int, view) -> tuple[Tensor, dict]:
     """``query.progap_setup``: ``(node ids [n], plan)``; the plan is a function of the public
     config and the directory's counts."""
     g = view.graph
-    plan = {**client_plan(cfg, partition_id, view).to_dict(), "partition_id": partition_id,
-            "num_nodes": g.num_nodes, "num_train": int(g.train_mask.sum())}
+    plan = {
+        **client_plan(cfg, partition_id, view).to_dict(),
+        "partition_id": partition_id,
+        "num_nodes": g.num_nodes,
+        "num_train": int(g.train_mask.sum()),
+    }
     return g.node_ids, plan
 
 
@@ -63,9 +78,18 @@ def build_model(cfg, num_features: int, num_classes: int) -> ProgressiveModel:
     """All stages' submodels as the config says (dropout 0, as the official Facebook runs;
     ``batch-norm`` at node level: GroupNorm(1, C), per example, as the official DP-SGD runs)."""
     node = cfg.level == "node"
-    return ProgressiveModel(num_features, num_classes, cfg.depth, cfg.hidden, cfg.base_layers,
-                            cfg.head_layers, cfg.jk, 0.0, cfg.batch_norm and not node,
-                            group_norm=cfg.batch_norm and node)
+    return ProgressiveModel(
+        num_features,
+        num_classes,
+        cfg.depth,
+        cfg.hidden,
+        cfg.base_layers,
+        cfg.head_layers,
+        cfg.jk,
+        0.0,
+        cfg.batch_norm and not node,
+        group_norm=cfg.batch_norm and node,
+    )
 
 
 def stage_model(cfg, view, stage: int, weights: dict, cache: list[Tensor]):
@@ -76,14 +100,16 @@ def stage_model(cfg, view, stage: int, weights: dict, cache: list[Tensor]):
     model.load_state_dict(weights)
     model.set_stage(stage)
     if len(cache) < stage:
-        raise ValueError(f"stage {stage} needs {stage} cached aggregations, this client holds "
-                         f"{len(cache)}")
+        raise ValueError(
+            f"stage {stage} needs {stage} cached aggregations, this client holds {len(cache)}"
+        )
     dev = resolve_device(cfg.device)
     return model.to(dev), stage_input([view.graph.x] + list(cache[:stage])).to(dev)
 
 
-def counts(model, x: Tensor, view, splits=("train", "val", "test"), *,
-           with_loss: bool = False) -> dict:
+def counts(
+    model, x: Tensor, view, splits=("train", "val", "test"), *, with_loss: bool = False
+) -> dict:
     """``<split>_correct``, ``<split>_total`` (and, ``with_loss``, ``<split>_loss``: the summed
     cross-entropy, for the edge-level round selection's ties) of ``model`` per split."""
     g, out = view.graph, {}
@@ -117,16 +143,30 @@ def validation(cfg, model, x: Tensor, view, count: str = "num-examples") -> dict
     Raises:
         ValueError: at node level (the validation labels are private there)."""
     if cfg.level != "edge":
-        raise ValueError("validation: refused at node level (the validation labels are "
-                         "private; allowed: level = 'edge')")
+        raise ValueError(
+            "validation: refused at node level (the validation labels are "
+            "private; allowed: level = 'edge')"
+        )
     r = counts(model, x, view, ("val",), with_loss=True)
     total = r["val_total"]
-    return {"val-accuracy": r["val_correct"] / total if total else 0.0,
-            "val-loss": r["val_loss"] / total if total else 0.0, count: total}
+    return {
+        "val-accuracy": r["val_correct"] / total if total else 0.0,
+        "val-loss": r["val_loss"] / total if total else 0.0,
+        count: total,
+    }
 
 
-def train_round(cfg, partition_id: int, view, model, x: Tensor, generator, *,
-                validate: bool = False, proximal_mu: float = 0.0) -> tuple[dict, dict]:
+def train_round(
+    cfg,
+    partition_id: int,
+    view,
+    model,
+    x: Tensor,
+    generator,
+    *,
+    validate: bool = False,
+    proximal_mu: float = 0.0,
+) -> tuple[dict, dict]:
     """``train.progap_stage``: ``(arrays, metrics)`` at the received weights.
 
     Edge level (FedSGD): with ``validate`` first :func:`validation` of the received weights
@@ -151,20 +191,43 @@ def train_round(cfg, partition_id: int, view, model, x: Tensor, generator, *,
         else:
             loss, out = torch.tensor(0.0), {k: torch.zeros_like(params[k]) for k in names}
         out.update(model.named_buffers())
-        return to_cpu(out), {"num-examples": int(idx.numel()),
-                             "train-loss": float(loss.detach()), **val}
+        return to_cpu(out), {
+            "num-examples": int(idx.numel()),
+            "train-loss": float(loss.detach()),
+            **val,
+        }
     plan = client_plan(cfg, partition_id, view)
     dp = plan.dpsgd(cfg.max_grad_norm)
     bsz = cfg.dpsgd_batch_size if dp else (cfg.batch_size or None)
-    local_train(model, x, y, train, cfg.local_epochs, bsz, cfg.lr, dp,
-                weight_decay=cfg.weight_decay, generator=generator,
-                num_public=int(g.train_mask.sum()), proximal_mu=proximal_mu)
+    local_train(
+        model,
+        x,
+        y,
+        train,
+        cfg.local_epochs,
+        bsz,
+        cfg.lr,
+        dp,
+        weight_decay=cfg.weight_decay,
+        generator=generator,
+        num_public=int(g.train_mask.sum()),
+        proximal_mu=proximal_mu,
+    )
     return to_cpu(model.state_dict()), {"num-examples": 1}
 
 
-def release(cfg, partition_id: int, view, model, x: Tensor, *, remote_sigma: float | None,
-            contributors: int | None, secagg: tuple | None,
-            generator) -> tuple[Tensor, dict[str, Tensor]]:
+def release(
+    cfg,
+    partition_id: int,
+    view,
+    model,
+    x: Tensor,
+    *,
+    remote_sigma: float | None,
+    contributors: int | None,
+    secagg: tuple | None,
+    generator,
+) -> tuple[Tensor, dict[str, Tensor]]:
     """Step ``release`` of an aggregation (paper Eq. 4 split across clients, as one GAP PMA
     hop, :func:`fedgraph.methods.gap.client_pma.pma_partial_sums`): the stage's embedding
     ``H`` of this client's nodes, row-normalized, summed over its (node level:
@@ -198,31 +261,45 @@ def release(cfg, partition_id: int, view, model, x: Tensor, *, remote_sigma: flo
     local, boundary = client_edges(g, gap_edges_config(cfg), generator("progap:degree"))
     others = torch.ones(view.schema["num_nodes"], dtype=torch.bool)
     others[g.node_ids] = False
-    remote = others.nonzero().flatten() if cfg.cross_client_edges else \
-        others.nonzero()[:0].flatten()
+    remote = (
+        others.nonzero().flatten() if cfg.cross_client_edges else others.nonzero()[:0].flatten()
+    )
     if remote_sigma is not None:  # a share only over contributors it verified
         if cfg.secure_aggregation and secagg is None:
-            raise ValueError("secure-aggregation = true but the server sent no public keys: "
-                             "refusing to release unmasked rows")
-        check_remote_sigma(remote_sigma, plan.sigma, own_contributors(
-            cfg.secure_aggregation, secagg and secagg[1], contributors))
-    local_sums, ids, sums = pma_partial_sums(h, local, boundary, plan.sigma,
-                                             generator(f"progap:aggregation{model.stage + 1}"),
-                                             remote_ids=remote, remote_sigma=remote_sigma,
-                                             remote_norm=plan.remote_norm)
+            raise ValueError(
+                "secure-aggregation = true but the server sent no public keys: "
+                "refusing to release unmasked rows"
+            )
+        check_remote_sigma(
+            remote_sigma,
+            plan.sigma,
+            own_contributors(cfg.secure_aggregation, secagg and secagg[1], contributors),
+        )
+    local_sums, ids, sums = pma_partial_sums(
+        h,
+        local,
+        boundary,
+        plan.sigma,
+        generator(f"progap:aggregation{model.stage + 1}"),
+        remote_ids=remote,
+        remote_sigma=remote_sigma,
+        remote_norm=plan.remote_norm,
+    )
     out = {"ids": ids, "sums": sums}
     if cfg.secure_aggregation and ids.numel():  # only masked rows leave
         if secagg is None:
-            raise ValueError("secure-aggregation = true but the server sent no public keys: "
-                             "refusing to release unmasked rows")
+            raise ValueError(
+                "secure-aggregation = true but the server sent no public keys: "
+                "refusing to release unmasked rows"
+            )
         private, keys, owner, context = secagg
-        out = masked_release(ids, sums, private, list(keys.public_keys), keys.index, owner,
-                             context)
+        out = masked_release(ids, sums, private, list(keys.public_keys), keys.index, owner, context)
     return local_sums.detach().cpu(), to_cpu(out)
 
 
-def finish(local_sums: Tensor, node_ids: Tensor, incoming_ids: Tensor,
-           incoming_sums: Tensor) -> Tensor:
+def finish(
+    local_sums: Tensor, node_ids: Tensor, incoming_ids: Tensor, incoming_sums: Tensor
+) -> Tensor:
     """Step ``finish``: this client's noisy local sums plus the noisy rows routed to its nodes
     (global ids ``incoming_ids``, each one of ``node_ids``): the next stage's input
     ``[n, h]``, not normalized (the official ``NAP``).
@@ -231,8 +308,9 @@ def finish(local_sums: Tensor, node_ids: Tensor, incoming_ids: Tensor,
         ValueError: rows for nodes this client does not hold."""
     out = local_sums.clone()
     if incoming_ids.numel():
-        table = torch.full((int(max(node_ids.max(), incoming_ids.max())) + 1,), -1,
-                           dtype=torch.long)
+        table = torch.full(
+            (int(max(node_ids.max(), incoming_ids.max())) + 1,), -1, dtype=torch.long
+        )
         table[node_ids] = torch.arange(node_ids.numel())
         pos = table[incoming_ids]
         if bool((pos < 0).any()):

@@ -15,6 +15,7 @@ training base MLPs ``0..i`` and head ``i`` (the official ``layerwise = False``);
 dropout`` per layer (the official ``MLP`` with ``plain_last = False``: the activation before the
 batch norm), a head MLP the same with a plain last layer.
 """
+
 from __future__ import annotations
 
 import torch
@@ -35,8 +36,10 @@ class StageMLP(MLP):
     def __init__(self, *args, group_norm: bool = False, **kwargs):
         super().__init__(*args, **kwargs)
         if group_norm:  # per example: what DP-SGD can clip (the official Opacus fix)
-            self.norms = nn.ModuleList(nn.GroupNorm(1, layer.out_features)
-                                       for layer in list(self.layers)[:len(self.norms)])
+            self.norms = nn.ModuleList(
+                nn.GroupNorm(1, layer.out_features)
+                for layer in list(self.layers)[: len(self.norms)]
+            )
 
     def forward(self, x: Tensor) -> Tensor:
         for i, layer in enumerate(self.layers):
@@ -65,9 +68,19 @@ class ProgressiveModel(nn.Module):
     Shapes: ``forward: [N, F + i h] -> [N, C]``; ``embed: [N, F + i h] -> [N, h]``.
     """
 
-    def __init__(self, in_dim: int, num_classes: int, depth: int, hidden: int = 16,
-                 base_layers: int = 1, head_layers: int = 1, jk: str = "cat",
-                 dropout: float = 0.0, batch_norm: bool = False, group_norm: bool = False):
+    def __init__(
+        self,
+        in_dim: int,
+        num_classes: int,
+        depth: int,
+        hidden: int = 16,
+        base_layers: int = 1,
+        head_layers: int = 1,
+        jk: str = "cat",
+        dropout: float = 0.0,
+        batch_norm: bool = False,
+        group_norm: bool = False,
+    ):
         super().__init__()
         if batch_norm and group_norm:
             raise ValueError("batch_norm or group_norm, not both")
@@ -77,14 +90,31 @@ class ProgressiveModel(nn.Module):
             raise ValueError(f"jk: unknown {jk!r}; allowed: {', '.join(JK_MODES)}")
         self.in_dim, self.hidden, self.jk, self.depth = in_dim, hidden, jk, depth
         self.base = nn.ModuleList(
-            StageMLP(in_dim if i == 0 else hidden, hidden, hidden, base_layers, dropout,
-                     batch_norm, plain_last=False, group_norm=group_norm)
-            for i in range(depth + 1))
+            StageMLP(
+                in_dim if i == 0 else hidden,
+                hidden,
+                hidden,
+                base_layers,
+                dropout,
+                batch_norm,
+                plain_last=False,
+                group_norm=group_norm,
+            )
+            for i in range(depth + 1)
+        )
         self.head = nn.ModuleList(
-            StageMLP(hidden * (i + 1) if jk == "cat" else hidden, hidden, num_classes,
-                     head_layers, dropout, batch_norm, plain_last=True,
-                     group_norm=group_norm)
-            for i in range(depth + 1))
+            StageMLP(
+                hidden * (i + 1) if jk == "cat" else hidden,
+                hidden,
+                num_classes,
+                head_layers,
+                dropout,
+                batch_norm,
+                plain_last=True,
+                group_norm=group_norm,
+            )
+            for i in range(depth + 1)
+        )
         self.stage = 0
         self.set_stage(0)
 
@@ -100,15 +130,20 @@ class ProgressiveModel(nn.Module):
 
     def stage_parameter_names(self) -> list[str]:
         """Names (as in ``state_dict``) of the parameters stage ``self.stage`` trains."""
-        return [n for n, _ in self.named_parameters()
-                if any(n.startswith(f"base.{j}.") for j in range(self.stage + 1))
-                or n.startswith(f"head.{self.stage}.")]
+        return [
+            n
+            for n, _ in self.named_parameters()
+            if any(n.startswith(f"base.{j}.") for j in range(self.stage + 1))
+            or n.startswith(f"head.{self.stage}.")
+        ]
 
     def _split(self, x: Tensor) -> list[Tensor]:
         widths = [self.in_dim] + [self.hidden] * self.stage
         if x.size(-1) != sum(widths):
-            raise ValueError(f"stage {self.stage} expects inputs of width {sum(widths)} "
-                             f"(features + {self.stage} x {self.hidden}), got {x.size(-1)}")
+            raise ValueError(
+                f"stage {self.stage} expects inputs of width {sum(widths)} "
+                f"(features + {self.stage} x {self.hidden}), got {x.size(-1)}"
+            )
         return list(torch.split(x, widths, dim=-1))
 
     def forward(self, x: Tensor) -> Tensor:
@@ -117,8 +152,11 @@ class ProgressiveModel(nn.Module):
             z = torch.cat(hs, dim=-1)
         else:
             stacked = torch.stack(hs, dim=-1)
-            z = {"sum": lambda t: t.sum(-1), "mean": lambda t: t.mean(-1),
-                 "max": lambda t: t.max(-1).values}[self.jk](stacked)
+            z = {
+                "sum": lambda t: t.sum(-1),
+                "mean": lambda t: t.mean(-1),
+                "max": lambda t: t.max(-1).values,
+            }[self.jk](stacked)
         return self.head[self.stage](F.normalize(z, p=2.0, dim=-1))
 
     @torch.no_grad()

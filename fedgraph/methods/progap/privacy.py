@@ -27,6 +27,7 @@ Federated, each client calibrates its own ``z`` for its own target (:func:`priva
 its ledger subject records exactly :func:`plan_events`. Remote rows carry the noise
 :func:`remote_noise` gives (GAP's rule, :func:`fedgraph.methods.gap.privacy.remote_noise`).
 """
+
 from __future__ import annotations
 
 import math
@@ -35,19 +36,40 @@ from functools import lru_cache
 from types import SimpleNamespace
 
 # GAP's pieces this module reuses (one place, to repoint when GAP's modules move)
-from ..gap.privacy import (REMOTE_ROW_NORM, calibrate_gap, edge_sensitivity,  # noqa: F401
-                           gap_noise_events, node_sensitivity, secure_remote_sigma)
+from ..gap.privacy import (  # noqa: F401
+    REMOTE_ROW_NORM,
+    calibrate_gap,
+    edge_sensitivity,
+    gap_noise_events,
+    node_sensitivity,
+    secure_remote_sigma,
+)
 from ..gap.training import DPSGD, dpsgd_schedule
 
-__all__ = ["aggregation_sensitivity", "progap_events", "calibrate_progap", "PrivacyPlan",
-           "privacy_plan", "plan_events", "remote_noise", "gap_edges_config", "DPSGD",
-           "dpsgd_schedule"]
+__all__ = [
+    "aggregation_sensitivity",
+    "progap_events",
+    "calibrate_progap",
+    "PrivacyPlan",
+    "privacy_plan",
+    "plan_events",
+    "remote_noise",
+    "gap_edges_config",
+    "DPSGD",
+    "dpsgd_schedule",
+]
 
 LEVELS = ("edge", "node")
 
 
-def aggregation_sensitivity(level: str, *, edge_unit: str = "directed", max_degree: int = 100,
-                            other_clients: int = 0, summed: bool = False) -> float:
+def aggregation_sensitivity(
+    level: str,
+    *,
+    edge_unit: str = "directed",
+    max_degree: int = 100,
+    other_clients: int = 0,
+    summed: bool = False,
+) -> float:
     r"""L2 sensitivity of one ProGAP aggregation: edge level 1 (``directed``, the paper's and
     official code's unit) or :math:`\sqrt 2` (``undirected``); node level
     :math:`\sqrt{D + m}` (:math:`\sqrt{D + m^2}` ``summed``), ``m = other_clients``.
@@ -61,8 +83,9 @@ def aggregation_sensitivity(level: str, *, edge_unit: str = "directed", max_degr
     raise ValueError(f"level: unknown {level!r}; allowed: {', '.join(LEVELS)}")
 
 
-def progap_events(noise_multiplier: float, depth: int,
-                  stage_dpsgd: tuple[float, int] | None = None) -> list:
+def progap_events(
+    noise_multiplier: float, depth: int, stage_dpsgd: tuple[float, int] | None = None
+) -> list:
     """The events of one ProGAP run: ``Gaussian(z, count=K)`` for the aggregations (if
     ``K > 0``) and, with ``stage_dpsgd = (q, T)``, ``K + 1`` stages of
     ``SubsampledGaussian(q, z, T)`` (one event of ``(K + 1) T`` steps: the same composition).
@@ -78,9 +101,15 @@ def progap_events(noise_multiplier: float, depth: int,
     return events
 
 
-def calibrate_progap(target_epsilon: float, delta: float, *, depth: int, level: str = "edge",
-                     stage_schedule: tuple[float, int] | None = None,
-                     accountant: str = "analytic") -> float:
+def calibrate_progap(
+    target_epsilon: float,
+    delta: float,
+    *,
+    depth: int,
+    level: str = "edge",
+    stage_schedule: tuple[float, int] | None = None,
+    accountant: str = "analytic",
+) -> float:
     """Smallest noise multiplier meeting ``(target_epsilon, delta)`` (epsilon for the whole
     run). Edge level: ``K`` Gaussian mechanisms (GAP's :func:`~fedgraph.methods.gap.
     calibrate_gap` of ``K`` hops, the official ``ComposedNoisyMechanism([nap], [K])``); node
@@ -100,8 +129,9 @@ def calibrate_progap(target_epsilon: float, delta: float, *, depth: int, level: 
     return float(calibrate(target_epsilon, delta, make_events, accountant=accountant))
 
 
-def progap_noise_events(depth: int, level: str = "edge",
-                        stage_schedule: tuple[float, int] | None = None):
+def progap_noise_events(
+    depth: int, level: str = "edge", stage_schedule: tuple[float, int] | None = None
+):
     """``make_events(noise_multiplier) -> list[Event]`` of what :func:`calibrate_progap`
     calibrates (arguments as there; edge level: GAP's
     :func:`~fedgraph.methods.gap.privacy.gap_noise_events` of ``K`` hops), or ``None`` when
@@ -129,6 +159,7 @@ def epsilon_floor(cfg, num_train: int) -> float:
     def at_largest(epsilon, delta, depth, level, sched, accountant) -> float:
         floor[0] = floor_of(progap_noise_events(depth, level, sched), delta, accountant)
         return MAX_NOISE_MULTIPLIER
+
     privacy_plan(cfg, 1.0, num_train, calibrator=at_largest)
     return floor[0]
 
@@ -157,10 +188,16 @@ class PrivacyPlan:
         return DPSGD(self.noise_multiplier, max_grad_norm)
 
     def to_dict(self) -> dict:
-        return {"epsilon_target": self.epsilon, "delta": self.delta,
-                "noise_multiplier": self.noise_multiplier, "sensitivity": self.sensitivity,
-                "sigma": self.sigma, "depth": self.depth, "remote_norm": self.remote_norm,
-                "stage_schedule": self.stage_schedule}
+        return {
+            "epsilon_target": self.epsilon,
+            "delta": self.delta,
+            "noise_multiplier": self.noise_multiplier,
+            "sensitivity": self.sensitivity,
+            "sigma": self.sigma,
+            "depth": self.depth,
+            "remote_norm": self.remote_norm,
+            "stage_schedule": self.stage_schedule,
+        }
 
 
 def plan_events(plan: dict) -> list[tuple[str, object]]:
@@ -171,7 +208,9 @@ def plan_events(plan: dict) -> list[tuple[str, object]]:
         return []
     sched = tuple(plan["stage_schedule"]) if plan["stage_schedule"] else None
     events = progap_events(z, plan["depth"], sched)
-    names = (["aggregation"] if plan["depth"] > 0 else []) + (["stage dp-sgd"] if sched and sched[1] else [])
+    names = (["aggregation"] if plan["depth"] > 0 else []) + (
+        ["stage dp-sgd"] if sched and sched[1] else []
+    )
     return list(zip(names, events))
 
 
@@ -204,8 +243,9 @@ def has_remote_rows(cfg) -> bool:
 
 @lru_cache(maxsize=64)
 def _calibrate(epsilon, delta, depth, level, sched, accountant) -> float:
-    return calibrate_progap(epsilon, delta, depth=depth, level=level, stage_schedule=sched,
-                            accountant=accountant)
+    return calibrate_progap(
+        epsilon, delta, depth=depth, level=level, stage_schedule=sched, accountant=accountant
+    )
 
 
 def privacy_plan(cfg, epsilon: float, num_train: int, calibrator=None) -> PrivacyPlan:
@@ -218,17 +258,22 @@ def privacy_plan(cfg, epsilon: float, num_train: int, calibrator=None) -> Privac
         fedgraph.accounting.UnreachableTarget: ``epsilon`` below :func:`epsilon_floor`."""
     node = cfg.level == "node"
     others = cfg.num_clients - 1 if has_remote_rows(cfg) else 0
-    sens = aggregation_sensitivity(cfg.level, edge_unit=cfg.edge_unit,
-                                   max_degree=cfg.max_degree, other_clients=others,
-                                   summed=cfg.secure_aggregation)
+    sens = aggregation_sensitivity(
+        cfg.level,
+        edge_unit=cfg.edge_unit,
+        max_degree=cfg.max_degree,
+        other_clients=others,
+        summed=cfg.secure_aggregation,
+    )
     if math.isinf(epsilon):
         return PrivacyPlan(math.inf, 0.0, 0.0, sens, cfg.depth)
-    sched = dpsgd_schedule(max(num_train, 1), cfg.dpsgd_batch_size,
-                           cfg.stage_epochs) if node else None
-    z = (calibrator or _calibrate)(epsilon, cfg.delta, cfg.depth, cfg.level, sched,
-                                   cfg.accountant)
-    return PrivacyPlan(epsilon, cfg.delta, z, sens, cfg.depth, sched,
-                       REMOTE_ROW_NORM if node and others else None)
+    sched = (
+        dpsgd_schedule(max(num_train, 1), cfg.dpsgd_batch_size, cfg.stage_epochs) if node else None
+    )
+    z = (calibrator or _calibrate)(epsilon, cfg.delta, cfg.depth, cfg.level, sched, cfg.accountant)
+    return PrivacyPlan(
+        epsilon, cfg.delta, z, sens, cfg.depth, sched, REMOTE_ROW_NORM if node and others else None
+    )
 
 
 def remote_noise(cfg, sigmas: list[float]) -> tuple[float, int] | None:
@@ -251,5 +296,9 @@ def gap_edges_config(cfg) -> SimpleNamespace:
     """The fields of a GAP config that :func:`fedgraph.methods.gap.client_pma.client_edges`
     reads, for ProGAP's config (the same edges: boundary edges with cross-client edges, node
     level out-degrees bounded by ``max_degree`` over local and boundary edges together)."""
-    return SimpleNamespace(cross_client_edges=cfg.cross_client_edges, level=cfg.level,
-                           variant="gap", max_degree=cfg.max_degree)
+    return SimpleNamespace(
+        cross_client_edges=cfg.cross_client_edges,
+        level=cfg.level,
+        variant="gap",
+        max_degree=cfg.max_degree,
+    )

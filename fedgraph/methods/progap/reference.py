@@ -12,6 +12,7 @@ epoch kept: validation labels are private there). Inference reuses the cached ag
 The federated strategy (``strategies/progap.py``) with one client computes the same; this is
 what ``tests/test_progap_equivalence.py`` and ``bench/progap.py`` compare it with.
 """
+
 from __future__ import annotations
 
 import math
@@ -23,13 +24,13 @@ from torch import Tensor
 
 from ...nn.gap import normalize_rows
 from ...utils.graph import bound_out_degree
+
 # GAP's pieces this module reuses (one place, to repoint when GAP's modules move)
 from ..gap.aggregation import aggregate, perturb
 from ..gap.privacy import default_delta
 from ..gap.training import evaluate, fit
 from .model import ProgressiveModel, stage_input
-from .privacy import (aggregation_sensitivity, calibrate_progap, dpsgd_schedule,
-                      progap_events)
+from .privacy import aggregation_sensitivity, calibrate_progap, dpsgd_schedule, progap_events
 
 __all__ = ["noisy_aggregation", "run_progap", "LEVEL_DEFAULTS"]
 
@@ -38,15 +39,18 @@ __all__ = ["noisy_aggregation", "run_progap", "LEVEL_DEFAULTS"]
 #: base 2, 5 epochs per stage, batch 256, D 100, clipping 1, the batch norms as GroupNorm(1, C)
 #: (the official Opacus fixer, ``core/__init__.py``: per example, what DP-SGD can clip).
 LEVEL_DEFAULTS: dict[str, dict[str, Any]] = {
-    "edge": dict(depth=5, base_layers=1, epochs=100, batch_size=None, batch_norm=True,
-                 select_on_val=True),
-    "node": dict(depth=4, base_layers=2, epochs=5, batch_size=256, batch_norm=True,
-                 select_on_val=False),
+    "edge": dict(
+        depth=5, base_layers=1, epochs=100, batch_size=None, batch_norm=True, select_on_val=True
+    ),
+    "node": dict(
+        depth=4, base_layers=2, epochs=5, batch_size=256, batch_norm=True, select_on_val=False
+    ),
 }
 
 
-def noisy_aggregation(h: Tensor, edge_index: Tensor, num_nodes: int, sigma: float,
-                      generator=None) -> Tensor:
+def noisy_aggregation(
+    h: Tensor, edge_index: Tensor, num_nodes: int, sigma: float, generator=None
+) -> Tensor:
     r"""One ProGAP aggregation (paper Eq. 4, the official ``NAP``):
     :math:`A^T (h / \lVert h \rVert_{rows}) + \mathcal N(0, \sigma^2 I)`.
 
@@ -60,15 +64,30 @@ def noisy_aggregation(h: Tensor, edge_index: Tensor, num_nodes: int, sigma: floa
     return perturb(aggregate(normalize_rows(h), edge_index, num_nodes), sigma, generator)
 
 
-def run_progap(data, *, level: str = "edge", epsilon: float = math.inf,
-               delta: float | str = "auto", depth: int | None = None, hidden: int = 16,
-               base_layers: int | None = None, head_layers: int = 1, jk: str = "cat",
-               dropout: float = 0.0, batch_norm: bool | None = None, epochs: int | None = None,
-               lr: float = 0.01, weight_decay: float = 0.0,
-               batch_size: int | None | str = "auto", max_degree: int = 100,
-               max_grad_norm: float = 1.0, edge_unit: str = "directed",
-               select_on_val: bool | None = None, accountant: str = "analytic",
-               seed: int = 0) -> dict[str, Any]:
+def run_progap(
+    data,
+    *,
+    level: str = "edge",
+    epsilon: float = math.inf,
+    delta: float | str = "auto",
+    depth: int | None = None,
+    hidden: int = 16,
+    base_layers: int | None = None,
+    head_layers: int = 1,
+    jk: str = "cat",
+    dropout: float = 0.0,
+    batch_norm: bool | None = None,
+    epochs: int | None = None,
+    lr: float = 0.01,
+    weight_decay: float = 0.0,
+    batch_size: int | None | str = "auto",
+    max_degree: int = 100,
+    max_grad_norm: float = 1.0,
+    edge_unit: str = "directed",
+    select_on_val: bool | None = None,
+    accountant: str = "analytic",
+    seed: int = 0,
+) -> dict[str, Any]:
     r"""Centralized ProGAP.
 
     Args:
@@ -119,24 +138,42 @@ def run_progap(data, *, level: str = "edge", epsilon: float = math.inf,
     delta = float(delta)
     sens = aggregation_sensitivity(level, edge_unit=edge_unit, max_degree=max_degree)
     sched = dpsgd_schedule(n_train, bsz, epochs) if use_dpsgd else None
-    z = calibrate_progap(epsilon, delta, depth=depth, level=level, stage_schedule=sched,
-                         accountant=accountant) if private else 0.0
+    z = (
+        calibrate_progap(
+            epsilon, delta, depth=depth, level=level, stage_schedule=sched, accountant=accountant
+        )
+        if private
+        else 0.0
+    )
     events = progap_events(z, depth, sched) if private else []
-    spent = float(compose_epsilon(events, delta, accountant=accountant)) if events else (
-        math.inf if depth > 0 or level == "node" else 0.0)
+    spent = (
+        float(compose_epsilon(events, delta, accountant=accountant))
+        if events
+        else (math.inf if depth > 0 or level == "node" else 0.0)
+    )
     sigma = z * sens
     dp = None
     if use_dpsgd:
         from ..gap import DPSGD
+
         dp = DPSGD(z, max_grad_norm)
     timings["calibration"] = time.perf_counter() - t0
 
     edge_index = data.edge_index
     if level == "node" and depth > 0:
         edge_index = bound_out_degree(edge_index, n, max_degree, gen)
-    model = ProgressiveModel(x.size(1), num_classes, depth, hidden, base_layers, head_layers,
-                             jk, dropout, bn and level == "edge",
-                             group_norm=bn and level == "node")  # (node level: per example)
+    model = ProgressiveModel(
+        x.size(1),
+        num_classes,
+        depth,
+        hidden,
+        base_layers,
+        head_layers,
+        jk,
+        dropout,
+        bn and level == "edge",
+        group_norm=bn and level == "node",
+    )  # (node level: per example)
     cache, stage_val = [x], []
     timings["aggregation"] = timings["training"] = 0.0
     for stage in range(depth + 1):
@@ -147,26 +184,59 @@ def run_progap(data, *, level: str = "edge", epsilon: float = math.inf,
             timings["aggregation"] += time.perf_counter() - t
         t = time.perf_counter()
         model.set_stage(stage)
-        res = fit(model, stage_input(cache), y, data.train_mask, data.val_mask, epochs=epochs,
-                  batch_size=bsz, lr=lr, weight_decay=weight_decay, dp=dp,
-                  select_on_val=select, generator=gen)
+        res = fit(
+            model,
+            stage_input(cache),
+            y,
+            data.train_mask,
+            data.val_mask,
+            epochs=epochs,
+            batch_size=bsz,
+            lr=lr,
+            weight_decay=weight_decay,
+            dp=dp,
+            select_on_val=select,
+            generator=gen,
+        )
         stage_val.append(evaluate(model, stage_input(cache), y, data.val_mask)["accuracy"])
         timings["training"] += time.perf_counter() - t
         del res
     xs = stage_input(cache)
-    metrics = {f"{s}_acc": evaluate(model, xs, y, getattr(data, f"{s}_mask"))["accuracy"]
-               for s in ("train", "val", "test")}
+    metrics = {
+        f"{s}_acc": evaluate(model, xs, y, getattr(data, f"{s}_mask"))["accuracy"]
+        for s in ("train", "val", "test")
+    }
     timings["total"] = time.perf_counter() - t0
     return {
-        "method": "progap", "level": level, **metrics, "stage_val_acc": stage_val,
-        "epsilon": epsilon, "delta": delta, "epsilon_spent": spent, "noise_multiplier": z,
-        "sigma": sigma, "sensitivity": sens, "events": [repr(e) for e in events],
-        "accountant": accountant, "timings": timings,
-        "config": dict(depth=depth, hidden=hidden, base_layers=base_layers,
-                       head_layers=head_layers, jk=jk, dropout=dropout, batch_norm=bn,
-                       epochs=epochs, lr=lr, weight_decay=weight_decay, batch_size=bsz,
-                       max_degree=max_degree if level == "node" else None,
-                       max_grad_norm=max_grad_norm if use_dpsgd else None,
-                       edge_unit=edge_unit if level == "edge" else None,
-                       select_on_val=select, seed=seed),
+        "method": "progap",
+        "level": level,
+        **metrics,
+        "stage_val_acc": stage_val,
+        "epsilon": epsilon,
+        "delta": delta,
+        "epsilon_spent": spent,
+        "noise_multiplier": z,
+        "sigma": sigma,
+        "sensitivity": sens,
+        "events": [repr(e) for e in events],
+        "accountant": accountant,
+        "timings": timings,
+        "config": dict(
+            depth=depth,
+            hidden=hidden,
+            base_layers=base_layers,
+            head_layers=head_layers,
+            jk=jk,
+            dropout=dropout,
+            batch_norm=bn,
+            epochs=epochs,
+            lr=lr,
+            weight_decay=weight_decay,
+            batch_size=bsz,
+            max_degree=max_degree if level == "node" else None,
+            max_grad_norm=max_grad_norm if use_dpsgd else None,
+            edge_unit=edge_unit if level == "edge" else None,
+            select_on_val=select,
+            seed=seed,
+        ),
     }
